@@ -1,0 +1,40 @@
+# Two set-up commands: `make demo` and `make test`. Both create .venv when missing and install
+# (idempotent: a stamp file skips the install while pyproject.toml and constraints.txt are unchanged).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mxperf-installed
+DEMO_OUT ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-all test-vllm test-ray install vllm lint format bench clean-demo
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing mxperf into $(VENV) (torch 2.13.0 CPU pinned first)" >&2
+	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[train,dev]'
+	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') else f'torch {v} was installed, expected 2.13.0 (CPU)')"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	@$(VENV)/bin/mxperf demo -o $(DEMO_OUT)
+
+test: $(STAMP)
+	@bash .ci/browser-deps.sh
+	$(PY) -m pytest -q -m "not slow and not vllm and not ray" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	@bash .ci/browser-deps.sh
+	$(PY) -m pytest -q -m "not vllm and not ray" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .

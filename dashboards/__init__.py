@@ -1,0 +1,1 @@
+"""Streamlit dashboard over finished output directories. Needs no torch."""

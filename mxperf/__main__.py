@@ -1,0 +1,3 @@
+from mxperf.cli import main
+
+raise SystemExit(main())
