@@ -45,6 +45,7 @@ FITS = "fits.json"
 REPORT = "report.md"
 FAULT_MATRIX = "fault_matrix.parquet"
 CONSISTENCY = "consistency.parquet"
+STREAMS = "streams.parquet"  # ingest: HTA-style idle breakdown per (device, stream)
 
 
 def trace_path(out_dir: Path, rank: int) -> Path:

@@ -1,0 +1,277 @@
+"""Finding and reading the output directories under RUNS_DIR: the dashboard's only door to the disk.
+
+The dashboard never computes anything from raw traces; it reads the finished files that ``mxperf run``,
+``sweep``, ``ingest`` and ``fit`` write (SPEC.md, "Run directories"). This module:
+
+* discovers output directories (any folder under RUNS_DIR holding a ``manifest.json``) and summarises each
+  manifest into an :class:`OutputEntry` (kind, model, precisions, steps, date, status) for the Runs table;
+* reads their tables through ``tracing.store`` (Parquet, ``schema_version`` checked; never pickle);
+* refuses any path that resolves outside RUNS_DIR (``..``, absolute paths, symlinks pointing out);
+* turns every way an output can be unusable -- missing file, ``status: running`` (half-written),
+  ``failed``/``interrupted``, corrupt Parquet or JSON -- into one :class:`CardError` whose message a page
+  shows on that card while the rest of the page keeps working.
+
+Everything here is plain Python (no Streamlit), so tests call it directly; ``dashboards.ui`` adds caching.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tracing import store
+from tracing.errors import InputError, MxperfError
+
+RUNS_DIR_ENV = "MXPERF_RUNS_DIR"
+MAX_DEPTH = 4  # RUNS_DIR/<group>/<sub>/<dir>/manifest.json is as deep as discovery looks
+# Folders inside an output directory that hold its own pieces, never another output directory.
+_SKIP_DIRS = frozenset({store.EVENTS_DIR, store.TRACE_DIR, "__pycache__", ".git"})
+
+
+class CardError(MxperfError):
+    """An output (or one of its files) that a card cannot show; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class OutputEntry:
+    """One output directory as the Runs table shows it. ``rel`` is its path relative to RUNS_DIR."""
+
+    rel: str
+    kind: str | None
+    status: str | None
+    model: str | None = None
+    learner: str | None = None
+    sampler: str | None = None
+    precisions: tuple[str, ...] = ()
+    steps: int | None = None
+    created: str | None = None
+    device: str | None = None
+    error: str | None = None
+    manifest: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and self.status == "complete"
+
+    @property
+    def precision_label(self) -> str:
+        """``learner/sampler`` for runs (``mxfp8/bf16``), else the precisions joined (``bf16, mxfp8``)."""
+        if self.learner or self.sampler:
+            return f"{self.learner or '?'}/{self.sampler or '?'}"
+        return ", ".join(self.precisions)
+
+    @property
+    def label(self) -> str:
+        parts = [self.kind or "?", self.model or "?", self.precision_label or "?"]
+        return f"{self.rel}  ({' · '.join(parts)})"
+
+
+def runs_dir_from_env(default: str | None = None) -> Path:
+    """RUNS_DIR as set by ``mxperf dash`` (environment variable ``MXPERF_RUNS_DIR``)."""
+    raw = os.environ.get(RUNS_DIR_ENV, default)
+    if not raw:
+        raise InputError(f"no runs directory: set {RUNS_DIR_ENV} or start with `mxperf dash RUNS_DIR`")
+    path = Path(raw).expanduser().resolve()
+    if not path.is_dir():
+        raise InputError(f"{path}: runs directory does not exist or is not a directory")
+    return path
+
+
+def resolve_inside(runs_dir: Path, rel: str | os.PathLike[str]) -> Path:
+    """``runs_dir / rel`` after resolving links; a path that lands outside RUNS_DIR is refused."""
+    root = Path(runs_dir).resolve()
+    target = (root / rel).resolve()
+    if target != root and root not in target.parents:
+        raise CardError(f"{rel}: outside the runs directory {root}; the dashboard only reads files under it")
+    return target
+
+
+def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = mapping.get(key)
+        if value not in (None, "", [], {}):
+            return value
+    return None
+
+
+def _as_tuple(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, Iterable):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
+    """An :class:`OutputEntry` from a manifest; tolerant of the per-kind ``config`` keys producers use."""
+    config = manifest.get("config") or {}
+    if not isinstance(config, Mapping):
+        config = {}
+    label = config.get("label") or config.get("labels") or {}
+    if not isinstance(label, Mapping):
+        label = {}
+    machine = manifest.get("machine") or {}
+    learner = _first(config, "learner", "learner_precision")
+    sampler = _first(config, "sampler", "sampler_precision")
+    precisions = _as_tuple(_first(config, "precisions", "precision") or _first(label, "precision"))
+    if not precisions:
+        precisions = tuple(p for p in (learner, sampler) if p)
+    steps = _first(manifest, "steps", "num_steps") or _first(config, "steps", "num_steps")
+    return OutputEntry(
+        rel=rel,
+        kind=manifest.get("kind"),
+        status=manifest.get("status"),
+        model=_first(config, "model", "models") or _first(label, "model"),
+        learner=learner,
+        sampler=sampler,
+        precisions=precisions,
+        steps=int(steps) if isinstance(steps, int | float) else None,
+        created=manifest.get("created"),
+        device=(machine.get("gpu") or "CPU") if isinstance(machine, Mapping) else None,
+        manifest=dict(manifest),
+    )
+
+
+def _manifest_dirs(root: Path) -> Iterable[Path]:
+    """Folders under ``root`` (depth <= MAX_DEPTH, links not followed) that hold a manifest.json."""
+    for current, dirs, files in os.walk(root, followlinks=False):
+        depth = len(Path(current).relative_to(root).parts)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        if depth >= MAX_DEPTH:
+            dirs[:] = []
+        if store.MANIFEST in files:
+            yield Path(current)
+
+
+def discover_outputs(runs_dir: Path) -> list[OutputEntry]:
+    """Every output directory under RUNS_DIR, sorted by path. Unreadable manifests become entries with
+    ``error`` set (shown in the table), so one broken directory never hides the others."""
+    root = Path(runs_dir).resolve()
+    entries: list[OutputEntry] = []
+    for path in _manifest_dirs(root):
+        rel = path.relative_to(root).as_posix() or "."
+        try:
+            manifest = store.read_json(path / store.MANIFEST)
+        except InputError as exc:
+            entries.append(OutputEntry(rel=rel, kind=None, status=None, error=str(exc)))
+            continue
+        entry = summarize_manifest(rel, manifest)
+        if entry.kind is None or entry.status is None:
+            missing = "kind" if entry.kind is None else "status"
+            entry = _with_error(entry, f"{rel}/{store.MANIFEST}: manifest has no '{missing}'")
+        entries.append(entry)
+    return sorted(entries, key=lambda e: e.rel)
+
+
+def _with_error(entry: OutputEntry, error: str) -> OutputEntry:
+    from dataclasses import replace
+
+    return replace(entry, error=error)
+
+
+def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
+    """The Runs table: one row per output directory, newest first."""
+    rows = [
+        {
+            "path": e.rel,
+            "kind": e.kind,
+            "model": e.model,
+            "precisions": e.precision_label,
+            "steps": e.steps,
+            "device": e.device,
+            "created": e.created,
+            "status": e.status if e.error is None else "unreadable",
+            "problem": e.error or _status_problem(e),
+        }
+        for e in entries
+    ]
+    cols = ["path", "kind", "model", "precisions", "steps", "device", "created", "status", "problem"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["steps"] = df["steps"].astype("Int64")
+    return df.sort_values(["created", "path"], ascending=[False, True], na_position="last", ignore_index=True)
+
+
+def _status_problem(entry: OutputEntry) -> str | None:
+    if entry.status == "complete":
+        return None
+    if entry.status == "running":
+        return "still being written (status: running), or its writer died; shown once it completes"
+    reason = entry.manifest.get("error")
+    return f"ended {entry.status}" + (f": {reason}" if reason else "")
+
+
+def check_usable(entry: OutputEntry) -> None:
+    """Raise :class:`CardError` unless the directory finished (``status: complete``) and its manifest reads."""
+    if entry.error is not None:
+        raise CardError(entry.error)
+    if entry.status != "complete":
+        raise CardError(f"{entry.rel}: {_status_problem(entry)}")
+
+
+def load_table(
+    runs_dir: Path, entry: OutputEntry, name: str, *, required: bool = True
+) -> pd.DataFrame | None:
+    """Read ``name`` (a ``tracing.store`` file name) from an output directory.
+
+    Missing file: :class:`CardError` (or None when ``required=False``); corrupt file: CardError with the
+    reader's message; unfinished directory: CardError saying so.
+    """
+    check_usable(entry)
+    path = resolve_inside(runs_dir, Path(entry.rel) / name)
+    if not path.is_file():
+        if not required:
+            return None
+        raise CardError(f"{entry.rel}: has no {name} (this {entry.kind} output does not include it)")
+    try:
+        return store.read_table(path)
+    except InputError as exc:
+        raise CardError(f"{entry.rel}/{name}: {_strip_path(exc, path)}") from None
+
+
+def load_json(runs_dir: Path, entry: OutputEntry, name: str) -> dict[str, Any]:
+    check_usable(entry)
+    path = resolve_inside(runs_dir, Path(entry.rel) / name)
+    if not path.is_file():
+        raise CardError(f"{entry.rel}: has no {name}")
+    try:
+        return store.read_json(path)
+    except InputError as exc:
+        raise CardError(f"{entry.rel}/{name}: {_strip_path(exc, path)}") from None
+
+
+def list_files(runs_dir: Path, entry: OutputEntry, pattern: str) -> list[str]:
+    """Names (relative to the output directory) matching a glob, e.g. ``events/rank-*.parquet``."""
+    check_usable(entry)
+    base = resolve_inside(runs_dir, entry.rel)
+    return sorted(
+        p.relative_to(base).as_posix()
+        for p in base.glob(pattern)
+        if p.is_file() and resolve_inside(runs_dir, Path(entry.rel) / p.relative_to(base))
+    )
+
+
+def has_file(runs_dir: Path, entry: OutputEntry, name: str) -> bool:
+    if not entry.usable:
+        return False
+    return resolve_inside(runs_dir, Path(entry.rel) / name).is_file()
+
+
+def file_stamp(runs_dir: Path, entry: OutputEntry, name: str) -> int:
+    """Modification time (ns) of a file, 0 when absent: the cache key that makes reloads see new files."""
+    try:
+        return resolve_inside(runs_dir, Path(entry.rel) / name).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _strip_path(exc: Exception, path: Path) -> str:
+    msg = str(exc)
+    prefix = f"{path}: "
+    return msg[len(prefix) :] if msg.startswith(prefix) else msg

@@ -1,0 +1,275 @@
+"""What the Breakeven, Host stall, Consistency and Weight sync pages say: pure functions over finished tables.
+
+Each function takes tables or ``fits.json`` entries and returns a smaller table or a sentence; none reads
+files or touches Streamlit. Numbers that only exist with a GPU trace (host stall, GPU busy) come back as
+null together with the reason, never as zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NO_GPU_REASON = (
+    "no GPU trace: these micro-batches ran on CPU (or without --trace), so there are no GPU ops to be busy "
+    "or to wait for the host. Host stall needs a GPU trace: run a sweep with --trace on a GPU, or ingest one "
+    "(mxperf ingest TRACE -o RUNS_DIR/NAME)."
+)
+INVARIANTS: dict[str, str] = {
+    "I1": "grid identity",
+    "I2": "coverage",
+    "I3": "layout and mapping",
+    "I4": "derived-state freshness",
+    "I5": "precision policy",
+    "I6": "auxiliary state",
+    "I7": "version atomicity",
+}
+
+
+# --------------------------------------------------------------------------------------------- breakeven
+def _tokens(x: float | None) -> str:
+    return "?" if x is None or not np.isfinite(x) else f"{x:,.0f}"
+
+
+def breakeven_sentence(entry: Mapping[str, Any]) -> str:
+    """The breakeven case of one ``fits.json`` model entry, in words (SPEC.md case table)."""
+    low = entry.get("precision", "low precision")
+    base = entry.get("baseline", "bf16")
+    be = entry.get("breakeven") or {}
+    case = be.get("case")
+    n = be.get("tokens")
+    ci = be.get("ci") or [None, None]
+    where = f"{entry.get('model', '?')} / {entry.get('phase', '?')}"
+    if case in ("faster_above", "faster_below"):
+        side = "above" if case == "faster_above" else "below"
+        lo, hi = ([*ci, None, None])[:2]
+        interval = f"95 % CI {_tokens(lo)} to {_tokens(hi)}" if lo is not None or hi is not None else "no CI"
+        if be.get("ci_reason"):
+            interval += f"; {be['ci_reason']}"
+        extra = " (extrapolated: outside the measured sizes)" if be.get("extrapolated") else ""
+        why = (
+            f"{low} adds fixed cost per micro-batch but saves per token"
+            if side == "above"
+            else f"{low} saves fixed cost but costs more per token"
+        )
+        return (
+            f"{where}: {low} is faster than {base} {side} n* = {_tokens(n)} tokens per micro-batch "
+            f"({interval}){extra}. Why: {why}."
+        )
+    sentences = {
+        "always_faster": f"{low} is faster than {base} at every micro-batch size (it saves per token and "
+        "adds no significant fixed cost, or saves fixed cost at no significant per-token loss).",
+        "never_faster": f"{low} is never faster than {base} here: it costs more per token, or adds fixed cost "
+        "without a significant per-token saving.",
+        "indistinguishable": f"{low} and {base} are indistinguishable at the 95 % level: neither the fixed "
+        "nor the per-token difference is significant. More repeats or sizes would narrow it.",
+    }
+    return f"{where}: " + sentences.get(case, f"unknown breakeven case {case!r} in fits.json")
+
+
+@dataclass(frozen=True)
+class FitLine:
+    """One precision's fitted line from ``fits.json``, shaped for ``perfmodel.step`` (which reads
+    ``precision``, ``fixed_s`` and ``per_token_s``), so the dashboard's what-ifs use the cost model's rules."""
+
+    precision: str
+    fixed_s: float
+    per_token_s: float
+
+
+def fit_lines(entry: Mapping[str, Any]) -> dict[str, FitLine]:
+    """Baseline and low-precision lines of one ``fits.json`` model entry, baseline first."""
+    fits = entry["fits"]
+    order = [entry["baseline"], entry["precision"]]
+    return {p: FitLine(p, float(fits[p]["fixed_s"]), float(fits[p]["per_token_s"])) for p in order}
+
+
+def faster_at(base_s: float, low_s: float, low: str, base: str) -> str:
+    """'mxfp8 is 12 % faster (0.81 s vs 0.92 s per step)' for one predicted pair."""
+    if not (np.isfinite(base_s) and np.isfinite(low_s)) or base_s <= 0:
+        return "no prediction"
+    change = (low_s - base_s) / base_s
+    word = "faster" if change < 0 else "slower"
+    return f"{low} is {abs(change) * 100:.1f} % {word} than {base} ({low_s:.3g} s vs {base_s:.3g} s per step)"
+
+
+# --------------------------------------------------------------------------------------------- host stall
+def has_gpu_numbers(mb: pd.DataFrame, column: str = "host_stall_seconds") -> bool:
+    return column in mb.columns and bool(mb[column].notna().any())
+
+
+def stall_share(mb: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Host-stall share of wall time, grouped: sum(host_stall_seconds) / sum(seconds) over traced rows.
+
+    Rows without a GPU trace are left out of both sums; a group with none has share null and ``reason``.
+    """
+    traced = mb["host_stall_seconds"].notna() if "host_stall_seconds" in mb else pd.Series(False, mb.index)
+    g = mb.assign(
+        _stall=pd.to_numeric(mb.get("host_stall_seconds"), errors="coerce").astype("float64"),
+        _wall=mb["seconds"].where(traced).astype("float64"),
+        _busy=pd.to_numeric(mb.get("gpu_busy_seconds"), errors="coerce").astype("float64")
+        if "gpu_busy_seconds" in mb
+        else np.nan,
+        _traced=traced,
+    ).groupby(list(by), dropna=False)
+    out = g.agg(
+        microbatches=("seconds", "size"),
+        traced=("_traced", "sum"),
+        seconds=("_wall", "sum"),
+        host_stall_seconds=("_stall", "sum"),
+        gpu_busy_seconds=("_busy", "sum"),
+    ).reset_index()
+    has = out["traced"] > 0
+    out["host_stall_share"] = (out["host_stall_seconds"] / out["seconds"]).where(has)
+    out["gpu_busy_share"] = (out["gpu_busy_seconds"] / out["seconds"]).where(
+        has & (out["gpu_busy_seconds"] > 0)
+    )
+    out.loc[~has, ["seconds", "host_stall_seconds", "gpu_busy_seconds"]] = np.nan
+    out["reason"] = np.where(has, "", "no GPU trace for these micro-batches")
+    return out
+
+
+def device_summary(devices: pd.DataFrame) -> pd.DataFrame:
+    """``devices.parquet`` for people: ms and shares per (rank, device)."""
+    out = pd.DataFrame(
+        {
+            "rank": devices["rank"],
+            "device": devices["device"],
+            "span ms": devices["span_ns"] / 1e6,
+            "busy ms": devices["busy_ns"] / 1e6,
+            "host stall ms": devices["host_stall_ns"] / 1e6,
+            "other idle ms": (devices["idle_ns"] - devices["host_stall_ns"]) / 1e6,
+            "busy %": 100 * devices["busy_ns"] / devices["span_ns"].where(devices["span_ns"] > 0),
+            "host stall %": 100 * devices["host_stall_ns"] / devices["span_ns"].where(devices["span_ns"] > 0),
+            "kernels": devices.get("num_kernels"),
+        }
+    )
+    return out.round(2)
+
+
+# --------------------------------------------------------------------------------------------- consistency
+CONSISTENCY_METRICS: tuple[str, ...] = ("kl_k1", "kl_k3", "token_mult_prob_error")
+
+
+def consistency_long(metrics_by_label: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Long table ``pairing, step, metric, value`` from each run's metrics (label = learner/sampler)."""
+    frames = []
+    for label, m in metrics_by_label.items():
+        cols = [c for c in CONSISTENCY_METRICS if c in m.columns]
+        if not cols or "step" not in m.columns:
+            continue
+        long = m[["step", *cols]].melt(id_vars="step", var_name="metric", value_name="value")
+        frames.append(long.assign(pairing=label))
+    if not frames:
+        return pd.DataFrame(columns=["pairing", "step", "metric", "value"])
+    return pd.concat(frames, ignore_index=True)[["pairing", "step", "metric", "value"]]
+
+
+def consistency_medians(long: pd.DataFrame) -> pd.DataFrame:
+    """Median per pairing and metric over steps (the table under the chart)."""
+    if long.empty:
+        return pd.DataFrame(columns=["pairing", *CONSISTENCY_METRICS])
+    return long.pivot_table(index="pairing", columns="metric", values="value", aggfunc="median").reset_index()
+
+
+# --------------------------------------------------------------------------------------------- weight sync
+def sync_matrix(checks: pd.DataFrame) -> pd.DataFrame:
+    """step x invariant: 1 passed, 0 failed, NaN not checked that step (``--check-sync first``)."""
+    m = checks.assign(ok=checks["passed"].astype("float64")).pivot_table(
+        index="step", columns="invariant", values="ok", aggfunc="min"
+    )
+    cols = [i for i in INVARIANTS if i in m.columns] + [c for c in m.columns if c not in INVARIANTS]
+    return m.reindex(columns=cols).sort_index()
+
+
+def sync_failures(checks: pd.DataFrame) -> pd.DataFrame:
+    """Failed checks, first failing tensor named; empty when every check passed."""
+    failed = checks[~checks["passed"].astype(bool)]
+    cols = [c for c in ("step", "invariant", "first_failing_tensor", "detail") if c in failed.columns]
+    out = failed[cols].copy()
+    out.insert(2, "what", out["invariant"].map(INVARIANTS).fillna(""))
+    return out.sort_values(["step", "invariant"], ignore_index=True)
+
+
+def sync_verdict(checks: pd.DataFrame) -> str:
+    """'all 140 checks passed over 20 steps' or 'I1 (grid identity) failed at step 3 on ...'."""
+    steps = checks["step"].nunique()
+    failed = sync_failures(checks)
+    if failed.empty:
+        return f"All {len(checks)} checks passed over {steps} steps."
+    first = failed.iloc[0]
+    tensor = first.get("first_failing_tensor")
+    where = f" on tensor {tensor}" if isinstance(tensor, str) and tensor else ""
+    return (
+        f"{len(failed)} of {len(checks)} checks failed; first: {first['invariant']} "
+        f"({INVARIANTS.get(first['invariant'], '?')}) at step {int(first['step'])}{where}."
+    )
+
+
+# --------------------------------------------------------------------------------------------- timeline
+def timeline_intervals(timelines: Sequence[Any], t0_ns: int, t1_ns: int, rank: object = None) -> pd.DataFrame:
+    """Bars for :func:`dashboards.charts.timeline_figure` from ``tracing.metrics.DeviceTimeline`` objects.
+
+    Per device lane, clipped to the window [t0, t1): one ``idle`` bar over the device's active span (drawn
+    underneath), the busy-union intervals and the host-stall intervals on top; times in ms from t0.
+    """
+    rows: list[tuple[str, str, float, float]] = []
+    for tl in timelines:
+        lane = f"GPU {tl.device}" + (f" (rank {rank})" if rank is not None else f" (pid {tl.pid})")
+        first, last = int(tl.row["first_ns"]), int(tl.row["last_ns"])
+        lo, hi = max(first, t0_ns), min(last, t1_ns)
+        if hi <= lo:
+            continue
+        rows.append((lane, "idle", lo, hi))
+        for state, s, e in (
+            ("busy", tl.busy_start, tl.busy_end),
+            ("host stall", tl.stall_start, tl.stall_end),
+        ):
+            s, e = np.clip(np.asarray(s), lo, hi), np.clip(np.asarray(e), lo, hi)
+            keep = e > s
+            rows.extend((lane, state, int(a), int(b)) for a, b in zip(s[keep], e[keep], strict=True))
+    df = pd.DataFrame(rows, columns=["lane", "state", "start_ns", "end_ns"])
+    return pd.DataFrame(
+        {
+            "lane": df["lane"],
+            "state": df["state"],
+            "start_ms": (df["start_ns"] - t0_ns) / 1e6,
+            "end_ms": (df["end_ns"] - t0_ns) / 1e6,
+        }
+    )
+
+
+def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
+    """Per lane in the window: busy, host-stall and other-idle shares (%) of the device's active span."""
+    dur = intervals.assign(ms=intervals["end_ms"] - intervals["start_ms"])
+    wide = dur.pivot_table(index="lane", columns="state", values="ms", aggfunc="sum").reindex(
+        columns=["idle", "busy", "host stall"], fill_value=0.0
+    )
+    wide = wide.fillna(0.0)
+    span = wide["idle"]
+    out = pd.DataFrame(
+        {
+            "span ms": span,
+            "busy %": 100 * wide["busy"] / span,
+            "host stall %": 100 * wide["host stall"] / span,
+            "other idle %": 100 * (span - wide["busy"] - wide["host stall"]) / span,
+        }
+    )
+    return out.round(2).reset_index()
+
+
+def window_ranges(ranges: pd.DataFrame, t0_ns: int, t1_ns: int, max_depth: int = 2) -> pd.DataFrame:
+    """Ranges overlapping the window (depth <= max_depth), clipped, in ms from t0."""
+    sel = ranges[(ranges["end_ns"] > t0_ns) & (ranges["start_ns"] < t1_ns) & (ranges["depth"] <= max_depth)]
+    return pd.DataFrame(
+        {
+            "name": sel["name"].astype(str),
+            "depth": sel["depth"].astype(int),
+            "start_ms": (sel["start_ns"].clip(lower=t0_ns) - t0_ns) / 1e6,
+            "end_ms": (sel["end_ns"].clip(upper=t1_ns) - t0_ns) / 1e6,
+        }
+    ).reset_index(drop=True)

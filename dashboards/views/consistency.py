@@ -1,0 +1,51 @@
+"""Consistency: how far the sampler's log-probs are from the learner's, per step and at fixed weights."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import charts, summaries, ui
+from tracing import store
+
+st.title("Consistency")
+st.caption(
+    "Per step, on the sampled response tokens: KL k1 = mean(lp_sampler - lp_learner), KL k3 = "
+    "mean(exp(r) - r - 1) with r = lp_learner - lp_sampler, token_mult_prob_error = mean(exp(|lp_s - lp_l|)) "
+    "(1.0 = identical). Each line is one run, labelled learner/sampler precision."
+)
+
+runs = ui.usable("run")
+models = sorted({str(e.model) for e in runs if e.model})
+if not models:
+    st.info("No complete run under the runs directory. Make one with `mxperf run`.")
+    st.stop()
+pair = ui.current_pair()
+default = models.index(pair.model) if pair is not None and pair.model in models else 0
+model = st.selectbox("Model", models, index=default)
+
+with ui.card(f"{model}: per step"):
+    metrics = {}
+    for e, df in ui.tables_of(ui.usable("run", model), store.METRICS).items():
+        label = e.precision_label if e.precision_label not in metrics else f"{e.precision_label} ({e.rel})"
+        metrics[label] = df
+    long = summaries.consistency_long(metrics)
+    if long.empty:
+        raise ValueError("these runs' metrics.parquet have no kl_k1 / kl_k3 / token_mult_prob_error columns")
+    st.plotly_chart(charts.consistency_figure(long, summaries.CONSISTENCY_METRICS), width="stretch")
+    st.markdown("Median over steps:")
+    medians = summaries.consistency_medians(long)
+    fmt = {c: st.column_config.NumberColumn(c, format="%.4g") for c in summaries.CONSISTENCY_METRICS}
+    st.dataframe(medians, hide_index=True, column_config=fmt)
+
+with ui.card(f"{model}: at fixed weights"):
+    st.caption(
+        "Every precision pairing evaluated on one fixed batch with the same weights (no training drift)."
+    )
+    frames = [
+        t.assign(source=e.rel)
+        for name in (store.EVAL_FIXED_WEIGHTS, store.CONSISTENCY)
+        for e, t in ui.tables_of(ui.usable(None, model), name).items()
+    ]
+    if not frames:
+        st.info(f"No {store.EVAL_FIXED_WEIGHTS} or {store.CONSISTENCY} for this model.")
+    else:
+        st.dataframe(pd.concat(frames, ignore_index=True), hide_index=True)

@@ -1,0 +1,264 @@
+"""Everything ``mxperf fit`` can read, turned into one micro-batch table (``tracing.schema.MICROBATCH_COLUMNS``).
+
+What each input can and cannot give:
+
+- **sweep directory** (manifest kind ``sweep``): ``microbatches.parquet`` with every size, precision and repeat
+  -> fits, breakeven, hold-out accuracy; host stall and GPU busy only when the sweep ran with ``--trace`` on
+  a GPU; memory per token from ``peak_mem_bytes``.
+- **labelled ingest directory** (kind ``ingest``, made with ``mxperf ingest ... --label model=M,precision=P,
+  tokens_per_microbatch=N``): the micro-batches of *one* trace -> per-range times and host stall at one size.
+  A breakeven needs at least two sizes per precision, so pass several labelled ingests together. Its
+  ``kernels.parquet`` (kernel classes) also sizes the quantize work for ``--what-if weight_quant=per_step``.
+  An unlabelled ingest has no micro-batch table and is refused with the fix.
+- **run directory** (kind ``run``): one step per row in ``metrics.parquet`` -> the per-step seconds of the
+  phases that do not scale with the micro-batch size (generate, sync, ...) for step-level predictions. It
+  cannot give a fit by itself.
+- **CSV** with ``model, precision, tokens_per_microbatch, seconds`` (optional ``phase`` = "update",
+  ``host_stall_seconds``, ``repeat``, and any other micro-batch column): measurements taken elsewhere.
+  Without ``repeat`` the bootstrap resamples single micro-batches; without host stall there is no stall share.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracing import store
+from tracing.errors import InputError
+from tracing.manifest import read_manifest
+from tracing.schema import MICROBATCH_COLUMNS
+
+PRECISION_IDS = ("bf16", "mxfp8", "mxfp8-te212", "mxfp8-floor", "fp8-tensor", "fp8-block128", "fp8-rowwise")
+CSV_REQUIRED = ("model", "precision", "tokens_per_microbatch", "seconds")
+CSV_OPTIONAL = tuple(c for c in MICROBATCH_COLUMNS if c not in CSV_REQUIRED and c != "source")
+STEP_PHASES = ("generate", "logprob", "sync", "reward", "eval", "reference")
+_PHASE_COLUMN = re.compile(r"^(?:time_)?(?P<phase>[a-z_]+?)(?:_time)?_(?P<unit>s|seconds|ns)$")
+
+
+@dataclass(frozen=True)
+class InputSummary:
+    path: str
+    kind: str
+    rows: int
+    gives: str
+    cannot_give: str
+
+
+@dataclass
+class FitInputs:
+    """The loaded inputs: one micro-batch table plus optional step-level and kernel information."""
+
+    microbatches: pd.DataFrame
+    other_phases_s: dict[str, float] = field(default_factory=dict)
+    kernels: pd.DataFrame | None = None
+    kernel_microbatches: dict[str, int] = field(default_factory=dict)  # precision -> micro-batches traced
+    summaries: list[InputSummary] = field(default_factory=list)
+
+
+def _conform(df: pd.DataFrame, origin: str, source: str) -> pd.DataFrame:
+    df = df.copy()
+    missing = [c for c in CSV_REQUIRED if c not in df.columns]
+    if missing:
+        raise InputError(
+            f"{origin}: missing column(s) {', '.join(missing)} (needed: {', '.join(CSV_REQUIRED)})"
+        )
+    if len(df) == 0:
+        raise InputError(f"{origin}: no micro-batch rows")
+    defaults = {"phase": "update", "repeat": 0, "step": 0, "microbatch": 0, "source": source}
+    for col, default in defaults.items():
+        if col not in df.columns:
+            df[col] = default
+    if "num_tokens" not in df.columns:
+        df["num_tokens"] = df["tokens_per_microbatch"]
+    for col in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
+        if col not in df.columns:
+            df[col] = pd.NA
+    for col in (
+        "seconds",
+        "tokens_per_microbatch",
+        "num_tokens",
+        "repeat",
+        "gpu_busy_seconds",
+        "host_stall_seconds",
+    ):
+        try:
+            pd.to_numeric(df[col].dropna(), errors="raise")
+        except (TypeError, ValueError):
+            raise InputError(f"{origin}: column '{col}' has non-numeric values") from None
+    secs = pd.to_numeric(df["seconds"], errors="coerce")
+    bad = ~np.isfinite(secs.to_numpy(dtype=float, na_value=np.nan)) | (secs < 0).to_numpy()
+    if bad.any():
+        raise InputError(
+            f"{origin}: {int(bad.sum())} row(s) with NaN, infinite or negative 'seconds' (first at row {int(np.argmax(bad))})"
+        )
+    stall = pd.to_numeric(df["host_stall_seconds"], errors="coerce")
+    if (stall < 0).any():
+        raise InputError(f"{origin}: negative 'host_stall_seconds' in {int((stall < 0).sum())} row(s)")
+    tok = pd.to_numeric(df["tokens_per_microbatch"], errors="coerce")
+    if tok.isna().any() or (tok <= 0).any() or (tok != tok.round()).any():
+        raise InputError(f"{origin}: 'tokens_per_microbatch' must be positive integers")
+    unknown = sorted(set(df["precision"].astype(str)) - set(PRECISION_IDS))
+    if unknown:
+        raise InputError(
+            f"{origin}: unknown precision id(s) {', '.join(unknown)}; known: {', '.join(PRECISION_IDS)}"
+        )
+    df["num_tokens"] = pd.to_numeric(df["num_tokens"], errors="coerce").fillna(tok)
+    for col in ("model", "phase"):
+        if df[col].isna().any() or (df[col].astype(str).str.strip() == "").any():
+            raise InputError(f"{origin}: empty '{col}' values")
+    try:
+        return df.loc[:, list(MICROBATCH_COLUMNS)].astype(dict(MICROBATCH_COLUMNS))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{origin}: a column has the wrong type ({exc})") from None
+
+
+def read_csv_table(path: Path) -> pd.DataFrame:
+    """A user CSV of micro-batch measurements (see the module docstring for the columns)."""
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable CSV ({exc})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    unknown = [c for c in df.columns if c not in CSV_REQUIRED + CSV_OPTIONAL]
+    if unknown:
+        raise InputError(
+            f"{path}: unknown column(s) {', '.join(unknown)}; allowed: {', '.join(CSV_REQUIRED + CSV_OPTIONAL)}"
+        )
+    return _conform(df, str(path), "csv")
+
+
+def _other_phases(path: Path) -> dict[str, float]:
+    """Median seconds per step of each non-micro-batched phase column in a run's ``metrics.parquet``."""
+    metrics = store.read_table(path / store.METRICS)
+    out: dict[str, float] = {}
+    for col in metrics.columns:
+        m = _PHASE_COLUMN.match(str(col))
+        if not m or m["phase"] not in STEP_PHASES:
+            continue
+        values = pd.to_numeric(metrics[col], errors="coerce").dropna()
+        if len(values):
+            scale = 1e-9 if m["unit"] == "ns" else 1.0
+            out[m["phase"]] = float(values.median()) * scale
+    return out
+
+
+def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None:
+    manifest = read_manifest(path)
+    kind, status = manifest["kind"], manifest["status"]
+    if status != "complete":
+        raise InputError(
+            f"{path}: {kind} directory has status '{status}', not 'complete'; re-run it or pass another"
+        )
+    mb_path = path / store.MICROBATCHES
+    if kind == "run":
+        phases = _other_phases(path)
+        inputs.other_phases_s.update(phases)
+        inputs.summaries.append(
+            InputSummary(
+                str(path),
+                "run",
+                0,
+                f"per-step seconds of {', '.join(phases) or 'no'} other phases",
+                "micro-batch fits (a run has one micro-batch size)",
+            )
+        )
+        return
+    if kind not in ("sweep", "ingest"):
+        raise InputError(
+            f"{path}: a '{kind}' directory has no micro-batch measurements; pass a sweep or ingest"
+        )
+    if not mb_path.is_file():
+        if kind == "ingest":
+            raise InputError(
+                f"{path}: ingest directory is not labelled (no {store.MICROBATCHES}); one trace gives per-range "
+                "times and host stall, but a fit needs micro-batches: re-run mxperf ingest with "
+                "--label model=M,precision=P,tokens_per_microbatch=N"
+            )
+        raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
+    df = _conform(store.read_table(mb_path), str(mb_path), "sweep" if kind == "sweep" else "trace")
+    tables.append(df)
+    stall = df["host_stall_seconds"].notna().any()
+    sizes = df["tokens_per_microbatch"].nunique()
+    gives = f"{len(df)} micro-batches at {sizes} size(s)" + (", host stall" if stall else "")
+    cannot = "" if stall else "host stall (no GPU trace)"
+    if kind == "ingest":
+        cannot = "; ".join(
+            x for x in (cannot, "a breakeven alone (one size); combine ingests of >= 2 sizes") if x
+        )
+        kpath = path / store.KERNELS
+        if kpath.is_file():
+            k = store.read_table(kpath).assign(precision=str(df["precision"].iloc[0]))
+            inputs.kernels = (
+                k if inputs.kernels is None else pd.concat([inputs.kernels, k], ignore_index=True)
+            )
+            prec = str(df["precision"].iloc[0])
+            update = df[df["phase"] == "update"]
+            n_mb = len(update) if len(update) else len(df)
+            inputs.kernel_microbatches[prec] = inputs.kernel_microbatches.get(prec, 0) + n_mb
+    inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-"))
+
+
+def load_inputs(paths: list[str | Path]) -> FitInputs:
+    """Read every input path (directory, CSV or microbatches.parquet) into one validated micro-batch table."""
+    inputs = FitInputs(microbatches=pd.DataFrame())
+    tables: list[pd.DataFrame] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise InputError(f"{path}: no such file or directory")
+        if path.is_dir():
+            _load_dir(path, inputs, tables)
+        elif path.suffix.lower() == ".csv":
+            df = read_csv_table(path)
+            tables.append(df)
+            stall = df["host_stall_seconds"].notna().any()
+            inputs.summaries.append(
+                InputSummary(
+                    str(path), "csv", len(df), f"{len(df)} micro-batches", "-" if stall else "host stall"
+                )
+            )
+        elif path.suffix.lower() == ".parquet":
+            tables.append(_conform(store.read_table(path), str(path), "sweep"))
+            inputs.summaries.append(InputSummary(str(path), "parquet", len(tables[-1]), "micro-batches", "-"))
+        else:
+            raise InputError(
+                f"{path}: expected a sweep/ingest/run directory, a .csv or a microbatches.parquet"
+            )
+    if not tables:
+        raise InputError(
+            "no micro-batch measurements among the inputs (a run directory alone cannot be fitted)"
+        )
+    inputs.microbatches = pd.concat(tables, ignore_index=True)
+    return inputs
+
+
+def check_fittable(mb: pd.DataFrame, baseline: str, min_tokens: int = 0) -> None:
+    """Raise InputError naming what is missing for a comparison against ``baseline``."""
+    if baseline not in PRECISION_IDS:
+        raise InputError(f"--baseline {baseline!r} is not a precision id ({', '.join(PRECISION_IDS)})")
+    if min_tokens > 0:
+        mb = mb[mb["tokens_per_microbatch"] >= min_tokens]
+        if mb.empty:
+            raise InputError(f"no micro-batches with at least --min-tokens {min_tokens} tokens")
+    problems = []
+    for (model, phase), g in mb.groupby(["model", "phase"], sort=True):
+        precs = sorted(g["precision"].unique())
+        if baseline not in precs:
+            problems.append(f"{model}/{phase}: no {baseline} baseline (has {', '.join(precs)})")
+        elif len(precs) < 2:
+            problems.append(f"{model}/{phase}: only one precision ({precs[0]}); need {baseline} and another")
+        for prec, gp in g.groupby("precision"):
+            sizes = sorted(gp["tokens_per_microbatch"].unique())
+            if len(sizes) < 2:
+                problems.append(
+                    f"{model}/{phase}/{prec}: {len(sizes)} micro-batch size ({sizes[0]}); a fit needs >= 2"
+                    + (f" at or above --min-tokens {min_tokens}" if min_tokens else "")
+                )
+    if problems:
+        raise InputError("cannot fit: " + "; ".join(problems))

@@ -1,0 +1,209 @@
+"""The micro-batch cost model: what is fitted, what the numbers mean, and how to predict with them.
+
+Tutorial
+--------
+A learner step over a global batch of ``N`` tokens is split into ``N / n`` micro-batches of ``n`` tokens.
+Each micro-batch pays a cost that does not depend on its size (kernel launches, optimizer-independent
+bookkeeping and, for MXFP8, quantizing the weights and their scales) and a cost per token (the GEMMs)::
+
+    seconds(n) = fixed_s + per_token_s * n                         (one micro-batch)
+    step(N, n) = (N / n) * fixed_s + N * per_token_s + other_s     (one step; other_s: generate, logprob, sync)
+
+MXFP8 typically *adds* fixed cost (quantize/cast/transpose kernels, host stalls between small kernels) and
+*saves* per-token cost (faster GEMMs). Against the baseline (``bf16``)::
+
+    d_fixed = fixed_low - fixed_base          (> 0: the low precision adds fixed cost)
+    d_tok   = per_token_base - per_token_low  (> 0: the low precision saves per token)
+
+    time_low(n) < time_base(n)  <=>  d_tok * n > d_fixed
+
+so with both positive the low precision pays off above the breakeven size ``n* = d_fixed / d_tok``.
+Which of the seven cases of SPEC.md applies is decided by 95 % significance of the two differences
+(:mod:`perfmodel.breakeven`); the interval of ``n*`` is Fieller's (a ratio of two noisy estimates).
+
+``n`` is the number of tokens a micro-batch actually processed (``num_tokens``); it equals the swept budget
+``tokens_per_microbatch`` for every full micro-batch, and is smaller for a trailing partial one, which then
+still contributes a correct point. The budget labels the *sizes* (grid points) used for repeats, hold-out
+splits and the "measured range" of ``extrapolated``. CSV inputs without ``num_tokens`` use the budget.
+
+The fixed cost per micro-batch splits further into time the GPU computes and time it waits for the host
+(host stall, SPEC.md launch-end rule). Fitting ``host_stall_seconds`` the same way gives a stall intercept per
+precision; ``(stall_fixed_low - stall_fixed_base) / d_fixed`` is the share of the added fixed cost that is the
+GPU waiting for the host -- the paper's "most of the added time is host stall".
+
+This module holds the fitted objects and the small pure prediction functions the report and the dashboard
+share. Fitting lives in :mod:`perfmodel.fit`, breakeven in :mod:`perfmodel.breakeven`, step-level questions in
+:mod:`perfmodel.step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95  # every interval in mxperf's cost model is a 95 % interval
+
+
+@dataclass(frozen=True, eq=False)
+class LineFit:
+    """Least-squares line ``y = intercept + slope * x`` with HC3 heteroscedasticity-robust covariance.
+
+    ``cov`` is the 2x2 covariance of (intercept, slope); NaN when HC3 is undefined (a point with leverage 1,
+    e.g. a size measured once). ``dof`` = points - 2, the degrees of freedom of the t intervals.
+    """
+
+    intercept: float
+    slope: float
+    cov: np.ndarray
+    n_points: int
+    dof: int
+    r2: float
+    residual_sd: float
+    x_min: float
+    x_max: float
+
+    @property
+    def intercept_se(self) -> float:
+        return float(np.sqrt(self.cov[0, 0]))
+
+    @property
+    def slope_se(self) -> float:
+        return float(np.sqrt(self.cov[1, 1]))
+
+    def ci(self, which: str, level: float = LEVEL) -> tuple[float, float]:
+        """t-based interval of ``"intercept"`` or ``"slope"`` (NaN when the covariance is undefined)."""
+        est, se = (self.intercept, self.intercept_se) if which == "intercept" else (self.slope, self.slope_se)
+        t = t_quantile(level, self.dof)
+        return (est - t * se, est + t * se)
+
+
+@dataclass(frozen=True)
+class LackOfFit:
+    """Does a straight line describe the sizes? ``flag`` when significant *and* large enough to matter.
+
+    ``test`` is ``"pure_error_F"`` (repeats at each size: residual variance beyond replicate noise) or
+    ``"quadratic"`` (no repeats: HC3 t-test of an added n^2 term). ``max_rel_dev`` is the largest
+    |mean time at a size - line| / line over sizes. ``suggested_min_tokens`` is the smallest size from which
+    the line fits (refitting after dropping the smallest sizes), null when no cut helps.
+    """
+
+    flag: bool
+    test: str
+    p_value: float | None
+    max_rel_dev: float
+    worst_size: int
+    small_sizes_above_line: bool
+    suggested_min_tokens: int | None
+    note: str
+
+
+@dataclass(frozen=True, eq=False)
+class PrecisionFit:
+    """Everything fitted for one (model, phase, precision): time, host stall and memory lines, bootstrap.
+
+    ``boot`` holds bootstrap replicates of (fixed_s, per_token_s) with shape (B, 2); ``boot_stall`` the
+    matching replicates of the host-stall line, drawn with the *same* resampling weights (so a ratio of the
+    two is paired). ``sizes`` are the distinct ``tokens_per_microbatch`` values fitted.
+    """
+
+    model: str
+    phase: str
+    precision: str
+    time: LineFit
+    sizes: tuple[int, ...]
+    size_mean_s: tuple[float, ...]
+    size_count: tuple[int, ...]
+    boot: np.ndarray
+    boot_unit: str
+    n_microbatches: int = 0
+    lack_of_fit: LackOfFit | None = None
+    stall: LineFit | None = None
+    stall_time_cov: float | None = None  # HC3 cov(stall intercept, time intercept) on the same rows
+    boot_stall: np.ndarray | None = None
+    stall_size_mean_s: tuple[float, ...] | None = None
+    memory: LineFit | None = None
+    holdout: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fixed_s(self) -> float:
+        return self.time.intercept
+
+    @property
+    def per_token_s(self) -> float:
+        return self.time.slope
+
+
+def t_quantile(level: float, dof: float) -> float:
+    """Two-sided t critical value; the normal one when dof is huge, NaN when dof < 1."""
+    if not np.isfinite(dof) or dof < 1:
+        return float("nan")
+    return float(stats.t.ppf(0.5 + level / 2.0, dof))
+
+
+def _coef(fit: Any) -> tuple[float, float]:
+    if isinstance(fit, LineFit):
+        return fit.intercept, fit.slope
+    if isinstance(fit, PrecisionFit):
+        return fit.fixed_s, fit.per_token_s
+    if isinstance(fit, Mapping):
+        return float(fit["fixed_s"]), float(fit["per_token_s"])
+    raise TypeError(f"expected a LineFit, PrecisionFit or a fits.json fit mapping, got {type(fit).__name__}")
+
+
+def _cov_dof(fit: Any) -> tuple[np.ndarray, float]:
+    if isinstance(fit, PrecisionFit):
+        fit = fit.time
+    if isinstance(fit, LineFit):
+        return fit.cov, fit.dof
+    if isinstance(fit, Mapping) and fit.get("cov") is not None:
+        return np.asarray(fit["cov"], dtype=float), float(fit.get("dof") or np.inf)
+    raise ValueError("this fit carries no covariance ('cov'); bands need fits.json from mxperf fit")
+
+
+def predict_microbatch_seconds(fit: Any, n: float | np.ndarray) -> float | np.ndarray:
+    """Predicted seconds of one micro-batch of ``n`` tokens: ``fixed_s + per_token_s * n``."""
+    fixed, per_token = _coef(fit)
+    out = fixed + per_token * np.asarray(n, dtype=float)
+    return float(out) if out.ndim == 0 else out
+
+
+def fit_band(fit: Any, ns: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, lower, upper) arrays: the ``level`` confidence band of the fitted *mean* time at ``ns``.
+
+    var(fixed + per_token * n) = [1 n] cov [1 n]^T, with the HC3 covariance; t quantile with the fit's dof.
+    """
+    ns = np.asarray(ns, dtype=float)
+    cov, dof = _cov_dof(fit)
+    pred = np.asarray(predict_microbatch_seconds(fit, ns), dtype=float)
+    var = cov[0, 0] + 2.0 * ns * cov[0, 1] + ns * ns * cov[1, 1]
+    half = t_quantile(level, dof) * np.sqrt(np.maximum(var, 0.0))
+    return pred, pred - half, pred + half
+
+
+def predict_step_seconds(
+    fits: Any,
+    global_tokens: float,
+    n: float | np.ndarray,
+    other_phases: Mapping[str, float] | float | None = None,
+) -> float | np.ndarray:
+    """Predicted step seconds for ``global_tokens`` split into micro-batches of ``n`` tokens.
+
+    ``fits``: one fit or a sequence of fits (phases that are all micro-batched at ``n``, e.g. logprob and
+    update). ``other_phases``: seconds per step of phases that do not depend on ``n`` (generate, sync), as a
+    mapping or a number. ``(N / n)`` is continuous: exact when ``n`` divides ``N``.
+    """
+    seq = fits if isinstance(fits, list | tuple) else [fits]
+    n_arr = np.asarray(n, dtype=float)
+    total = np.zeros_like(n_arr)
+    for fit in seq:
+        fixed, per_token = _coef(fit)
+        total = total + (global_tokens / n_arr) * fixed + global_tokens * per_token
+    if isinstance(other_phases, Mapping):
+        total = total + float(sum(other_phases.values()))
+    elif other_phases is not None:
+        total = total + float(other_phases)
+    return float(total) if total.ndim == 0 else total

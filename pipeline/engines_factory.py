@@ -1,0 +1,92 @@
+"""Pick the engines by name: ``--sampler-engine native|vllm`` and ``--learner-engine native|megatron``.
+
+=================  ==========================================  ==============================================
+name               engine                                      needs
+=================  ==========================================  ==============================================
+sampler native     ``pipeline.sampler.Sampler``                nothing extra
+sampler vllm       ``pipeline.engines_vllm.client.VllmSampler``  ``.venv-vllm`` (``make vllm``): vLLM runs in its
+                   (vLLM in its own process)                   own process with that venv's python
+learner native     ``pipeline.learner.HFLearner``              nothing extra
+learner megatron   ``pipeline.engines_megatron.learner``       ``megatron-core`` in this venv; dense presets
+                   ``.MegatronLearner``                        only; ``mxfp8`` needs a Blackwell GPU + TE
+=================  ==========================================  ==============================================
+
+Both factories return objects satisfying ``pipeline.engines.SamplerEngine`` / ``LearnerBackend``, so the loop
+runs them unchanged. A missing package or unsupported hardware is an ``EngineUnavailableError`` (an
+``InputError``: the CLI prints one line and exits 2) naming what is missing and how to get it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from tracing.errors import InputError
+
+SAMPLER_ENGINES = ("native", "vllm")
+LEARNER_ENGINES = ("native", "megatron")
+
+
+class EngineUnavailableError(InputError):
+    """The requested engine cannot run here (package or hardware missing)."""
+
+
+def make_sampler_engine(
+    name: str,
+    *,
+    config: Any,
+    mode: str = "bf16",
+    eos_id: int = 1,
+    pad_id: int = 0,
+    **kwargs: Any,
+) -> Any:
+    """A ``SamplerEngine`` called ``name`` for the HF ``config``. ``kwargs`` go to the engine (native:
+    grid_fraction, kv_cache, prefix_cache, calibration_prompts; vllm: python, max_model_len, seed, ...)."""
+    if name == "native":
+        from pipeline.sampler import Sampler
+
+        return Sampler(config, mode, eos_id=eos_id, pad_id=pad_id, **kwargs)
+    if name == "vllm":
+        from pipeline.engines_vllm.client import VllmSampler, VllmUnavailableError
+
+        try:
+            return VllmSampler(config, mode, eos_id=eos_id, **kwargs)
+        except VllmUnavailableError as exc:
+            raise EngineUnavailableError(str(exc)) from None
+    raise InputError(f"unknown sampler engine {name!r}; choose one of {', '.join(SAMPLER_ENGINES)}")
+
+
+def make_learner_backend(
+    name: str,
+    *,
+    model: Any,
+    preset: Any,
+    precision: str = "bf16",
+    **kwargs: Any,
+) -> Any:
+    """A ``LearnerBackend`` called ``name`` starting from HF ``model``'s weights (the Megatron learner copies
+    them into its own layout, so both engines start from identical weights). ``kwargs`` (compute_dtype,
+    config, ranges, ...) go to the learner."""
+    if name == "native":
+        from pipeline.learner import HFLearner
+
+        return HFLearner(model, precision, **kwargs)
+    if name == "megatron":
+        if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+            raise EngineUnavailableError(
+                "--learner-engine megatron needs megatron-core: .venv/bin/pip install -c constraints.txt megatron-core"
+            )
+        if preset.is_moe:
+            raise EngineUnavailableError(
+                f"--learner-engine megatron supports dense presets only; {preset.name!r} is MoE (use tiny-dense)"
+            )
+        from pipeline.gpu import HardwareUnavailableError
+
+        try:
+            from pipeline.engines_megatron.learner import MegatronLearner
+
+            hf_init = {k: v.detach().float() for k, v in model.state_dict().items()}
+            return MegatronLearner(preset, precision, hf_init=hf_init, **kwargs)
+        except HardwareUnavailableError as exc:
+            raise EngineUnavailableError(f"--learner-engine megatron --precision {precision}: {exc}") from None
+    raise InputError(f"unknown learner engine {name!r}; choose one of {', '.join(LEARNER_ENGINES)}")

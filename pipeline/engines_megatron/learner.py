@@ -1,0 +1,220 @@
+"""``MegatronLearner``: the ``LearnerBackend`` protocol on a megatron-core GPTModel (Qwen3 shape).
+
+Same GRPO as mxperf's HF learner (``pipeline.grpo``: clipped token loss, TIS, token-mean over the step, packing
+into micro-batches within a token budget), different engine: Megatron's own modules, layer spec and fused
+weight layout. Weights leave through ``export_weights`` in HF names (``pipeline.engines_megatron.weights`` undoes
+the query-group interleave of ``linear_qkv`` and splits ``linear_fc1`` into gate / up), so the weight sync and
+invariant checks treat it exactly like the HF learner.
+
+Precision (SPEC ids):
+- ``bf16`` on CPU: the model holds bf16 parameters (``TransformerConfig(bf16=True)``; forward and backward in
+  bf16, as Megatron's Float16Module runs) and the optimizer fp32 master copies, as Megatron's mixed-precision
+  optimizer does: micro-batch gradients accumulate in fp32 (Megatron's ``main_grad``), AdamW updates the
+  masters, the bf16 parameters are refreshed from them. Exported tensors are the bf16 parameters, i.e. exactly
+  what the learner's GEMMs multiply by. (``torch.autocast`` is not an option: Megatron's linear autograd
+  functions are not autocast-aware and their backward mixes dtypes.)
+- ``mxfp8`` on CPU: GPU-only here. Megatron's local spec has no quantized-linear hook that fits cleanly (its
+  ColumnParallelLinear / RowParallelLinear call a fused autograd function that also owns TP communication);
+  the Blackwell path is the Transformer Engine spec with ``MXFP8BlockScaling`` (``pipeline.gpu``). Asking for it
+  without that hardware raises ``HardwareUnavailableError``.
+
+CPU caveat: megatron-core needs ``pipeline.engines_megatron.compat`` on CPU-only torch, which patches
+process-wide ``torch.cuda`` functions; build this learner in a process of its own (the tests use a subprocess).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pipeline.engines_megatron.compat import apply_cpu_compat, init_single_process_group
+from pipeline.engines_megatron.model import (
+    attention_shape,
+    build_gpt_model,
+    forward_logits,
+    load_hf_weights,
+)
+from pipeline.engines_megatron.weights import megatron_to_hf
+from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, token_loss
+from tracing.errors import InputError
+from tracing.ranges import RangeLog
+
+SUPPORTED_PRECISIONS = ("bf16", "mxfp8")
+COMPUTE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _next_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """log p(input_ids[:, j+1] | prefix) for j < T-1, in fp32: [B, T-1]."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+
+class MegatronLearner:
+    """A Megatron-core GPTModel trained with GRPO; implements ``pipeline.engines.LearnerBackend``."""
+
+    def __init__(
+        self,
+        preset: Any,
+        precision: str = "bf16",
+        *,
+        seed: int = 0,
+        compute_dtype: str = "bfloat16",
+        config: GRPOConfig | None = None,
+        ranges: RangeLog | None = None,
+        hf_init: dict[str, torch.Tensor] | None = None,
+        export_fault: str | None = None,
+    ) -> None:
+        """``hf_init``: an HF Qwen3 state dict to start from (e.g. the HF learner's model or a warm-started
+        policy), so the Megatron and HF learners begin at identical weights; default: the HF init of
+        ``preset`` at ``seed``. ``compute_dtype`` "float32" runs the model in fp32 (reference runs, tests).
+        ``export_fault``: fault injection in the weight export (``weights.FAULTS``)."""
+        if precision not in SUPPORTED_PRECISIONS:
+            raise InputError(
+                f"unknown learner precision {precision!r}; choose one of {', '.join(SUPPORTED_PRECISIONS)}"
+            )
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise InputError(
+                f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
+            )
+        if precision == "mxfp8":
+            from pipeline.gpu import require_te_mxfp8
+
+            require_te_mxfp8()  # raises HardwareUnavailableError on CPU / non-Blackwell, naming the reason
+            raise NotImplementedError(
+                "Megatron + Transformer Engine MXFP8 (TE spec, MXFP8BlockScaling) is not wired yet; "
+                "use --learner-engine native for the emulated MXFP8 learner"
+            )
+        self.precision = precision
+        self.preset = preset
+        self.compute_dtype = compute_dtype
+        self.config = config or GRPOConfig()
+        self.ranges = ranges or RangeLog()
+        self.export_fault = export_fault
+        self.compat_patches = apply_cpu_compat()
+        init_single_process_group()
+        from megatron.core import tensor_parallel
+
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        if hf_init is None:
+            from pipeline.models import build_model
+
+            hf_init = build_model(preset, seed=seed).state_dict()
+        dtype = COMPUTE_DTYPES[compute_dtype]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            fp32_model = build_gpt_model(preset, dtype=torch.float32)
+            # Float16Module casts the whole module, norms included (the local spec keeps norm weights fp32).
+            self.model = build_gpt_model(preset, dtype=dtype).to(dtype)
+        load_hf_weights(fp32_model, hf_init, preset)
+        self._names = [n for n, _ in fp32_model.named_parameters()]
+        self.master = [p.detach().clone().requires_grad_(True) for p in fp32_model.parameters()]
+        del fp32_model
+        self._copy_master_to_model()
+        self.model.eval()  # no dropout anywhere; eval() also keeps the forward deterministic
+        self.optimizer = torch.optim.AdamW(
+            self.master,
+            lr=self.config.lr,
+            betas=self.config.betas,
+            weight_decay=self.config.weight_decay,
+            foreach=False,
+        )
+        self.step_count = 0
+        self.last_microbatches: list[dict[str, Any]] = []
+
+    # -- forward -----------------------------------------------------------------------------------------
+    def _copy_master_to_model(self) -> None:
+        with torch.no_grad():
+            for p, m in zip(self.model.parameters(), self.master, strict=True):
+                p.copy_(m)
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits [B, T, V] in fp32 (computed in the model dtype), no gradient."""
+        with torch.no_grad():
+            return forward_logits(self.model, input_ids, attention_mask).float()
+
+    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Per-token log-prob of each next token, [B, T-1], full-sequence forward, no gradient."""
+        return _next_token_logprobs(self.logits(input_ids, attention_mask), input_ids)
+
+    # -- update ------------------------------------------------------------------------------------------
+    def plan(self, batch: GRPOBatch, tokens_per_microbatch: int) -> list[list[int]]:
+        return pack_microbatches(batch.lengths, tokens_per_microbatch)
+
+    def train_step(self, batch: GRPOBatch, tokens_per_microbatch: int) -> dict[str, float]:
+        """One AdamW step: micro-batches packed within the token budget, loss = token mean over the step."""
+        plan = self.plan(batch, tokens_per_microbatch)
+        total_tokens = float(batch.response_mask.sum().clamp(min=1.0))
+        self.optimizer.zero_grad(set_to_none=True)
+        for m in self.master:
+            m.grad = torch.zeros_like(m)
+        self.model.train()
+        loss_sum = clipped = tis = 0.0
+        self.last_microbatches = []
+        for i, rows in enumerate(plan):
+            mb = batch.select(rows)
+            num_tokens, padded = int(mb.attention_mask.sum()), int(mb.input_ids.numel())
+            with self.ranges.range(
+                "update/microbatch",
+                step=self.step_count,
+                microbatch=i,
+                tokens=num_tokens,
+                padded_tokens=padded,
+                precision=self.precision,
+            ):
+                logits = forward_logits(self.model, mb.input_ids, mb.attention_mask)
+                per_token, stats = token_loss(_next_token_logprobs(logits, mb.input_ids), mb, self.config)
+                loss = per_token.sum() / total_tokens
+                loss.backward()
+                self._accumulate_main_grads()
+            loss_sum += float(loss.detach())
+            clipped += float(stats["clipped"])
+            tis += float(stats.get("tis_weight_sum", 0.0))
+            self.last_microbatches.append(
+                {"microbatch": i, "num_tokens": num_tokens, "padded_tokens": padded}
+            )
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.master, self.config.max_grad_norm, foreach=False)
+        self.optimizer.step()
+        self._copy_master_to_model()
+        self.model.eval()
+        self.step_count += 1
+        return {
+            "loss": loss_sum,
+            "grad_norm": float(grad_norm),
+            "clip_fraction": clipped / total_tokens,
+            "tis_weight_mean": tis / total_tokens if batch.sampler_logprobs is not None else float("nan"),
+            "num_microbatches": float(len(plan)),
+            "update_tokens": float(batch.attention_mask.sum()),
+        }
+
+    def _accumulate_main_grads(self) -> None:
+        """Move this micro-batch's parameter gradients into the fp32 master gradients (Megatron's main_grad)."""
+        for p, m in zip(self.model.parameters(), self.master, strict=True):
+            if p.grad is not None:
+                m.grad.add_(p.grad.float())
+                p.grad = None
+
+    # -- export ------------------------------------------------------------------------------------------
+    def hf_state_dict(self, *, master: bool = False) -> dict[str, torch.Tensor]:
+        """Weights in HF names / layouts (through the export mapping, with any fault): the parameters the
+        forward uses, or with ``master`` the fp32 master copies."""
+        if master:
+            own = {n: m.detach() for n, m in zip(self._names, self.master, strict=True)}
+        else:
+            own = {
+                k: v.detach() for k, v in self.model.state_dict().items() if not k.endswith("._extra_state")
+            }
+        return megatron_to_hf(own, attention_shape(self.preset), fault=self.export_fault)
+
+    def export_weights(self, send_quantized: Callable[[str], bool]) -> dict[str, torch.Tensor]:
+        """HF-named forward weights as BF16 values of the master weights (what the bf16 GEMMs multiply by).
+        Nothing is quantized on CPU (``bf16`` only), so ``send_quantized`` is not consulted."""
+        del send_quantized
+        return {
+            k: v.to(torch.bfloat16).contiguous().clone() for k, v in self.hf_state_dict(master=True).items()
+        }
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """fp32 master weights in HF names (the learner's own truth for I3-style comparisons)."""
+        return {k: v.clone() for k, v in self.hf_state_dict(master=True).items()}

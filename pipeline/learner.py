@@ -1,0 +1,229 @@
+"""The HF-transformers learner: full-sequence log-probs, GRPO updates over micro-batches, weight export.
+
+Precision. Master weights and AdamW state are float32. The forward runs in ``compute_dtype`` (bfloat16 by
+default, via CPU/CUDA autocast, as Megatron's mixed precision does). With ``precision="mxfp8"`` every linear
+layer the precision policy selects is replaced by the emulated MXFP8 linear (``pipeline.mxfp8``): weights
+and activations are quantized to 1x32 E8M0/E4M3 blocks (TE rule) before each GEMM; embeddings, norms,
+router and LM head stay BF16 (notes section 2.5). ``export_weights`` then hands out **the exact rowwise
+bytes and scales of the fprop** (what the sampler must hold to be on the learner's grid).
+
+Instrumentation: each micro-batch of ``train_step`` is an ``update/microbatch`` range with attributes
+step, microbatch, tokens (real), padded_tokens, precision; its peak memory is recorded (CUDA: max allocated;
+CPU: resident-set growth from the micro-batch start to the end of its forward, where activations peak).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from pipeline.engines import scale_name
+from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, token_loss
+from tracing.errors import InputError
+from tracing.ranges import RangeLog
+
+LEARNER_PRECISIONS = ("bf16", "mxfp8")
+COMPUTE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+class _MemProbe:
+    """Peak memory of one micro-batch (see the module docstring for what it means on CPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.start = 0
+        self.peak = 0
+
+    def begin(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            self.start = torch.cuda.memory_allocated()
+        else:
+            self.start = _rss_bytes()
+        self.peak = 0
+
+    def mark(self) -> None:
+        now = torch.cuda.max_memory_allocated() if self.cuda else _rss_bytes()
+        self.peak = max(self.peak, now - self.start)
+
+    def end(self) -> float:
+        self.mark()
+        return float(self.peak)
+
+
+def _quant_api() -> Any:
+    """The numerics module (``pipeline.mxfp8``): convert_linears, PrecisionPolicy."""
+    import importlib
+
+    for name in ("pipeline.mxfp8", "pipeline.quant"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, "convert_linears") and hasattr(mod, "PrecisionPolicy"):
+            return mod
+    raise RuntimeError("pipeline.mxfp8 (convert_linears, PrecisionPolicy) is not available in this checkout")
+
+
+class HFLearner:
+    """A :class:`pipeline.engines.LearnerBackend` over a transformers causal LM."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        precision: str = "bf16",
+        *,
+        compute_dtype: str = "bfloat16",
+        config: GRPOConfig | None = None,
+        ranges: RangeLog | None = None,
+        bf16_first_layers: int = 0,
+        bf16_last_layers: int = 0,
+    ) -> None:
+        if precision not in LEARNER_PRECISIONS:
+            raise InputError(f"unknown learner precision {precision!r}; choose one of {', '.join(LEARNER_PRECISIONS)}")
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise InputError(f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}")
+        self.model = model
+        self.precision = precision
+        self.compute_dtype = compute_dtype
+        self.config = config or GRPOConfig()
+        self.ranges = ranges or RangeLog()
+        self.device = next(model.parameters()).device
+        self.quantized_modules: list[str] = []
+        if precision == "mxfp8":
+            q = _quant_api()
+            policy = q.PrecisionPolicy("mxfp8", bf16_first_layers, bf16_last_layers)
+            self.quantized_modules = list(q.convert_linears(model, policy, COMPUTE_DTYPES[compute_dtype]))
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=self.config.lr,
+            betas=self.config.betas,
+            weight_decay=self.config.weight_decay,
+            foreach=False,
+        )
+        self.step_count = 0
+        self.last_microbatches: list[dict[str, Any]] = []
+
+    # -- forward -----------------------------------------------------------------------------------------
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.compute_dtype == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=COMPUTE_DTYPES[self.compute_dtype])
+
+    def _token_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Log-prob of each next token [B, T-1] from one full-sequence forward (no grad)."""
+        self.model.eval()
+        with torch.no_grad():
+            return self._token_logprobs(input_ids.to(self.device), attention_mask.to(self.device))
+
+    # -- update ------------------------------------------------------------------------------------------
+    def plan(self, batch: GRPOBatch, tokens_per_microbatch: int) -> list[list[int]]:
+        return pack_microbatches(batch.lengths, tokens_per_microbatch)
+
+    def train_step(self, batch: GRPOBatch, tokens_per_microbatch: int) -> dict[str, float]:
+        """One AdamW step on ``batch``, accumulating gradients over packed micro-batches."""
+        plan = self.plan(batch, tokens_per_microbatch)
+        total_tokens = float(batch.response_mask.sum().clamp(min=1.0))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        probe = _MemProbe(self.device)
+        loss_sum = clipped = tis = 0.0
+        self.last_microbatches = []
+        for i, rows in enumerate(plan):
+            mb = batch.select(rows)
+            num_tokens = int(mb.attention_mask.sum())
+            padded = int(mb.input_ids.numel())
+            with self.ranges.range(
+                "update/microbatch",
+                step=self.step_count,
+                microbatch=i,
+                tokens=num_tokens,
+                padded_tokens=padded,
+                precision=self.precision,
+            ) as attrs:
+                probe.begin()
+                lp = self._token_logprobs(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
+                probe.mark()
+                per_token, stats = token_loss(lp, _to(mb, self.device), self.config)
+                loss = per_token.sum() / total_tokens
+                loss.backward()
+                peak = probe.end()
+                attrs["peak_mem_bytes"] = peak
+            loss_sum += float(loss.detach())
+            clipped += float(stats["clipped"])
+            tis += float(stats.get("tis_weight_sum", 0.0))
+            self.last_microbatches.append(
+                {"microbatch": i, "num_tokens": num_tokens, "padded_tokens": padded, "peak_mem_bytes": peak}
+            )
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=False)
+        self.optimizer.step()
+        self.step_count += 1
+        return {
+            "loss": loss_sum,
+            "grad_norm": float(grad_norm),
+            "clip_fraction": clipped / total_tokens,
+            "tis_weight_mean": tis / total_tokens if batch.sampler_logprobs is not None else float("nan"),
+            "num_microbatches": float(len(plan)),
+            "update_tokens": float(batch.attention_mask.sum()),
+        }
+
+    # -- export ------------------------------------------------------------------------------------------
+    def _quantized_params(self) -> Iterator[tuple[str, Any]]:
+        """(HF param name, MXFP8Tensor of its fprop bytes) for every quantized weight."""
+        modules = dict(self.model.named_modules())
+        for mod_name in self.quantized_modules:
+            mod = modules[mod_name]
+            if hasattr(mod, "quantized_weights"):  # fused MoE experts: several 3-D parameters
+                for pname, q in mod.quantized_weights().items():
+                    yield f"{mod_name}.{pname}", q
+            else:
+                yield f"{mod_name}.weight", mod.quantized_weight()
+
+    def export_weights(self, send_quantized: Callable[[str], bool]) -> dict[str, torch.Tensor]:
+        """Forward weights in HF names (see :class:`pipeline.engines.LearnerBackend`)."""
+        out: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            quantized = {n: q for n, q in self._quantized_params() if send_quantized(n)}
+            for name, p in self.model.named_parameters():
+                if name in quantized:
+                    out[name] = quantized[name].data.detach().cpu().contiguous().clone()
+                    out[scale_name(name)] = quantized[name].scale.detach().cpu().contiguous().clone()
+                else:
+                    out[name] = p.detach().to(torch.bfloat16).cpu().contiguous().clone()
+        return out
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+def _to(batch: GRPOBatch, device: torch.device) -> GRPOBatch:
+    if device.type == "cpu":
+        return batch
+    sl = batch.sampler_logprobs.to(device) if batch.sampler_logprobs is not None else None
+    return GRPOBatch(
+        batch.input_ids.to(device),
+        batch.attention_mask.to(device),
+        batch.response_mask.to(device),
+        batch.advantages.to(device),
+        batch.old_logprobs.to(device),
+        sl,
+    )

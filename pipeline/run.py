@@ -1,0 +1,120 @@
+"""``mxperf run``: an instrumented GRPO run written to a run directory (SPEC.md "Run directories").
+
+    manifest.json               kind run, status running -> complete | failed | interrupted, config, machine
+    tokenizer.json              the run's tokenizer
+    metrics.parquet             one row per step: seconds per phase, reward, mismatch metrics, check cost
+    ranges.parquet              the host range log (step, generate, logprob, update, update/microbatch,
+                                sync, sync/check)
+    sync_checks.parquet         one row per (step, invariant); step -1 is the initial push
+    eval_fixed_weights.parquet  mismatch on the fixed evaluation batch at the first and last weights
+    trace/rank-0.json.gz        with --trace
+
+Tables are written when the run ends, however it ends (a failed run keeps the steps it finished, and its
+manifest says ``failed`` with the error), so nothing half-written is ever presented as complete.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+
+from pipeline.loop import CHECK_POLICIES, RLLoop, evaluate_pairing
+from tracing.errors import InputError
+from pipeline.session import RunConfig, Session
+from tracing import store
+from tracing.manifest import OutputDir
+from tracing.ranges import RangeLog
+
+def eval_fixed_batch(session: Session, when: str, version: int) -> dict[str, Any]:
+    """Mismatch of the current pairing on the fixed evaluation batch (responses: the problems' answers)."""
+    tok = session.tokenizer
+    prompts = [tok.encode(p.prompt) for p in session.eval_problems]
+    responses = [tok.encode(p.answer) + [tok.eos_id] for p in session.eval_problems]
+    row: dict[str, Any] = {"when": when, "version": version}
+    row.update(evaluate_pairing(session.learner, session.sampler, prompts, responses, session.pad_id))
+    row.update({"learner": session.cfg.learner, "sampler": session.cfg.sampler,
+                "grid_fraction": session.cfg.grid_fraction, "kv_cache": session.cfg.kv_cache})
+    return row
+
+
+def _check_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    from pipeline.invariants import SYNC_CHECK_COLUMNS
+
+    df = pd.DataFrame(rows, columns=list(SYNC_CHECK_COLUMNS))
+    return df.astype({"step": "int64", "passed": "bool", "check_seconds": "float64"})
+
+
+def execute_run(
+    cfg: RunConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    trace: bool = False,
+    check_sync: str = "every",
+    strict: bool = False,
+    force: bool = False,
+    command: Sequence[str] | None = None,
+    log: Callable[[str], None] = lambda msg: None,
+    loop_factory: Callable[..., RLLoop] = RLLoop,
+) -> dict[str, Any]:
+    """Run ``cfg.steps`` RL steps into ``out_dir``; returns the ``--json`` summary."""
+    from pipeline.profiling import capture_trace
+
+    if check_sync not in CHECK_POLICIES:
+        raise InputError(f"--check-sync must be one of {', '.join(CHECK_POLICIES)}, got {check_sync!r}")
+    config = {**asdict(cfg), "check_sync": check_sync, "strict": strict, "trace": trace}
+    metrics: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    evals: list[dict[str, Any]] = []
+    ranges = RangeLog()
+    od = OutputDir(out_dir, kind="run", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force)
+    with od:
+        try:
+            session = Session(cfg, ranges=ranges)
+            session.tokenizer.save(od.path)
+            od.update(warm_start=session.warm_start_meta)
+            loop = loop_factory(session, check_sync=check_sync, strict=strict, async_mode=cfg.async_mode)
+            checks.extend(loop.initial_sync())
+            evals.append(eval_fixed_batch(session, "initial", loop.version))
+            trace_path = store.trace_path(od.path, 0) if trace else None
+            try:
+                with capture_trace(trace_path):
+                    for step in range(cfg.steps):
+                        result = loop.step(step)
+                        metrics.append(result.metrics)
+                        checks.extend(result.check_rows)
+                        m = result.metrics
+                        log(f"step {step}: reward {m['reward_mean']:.3f} kl_k3 {m['kl_k3']:.2e} "
+                            f"step {m['step_s']:.2f}s checks failed {m['checks_failed']}")
+            finally:
+                loop.close()
+            evals.append(eval_fixed_batch(session, "final", loop.version))
+        finally:
+            _write_tables(od, metrics, checks, evals, ranges)
+        failed = sum(not c["passed"] for c in checks)
+        od.update(steps_completed=len(metrics), checks_failed=failed)
+    return {
+        "schema_version": store.SCHEMA_VERSION,
+        "run_dir": str(od.path),
+        "status": "complete",
+        "steps": len(metrics),
+        "checks_failed": failed,
+        "reward_mean_last": metrics[-1]["reward_mean"] if metrics else None,
+        "kl_k3_mean": float(pd.Series([m["kl_k3"] for m in metrics]).mean()) if metrics else None,
+    }
+
+
+def _write_tables(
+    od: OutputDir,
+    metrics: list[dict[str, Any]],
+    checks: list[dict[str, Any]],
+    evals: list[dict[str, Any]],
+    ranges: RangeLog,
+) -> None:
+    store.write_table(pd.DataFrame(metrics), od.path / store.METRICS)
+    store.write_table(ranges.to_frame(), od.path / store.RANGES)
+    store.write_table(_check_frame(checks), od.path / store.SYNC_CHECKS)
+    store.write_table(pd.DataFrame(evals), od.path / store.EVAL_FIXED_WEIGHTS)

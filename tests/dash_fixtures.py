@@ -1,0 +1,288 @@
+"""Small output directories for the dashboard tests, written through the real writers.
+
+``make_runs_dir(root)`` builds a RUNS_DIR with what every page reads: a BF16 and an MXFP8 run of one model
+(metrics, range log, sync checks, fixed-weight eval), a CPU sweep of both precisions, a fit, an ingested GPU
+trace (events, devices, ranges) and a fault matrix. ``add_broken_outputs(root)`` adds a half-written run
+(``status: running``), a run with a corrupt metrics table, a manifest that is not JSON and a failed run.
+Numbers are deterministic and shaped like real ones (MXFP8 saves update time, adds sync time); they exercise
+the dashboard, they are not measurements. The shipped real outputs live in ``examples/runs``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracing import schema, store
+from tracing.manifest import OutputDir
+from tracing.metrics import device_metrics
+
+MODEL = "tiny-dense"
+STEPS = 6
+
+
+def _run(root: Path, name: str, learner: str, sampler: str, *, fail_step: int | None = None) -> Path:
+    rng = np.random.default_rng(0 if learner == "bf16" else 1)
+    speed = {"bf16": 1.0, "mxfp8": 0.8}[learner]
+    with OutputDir(
+        root / name,
+        kind="run",
+        config={"model": MODEL, "learner": learner, "sampler": sampler, "steps": STEPS},
+    ) as od:
+        steps = np.arange(STEPS)
+        gen = 0.50 * speed + 0.01 * rng.random(STEPS)
+        logprob = 0.20 * speed + 0.01 * rng.random(STEPS)
+        update = 0.90 * speed + 0.02 * rng.random(STEPS)
+        sync = (0.05 if learner == "bf16" else 0.09) + 0.005 * rng.random(STEPS)
+        step_s = gen + logprob + update + sync + 0.03
+        kl = (2e-3 if learner != sampler else 4e-4) * (1 + 0.1 * rng.random(STEPS))
+        metrics = pd.DataFrame(
+            {
+                "step": steps,
+                "step_s": step_s,
+                "generate_s": gen,
+                "logprob_s": logprob,
+                "update_s": update,
+                "sync_s": sync,
+                "reward": 0.1 + 0.02 * steps,
+                "kl_k1": kl,
+                "kl_k3": kl * 0.9,
+                "token_mult_prob_error": 1 + 3 * kl,
+                "prob_abs_diff_mean": kl / 2,
+                "prob_abs_diff_max": kl * 20,
+            }
+        )
+        store.write_table(metrics, od.path / store.METRICS)
+        store.write_table(_range_log(metrics), od.path / store.RANGES)
+        rows = []
+        for s in steps:
+            for i in range(1, 8):
+                failed = fail_step is not None and s >= fail_step and i == 1
+                rows.append(
+                    {
+                        "step": int(s),
+                        "invariant": f"I{i}",
+                        "passed": not failed,
+                        "first_failing_tensor": "model.layers.0.self_attn.qkv_proj.weight_scale"
+                        if failed
+                        else "",
+                        "detail": "3 scale bytes differ" if failed else "",
+                        "check_seconds": 0.002,
+                    }
+                )
+        store.write_table(pd.DataFrame(rows), od.path / store.SYNC_CHECKS)
+        store.write_table(
+            pd.DataFrame(
+                {
+                    "learner": [learner] * 2,
+                    "sampler": ["bf16", "mxfp8"],
+                    "kl_k1": [1e-3, 4e-4],
+                    "kl_k3": [9e-4, 3e-4],
+                    "token_mult_prob_error": [1.003, 1.001],
+                }
+            ),
+            od.path / store.EVAL_FIXED_WEIGHTS,
+        )
+        od.update(steps=STEPS)
+    return od.path
+
+
+def _range_log(metrics: pd.DataFrame) -> pd.DataFrame:
+    rows, rid, t = [], 0, 1_000_000_000
+    for r in metrics.itertuples():
+        step_id = rid
+        rows.append([rid, "step", t, t + int(r.step_s * 1e9), 1, 0, -1, json.dumps({"step": int(r.step)})])
+        rid += 1
+        cur = t
+        for phase in ("generate", "logprob", "update", "sync"):
+            dur = int(getattr(r, f"{phase}_s") * 1e9)
+            rows.append([rid, phase, cur, cur + dur, 1, 1, step_id, json.dumps({"step": int(r.step)})])
+            rid += 1
+            cur += dur
+        t += int(r.step_s * 1e9) + 1000
+    df = pd.DataFrame(
+        rows, columns=["range_id", "name", "start_ns", "end_ns", "tid", "depth", "parent_id", "attrs"]
+    )
+    df.insert(4, "dur_ns", df["end_ns"] - df["start_ns"])
+    return df
+
+
+def _sweep(root: Path, name: str = "sweep-tiny-dense") -> Path:
+    rng = np.random.default_rng(2)
+    rows = []
+    for prec, fixed, per_tok in (("bf16", 0.010, 40e-6), ("mxfp8", 0.030, 30e-6)):
+        for n in (256, 512, 1024, 2048, 4096):  # one fixed global batch of 4096 tokens re-split
+            for rep in range(3):
+                for mb in range(4096 // n):
+                    rows.append(
+                        {
+                            "model": MODEL,
+                            "precision": prec,
+                            "phase": "update",
+                            "tokens_per_microbatch": n,
+                            "num_tokens": n,
+                            "repeat": rep,
+                            "step": rep,
+                            "microbatch": mb,
+                            "seconds": (fixed + per_tok * n) * (1 + 0.02 * rng.standard_normal()),
+                            "gpu_busy_seconds": None,
+                            "host_stall_seconds": None,
+                            "peak_mem_bytes": None,
+                            "flops": None,
+                            "source": "sweep",
+                        }
+                    )
+    mb = pd.DataFrame(rows).astype(schema.MICROBATCH_COLUMNS)
+    with OutputDir(root / name, kind="sweep", config={"model": MODEL, "precisions": ["bf16", "mxfp8"]}) as od:
+        store.write_table(mb, od.path / store.MICROBATCHES)
+    return od.path
+
+
+def _fit(root: Path, sweep: Path, name: str = "fit-tiny-dense") -> Path:
+    """fits.json made by the cost model itself (``perfmodel.results.analyze``, as ``mxperf fit`` does)."""
+    from perfmodel.inputs import load_inputs
+    from perfmodel.results import analyze
+
+    doc = analyze(load_inputs([sweep]), n_boot=50, seed=0)
+    with OutputDir(root / name, kind="fit", config={"inputs": [str(sweep)]}) as od:
+        store.write_json(doc, od.path / store.FITS)
+        store.write_text("# fit\n", od.path / store.REPORT)
+    return od.path
+
+
+def gpu_events() -> pd.DataFrame:
+    """One device, two streams: kernels with launch records, one late launch (host stall), one unlaunched."""
+    rows = []
+    corr = 0
+
+    def add(kind, name, tid, device, stream, start, dur, correlation):
+        rows.append(
+            {
+                "kind": kind,
+                "name": name,
+                "domain": "",
+                "pid": 100,
+                "tid": tid,
+                "device": device,
+                "stream": stream,
+                "start_ns": start,
+                "dur_ns": dur,
+                "correlation": correlation,
+                "external_id": -1,
+                "bytes": -1,
+                "end_tid": -1,
+            }
+        )
+
+    t = 1_000_000
+    for step in range(2):
+        base = t + step * 2_000_000
+        for i in range(8):
+            corr += 1
+            launch_start = base + i * 150_000
+            add("runtime", "cudaLaunchKernel", 7, -1, -1, launch_start, 20_000, corr)
+            # kernel i starts when its launch ended or when the previous one finished
+            add(
+                "kernel",
+                f"gemm_{i}",
+                -1,
+                0,
+                7,
+                launch_start + 25_000 + (60_000 if i % 3 else 0),
+                100_000,
+                corr,
+            )
+        add("range", f"ProfilerStep#{step}", 7, -1, -1, base, 1_400_000, -1)
+    df = pd.DataFrame(rows)
+    return df.astype({c: t for c, t in schema.EVENT_COLUMNS.items()})
+
+
+def _ingest(root: Path, name: str = "ingest-gpu") -> Path:
+    events = gpu_events()
+    with OutputDir(root / name, kind="ingest", config={"inputs": ["synthetic.json.gz"]}) as od:
+        store.write_table(events, store.events_path(od.path, 0))
+        dev = device_metrics(events)
+        dev.insert(0, "trace", "synthetic.json.gz")
+        dev.insert(1, "format", "kineto")
+        dev.insert(2, "rank", 0)
+        store.write_table(schema.conform(dev, schema.DEVICE_COLUMNS, "devices"), od.path / store.DEVICES)
+        ranges = events[events["kind"] == "range"]
+        rng = pd.DataFrame({c: pd.Series([None] * len(ranges)) for c in schema.RANGE_COLUMNS})
+        rng = rng.assign(
+            trace="synthetic.json.gz",
+            rank=0,
+            source="user_annotation",
+            range_id=np.arange(len(ranges)),
+            parent_id=-1,
+            depth=0,
+            name=ranges["name"].astype(str).to_numpy(),
+            domain="",
+            phase="step",
+            pid=100,
+            tid=7,
+            start_ns=ranges["start_ns"].to_numpy(),
+            end_ns=(ranges["start_ns"] + ranges["dur_ns"]).to_numpy(),
+            wall_ns=ranges["dur_ns"].to_numpy(),
+            attrs="{}",
+            gpu_reason="",
+        )
+        store.write_table(schema.conform(rng, schema.RANGE_COLUMNS, "ranges"), od.path / store.RANGES)
+    return od.path
+
+
+def _faults(root: Path, name: str = "faults") -> Path:
+    faults = {
+        "flipped_scale_byte": "I1",
+        "floor_requant": "I1",
+        "dropped_expert": "I2",
+        "gate_up_swapped": "I3",
+    }
+    rows = [
+        {"fault": f, "check": f"I{i}", "caught": f"I{i}" == inv, "silent": False}
+        for f, inv in faults.items()
+        for i in range(1, 8)
+    ]
+    with OutputDir(root / name, kind="run", config={"model": MODEL, "faults": list(faults)}) as od:
+        store.write_table(pd.DataFrame(rows), od.path / store.FAULT_MATRIX)
+    return od.path
+
+
+def make_runs_dir(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    _run(root, "run-bf16", "bf16", "bf16")
+    _run(root, "run-mxfp8", "mxfp8", "mxfp8", fail_step=4)
+    _fit(root, _sweep(root))
+    _ingest(root)
+    return root
+
+
+def add_broken_outputs(root: Path) -> Path:
+    """Outputs the dashboard must survive: half-written, corrupt table, unreadable manifest, failed run."""
+    half = root / "run-halfwritten"
+    half.mkdir()
+    store.write_json(
+        {"kind": "run", "status": "running", "config": {"model": MODEL, "learner": "mxfp8"}},
+        half / store.MANIFEST,
+    )
+    corrupt = _run(root, "run-corrupt", "mxfp8", "bf16")
+    (corrupt / store.METRICS).write_bytes(b"PAR1 this is not parquet")
+    (corrupt / store.SYNC_CHECKS).write_bytes(b"")
+    bad = root / "bad-manifest"
+    bad.mkdir()
+    (bad / store.MANIFEST).write_text("{not json")
+    failed = root / "run-failed"
+    failed.mkdir()
+    store.write_json(
+        {
+            "kind": "run",
+            "status": "failed",
+            "error": "RuntimeError: out of memory",
+            "config": {"model": MODEL, "learner": "bf16"},
+        },
+        failed / store.MANIFEST,
+    )
+    _faults(root)
+    return root

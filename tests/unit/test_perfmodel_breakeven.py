@@ -1,0 +1,151 @@
+"""The SPEC.md case table row by row, Fieller's interval shapes, and its 95 % coverage on simulations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.breakeven import classify_case, fieller_interval, find_breakeven
+from perfmodel.fit import fit_cost_model
+from perfmodel.simulate import simulate_sweep
+
+SIZES = np.array([256, 512, 1024, 2048, 4096, 8192])
+BASE = (0.010, 4e-6)
+# Additive noise, the same pattern for both precisions: the estimated differences are then exact, while each
+# fit still has a nonzero HC3 variance (so significance is decided by the truth, not by luck).
+NOISE = np.tile([-2e-4, 1e-4, 2e-4, -1e-4], len(SIZES))
+
+
+def _fits(low: tuple[float, float]):
+    x = np.repeat(SIZES, 4)
+    rows = []
+    for prec, (fixed, per_token) in (("bf16", BASE), ("mxfp8", low)):
+        rows.append(
+            pd.DataFrame(
+                {
+                    "model": "m",
+                    "phase": "update",
+                    "precision": prec,
+                    "tokens_per_microbatch": x,
+                    "num_tokens": x,
+                    "repeat": np.tile(np.arange(4), len(SIZES)),
+                    "seconds": fixed + per_token * x + NOISE,
+                }
+            )
+        )
+    fits = fit_cost_model(pd.concat(rows, ignore_index=True), n_boot=400)
+    return fits[("m", "update", "bf16")], fits[("m", "update", "mxfp8")]
+
+
+# (low fixed, low per-token) -> expected case; one dataset per row of the SPEC.md table.
+CASE_ROWS = [
+    ((0.019, 2e-6), "faster_above"),  # d_tok > 0, d_fixed > 0
+    ((0.010, 2e-6), "always_faster"),  # d_tok > 0, d_fixed n.s.
+    ((0.005, 6e-6), "faster_below"),  # d_tok < 0, d_fixed < 0
+    ((0.010, 6e-6), "never_faster"),  # d_tok < 0, d_fixed n.s.
+    ((0.019, 4e-6), "never_faster"),  # d_tok n.s., d_fixed > 0
+    ((0.005, 4e-6), "always_faster"),  # d_tok n.s., d_fixed < 0
+    ((0.010, 4e-6), "indistinguishable"),  # both n.s.
+]
+
+
+@pytest.mark.parametrize(("low", "case"), CASE_ROWS)
+def test_each_row_of_the_case_table_is_produced(low: tuple[float, float], case: str) -> None:
+    be = find_breakeven(*_fits(low))
+    assert be.case == case
+    if case in ("faster_above", "faster_below"):
+        expected = (low[0] - BASE[0]) / (BASE[1] - low[1])
+        assert be.tokens == pytest.approx(expected, rel=1e-6)
+        assert be.ci_shape == "bounded"
+        assert be.ci[0] < be.tokens < be.ci[1]
+        assert be.bootstrap_ci is not None and be.bootstrap_ci[0] < be.tokens < be.bootstrap_ci[1]
+    else:
+        assert be.tokens is None
+        assert be.ci_reason
+
+
+def test_faster_above_numbers() -> None:
+    be = find_breakeven(*_fits((0.019, 2e-6)))
+    assert be.tokens == pytest.approx(4500.0)
+    assert be.d_fixed_s == pytest.approx(0.009)
+    assert be.d_tok_s == pytest.approx(2e-6)
+    assert not be.extrapolated
+    assert be.ci_method == "fieller"
+
+
+def test_breakeven_outside_measured_sizes_is_flagged_extrapolated() -> None:
+    be = find_breakeven(*_fits((0.050, 3e-6)))  # n* = 40000 > 8192
+    assert be.case == "faster_above"
+    assert be.tokens == pytest.approx(40000.0)
+    assert be.extrapolated
+
+
+def test_significance_table_as_a_pure_function() -> None:
+    assert classify_case(1, 1) == "faster_above"
+    assert classify_case(1, 0) == classify_case(1, -1) == "always_faster"
+    assert classify_case(-1, -1) == "faster_below"
+    assert classify_case(-1, 0) == classify_case(-1, 1) == "never_faster"
+    assert classify_case(0, 1) == "never_faster"
+    assert classify_case(0, -1) == "always_faster"
+    assert classify_case(0, 0) == "indistinguishable"
+
+
+def test_fieller_bounded_interval_approaches_the_delta_method_when_precise() -> None:
+    a, b, va, vb = 9.0, 2.0, 0.01, 1e-4
+    fs = fieller_interval(a, b, va, vb, 0.0, 1.96)
+    se_delta = np.sqrt(va / b**2 + a**2 * vb / b**4)
+    assert fs.shape == "bounded"
+    assert fs.lo == pytest.approx(a / b - 1.96 * se_delta, rel=2e-3)
+    assert fs.hi == pytest.approx(a / b + 1.96 * se_delta, rel=2e-3)
+
+
+def test_fieller_two_half_lines_when_denominator_is_not_significant() -> None:
+    fs = fieller_interval(9.0, 0.5, 0.01, 1.0, 0.0, 1.96)
+    assert fs.shape == "two_half_lines"
+    r1, r2 = fs.excluded
+    assert r1 < 0 < r2
+    assert fs.lo == pytest.approx(r2) and fs.hi is None  # the branch holding a/b = 18
+    assert fs.contains(18.0) and fs.contains(-1e9) and not fs.contains(0.0)
+    assert fs.reason and "(-inf" in fs.reason
+
+
+def test_fieller_whole_line_when_nothing_is_significant() -> None:
+    fs = fieller_interval(0.1, 0.1, 1.0, 1.0, 0.0, 1.96)
+    assert fs.shape == "whole_line"
+    assert (fs.lo, fs.hi) == (None, None)
+    assert fs.reason
+
+
+def test_never_faster_without_token_saving_reports_the_finite_fieller_bound() -> None:
+    be = find_breakeven(*_fits((0.019, 4e-6)))
+    assert be.case == "never_faster"
+    assert be.ci_shape in ("two_half_lines", "whole_line")
+    assert be.tokens is None
+    assert be.ci_reason
+
+
+def _coverage(reps: int, seed0: int, n_boot: int) -> tuple[float, float]:
+    hit_f = hit_b = 0
+    for i in range(reps):
+        df = simulate_sweep(rng=np.random.default_rng(seed0 + i), noise=0.05, repeat_noise=0.02)
+        fits = fit_cost_model(df, n_boot=n_boot, seed=i)
+        be = find_breakeven(fits[("sim", "update", "bf16")], fits[("sim", "update", "mxfp8")])
+        lo, hi = be.ci
+        hit_f += (lo is None or lo <= 4500) and (hi is None or hi >= 4500)
+        if be.bootstrap_ci:
+            hit_b += be.bootstrap_ci[0] <= 4500 <= be.bootstrap_ci[1]
+    return hit_f / reps, hit_b / reps
+
+
+def test_fieller_interval_covers_the_true_breakeven_about_95_percent() -> None:
+    fieller, _ = _coverage(200, 1000, n_boot=0)
+    # 200 reps: binomial sd 1.5 %; HC3 with 28 points per fit is slightly conservative.
+    assert 0.90 <= fieller <= 0.99
+
+
+@pytest.mark.slow
+def test_fieller_and_bootstrap_coverage_over_1000_repetitions() -> None:
+    fieller, boot = _coverage(1000, 5000, n_boot=500)
+    assert 0.93 <= fieller <= 0.975
+    assert 0.85 <= boot <= 0.98  # percentile bootstrap with 4 repeats per size runs a little narrow

@@ -1,0 +1,128 @@
+"""Loading sweep / ingest / run directories and CSVs into the micro-batch table, and refusing bad ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfmodel.inputs import check_fittable, load_inputs, read_csv_table
+from perfmodel.simulate import simulate_sweep
+from tracing import store
+from tracing.errors import InputError
+from tracing.manifest import OutputDir
+from tracing.schema import MICROBATCH_COLUMNS
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "perfmodel"
+
+
+def _dir(path: Path, kind: str, tables: dict[str, pd.DataFrame]) -> Path:
+    with OutputDir(path, kind=kind, command=["test"]) as od:
+        for name, df in tables.items():
+            store.write_table(df, od.path / name)
+    return path
+
+
+def test_csv_gets_defaults_for_optional_columns() -> None:
+    df = read_csv_table(DATA / "sim_no_stall.csv")
+    assert list(df.columns) == list(MICROBATCH_COLUMNS)
+    assert (df["source"] == "csv").all()
+    assert df["host_stall_seconds"].isna().all()
+    assert (df["num_tokens"] == df["tokens_per_microbatch"]).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bad_empty.csv", "empty file"),
+        ("bad_header_only.csv", "no micro-batch rows"),
+        ("bad_nan_seconds.csv", "NaN, infinite or negative 'seconds'"),
+        ("bad_negative_seconds.csv", "NaN, infinite or negative 'seconds'"),
+        ("bad_unknown_column.csv", "unknown column(s) gpu_temp"),
+        ("bad_unknown_precision.csv", "unknown precision id(s) mxfp4"),
+    ],
+)
+def test_bad_csv_is_refused_naming_the_file_and_the_problem(name: str, message: str) -> None:
+    with pytest.raises(InputError) as exc:
+        read_csv_table(DATA / name)
+    assert name in str(exc.value)
+    assert message in str(exc.value)
+
+
+def test_one_precision_or_one_size_is_not_fittable() -> None:
+    one_prec = load_inputs([DATA / "bad_one_precision.csv"]).microbatches
+    with pytest.raises(InputError, match="only one precision"):
+        check_fittable(one_prec, "bf16")
+    one_size = load_inputs([DATA / "bad_one_size.csv"]).microbatches
+    with pytest.raises(InputError, match=r"mxfp8: 1 micro-batch size \(1024\); a fit needs >= 2"):
+        check_fittable(one_size, "bf16")
+    ok = load_inputs([DATA / "sim_no_stall.csv"]).microbatches
+    with pytest.raises(InputError, match="no fp8-tensor baseline"):
+        check_fittable(ok, "fp8-tensor")
+    with pytest.raises(InputError, match="--min-tokens 8192"):
+        check_fittable(ok, "bf16", min_tokens=8192)
+
+
+def test_sweep_directory_is_read(tmp_path: Path) -> None:
+    d = _dir(tmp_path / "sweep", "sweep", {store.MICROBATCHES: simulate_sweep()})
+    inputs = load_inputs([d])
+    assert len(inputs.microbatches) == len(simulate_sweep())
+    assert inputs.summaries[0].kind == "sweep"
+    assert "host stall" in inputs.summaries[0].gives
+
+
+def test_unlabelled_ingest_directory_is_refused_with_the_fix(tmp_path: Path) -> None:
+    d = _dir(tmp_path / "ingest", "ingest", {store.DEVICES: pd.DataFrame({"device": [0]})})
+    with pytest.raises(InputError, match="--label model=M,precision=P,tokens_per_microbatch=N"):
+        load_inputs([d])
+
+
+def test_labelled_ingests_of_two_sizes_combine_and_bring_kernel_classes(tmp_path: Path) -> None:
+    sim = simulate_sweep(sizes=(1024, 4096), repeats=1)
+    kernels = pd.DataFrame({"kernel_class": ["quantize"], "total_ns": [1_000_000]})
+    dirs = []
+    for (prec, n), g in sim.groupby(["precision", "tokens_per_microbatch"]):
+        dirs.append(
+            _dir(
+                tmp_path / f"{prec}-{n}",
+                "ingest",
+                {store.MICROBATCHES: g.assign(source="trace"), store.KERNELS: kernels},
+            )
+        )
+    inputs = load_inputs(dirs)
+    check_fittable(inputs.microbatches, "bf16")
+    assert inputs.kernels is not None and set(inputs.kernels["precision"]) == {"bf16", "mxfp8"}
+    assert inputs.kernel_microbatches["mxfp8"] == 6
+    assert "breakeven alone" in inputs.summaries[0].cannot_give
+
+
+def test_run_directory_gives_other_phase_seconds(tmp_path: Path) -> None:
+    metrics = pd.DataFrame(
+        {
+            "step": [0, 1, 2],
+            "generate_s": [1.0, 2.0, 3.0],
+            "sync_ns": [5e8, 5e8, 7e8],
+            "update_s": [9.0, 9.0, 9.0],
+            "kl_k1": [0.0, 0.1, 0.2],
+        }
+    )
+    run = _dir(tmp_path / "run", "run", {store.METRICS: metrics})
+    sweep = _dir(tmp_path / "sweep", "sweep", {store.MICROBATCHES: simulate_sweep()})
+    inputs = load_inputs([sweep, run])
+    assert inputs.other_phases_s == {"generate": 2.0, "sync": 0.5}
+
+
+def test_run_directory_alone_cannot_be_fitted(tmp_path: Path) -> None:
+    run = _dir(tmp_path / "run", "run", {store.METRICS: pd.DataFrame({"generate_s": [1.0]})})
+    with pytest.raises(InputError, match="a run directory alone cannot be fitted"):
+        load_inputs([run])
+
+
+def test_incomplete_directory_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "sweep"
+    with pytest.raises(RuntimeError), OutputDir(d, kind="sweep", command=["t"]) as od:
+        store.write_table(simulate_sweep(), od.path / store.MICROBATCHES)
+        raise RuntimeError("crash")
+    with pytest.raises(InputError, match="status 'failed'"):
+        load_inputs([d])

@@ -1,0 +1,165 @@
+"""Per-range attribution invariants on the real traces, phase map, kernel classes, micro-batch table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tracing import attribution, kernel_classes, metrics, schema
+from tracing.ingest_kineto import load_kineto_events
+from tracing.ingest_nsys import load_nsys_events
+from tracing.labels import Labels, parse_labels
+from tracing.microbatches import microbatch_table
+from tracing.phases import phase_of
+
+REAL = Path(__file__).parent.parent / "data" / "real"
+A100 = REAL / "hta_a100_ddp_rank0_hostbound.json.gz"
+TRACES = {
+    "a100": lambda: load_kineto_events(A100),
+    "rank0": lambda: load_kineto_events(REAL / "hta_sampled_2rank" / "rank-0.json.gz"),
+    "nsys": lambda: load_nsys_events(REAL / "nsysai_h100x2_mfu_before.sqlite"),
+}
+
+
+@pytest.fixture(scope="module", params=list(TRACES))
+def ranges(request):
+    return attribution.attribute_ranges(TRACES[request.param]())
+
+
+@pytest.fixture(scope="module")
+def a100_ranges():
+    return attribution.attribute_ranges(load_kineto_events(A100))
+
+
+def test_range_table_follows_the_schema(ranges):
+    assert list(ranges.columns) == [c for c in schema.RANGE_COLUMNS if c not in ("trace", "rank")]
+
+
+def test_time_clipped_sums_never_exceed_wall_time(ranges):
+    assert (ranges["host_stall_ns"] <= ranges["wall_ns"]).all()
+    assert (ranges["busy_in_window_ns"] <= ranges["wall_ns"]).all()
+    assert (ranges["busy_in_window_ns"] + ranges["host_stall_ns"] <= ranges["wall_ns"]).all()
+
+
+def test_children_wall_times_add_up_to_at_most_the_parent(ranges):
+    kids = ranges[ranges["parent_id"] >= 0].groupby("parent_id")["wall_ns"].sum()
+    parent_wall = ranges.set_index("range_id").loc[kids.index, "wall_ns"]
+    assert (kids <= parent_wall).all()
+
+
+def test_window_attribution_includes_same_thread_work(ranges):
+    assert (ranges["window_ops"] >= ranges["thread_ops"]).all()
+    assert (ranges["window_busy_ns"] >= ranges["thread_busy_ns"]).all()
+    assert (ranges["window_busy_ns"] <= ranges["window_span_ns"]).all()
+
+
+def test_backward_kernels_come_from_the_autograd_thread(a100_ranges):
+    bwd = a100_ranges[a100_ranges["name"] == "## backward ##"]
+    assert len(bwd) == 3
+    assert (bwd["thread_ops"] == 6).all()  # what gpu_user_annotation sees
+    assert (bwd["window_ops"] > 700).all()
+
+
+def test_profiler_steps_partition_most_of_the_device_stall(a100_ranges):
+    steps = a100_ranges[a100_ranges["name"].str.startswith("ProfilerStep#")]
+    dev = metrics.device_metrics(load_kineto_events(A100).events).iloc[0]
+    assert steps["host_stall_ns"].sum() <= dev.host_stall_ns
+    assert steps["host_stall_ns"].sum() > 0.95 * dev.host_stall_ns
+
+
+def test_encoded_range_attributes_are_decoded():
+    assert attribution.split_encoded_name("update/microbatch[step=3,microbatch=1,precision=mxfp8]") == (
+        "update/microbatch",
+        {"step": 3, "microbatch": 1, "precision": "mxfp8"},
+    )
+    assert attribution.split_encoded_name("aten::index[]") == ("aten::index[]", {})
+
+
+@pytest.mark.parametrize(
+    ("name", "phase"),
+    [
+        ("update/microbatch", "update"),
+        ("update_actor", "update"),
+        ("actor_update", "update"),
+        ("policy_training", "update"),
+        ("update_weights", "sync"),
+        ("refit", "sync"),
+        ("gen", "generate"),
+        ("rollout_generate", "generate"),
+        ("generation", "generate"),
+        ("old_log_prob", "logprob"),
+        ("policy_and_reference_logprobs", "logprob"),
+        ("ref", "logprob"),
+        ("reward", "reward"),
+        ("reward_calculation", "reward"),
+        ("ProfilerStep#4", "other"),
+        ("aten::mm", "other"),
+    ],
+)
+def test_phase_map_covers_mxperf_verl_and_nemo_names(name, phase):
+    assert phase_of(name) == phase
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+        ("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>>", "attention"),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "gemm"),
+        ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128", "gemm"),
+        ("transformer_engine::cast_transpose_kernel<...>", "quantize"),
+        ("void mxfp8_quantize_kernel<__nv_bfloat16>", "quantize"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "elementwise"),
+        ("void cudnn::ops::nhwcToNchwKernel<float>", "other"),
+    ],
+)
+def test_kernel_classes_by_name(name, cls):
+    assert kernel_classes.DEFAULT.classify(name) == cls
+
+
+def test_kernel_classes_are_extensible():
+    c = kernel_classes.with_rules([("attention", r"my_custom_attn")])
+    assert c.classify("my_custom_attn_v2") == "attention"
+    assert c.classify("nvjet_gemm") == "gemm"
+
+
+def test_kernel_table_totals_equal_op_durations():
+    ev = load_kineto_events(A100).events
+    ops = metrics.gpu_ops(ev)
+    k = kernel_classes.kernel_table(ops)
+    assert k["total_ns"].sum() == ops["dur_ns"].sum()
+    assert k["count"].sum() == len(ops)
+    totals = kernel_classes.class_totals(k)
+    assert totals["share"].sum() == pytest.approx(1.0)
+    assert set(totals["kernel_class"]) >= {"communication", "gemm", "memcpy", "memset"}
+
+
+def test_profiler_steps_become_labelled_microbatches(a100_ranges):
+    mb = microbatch_table(a100_ranges, parse_labels("model=resnet,precision=bf16,tokens_per_microbatch=256"))
+    assert list(mb.columns) == list(schema.MICROBATCH_COLUMNS)
+    assert mb["step"].tolist() == [4, 5, 6]
+    assert mb["microbatch"].tolist() == [0, 0, 0]
+    assert (mb["source"] == "trace").all() and (mb["phase"] == "update").all()
+    assert (mb["host_stall_seconds"] < mb["seconds"]).all()
+    assert mb["gpu_busy_seconds"].notna().all()
+
+
+def test_microbatch_attributes_win_over_labels():
+    ranges = pd.DataFrame(
+        {
+            "name": ["update/microbatch", "update/microbatch", "other"],
+            "start_ns": [0, 10, 20],
+            "wall_ns": [5, 6, 1],
+            "phase": ["update", "update", "other"],
+            "attrs": [json.dumps({"step": 2, "microbatch": 0, "tokens": 100}), json.dumps({"step": 2, "microbatch": 1, "tokens": 80}), "{}"],
+            "window_busy_ns": pd.array([pd.NA] * 3, dtype="Int64"),
+            "host_stall_ns": pd.array([pd.NA] * 3, dtype="Int64"),
+        }
+    )
+    mb = microbatch_table(ranges, Labels(model="m", precision="mxfp8", tokens_per_microbatch=128))
+    assert mb["num_tokens"].tolist() == [100, 80]
+    assert mb["tokens_per_microbatch"].tolist() == [128, 128]
+    assert mb["gpu_busy_seconds"].isna().all()

@@ -1,0 +1,197 @@
+"""Ingest many trace files: detect each format, run the pure per-file pipeline, map it over files.
+
+    file --(load_*_events)--> Trace --(metrics, attribution, kernel classes)--> small tables + events
+
+The per-file step (:func:`ingest_file`) is a pure function of one path (plus options) that writes its event
+table to a staging name and returns the small tables; it is mapped over files in-process, with a local process
+pool (``workers``), or as Ray tasks (``ray_address``; the workers read the paths from a shared filesystem and
+write to the shared output directory). The caller (``cli_ingest``) renames staged files into place only once
+every file succeeded, so a bad input never leaves partial Parquet behind.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tracing import attribution, kernel_classes, metrics, store
+from tracing.errors import InputError, MxperfError, TraceFormatError
+from tracing.ingest_kineto import load_kineto_events
+from tracing.ingest_nsys import load_nsys_events
+from tracing.ingest_rangelog import is_run_dir, load_range_log
+from tracing.phases import PhaseMap, default_phase_map, load_phase_map
+from tracing.trace import Trace, rank_from_name
+
+FORMATS = ("kineto", "nsys", "rangelog")
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+_TRACE_GLOBS = ("*.json", "*.json.gz", "*.sqlite", "*.nsys-rep")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """kineto | nsys | rangelog, from what the file is (not only its name)."""
+    p = Path(path)
+    if is_run_dir(p) or p.name == store.RANGES:
+        return "rangelog"
+    if not p.exists():
+        raise TraceFormatError(p, "no such file")
+    if p.suffix in NSYS_REPORT_SUFFIXES:
+        return "nsys"
+    if p.is_file():
+        with open(p, "rb") as fh:
+            if fh.read(16) == b"SQLite format 3\x00":
+                return "nsys"
+    return "kineto"
+
+
+def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+    """Paths -> (file, format). A run directory gives its range log plus its ``trace/*.json.gz``; another
+    directory gives the traces in it."""
+    out: list[tuple[Path, str]] = []
+    for raw in paths:
+        p = Path(raw)
+        if is_run_dir(p):
+            out.append((p, "rangelog"))
+            out.extend((t, "kineto") for t in sorted((p / store.TRACE_DIR).glob("*.json*")))
+        elif p.is_dir():
+            found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
+            if not found:
+                raise InputError(f"{p}: directory holds no traces (*.json, *.json.gz, *.sqlite) and no {store.RANGES}")
+            out.extend((f, detect_format(f)) for f in found)
+        else:
+            out.append((p, detect_format(p)))
+    return out
+
+
+def load_trace(path: str | os.PathLike[str], fmt: str | None = None, *, rank: int | None = None) -> Trace:
+    """Read any supported trace into a :class:`Trace`."""
+    fmt = fmt or detect_format(path)
+    if fmt == "kineto":
+        return load_kineto_events(path, rank=rank)
+    if fmt == "nsys":
+        return load_nsys_events(path, rank=rank)
+    if fmt == "rangelog":
+        return load_range_log(path, rank=rank)
+    raise InputError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+@dataclass
+class FileResult:
+    """What one file contributes to the output directory (events are staged on disk, not carried here)."""
+
+    path: str
+    format: str
+    rank: int | None
+    num_events: int
+    staged_events: str | None
+    devices: pd.DataFrame
+    streams: pd.DataFrame
+    ranges: pd.DataFrame
+    kernels: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    gpu_reason: str = ""
+
+
+def analyze(trace: Trace, phase_map: PhaseMap | None = None) -> dict[str, pd.DataFrame]:
+    """All per-trace tables: devices, streams, ranges, kernels (pure; no I/O)."""
+    ops = metrics.gpu_ops(trace.events)
+    return {
+        "devices": metrics.device_metrics(trace.events),
+        "streams": metrics.stream_breakdown(trace.events),
+        "ranges": attribution.attribute_ranges(trace, phase_map),
+        "kernels": kernel_classes.kernel_table(ops),
+    }
+
+
+def _with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
+    df = df.copy()
+    df.insert(0, "trace", trace.path)
+    pos = 1
+    if fmt:
+        df.insert(pos, "format", trace.format)
+        pos += 1
+    df.insert(pos, "rank", pd.array([trace.rank] * len(df), dtype="Int64"))
+    return df
+
+
+def ingest_file(
+    path: str, fmt: str, rank: int | None, stage_dir: str | None, index: int, phase_map_path: str | None = None
+) -> FileResult:
+    """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given."""
+    phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
+    trace = load_trace(path, fmt, rank=rank)
+    tables = analyze(trace, phase_map)
+    staged = None
+    if stage_dir is not None:
+        staged = str(Path(stage_dir) / f".events-{index}.parquet")
+        store.write_table(trace.events, staged, meta={"trace": trace.path, "format": trace.format, "rank": trace.rank})
+    reason = ""
+    if trace.format == "rangelog":
+        reason = attribution.RANGELOG_REASON
+    elif trace.num_gpu_ops == 0:
+        reason = attribution.NO_GPU_REASON
+    return FileResult(
+        path=trace.path,
+        format=trace.format,
+        rank=trace.rank,
+        num_events=len(trace.events),
+        staged_events=staged,
+        devices=_with_trace_cols(tables["devices"], trace, fmt=True),
+        streams=_with_trace_cols(tables["streams"], trace),
+        ranges=_with_trace_cols(tables["ranges"], trace),
+        kernels=_with_trace_cols(tables["kernels"], trace),
+        meta=trace.meta,
+        gpu_reason=reason,
+    )
+
+
+def _rank_hint(path: Path, fmt: str, rank: int | None, many: bool) -> int | None:
+    # --rank applies to a single input; with many inputs each file's own rank (or name) decides.
+    if rank is not None and not many:
+        return rank
+    return rank_from_name(path) if fmt != "rangelog" else None
+
+
+def ingest_many(
+    items: list[tuple[Path, str]],
+    stage_dir: str | None,
+    *,
+    rank: int | None = None,
+    workers: int = 1,
+    ray_address: str | None = None,
+    phase_map_path: str | None = None,
+) -> list[FileResult]:
+    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray."""
+    many = len(items) > 1
+    jobs = [(str(p), fmt, _rank_hint(p, fmt, rank, many), stage_dir, i, phase_map_path) for i, (p, fmt) in enumerate(items)]
+    if ray_address is not None:
+        return _ingest_ray(jobs, ray_address)
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+            futures = [pool.submit(ingest_file, *job) for job in jobs]
+            return [f.result() for f in futures]
+    return [ingest_file(*job) for job in jobs]
+
+
+def _ingest_ray(jobs: list[tuple[Any, ...]], address: str) -> list[FileResult]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray needs Ray, which is not installed: pip install 'mxperf[ray]'") from None
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=max(2, min(len(jobs), os.cpu_count() or 1)), include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    remote = ray.remote(num_cpus=1)(ingest_file)
+    try:
+        return ray.get([remote.remote(*job) for job in jobs])
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, MxperfError):  # bad input on a worker: one line, like a local failure
+            raise cause from None
+        raise
