@@ -256,40 +256,49 @@ def sync_heatmap(matrix: pd.DataFrame, names: Mapping[str, str]) -> go.Figure:
     z = matrix.to_numpy(dtype=float).T
     text = np.where(np.isnan(z), "not checked", np.where(z > 0.5, "pass", "FAIL"))
     y = [f"{c} {names.get(c, '')}".strip() for c in matrix.columns]
+    x = ["initial" if int(s) < 0 else str(int(s)) for s in matrix.index]  # step -1: the sync before training
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=matrix.index,
+            x=x,
             y=y,
             zmin=0,
             zmax=1,
             colorscale=[[0, "#d62728"], [1, "#2ca02c"]],
             showscale=False,
             text=text,
-            hovertemplate="step %{x}, %{y}: %{text}<extra></extra>",
+            hovertemplate="sync after step %{x}, %{y}: %{text}<extra></extra>",
             xgap=1,
             ygap=1,
         )
     )
-    fig.update_layout(xaxis_title="step")
+    fig.update_layout(xaxis_title="sync after step")
+    fig.update_xaxes(type="category")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Weight-sync invariants per step (green pass, red fail)", height=320)
+    return _layout(
+        fig, "Weight-sync invariants per sync (green pass, red fail, grey not checked)", height=320
+    )
 
 
-def fault_matrix_figure(fm: pd.DataFrame, fault: str, check: str, caught: str) -> go.Figure:
-    """fault x check grid: which injected fault each invariant caught."""
-    pivot = fm.pivot_table(index=fault, columns=check, values=caught, aggfunc="max").astype(float)
-    z = pivot.to_numpy()
+def fault_matrix_figure(grid: pd.DataFrame) -> go.Figure:
+    """fault x check grid (``summaries.fault_grid``): green where a check caught the injected fault; a
+    fault its own target check missed is marked in red."""
+    caught = grid.pivot_table(index="fault", columns="check", values="caught", aggfunc="max", sort=False)
+    target = grid.pivot_table(index="fault", columns="check", values="target", aggfunc="max", sort=False)
+    z = caught.astype(float).to_numpy()
+    tgt = target.reindex_like(caught).fillna(False).astype(bool).to_numpy()
+    z = np.where(tgt & (z < 0.5), -1.0, z)
+    text = np.where(z > 0.5, "caught", np.where(z < -0.5, "MISSED", ""))
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=list(pivot.columns),
-            y=list(pivot.index),
-            zmin=0,
+            x=list(caught.columns),
+            y=list(caught.index),
+            zmin=-1,
             zmax=1,
-            colorscale=[[0, "#f0f0f0"], [1, "#2ca02c"]],
+            colorscale=[[0, "#d62728"], [0.5, "#f0f0f0"], [1, "#2ca02c"]],
             showscale=False,
-            text=np.where(np.isnan(z), "", np.where(z > 0.5, "caught", "missed")),
+            text=text,
             texttemplate="%{text}",
             hovertemplate="%{y} / %{x}: %{text}<extra></extra>",
             xgap=1,
@@ -297,4 +306,5 @@ def fault_matrix_figure(fm: pd.DataFrame, fault: str, check: str, caught: str) -
         )
     )
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Fault matrix: injected fault x check", height=160 + 28 * len(pivot.index))
+    fig.update_xaxes(side="top")
+    return _layout(fig, "Fault matrix: injected fault x check", height=180 + 28 * len(caught.index))

@@ -153,6 +153,51 @@ def _phase_table_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     return _with_other(wide, wide["step"].map(step_total))
 
 
+_STEP_RANGE = r"^(?:ProfilerStep#(\d+)|step)$"
+
+
+def step_phase_table_from_trace(ranges: pd.DataFrame) -> pd.DataFrame:
+    """``step, phase, seconds`` from an ingested trace's ``ranges.parquet`` (``tracing.schema.RANGE_COLUMNS``).
+
+    Steps are ``ProfilerStep#N`` (torch.profiler), mxperf ``step`` ranges or ranges whose canonical phase is
+    ``step``; a phase's time in a step is the union of that step's ranges mapped to the phase (the phase map of
+    ``tracing``: verl ``update_actor``, NeMo RL ``policy_training``, ... -> ``update``), on the step's process,
+    so nested ranges of one phase count once. Raises ValueError when the trace has no step ranges.
+    """
+    from tracing.metrics import measure
+
+    names = ranges["name"].astype(str)
+    found = names.str.extract(_STEP_RANGE)
+    is_step = names.str.match(_STEP_RANGE) | (
+        ranges.get("phase", pd.Series("", index=ranges.index)) == "step"
+    )
+    steps = ranges[is_step].assign(step_no=pd.to_numeric(found[0][is_step], errors="coerce"))
+    if steps.empty:
+        raise ValueError(
+            "the trace has no step ranges (ProfilerStep#N, 'step'); per-step phase times need them"
+        )
+    steps = steps.sort_values("start_ns")
+    steps["step_no"] = (
+        steps["step_no"].fillna(pd.Series(range(len(steps)), index=steps.index)).astype("int64")
+    )
+    phased = ranges[ranges["phase"].isin(PHASES)] if "phase" in ranges else ranges.iloc[:0]
+    rows = []
+    for st in steps.itertuples():
+        inside = phased[
+            (phased["pid"] == st.pid) & (phased["start_ns"] >= st.start_ns) & (phased["end_ns"] <= st.end_ns)
+        ]
+        wide = {"step": int(st.step_no)}
+        for phase in PHASES:
+            sel = inside[inside["phase"] == phase]
+            wide[phase] = (
+                measure(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy()) / 1e9 if len(sel) else 0.0
+            )
+        wide["_wall"] = (st.end_ns - st.start_ns) / 1e9
+        rows.append(wide)
+    wide = pd.DataFrame(rows).groupby("step", as_index=False).sum()
+    return _with_other(wide.drop(columns="_wall"), wide["_wall"])
+
+
 def phase_medians(table: pd.DataFrame, skip_first: bool = True) -> pd.Series:
     """Median seconds per phase (plus ``step`` = their sum) over steps.
 

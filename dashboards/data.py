@@ -51,6 +51,7 @@ class OutputEntry:
     steps: int | None = None
     created: str | None = None
     device: str | None = None
+    inputs: str | None = None
     error: str | None = None
     manifest: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -67,8 +68,8 @@ class OutputEntry:
 
     @property
     def label(self) -> str:
-        parts = [self.kind or "?", self.model or "?", self.precision_label or "?"]
-        return f"{self.rel}  ({' · '.join(parts)})"
+        parts = [p for p in (self.kind, self.model, self.precision_label, self.inputs) if p]
+        return f"{self.rel}  ({' · '.join(parts)})" if parts else self.rel
 
 
 def runs_dir_from_env(default: str | None = None) -> Path:
@@ -123,7 +124,11 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
     precisions = _as_tuple(_first(config, "precisions", "precision") or _first(label, "precision"))
     if not precisions:
         precisions = tuple(p for p in (learner, sampler) if p)
-    steps = _first(manifest, "steps", "num_steps") or _first(config, "steps", "num_steps")
+    steps = _first(manifest, "steps_completed", "steps", "num_steps") or _first(config, "steps", "num_steps")
+    paths = _as_tuple(_first(config, "paths", "inputs"))
+    inputs = None
+    if paths and manifest.get("kind") in ("ingest", "fit"):
+        inputs = Path(paths[0]).name + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
     return OutputEntry(
         rel=rel,
         kind=manifest.get("kind"),
@@ -135,6 +140,7 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
         steps=int(steps) if isinstance(steps, int | float) else None,
         created=manifest.get("created"),
         device=(machine.get("gpu") or "CPU") if isinstance(machine, Mapping) else None,
+        inputs=inputs,
         manifest=dict(manifest),
     )
 
@@ -176,6 +182,19 @@ def _with_error(entry: OutputEntry, error: str) -> OutputEntry:
     return replace(entry, error=error)
 
 
+def inputs_of(fit: OutputEntry, candidates: Iterable[OutputEntry]) -> list[OutputEntry]:
+    """The outputs among ``candidates`` that a fit read: its manifest's ``config.inputs`` as given on the
+    ``mxperf fit`` command line (relative to where it ran, or absolute), matched by their trailing path."""
+    config = fit.manifest.get("config") or {}
+    raw = _as_tuple(config.get("inputs")) if isinstance(config, Mapping) else ()
+    wanted = [Path(p).as_posix().rstrip("/") for p in raw]
+    return [c for c in candidates if any(w == c.rel or w.endswith("/" + c.rel) for w in wanted)]
+
+
+def newest_first(entries: Iterable[OutputEntry]) -> list[OutputEntry]:
+    return sorted(entries, key=lambda e: (e.created or "", e.rel), reverse=True)
+
+
 def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
     """The Runs table: one row per output directory, newest first."""
     rows = [
@@ -184,6 +203,7 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
             "kind": e.kind,
             "model": e.model,
             "precisions": e.precision_label,
+            "inputs": e.inputs,
             "steps": e.steps,
             "device": e.device,
             "created": e.created,
@@ -192,7 +212,18 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
         }
         for e in entries
     ]
-    cols = ["path", "kind", "model", "precisions", "steps", "device", "created", "status", "problem"]
+    cols = [
+        "path",
+        "kind",
+        "model",
+        "precisions",
+        "inputs",
+        "steps",
+        "device",
+        "created",
+        "status",
+        "problem",
+    ]
     df = pd.DataFrame(rows, columns=cols)
     df["steps"] = df["steps"].astype("Int64")
     return df.sort_values(["created", "path"], ascending=[False, True], na_position="last", ignore_index=True)

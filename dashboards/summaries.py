@@ -195,18 +195,48 @@ def sync_failures(checks: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["step", "invariant"], ignore_index=True)
 
 
+def fault_grid(fm: pd.DataFrame) -> pd.DataFrame:
+    """Long ``fault, check, caught, target`` table from ``fault_matrix.parquet``.
+
+    ``mxperf faults`` writes one row per injected fault: the invariant it targets (``invariant``), whether it
+    was caught and by which checks (``caught_by``, comma-separated). Each fault becomes one row per check
+    I1..I7. A table already in long form (``fault, check, caught``) passes through.
+    """
+    if "caught_by" not in fm.columns:
+        check = "check" if "check" in fm.columns else "invariant"
+        out = fm[["fault", check, "caught"]].rename(columns={check: "check"}).assign(target=False)
+        return out.astype({"caught": bool})
+    rows = []
+    for r in fm.itertuples():
+        by = {c.strip() for c in str(r.caught_by or "").split(",") if c.strip()}
+        for check in INVARIANTS:
+            rows.append(
+                {
+                    "fault": r.fault,
+                    "check": check,
+                    "caught": check in by,
+                    "target": check == getattr(r, "invariant", None),
+                }
+            )
+    return pd.DataFrame(rows, columns=["fault", "check", "caught", "target"])
+
+
+def _sync_name(step: int) -> str:
+    return "the initial sync" if step < 0 else f"step {step}"
+
+
 def sync_verdict(checks: pd.DataFrame) -> str:
     """'all 140 checks passed over 20 steps' or 'I1 (grid identity) failed at step 3 on ...'."""
-    steps = checks["step"].nunique()
+    syncs = checks["step"].nunique()
     failed = sync_failures(checks)
     if failed.empty:
-        return f"All {len(checks)} checks passed over {steps} steps."
+        return f"All {len(checks)} checks passed over {syncs} syncs."
     first = failed.iloc[0]
     tensor = first.get("first_failing_tensor")
     where = f" on tensor {tensor}" if isinstance(tensor, str) and tensor else ""
     return (
         f"{len(failed)} of {len(checks)} checks failed; first: {first['invariant']} "
-        f"({INVARIANTS.get(first['invariant'], '?')}) at step {int(first['step'])}{where}."
+        f"({INVARIANTS.get(first['invariant'], '?')}) at {_sync_name(int(first['step']))}{where}."
     )
 
 
@@ -219,7 +249,7 @@ def timeline_intervals(timelines: Sequence[Any], t0_ns: int, t1_ns: int, rank: o
     """
     rows: list[tuple[str, str, float, float]] = []
     for tl in timelines:
-        lane = f"GPU {tl.device}" + (f" (rank {rank})" if rank is not None else f" (pid {tl.pid})")
+        lane = f"GPU {tl.device} · " + (f"rank {rank}" if rank is not None else f"pid {tl.pid}")
         first, last = int(tl.row["first_ns"]), int(tl.row["last_ns"])
         lo, hi = max(first, t0_ns), min(last, t1_ns)
         if hi <= lo:
@@ -262,14 +292,53 @@ def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     return out.round(2).reset_index()
 
 
-def window_ranges(ranges: pd.DataFrame, t0_ns: int, t1_ns: int, max_depth: int = 2) -> pd.DataFrame:
-    """Ranges overlapping the window (depth <= max_depth), clipped, in ms from t0."""
+def window_ranges(
+    ranges: pd.DataFrame, t0_ns: int, t1_ns: int, max_depth: int = 2, max_bars: int = 300
+) -> pd.DataFrame:
+    """Ranges overlapping the window (depth <= max_depth), clipped, in ms from t0.
+
+    Only ranges covering at least 0.2 % of the window, and at most ``max_bars`` of the longest, are kept: an
+    Nsight trace of PyTorch ops has tens of thousands of NVTX ranges, unreadable (and slow) as bars.
+    """
     sel = ranges[(ranges["end_ns"] > t0_ns) & (ranges["start_ns"] < t1_ns) & (ranges["depth"] <= max_depth)]
-    return pd.DataFrame(
+    start, end = sel["start_ns"].clip(lower=t0_ns), sel["end_ns"].clip(upper=t1_ns)
+    keep = (end - start) >= 0.002 * max(t1_ns - t0_ns, 1)
+    sel, start, end = sel[keep], start[keep], end[keep]
+    longest = (end - start).sort_values(ascending=False, kind="stable").index[:max_bars]
+    sel, start, end = sel.loc[longest], start.loc[longest], end.loc[longest]
+    out = pd.DataFrame(
         {
             "name": sel["name"].astype(str),
             "depth": sel["depth"].astype(int),
-            "start_ms": (sel["start_ns"].clip(lower=t0_ns) - t0_ns) / 1e6,
-            "end_ms": (sel["end_ns"].clip(upper=t1_ns) - t0_ns) / 1e6,
+            "start_ms": (start - t0_ns) / 1e6,
+            "end_ms": (end - t0_ns) / 1e6,
         }
-    ).reset_index(drop=True)
+    )
+    return out.sort_values(["depth", "start_ms"], kind="stable").reset_index(drop=True)
+
+
+_STEP_NAME = r"^(ProfilerStep#\d+|step)$"
+
+
+def window_choices(
+    ranges: pd.DataFrame | None, first_ns: int, last_ns: int, limit: int = 50
+) -> dict[str, tuple[int, int]]:
+    """Time windows worth looking at: the whole trace, then steps (``ProfilerStep#N``, mxperf ``step`` or
+    phase ``step``), else ranges of a canonical phase, else the longest top-level ranges."""
+    choices = {"whole trace": (first_ns, last_ns)}
+    if ranges is None or ranges.empty:
+        return choices
+    live = ranges[(ranges["end_ns"] > first_ns) & (ranges["start_ns"] < last_ns)]
+    name = live["name"].astype(str)
+    phase = live["phase"].astype(str) if "phase" in live else pd.Series("", index=live.index)
+    for mask in (name.str.match(_STEP_NAME) | (phase == "step"), ~phase.isin(["", "other", "<NA>"])):
+        picked = live[mask]
+        if len(picked):
+            break
+    else:
+        top = live[live["depth"] == live["depth"].min()]
+        picked = top.loc[(top["end_ns"] - top["start_ns"]).sort_values(ascending=False).index[:limit]]
+    for r in picked.sort_values("start_ns").head(limit).itertuples():
+        label = f"{r.name} @ {(r.start_ns - first_ns) / 1e6:,.1f} ms ({(r.end_ns - r.start_ns) / 1e6:,.1f} ms long)"
+        choices[label] = (int(r.start_ns), int(r.end_ns))
+    return choices

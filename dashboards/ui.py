@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import compare, data
+from tracing import store
 from tracing.errors import MxperfError
 
 PAIR_KEY = "mxperf_pair"
@@ -94,22 +95,27 @@ def usable(kind: str | None = None, model: str | None = None) -> list[data.Outpu
 
 
 def pair_selector() -> compare.RunPair | None:
-    """Sidebar: an automatic BF16/low-precision pair per model, or two runs picked by hand."""
+    """Sidebar: an automatic BF16/low-precision pair per model, or two outputs picked by hand.
+
+    Pairs come from runs, and from ingested traces labelled with model and precision; by hand, any two
+    runs or ingested traces (an unlabelled external trace is compared by its ranges' phases)."""
     runs = usable("run")
-    pairs = compare.pair_runs(runs)
+    ingests = usable("ingest")
+    pairs = compare.pair_runs(runs) + compare.pair_runs(ingests, kind="ingest")
     options = [f"{p.model}: {p.baseline.precision_label} vs {p.other.precision_label}" for p in pairs]
     st.sidebar.markdown("**Compare**")
     choice = st.sidebar.selectbox("Run pair", [*options, CUSTOM], key="pair_choice")
     if choice != CUSTOM:
         return pairs[options.index(choice)]
-    if len(runs) < 2:
-        st.sidebar.info("Need at least two complete runs to compare.")
+    candidates = runs + ingests
+    if len(candidates) < 2:
+        st.sidebar.info("Need at least two complete runs (or ingested traces) to compare.")
         return None
-    labels = [e.label for e in runs]
-    a = st.sidebar.selectbox("Baseline run", labels, key="pair_base")
-    b = st.sidebar.selectbox("Compared run", labels, index=min(1, len(labels) - 1), key="pair_other")
-    base, other = runs[labels.index(a)], runs[labels.index(b)]
-    return compare.RunPair(model=str(base.model or "?"), baseline=base, other=other)
+    labels = [e.label for e in candidates]
+    a = st.sidebar.selectbox("Baseline", labels, key="pair_base")
+    b = st.sidebar.selectbox("Compared", labels, index=min(1, len(labels) - 1), key="pair_other")
+    base, other = candidates[labels.index(a)], candidates[labels.index(b)]
+    return compare.RunPair(model=str(base.model or other.model or "?"), baseline=base, other=other)
 
 
 def current_pair() -> compare.RunPair | None:
@@ -131,6 +137,15 @@ def need_pair() -> compare.RunPair:
 
 def run_label(entry: data.OutputEntry) -> str:
     return entry.precision_label or entry.rel
+
+
+def step_table(entry: data.OutputEntry) -> pd.DataFrame:
+    """Per-step phase seconds of a run (metrics or range log) or of an ingested trace (its ranges)."""
+    if entry.kind == "ingest":
+        return compare.step_phase_table_from_trace(table(entry, store.RANGES))
+    return compare.step_phase_table(
+        table(entry, store.METRICS, required=False), table(entry, store.RANGES, required=False)
+    )
 
 
 def files(entry: data.OutputEntry, pattern: str) -> list[str]:

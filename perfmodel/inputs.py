@@ -259,6 +259,11 @@ def check_fittable(mb: pd.DataFrame, baseline: str, min_tokens: int = 0) -> None
                 problems.append(
                     f"{model}/{phase}/{prec}: {len(sizes)} micro-batch size ({sizes[0]}); a fit needs >= 2"
                     + (f" at or above --min-tokens {min_tokens}" if min_tokens else "")
+                    + (
+                        " (one labelled trace is one size: ingest traces of >= 2 sizes)"
+                        if (gp["source"] == "trace").all()
+                        else ""
+                    )
                 )
     if problems:
         raise InputError("cannot fit: " + "; ".join(problems))

@@ -26,14 +26,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from perfmodel.model import LineFit, PrecisionFit
+from perfmodel.model import LineFit
 from tracing.errors import InputError
 
 KNOBS = ("fixed_scale", "weight_quant", "weight_quant_s")
+
+
+class Line(Protocol):
+    """Anything with a fitted line: ``PrecisionFit``, or the dashboard's view of a fits.json entry."""
+
+    @property
+    def precision(self) -> str: ...
+    @property
+    def fixed_s(self) -> float: ...
+    @property
+    def per_token_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -88,8 +100,8 @@ def parse_what_if(items: list[str] | None) -> WhatIf:
 
 
 def weight_quant_seconds(
-    base: PrecisionFit,
-    low: PrecisionFit,
+    base: Line,
+    low: Line,
     knobs: WhatIf,
     kernels: pd.DataFrame | None = None,
     kernel_microbatches: Mapping[str, int] | None = None,
@@ -113,7 +125,7 @@ def weight_quant_seconds(
 
 
 def step_costs(
-    fits: Mapping[str, PrecisionFit],
+    fits: Mapping[str, Line],
     baseline: str,
     other_phases_s: Mapping[str, float] | None = None,
     knobs: WhatIf | None = None,

@@ -12,19 +12,26 @@ HELP = "run GRPO steps with a BF16/MXFP8 learner and sampler; write metrics, ran
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")
     p.add_argument("--learner", default="bf16", help="learner precision: bf16 | mxfp8")
-    p.add_argument("--sampler", default="bf16", help="sampler precision id (bf16, mxfp8, mxfp8-floor, fp8-tensor, ...)")
-    p.add_argument("--grid-fraction", type=float, default=1.0, help="fraction of layers on the sampler's grid")
+    p.add_argument(
+        "--sampler", default="bf16", help="sampler precision id (bf16, mxfp8, mxfp8-floor, fp8-tensor, ...)"
+    )
+    p.add_argument(
+        "--grid-fraction", type=float, default=1.0, help="fraction of layers on the sampler's grid"
+    )
     p.add_argument("--kv-cache", default="bf16", help="sampler KV cache: bf16 | fp8")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--samples-per-prompt", type=int, default=4, help="GRPO group size n")
     p.add_argument("--max-new-tokens", type=int, default=5)
-    p.add_argument("--tokens-per-microbatch", type=int, default=128, help="padded token budget per micro-batch")
+    p.add_argument(
+        "--tokens-per-microbatch", type=int, default=128, help="padded token budget per micro-batch"
+    )
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--compute-dtype", default="bfloat16", help="bfloat16 | float32 (learner autocast dtype)")
     p.add_argument("--pretrain-steps", type=int, default=0, help="supervised warm-start steps (cached)")
     p.add_argument("--async", dest="async_mode", action="store_true", help="overlap generation with the sync")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
     p.add_argument("--check-sync", default="every", help="every | first | off")
     p.add_argument("--strict", action="store_true", help="stop with an error at the first failed sync check")
     p.add_argument("--trace", action="store_true", help="write trace/rank-0.json.gz (torch.profiler)")
@@ -34,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
     from pipeline.loop import SyncCheckFailedError
     from pipeline.run import execute_run
     from pipeline.session import RunConfig
@@ -68,10 +78,16 @@ def run(args: argparse.Namespace) -> int:
         )
     except SyncCheckFailedError as exc:
         if args.json:
-            print(json.dumps({"schema_version": 1, "run_dir": args.output, "status": "failed", "error": str(exc)}))
+            print(
+                json.dumps(
+                    {"schema_version": 1, "run_dir": args.output, "status": "failed", "error": str(exc)}
+                )
+            )
         raise
-    print(f"run complete: {summary['steps']} steps, {summary['checks_failed']} failed checks -> {summary['run_dir']}",
-          file=sys.stderr)
+    print(
+        f"run complete: {summary['steps']} steps, {summary['checks_failed']} failed checks -> {summary['run_dir']}",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -198,26 +198,40 @@ def skip_prefix_reset(engine: Any) -> None:
 
 
 def admit_mid_sync(engine: Any, *, wait_s: float = 2.0) -> None:
-    """Requests stay admitted and are not drained during a sync (verl PR #7511): a request that is in flight
-    decodes while the load writes the weights. To make the overlap deterministic, an admitted request waits
-    (at most ``wait_s``) for the next load to start before its prefill, as if the sync arrived mid-decode."""
-    loading = threading.Event()
+    """Requests stay admitted and are not drained during a sync (verl PR #7511): a request in flight decodes
+    while the load writes the weights. The overlap is made deterministic, as if the sync always landed
+    mid-decode: a request submitted asynchronously (on the engine's worker thread) waits, once admitted, for
+    the next load to begin (at most ``wait_s``), and the load waits until that request has observed the
+    half-loaded engine (at most ``wait_s``) before writing."""
+    loading, observed = threading.Event(), threading.Event()
     engine._pause_admission = lambda: None
     engine._drain = lambda: None
-    original_load, original_prefill = engine._load, engine._prefill
+    original_load, original_prefill, original_versions = engine._load, engine._prefill, engine._versions_now
+
+    def on_worker() -> bool:
+        return threading.current_thread() is not threading.main_thread()
 
     def load(payload: bytes) -> None:
         loading.set()
+        observed.wait(timeout=wait_s)
         try:
             original_load(payload)
         finally:
             loading.clear()
+            observed.clear()
 
     def prefill(prompts: Any) -> Any:
-        loading.wait(timeout=wait_s)
+        if on_worker():
+            loading.wait(timeout=wait_s)
         return original_prefill(prompts)
 
-    engine._load, engine._prefill = load, prefill
+    def versions_now() -> set[int]:
+        out = original_versions()
+        if on_worker() and len(out) > 1:
+            observed.set()
+        return out
+
+    engine._load, engine._prefill, engine._versions_now = load, prefill, versions_now
 
 
 FAULTS: tuple[Fault, ...] = (

@@ -72,7 +72,9 @@ class GRPOBatch:
             ("old_logprobs", (b, t - 1)),
         ):
             if tuple(getattr(self, name).shape) != shape:
-                raise ValueError(f"GRPOBatch.{name} has shape {tuple(getattr(self, name).shape)}, expected {shape}")
+                raise ValueError(
+                    f"GRPOBatch.{name} has shape {tuple(getattr(self, name).shape)}, expected {shape}"
+                )
 
     @property
     def lengths(self) -> list[int]:

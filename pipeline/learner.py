@@ -92,9 +92,13 @@ class HFLearner:
         bf16_last_layers: int = 0,
     ) -> None:
         if precision not in LEARNER_PRECISIONS:
-            raise InputError(f"unknown learner precision {precision!r}; choose one of {', '.join(LEARNER_PRECISIONS)}")
+            raise InputError(
+                f"unknown learner precision {precision!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
+            )
         if compute_dtype not in COMPUTE_DTYPES:
-            raise InputError(f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}")
+            raise InputError(
+                f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
+            )
         self.model = model
         self.precision = precision
         self.compute_dtype = compute_dtype

@@ -52,9 +52,16 @@ def _ns_to_s(ns: int) -> float:
 class RLLoop:
     """Drives a :class:`pipeline.session.Session` step by step; collects metrics and check rows."""
 
-    def __init__(self, session: Session, *, check_sync: str = "every", strict: bool = False,
-                 async_mode: bool = False, syncer: Any = None,
-                 checker: Callable[..., list[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        check_sync: str = "every",
+        strict: bool = False,
+        async_mode: bool = False,
+        syncer: Any = None,
+        checker: Callable[..., list[Any]] | None = None,
+    ) -> None:
         from pipeline.invariants import check_sync as check_invariants
         from pipeline.weight_sync import WeightSync
 
@@ -97,7 +104,9 @@ class RLLoop:
 
     def _check(self, step: int, rollouts: list[Rollout]) -> list[dict[str, Any]]:
         with self.s.ranges.range("sync/check", step=step, version=self.version):
-            rows = self.checker(step, self.s.learner, self.s.sampler, rollouts=rollouts, report=self.syncer.last)
+            rows = self.checker(
+                step, self.s.learner, self.s.sampler, rollouts=rollouts, report=self.syncer.last
+            )
         return [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in rows]
 
     def step(self, step: int) -> StepResult:
@@ -108,12 +117,19 @@ class RLLoop:
             with rl.range("generate", step=step) as g:
                 problems, rollouts = self._generate(step)
                 g["sequences"] = len(rollouts)
-            rewards = [s.task.reward(p, s.tokenizer.decode(r.response_ids)) for p, r in zip(problems, rollouts, strict=True)]
+            rewards = [
+                s.task.reward(p, s.tokenizer.decode(r.response_ids))
+                for p, r in zip(problems, rollouts, strict=True)
+            ]
             with rl.range("logprob", step=step) as lg:
-                ids, am, rm = pad_sequences([r.prompt_ids for r in rollouts], [r.response_ids for r in rollouts], s.pad_id)
+                ids, am, rm = pad_sequences(
+                    [r.prompt_ids for r in rollouts], [r.response_ids for r in rollouts], s.pad_id
+                )
                 old_lp = s.learner.logprobs(ids, am).cpu()
                 lg["tokens"] = int(am.sum())
-            sampler_lp = place_logprobs([len(r.prompt_ids) for r in rollouts], [r.logprobs for r in rollouts], rm.shape[1])
+            sampler_lp = place_logprobs(
+                [len(r.prompt_ids) for r in rollouts], [r.logprobs for r in rollouts], rm.shape[1]
+            )
             mm = mismatch_metrics(sampler_lp, old_lp, rm)
             batch = build_grpo_batch(rollouts, rewards, s.cfg.samples_per_prompt, old_lp, s.pad_id)
             with rl.range("update", step=step, precision=s.learner.precision) as u:

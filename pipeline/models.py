@@ -48,7 +48,9 @@ class ModelPreset:
 
     @property
     def head_dim(self) -> int:
-        return int(self.config_kwargs.get("head_dim", self.get("hidden_size") // self.get("num_attention_heads")))
+        return int(
+            self.config_kwargs.get("head_dim", self.get("hidden_size") // self.get("num_attention_heads"))
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -205,7 +207,9 @@ def build_model(p: ModelPreset, seed: int = 0) -> Any:
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
     if p.shape_only:
-        raise InputError(f"model {p.name!r} is shape-only (for FLOP and parameter counts); use tiny-dense or tiny-moe")
+        raise InputError(
+            f"model {p.name!r} is shape-only (for FLOP and parameter counts); use tiny-dense or tiny-moe"
+        )
     config = build_config(p)
     config._attn_implementation = "sdpa"
     cls = Qwen3MoeForCausalLM if p.is_moe else Qwen3ForCausalLM

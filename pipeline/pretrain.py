@@ -47,7 +47,9 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mxperf")
 
 
-def config_hash(preset: ModelPreset, task: AdditionTask, tokenizer: TaskTokenizer, cfg: PretrainConfig) -> str:
+def config_hash(
+    preset: ModelPreset, task: AdditionTask, tokenizer: TaskTokenizer, cfg: PretrainConfig
+) -> str:
     vocab = json.dumps(sorted(tokenizer._tok.get_vocab().items()))
     key = {
         "format": PRETRAIN_FORMAT,
@@ -87,13 +89,17 @@ def train(
 ) -> list[float]:
     """Train ``model`` in place; returns the loss of each step."""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, foreach=False)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 20) * max(0.1, 1 - i / max(cfg.steps, 1)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / 20) * max(0.1, 1 - i / max(cfg.steps, 1))
+    )
     model.train()
     losses = []
     for step in range(cfg.steps):
         ids, am, lm = _batch(task, tok, cfg.batch_size, seed=cfg.seed * 1_000_003 + step + 7)
         logits = model(input_ids=ids, attention_mask=am, use_cache=False).logits[:, :-1]
-        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        ce = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+        )
         loss = (ce * lm.reshape(-1)).sum() / lm.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()

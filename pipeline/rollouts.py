@@ -32,7 +32,9 @@ def pad_sequences(
     return ids, am, rm
 
 
-def place_logprobs(prompt_lengths: Sequence[int], logprobs: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+def place_logprobs(
+    prompt_lengths: Sequence[int], logprobs: Sequence[Sequence[float]], width: int
+) -> torch.Tensor:
     """Per-response-token log-probs put at their log-prob positions in a [B, width] tensor (0 elsewhere)."""
     out = torch.zeros((len(logprobs), width), dtype=torch.float32)
     for i, (p, lp) in enumerate(zip(prompt_lengths, logprobs, strict=True)):
@@ -49,6 +51,8 @@ def build_grpo_batch(
 ) -> GRPOBatch:
     """The GRPO batch of a step: advantages from contiguous groups of ``group_size`` rollouts."""
     ids, am, rm = pad_sequences([r.prompt_ids for r in rollouts], [r.response_ids for r in rollouts], pad_id)
-    sampler_lp = place_logprobs([len(r.prompt_ids) for r in rollouts], [r.logprobs for r in rollouts], rm.shape[1])
+    sampler_lp = place_logprobs(
+        [len(r.prompt_ids) for r in rollouts], [r.logprobs for r in rollouts], rm.shape[1]
+    )
     adv = group_advantages(torch.tensor(list(rewards), dtype=torch.float32), group_size)
     return GRPOBatch(ids, am, rm, adv, old_logprobs, sampler_lp)

@@ -23,21 +23,28 @@ from typing import Any
 import pandas as pd
 
 from pipeline.loop import CHECK_POLICIES, RLLoop, evaluate_pairing
-from tracing.errors import InputError
 from pipeline.session import RunConfig, Session
 from tracing import store
+from tracing.errors import InputError
 from tracing.manifest import OutputDir
 from tracing.ranges import RangeLog
+
 
 def eval_fixed_batch(session: Session, when: str, version: int) -> dict[str, Any]:
     """Mismatch of the current pairing on the fixed evaluation batch (responses: the problems' answers)."""
     tok = session.tokenizer
     prompts = [tok.encode(p.prompt) for p in session.eval_problems]
-    responses = [tok.encode(p.answer) + [tok.eos_id] for p in session.eval_problems]
+    responses = [[*tok.encode(p.answer), tok.eos_id] for p in session.eval_problems]
     row: dict[str, Any] = {"when": when, "version": version}
     row.update(evaluate_pairing(session.learner, session.sampler, prompts, responses, session.pad_id))
-    row.update({"learner": session.cfg.learner, "sampler": session.cfg.sampler,
-                "grid_fraction": session.cfg.grid_fraction, "kv_cache": session.cfg.kv_cache})
+    row.update(
+        {
+            "learner": session.cfg.learner,
+            "sampler": session.cfg.sampler,
+            "grid_fraction": session.cfg.grid_fraction,
+            "kv_cache": session.cfg.kv_cache,
+        }
+    )
     return row
 
 
@@ -70,7 +77,9 @@ def execute_run(
     checks: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     ranges = RangeLog()
-    od = OutputDir(out_dir, kind="run", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force)
+    od = OutputDir(
+        out_dir, kind="run", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
+    )
     with od:
         try:
             session = Session(cfg, ranges=ranges)
@@ -87,8 +96,10 @@ def execute_run(
                         metrics.append(result.metrics)
                         checks.extend(result.check_rows)
                         m = result.metrics
-                        log(f"step {step}: reward {m['reward_mean']:.3f} kl_k3 {m['kl_k3']:.2e} "
-                            f"step {m['step_s']:.2f}s checks failed {m['checks_failed']}")
+                        log(
+                            f"step {step}: reward {m['reward_mean']:.3f} kl_k3 {m['kl_k3']:.2e} "
+                            f"step {m['step_s']:.2f}s checks failed {m['checks_failed']}"
+                        )
             finally:
                 loop.close()
             evals.append(eval_fixed_batch(session, "final", loop.version))

@@ -84,7 +84,9 @@ class Sampler:
         self.grid_fraction = grid_fraction
         self.kv_cache = kv_cache
         self.dims = Dims.from_config(config)
-        self.weights = weights if weights is not None else _store_class()(config, mode, grid_fraction=grid_fraction)
+        self.weights = (
+            weights if weights is not None else _store_class()(config, mode, grid_fraction=grid_fraction)
+        )
         self.use_prefix_cache = prefix_cache
         self.calibration_prompts = [list(p) for p in calibration_prompts]
         self.eos_id, self.pad_id = eos_id, pad_id
@@ -245,8 +247,14 @@ class Sampler:
         if missing:
             width = max(len(p) for p in missing)
             ids, pos, valid = _left_pad(missing, width, self.pad_id)
-            cache = KVCache(self.dims, len(missing), width, fp8=self.kv_cache == "fp8",
-                            k_scales=self.k_scales, v_scales=self.v_scales)
+            cache = KVCache(
+                self.dims,
+                len(missing),
+                width,
+                fp8=self.kv_cache == "fp8",
+                k_scales=self.k_scales,
+                v_scales=self.v_scales,
+            )
             versions = self._versions_now()
             logits = forward(self.weights, self.dims, ids, pos, valid, cache, 0)
             version = max(versions | self._versions_now())
@@ -266,7 +274,9 @@ class Sampler:
                         self._prefix[p] = entry
         return found
 
-    def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[list[float]]:
+    def score(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
         """Teacher-forced: the engine's log-prob of each given response token, through the same prefill +
         incremental decode path as generation (for comparisons at fixed weights on a fixed batch)."""
         if len(prompts) != len(responses) or any(len(r) == 0 for r in responses):
@@ -291,8 +301,14 @@ class Sampler:
         entries = self._prefill(keys)
         b = len(keys)
         width = max(len(p) for p in keys)
-        cache = KVCache(self.dims, b, width + params.max_new_tokens, fp8=self.kv_cache == "fp8",
-                        k_scales=self.k_scales, v_scales=self.v_scales)
+        cache = KVCache(
+            self.dims,
+            b,
+            width + params.max_new_tokens,
+            fp8=self.kv_cache == "fp8",
+            k_scales=self.k_scales,
+            v_scales=self.v_scales,
+        )
         versions: list[set[int]] = [set() for _ in range(b)]
         for i, key in enumerate(keys):
             e = entries[key]
@@ -325,8 +341,15 @@ class Sampler:
                 break
             before = self._versions_now()
             feed = torch.where(done, torch.full_like(tokens, self.pad_id), tokens)
-            logits = forward(self.weights, self.dims, feed[:, None], positions[:, None], ~done[:, None], cache,
-                             width + step)[:, -1]
+            logits = forward(
+                self.weights,
+                self.dims,
+                feed[:, None],
+                positions[:, None],
+                ~done[:, None],
+                cache,
+                width + step,
+            )[:, -1]
             used = before | self._versions_now()
             for i in range(b):
                 if not done[i]:

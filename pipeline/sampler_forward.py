@@ -64,8 +64,16 @@ class Dims:
 class KVCache:
     """Per-layer K/V for B rows x C columns, BF16 or FP8 (E4M3 codes + per-layer fp32 scales)."""
 
-    def __init__(self, dims: Dims, batch: int, columns: int, *, fp8: bool, k_scales: list[float] | None = None,
-                 v_scales: list[float] | None = None) -> None:
+    def __init__(
+        self,
+        dims: Dims,
+        batch: int,
+        columns: int,
+        *,
+        fp8: bool,
+        k_scales: list[float] | None = None,
+        v_scales: list[float] | None = None,
+    ) -> None:
         dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
         shape = (batch, dims.num_kv_heads, columns, dims.head_dim)
         self.k = [torch.zeros(shape, dtype=dtype) for _ in range(dims.num_layers)]
@@ -168,7 +176,9 @@ def forward(
         attn = attention(q, k_all, v_all, visible_BSC)
         o = weights.linear(linear_prefix(layer, "o_proj"), attn.reshape(b * s, -1)).to(torch.bfloat16)
         h = h + o.view(b, s, -1)
-        x = rms_norm(h, weights.tensor(f"{pre}.post_attention_layernorm.weight"), dims.rms_eps).reshape(b * s, -1)
+        x = rms_norm(h, weights.tensor(f"{pre}.post_attention_layernorm.weight"), dims.rms_eps).reshape(
+            b * s, -1
+        )
         mlp = _moe(weights, dims, layer, x) if dims.moe else _dense_mlp(weights, layer, x)
         h = h + mlp.to(torch.bfloat16).view(b, s, -1)
     h = rms_norm(h, weights.tensor("model.norm.weight"), dims.rms_eps)

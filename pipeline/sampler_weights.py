@@ -402,7 +402,10 @@ class SamplerWeights:
         for d in self.dests.values():
             rows = self._rows(d.shape)
             rec.writes[d.name] = torch.zeros(rows, dtype=torch.int32)
-            rec.row_versions[d.name] = old.row_versions.get(d.name, torch.full(rows, -1, dtype=torch.int64))
+            prev = old.row_versions.get(d.name)
+            rec.row_versions[d.name] = (
+                prev.clone() if prev is not None else torch.full(rows, -1, dtype=torch.int64)
+            )
             if d.quantized:
                 rec.writes[d.scale] = torch.zeros(rows, dtype=torch.int32)
         self._record = rec

@@ -52,7 +52,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         get_preset(self.model)  # raises InputError on an unknown id
         if self.learner not in LEARNER_PRECISIONS:
-            raise InputError(f"unknown --learner {self.learner!r}; choose one of {', '.join(LEARNER_PRECISIONS)}")
+            raise InputError(
+                f"unknown --learner {self.learner!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
+            )
         if self.sampler not in SAMPLER_MODES:
             raise InputError(f"unknown --sampler {self.sampler!r}; choose one of {', '.join(SAMPLER_MODES)}")
         if not 0.0 <= self.grid_fraction <= 1.0:
@@ -101,7 +103,10 @@ class Session:
         self.pad_id = self.tokenizer.pad_id
         self.ranges = ranges or RangeLog()
         model, self.warm_start_meta = warm_start(
-            self.preset, self.task, self.tokenizer, PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed),
+            self.preset,
+            self.task,
+            self.tokenizer,
+            PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed),
             progress=progress,
         )
         self.learner = HFLearner(

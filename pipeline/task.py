@@ -31,7 +31,9 @@ class AdditionTask:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_digits <= self.max_digits <= 12:
-            raise ValueError(f"need 1 <= min_digits <= max_digits <= 12, got {self.min_digits}, {self.max_digits}")
+            raise ValueError(
+                f"need 1 <= min_digits <= max_digits <= 12, got {self.min_digits}, {self.max_digits}"
+            )
 
     @property
     def max_answer_chars(self) -> int:

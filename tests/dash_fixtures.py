@@ -141,13 +141,13 @@ def _sweep(root: Path, name: str = "sweep-tiny-dense") -> Path:
     return od.path
 
 
-def _fit(root: Path, sweep: Path, name: str = "fit-tiny-dense") -> Path:
+def _fit(root: Path, sweep: Path, run: Path, name: str = "fit-tiny-dense") -> Path:
     """fits.json made by the cost model itself (``perfmodel.results.analyze``, as ``mxperf fit`` does)."""
     from perfmodel.inputs import load_inputs
     from perfmodel.results import analyze
 
-    doc = analyze(load_inputs([sweep]), n_boot=50, seed=0)
-    with OutputDir(root / name, kind="fit", config={"inputs": [str(sweep)]}) as od:
+    doc = analyze(load_inputs([sweep, run]), n_boot=50, seed=0)  # the run gives the other phases' seconds
+    with OutputDir(root / name, kind="fit", config={"inputs": [str(sweep), str(run)]}) as od:
         store.write_json(doc, od.path / store.FITS)
         store.write_text("# fit\n", od.path / store.REPORT)
     return od.path
@@ -234,28 +234,48 @@ def _ingest(root: Path, name: str = "ingest-gpu") -> Path:
 
 
 def _faults(root: Path, name: str = "faults") -> Path:
-    faults = {
-        "flipped_scale_byte": "I1",
-        "floor_requant": "I1",
-        "dropped_expert": "I2",
-        "gate_up_swapped": "I3",
-    }
-    rows = [
-        {"fault": f, "check": f"I{i}", "caught": f"I{i}" == inv, "silent": False}
-        for f, inv in faults.items()
-        for i in range(1, 8)
+    """One row per injected fault, as ``mxperf faults`` writes it (``pipeline.fault_runs.FaultOutcome``)."""
+    outcomes = [
+        ("flipped_scale_byte", "I1", "I1"),
+        ("floor_requant", "I1", "I1,I4"),
+        ("dropped_expert", "I2", ""),
+        ("gate_up_swapped", "I3", "I3"),
     ]
-    with OutputDir(root / name, kind="run", config={"model": MODEL, "faults": list(faults)}) as od:
+    rows = [
+        {
+            "fault": f,
+            "invariant": inv,
+            "source": "synthetic",
+            "caught": bool(by),
+            "caught_by": by,
+            "first_caught_step": 0 if by else None,
+            "silent": not by,
+            "error": None,
+            "eval_dlogprob_max": 0.1,
+            "eval_dlogprob_mean": 0.01,
+            "kl_k3_fault": 1e-3,
+            "kl_k3_clean": 1e-4,
+            "rollout_dlogprob_max": 0.2,
+            "steps_done": 3,
+            "check_seconds": 0.1,
+            "run_seconds": 2.0,
+        }
+        for f, inv, by in outcomes
+    ]
+    with OutputDir(
+        root / name, kind="run", config={"model": MODEL, "faults": [r[0] for r in outcomes]}
+    ) as od:
         store.write_table(pd.DataFrame(rows), od.path / store.FAULT_MATRIX)
     return od.path
 
 
 def make_runs_dir(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    _run(root, "run-bf16", "bf16", "bf16")
+    run = _run(root, "run-bf16", "bf16", "bf16")
     _run(root, "run-mxfp8", "mxfp8", "mxfp8", fail_step=4)
-    _fit(root, _sweep(root))
+    _fit(root, _sweep(root), run)
     _ingest(root)
+    _faults(root)
     return root
 
 
@@ -284,5 +304,4 @@ def add_broken_outputs(root: Path) -> Path:
         },
         failed / store.MANIFEST,
     )
-    _faults(root)
     return root

@@ -85,7 +85,7 @@ def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame
             }
         )
     else:
-        ev = trace.events[trace.events["kind"] == schema.RANGE]
+        ev = trace.events[metrics.kind_mask(trace.events, (schema.RANGE,))]
         names, attrs = [], []
         for raw in ev["name"].astype(str):
             name, a = split_encoded_name(raw)
@@ -103,7 +103,9 @@ def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame
                 "attrs": attrs,
             }
         )
-        df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+        df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(
+            drop=True
+        )
         df.insert(1, "range_id", np.arange(len(df), dtype=np.int64))
         parent, depth = _nesting(df)
         df.insert(2, "parent_id", parent)
@@ -118,7 +120,9 @@ def _nesting(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     parent = np.full(len(df), schema.NO_ID, np.int64)
     depth = np.zeros(len(df), np.int64)
     stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for i, (pid, tid, start, end) in enumerate(zip(df["pid"], df["tid"], df["start_ns"], df["end_ns"], strict=True)):
+    for i, (pid, tid, start, end) in enumerate(
+        zip(df["pid"], df["tid"], df["start_ns"], df["end_ns"], strict=True)
+    ):
         stack = stacks.setdefault((pid, tid), [])
         while stack and (stack[-1][1] <= start or stack[-1][1] < end):
             stack.pop()
@@ -129,18 +133,27 @@ def _nesting(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return parent, depth
 
 
-def attribute_ranges(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
-    """The range table (``schema.RANGE_COLUMNS`` without trace/rank) with GPU work attributed."""
+def attribute_ranges(
+    trace: Trace,
+    phase_map: PhaseMap | None = None,
+    *,
+    ops: pd.DataFrame | None = None,
+    timelines: list[metrics.DeviceTimeline] | None = None,
+) -> pd.DataFrame:
+    """The range table (``schema.RANGE_COLUMNS`` without trace/rank) with GPU work attributed.
+
+    ``ops`` / ``timelines`` (from ``metrics.gpu_ops`` / ``metrics.device_timelines``) may be passed to reuse them.
+    """
     df = range_frame(trace, phase_map)
     gpu_cols = [c for c, t in schema.RANGE_COLUMNS.items() if t == "Int64"]
     for col in gpu_cols:
         df[col] = pd.array([pd.NA] * len(df), dtype="Int64")
-    ops = metrics.gpu_ops(trace.events)
+    ops = metrics.gpu_ops(trace.events) if ops is None else ops
     if trace.range_log is not None or len(ops) == 0:
         df["gpu_reason"] = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
         return _ordered(df)
     df["gpu_reason"] = ""
-    timelines = metrics.device_timelines(trace.events, ops)
+    timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
     launched = ops[ops["launch_start_ns"] != schema.NO_ID]
     _attribute(df, launched, by=["pid", "launch_tid"], range_keys=["pid", "tid"], prefix="thread")
     _attribute(df, launched, by=["pid"], range_keys=["pid"], prefix="window")
@@ -160,7 +173,9 @@ def attribute_ranges(trace: Trace, phase_map: PhaseMap | None = None) -> pd.Data
     return _ordered(df)
 
 
-def _attribute(df: pd.DataFrame, launched: pd.DataFrame, *, by: list[str], range_keys: list[str], prefix: str) -> None:
+def _attribute(
+    df: pd.DataFrame, launched: pd.DataFrame, *, by: list[str], range_keys: list[str], prefix: str
+) -> None:
     ops_n = np.zeros(len(df), np.int64)
     busy = np.zeros(len(df), np.int64)
     span = np.zeros(len(df), np.int64)

@@ -30,14 +30,29 @@ STAGING = ".staging"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH", help="Kineto .json(.gz), nsys .sqlite, mxperf run dir, or a dir of traces")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="Kineto .json(.gz), nsys .sqlite, mxperf run dir, or a dir of traces",
+    )
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory (must be new or empty)")
-    p.add_argument("--json", action="store_true", help="print the SPEC.md ingest JSON as the last stdout line")
+    p.add_argument(
+        "--json", action="store_true", help="print the SPEC.md ingest JSON as the last stdout line"
+    )
     p.add_argument("--label", help="model=M,precision=P,tokens_per_microbatch=N[,phase=update][,repeat=R]")
-    p.add_argument("--rank", type=int, help="rank of a single input that names none (no distributedInfo, no rank-N)")
+    p.add_argument(
+        "--rank", type=int, help="rank of a single input that names none (no distributedInfo, no rank-N)"
+    )
     p.add_argument("--workers", type=int, default=1, help="local processes, one file each (default 1)")
-    p.add_argument("--ray", metavar="ADDRESS", help="map files over a Ray cluster ('local' starts one); needs mxperf[ray]")
-    p.add_argument("--microbatch-range", metavar="PATTERN", help="regex (full match) naming the micro-batch range")
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="map files over a Ray cluster ('local' starts one); needs mxperf[ray]",
+    )
+    p.add_argument(
+        "--microbatch-range", metavar="PATTERN", help="regex (full match) naming the micro-batch range"
+    )
     p.add_argument("--phase-map", metavar="FILE", help="phase-map TOML replacing tracing/phase_map.toml")
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
 
@@ -56,7 +71,11 @@ def _events_name(r: FileResult, taken: set[str], index: int) -> str:
 
 def _labels_for(r: FileResult, cli: Labels) -> Labels:
     p = Path(r.path)
-    run_dir = p if r.format == "rangelog" else (p.parent.parent if p.parent.name == store.TRACE_DIR and is_run_dir(p.parent.parent) else None)
+    run_dir = (
+        p
+        if r.format == "rangelog"
+        else (p.parent.parent if p.parent.name == store.TRACE_DIR and is_run_dir(p.parent.parent) else None)
+    )
     base = Labels()
     if run_dir is not None:
         cfg = run_config(run_dir)
@@ -71,11 +90,17 @@ def _labels_for(r: FileResult, cli: Labels) -> Labels:
     return base.merged(sidecar_labels(p)).merged(cli)
 
 
-def _microbatches(results: list[FileResult], cli: Labels, pattern: str | None) -> tuple[pd.DataFrame | None, list[str]]:
+def _microbatches(
+    results: list[FileResult], cli: Labels, pattern: str | None
+) -> tuple[pd.DataFrame | None, list[str]]:
     tables, notes = [], []
     for r in results:
         labels = _labels_for(r, cli)
-        if r.format == "kineto" and Path(r.path).parent.name == store.TRACE_DIR and any(x.format == "rangelog" for x in results):
+        if (
+            r.format == "kineto"
+            and Path(r.path).parent.name == store.TRACE_DIR
+            and any(x.format == "rangelog" for x in results)
+        ):
             continue  # a run's own trace: its micro-batches come from the range log (all steps, with attributes)
         if not labels.complete:
             if labels.as_dict():
@@ -83,15 +108,21 @@ def _microbatches(results: list[FileResult], cli: Labels, pattern: str | None) -
                 if r.format == "rangelog" and missing == ["precision"]:
                     pass  # the range log's attributes carry the precision
                 else:
-                    raise InputError(f"{r.path}: labels incomplete, missing {', '.join(missing)} (--label or {Path(r.path).parent / 'mxperf.toml'})")
+                    raise InputError(
+                        f"{r.path}: labels incomplete, missing {', '.join(missing)} (--label or {Path(r.path).parent / 'mxperf.toml'})"
+                    )
             else:
                 continue
         mb = microbatch_table(r.ranges, labels, pattern=pattern)
         if len(mb) == 0:
-            notes.append(f"{r.path}: labelled, but no micro-batch ranges found (use --microbatch-range PATTERN)")
+            notes.append(
+                f"{r.path}: labelled, but no micro-batch ranges found (use --microbatch-range PATTERN)"
+            )
             continue
         if mb["precision"].isna().any() or mb["model"].isna().any():
-            raise InputError(f"{r.path}: micro-batches lack a model or precision; pass --label model=...,precision=...")
+            raise InputError(
+                f"{r.path}: micro-batches lack a model or precision; pass --label model=...,precision=..."
+            )
         tables.append(mb)
     if not tables:
         return None, notes
@@ -152,7 +183,12 @@ def run(args: argparse.Namespace) -> int:
         stage.mkdir()
         try:
             results = ingest_many(
-                items, str(stage), rank=args.rank, workers=args.workers, ray_address=args.ray, phase_map_path=args.phase_map
+                items,
+                str(stage),
+                rank=args.rank,
+                workers=args.workers,
+                ray_address=args.ray,
+                phase_map_path=args.phase_map,
             )
             microbatches, notes = _microbatches(results, cli_labels, args.microbatch_range)
             _write(od.path, results, microbatches)
@@ -162,7 +198,9 @@ def run(args: argparse.Namespace) -> int:
                 f.unlink(missing_ok=True)
             raise
         shutil.rmtree(stage, ignore_errors=True)
-        od.update(traces=spec_json(results)["traces"], microbatches=0 if microbatches is None else len(microbatches))
+        od.update(
+            traces=spec_json(results)["traces"], microbatches=0 if microbatches is None else len(microbatches)
+        )
     for line in [*summary_lines(results), *notes]:
         print(line, file=sys.stderr)
     if microbatches is not None:
@@ -190,4 +228,3 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
         store.write_table(schema.conform(df, cols, name), out / name)
     if microbatches is not None:
         store.write_table(microbatches, out / store.MICROBATCHES)
-

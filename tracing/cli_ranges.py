@@ -18,6 +18,7 @@ from tracing import store
 from tracing.errors import InputError
 from tracing.manifest import read_manifest
 
+_NUMBERED = r"#\d+$"  # ProfilerStep#4, ProfilerStep#5 ... group as ProfilerStep#*
 HELP = "per-range wall time, attributed GPU busy and host stall from an ingest directory"
 
 
@@ -29,8 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the rows as one JSON line on stdout")
 
 
-def summarize_ranges(ranges: pd.DataFrame, *, match: str | None = None, phase: str | None = None) -> pd.DataFrame:
-    """Group a ranges table by (name, phase): count, wall, attributed busy, host stall (ms), stall share."""
+def summarize_ranges(
+    ranges: pd.DataFrame, *, match: str | None = None, phase: str | None = None
+) -> pd.DataFrame:
+    """Group a ranges table by (name, phase; ``Name#N`` counts as ``Name#*``): count, wall, attributed busy, host stall (ms), stall share."""
     df = ranges
     if match:
         try:
@@ -40,6 +43,7 @@ def summarize_ranges(ranges: pd.DataFrame, *, match: str | None = None, phase: s
         df = df[df["name"].astype(str).map(lambda n: rx.search(n) is not None).to_numpy(dtype=bool)]
     if phase:
         df = df[df["phase"] == phase]
+    df = df.assign(name=df["name"].astype(str).str.replace(_NUMBERED, "#*", regex=True))
     g = df.groupby(["name", "phase"], observed=True, dropna=False)
     out = pd.DataFrame(
         {
@@ -74,9 +78,13 @@ def render(table: pd.DataFrame) -> str:
 def run(args: argparse.Namespace) -> int:
     manifest = read_manifest(args.out)
     if manifest["kind"] != "ingest":
-        raise InputError(f"{args.out}: a '{manifest['kind']}' directory; `mxperf ranges` reads `mxperf ingest` output")
+        raise InputError(
+            f"{args.out}: a '{manifest['kind']}' directory; `mxperf ranges` reads `mxperf ingest` output"
+        )
     if manifest["status"] != "complete":
-        raise InputError(f"{args.out}: ingest status is '{manifest['status']}', not complete; re-run mxperf ingest")
+        raise InputError(
+            f"{args.out}: ingest status is '{manifest['status']}', not complete; re-run mxperf ingest"
+        )
     table = summarize_ranges(store.read_table(args.out / store.RANGES), match=args.match, phase=args.phase)
     if args.top:
         table = table.head(args.top)

@@ -60,7 +60,9 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
         elif p.is_dir():
             found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
             if not found:
-                raise InputError(f"{p}: directory holds no traces (*.json, *.json.gz, *.sqlite) and no {store.RANGES}")
+                raise InputError(
+                    f"{p}: directory holds no traces (*.json, *.json.gz, *.sqlite) and no {store.RANGES}"
+                )
             out.extend((f, detect_format(f)) for f in found)
         else:
             out.append((p, detect_format(p)))
@@ -99,10 +101,11 @@ class FileResult:
 def analyze(trace: Trace, phase_map: PhaseMap | None = None) -> dict[str, pd.DataFrame]:
     """All per-trace tables: devices, streams, ranges, kernels (pure; no I/O)."""
     ops = metrics.gpu_ops(trace.events)
+    timelines = metrics.device_timelines(trace.events, ops)
     return {
-        "devices": metrics.device_metrics(trace.events),
-        "streams": metrics.stream_breakdown(trace.events),
-        "ranges": attribution.attribute_ranges(trace, phase_map),
+        "devices": metrics.device_metrics(trace.events, timelines),
+        "streams": metrics.stream_breakdown(trace.events, ops=ops),
+        "ranges": attribution.attribute_ranges(trace, phase_map, ops=ops, timelines=timelines),
         "kernels": kernel_classes.kernel_table(ops),
     }
 
@@ -119,7 +122,12 @@ def _with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd
 
 
 def ingest_file(
-    path: str, fmt: str, rank: int | None, stage_dir: str | None, index: int, phase_map_path: str | None = None
+    path: str,
+    fmt: str,
+    rank: int | None,
+    stage_dir: str | None,
+    index: int,
+    phase_map_path: str | None = None,
 ) -> FileResult:
     """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
@@ -128,7 +136,9 @@ def ingest_file(
     staged = None
     if stage_dir is not None:
         staged = str(Path(stage_dir) / f".events-{index}.parquet")
-        store.write_table(trace.events, staged, meta={"trace": trace.path, "format": trace.format, "rank": trace.rank})
+        store.write_table(
+            trace.events, staged, meta={"trace": trace.path, "format": trace.format, "rank": trace.rank}
+        )
     reason = ""
     if trace.format == "rangelog":
         reason = attribution.RANGELOG_REASON
@@ -167,7 +177,10 @@ def ingest_many(
 ) -> list[FileResult]:
     """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray."""
     many = len(items) > 1
-    jobs = [(str(p), fmt, _rank_hint(p, fmt, rank, many), stage_dir, i, phase_map_path) for i, (p, fmt) in enumerate(items)]
+    jobs = [
+        (str(p), fmt, _rank_hint(p, fmt, rank, many), stage_dir, i, phase_map_path)
+        for i, (p, fmt) in enumerate(items)
+    ]
     if ray_address is not None:
         return _ingest_ray(jobs, ray_address)
     if workers > 1 and len(jobs) > 1:
@@ -184,7 +197,11 @@ def _ingest_ray(jobs: list[tuple[Any, ...]], address: str) -> list[FileResult]:
         raise InputError("--ray needs Ray, which is not installed: pip install 'mxperf[ray]'") from None
     if not ray.is_initialized():
         if address == "local":
-            ray.init(num_cpus=max(2, min(len(jobs), os.cpu_count() or 1)), include_dashboard=False, log_to_driver=False)
+            ray.init(
+                num_cpus=max(2, min(len(jobs), os.cpu_count() or 1)),
+                include_dashboard=False,
+                log_to_driver=False,
+            )
         else:
             ray.init(address=address, log_to_driver=False)
     remote = ray.remote(num_cpus=1)(ingest_file)

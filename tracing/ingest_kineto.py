@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tracing import schema
 from tracing.errors import TraceFormatError
@@ -50,7 +51,9 @@ CATEGORY_KIND: dict[str, str] = {
     "python_function": schema.PYTHON,
 }
 _KIND_CODE = {k: i for i, k in enumerate(schema.EVENT_KINDS)}
-_GPU_CODES = frozenset(_KIND_CODE[k] for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET, schema.SYNC, schema.GPU_RANGE))
+_GPU_CODES = frozenset(
+    _KIND_CODE[k] for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET, schema.SYNC, schema.GPU_RANGE)
+)
 
 
 def us_text_to_ns(value: Any) -> int:
@@ -60,7 +63,12 @@ def us_text_to_ns(value: Any) -> int:
     if type(value) is not str:
         raise TypeError(f"expected a number, got {type(value).__name__}")
     whole, dot, frac = value.partition(".")
-    if dot and len(frac) <= 3 and frac.isdigit() and (whole.isdigit() or (whole[:1] == "-" and whole[1:].isdigit())):
+    if (
+        dot
+        and len(frac) <= 3
+        and frac.isdigit()
+        and (whole.isdigit() or (whole[:1] == "-" and whole[1:].isdigit()))
+    ):
         ns = int(whole.lstrip("-") or "0") * 1000 + int(frac.ljust(3, "0"))
         return -ns if whole.startswith("-") else ns
     try:
@@ -91,7 +99,9 @@ class _Columns:
     """Growable int64 columns plus interned names: the whole per-event state of the parser."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, array] = {c: array("q") for c in schema.EVENT_COLUMNS if c not in ("name", "kind", "domain")}
+        self.cols: dict[str, array] = {
+            c: array("q") for c in schema.EVENT_COLUMNS if c not in ("name", "kind", "domain")
+        }
         self.name = array("i")
         self.kind = array("b")
         self.names: dict[str, int] = {}
@@ -117,6 +127,113 @@ class _Columns:
         raise TypeError(f"pid/tid must be an integer or a string, got {type(value).__name__}")
 
 
+_ROW_COLUMNS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation", "external_id", "bytes")
+
+
+class _Slow(Exception):
+    """The fast batch path met something unusual; redo the batch event by event (exact errors)."""
+
+
+def _event_row(ev: Any, c: _Columns, include_python: bool) -> tuple[int, ...] | None:
+    """One event -> (kind, name, pid, tid, device, stream, start, dur, corr, ext, bytes), or None if skipped."""
+    if type(ev) is not dict:
+        raise TypeError(f"event is a {type(ev).__name__}, not an object")
+    if ev.get("ph") != "X":
+        return None
+    kind = CATEGORY_KIND.get(ev.get("cat"))  # type: ignore[arg-type]
+    if kind is None or (kind == schema.PYTHON and not include_python):
+        return None
+    code = _KIND_CODE[kind]
+    ts, dur = ev.get("ts"), ev.get("dur", 0)
+    start = us_text_to_ns(ts)
+    dur_ns = us_text_to_ns(dur)
+    if dur_ns < 0:
+        raise ValueError(f"negative duration {dur} us")
+    args = ev.get("args")
+    if args is None:
+        args = {}
+    elif type(args) is not dict:
+        raise TypeError("args is not an object")
+    name = ev.get("name")
+    if type(name) is not str:
+        raise TypeError(f"name is {type(name).__name__}, not a string")
+    pid, tid = c.id_of(ev.get("pid")), c.id_of(ev.get("tid"))
+    if code in _GPU_CODES:
+        dev, stream = _as_int(args.get("device", pid)), _as_int(args.get("stream", tid))
+        pid = tid = schema.NO_ID
+    else:
+        dev = stream = schema.NO_ID
+    corr = _as_int(args.get("correlation", -1))
+    ext = _as_int(args.get("External id", -1))
+    nbytes = _as_int(args.get("bytes", -1))
+    return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes)
+
+
+def _ints_or_slow(values: list[Any]) -> list[Any]:
+    for v in values:
+        if v.__class__ is not int:
+            raise _Slow
+    return values
+
+
+def _batch_rows(batch: list[Any], c: _Columns, include_python: bool) -> tuple[list[int], list[int], list[list[int]], int]:
+    """The fast path: column lists for a batch of events by list comprehensions; raises _Slow on anything odd."""
+    phs = [e.get("ph") for e in batch]  # AttributeError on a non-object -> slow path
+    xs = [e for e, ph in zip(batch, phs, strict=True) if ph == "X"]
+    codes = [_KIND_CODE_OF_CAT.get(e.get("cat"), -1) for e in xs]
+    py = _KIND_CODE[schema.PYTHON]
+    keep = [(e, k) for e, k in zip(xs, codes, strict=True) if k >= 0 and (k != py or include_python)]
+    skipped = len(xs) - len(keep)
+    evs = [e for e, _ in keep]
+    kinds = [k for _, k in keep]
+    names = [e.get("name") for e in evs]
+    for n in names:
+        if n.__class__ is not str:
+            raise _Slow
+    get = c.names.get
+    name_codes = [get(n) for n in names]
+    if None in name_codes:
+        name_codes = [c.name_code(n) for n in names]
+    # "4458676522690.655" -> int("4458676522690" + "655"): exact, and a ValueError (-> slow path) on
+    # anything that is not a plain 3-decimal number; other forms go through us_text_to_ns.
+    ts = [e.get("ts") for e in evs]
+    starts = [t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t) for t in ts]
+    du = [e.get("dur", 0) for e in evs]
+    durs = [d * 1000 if d.__class__ is int else int(d[:-4] + d[-3:]) if d[-4:-3] == "." else us_text_to_ns(d) for d in du]
+    if durs and min(durs) < 0:
+        raise _Slow
+    args = [e.get("args") for e in evs]
+    args = [_EMPTY if a is None else a for a in args]
+    for a in args:
+        if a.__class__ is not dict:
+            raise _Slow
+    pids = _ints_or_slow([e.get("pid") for e in evs])
+    tids = _ints_or_slow([e.get("tid") for e in evs])
+    gpu = [k in _GPU_CODES for k in kinds]
+    no = schema.NO_ID
+    devs = _ints_or_slow([a.get("device", p) if g else no for a, p, g in zip(args, pids, gpu, strict=True)])
+    streams = _ints_or_slow([a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)])
+    pids = [no if g else p for p, g in zip(pids, gpu, strict=True)]
+    tids = [no if g else t for t, g in zip(tids, gpu, strict=True)]
+    corr = _ints_or_slow([a.get("correlation", -1) for a in args])
+    ext = _ints_or_slow([a.get("External id", -1) for a in args])
+    nbytes = _ints_or_slow([a.get("bytes", -1) for a in args])
+    return kinds, name_codes, [pids, tids, devs, streams, starts, durs, corr, ext, nbytes], skipped
+
+
+_KIND_CODE_OF_CAT = {cat: _KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()}
+_EMPTY: dict[str, Any] = {}
+
+
+def _append(c: _Columns, kinds: list[int], names: list[int], cols: list[list[int]]) -> None:
+    typed = [array("q", col) for col in cols]  # OverflowError here leaves the columns untouched
+    c.kind.extend(array("b", kinds))
+    c.name.extend(array("i", names))
+    for key, col in zip(_ROW_COLUMNS, typed, strict=True):
+        c.cols[key].extend(col)
+    c.cols["end_tid"].extend(array("q", [schema.NO_ID]) * len(kinds))
+
+
 def load_kineto_events(
     path: str | os.PathLike[str], *, rank: int | None = None, include_python: bool = False
 ) -> Trace:
@@ -124,80 +241,43 @@ def load_kineto_events(
 
     ``rank`` is used when the file has no ``distributedInfo.rank`` and its name has no ``rank-N``.
     Raises :class:`TraceFormatError` naming the file and the problem (offset, event index, field).
+    Batches of events are decoded with list comprehensions; a batch with anything unusual is redone event by
+    event, which gives the same table or the exact error (event index and field).
     """
     path = Path(path)
     reader = ChromeTraceReader(path)
     c = _Columns()
     skipped = 0
-    index = -1
-    cols = c.cols
-    kind_of = CATEGORY_KIND
-    kind_code = _KIND_CODE
-    gpu_codes = _GPU_CODES
-    python_code = _KIND_CODE[schema.PYTHON]
-    a_kind, a_name = c.kind.append, c.name.append
-    a_pid, a_tid, a_dev, a_stream = cols["pid"].append, cols["tid"].append, cols["device"].append, cols["stream"].append
-    a_start, a_dur, a_corr = cols["start_ns"].append, cols["dur_ns"].append, cols["correlation"].append
-    a_ext, a_bytes, a_end_tid = cols["external_id"].append, cols["bytes"].append, cols["end_tid"].append
-    names_get = c.names.get
-    try:
-        for index, ev in enumerate(reader.events()):  # noqa: B007 -- index used in the error message
-            if type(ev) is not dict:
-                raise TypeError(f"event is a {type(ev).__name__}, not an object")
-            if ev.get("ph") != "X":
-                continue
-            kind = kind_of.get(ev.get("cat"))  # type: ignore[arg-type]
-            if kind is None:
-                skipped += 1
-                continue
-            code = kind_code[kind]
-            if code == python_code and not include_python:
-                skipped += 1
-                continue
-            ts, dur = ev.get("ts"), ev.get("dur", 0)
-            start = ts * 1000 if type(ts) is int else us_text_to_ns(ts)
-            dur_ns = dur * 1000 if type(dur) is int else us_text_to_ns(dur)
-            if dur_ns < 0:
-                raise ValueError(f"negative duration {dur} us")
-            args = ev.get("args")
-            if args is None:
-                args = {}
-            elif type(args) is not dict:
-                raise TypeError("args is not an object")
-            name = ev.get("name")
-            if type(name) is not str:
-                raise TypeError(f"name is {type(name).__name__}, not a string")
-            ncode = names_get(name)
-            a_name(ncode if ncode is not None else c.name_code(name))
-            a_kind(code)
-            pid, tid = ev.get("pid"), ev.get("tid")
-            pid = pid if type(pid) is int else c.id_of(pid)
-            tid = tid if type(tid) is int else c.id_of(tid)
-            if code in gpu_codes:
-                dev, stream = args.get("device", pid), args.get("stream", tid)
-                a_dev(dev if type(dev) is int else _as_int(dev))
-                a_stream(stream if type(stream) is int else _as_int(stream))
-                a_pid(schema.NO_ID)
-                a_tid(schema.NO_ID)
-            else:
-                a_dev(schema.NO_ID)
-                a_stream(schema.NO_ID)
-                a_pid(pid)
-                a_tid(tid)
-            a_start(start)
-            a_dur(dur_ns)
-            corr = args.get("correlation", -1)
-            a_corr(corr if type(corr) is int else _as_int(corr))
-            ext = args.get("External id", -1)
-            a_ext(ext if type(ext) is int else _as_int(ext))
-            nbytes = args.get("bytes", -1)
-            a_bytes(nbytes if type(nbytes) is int else _as_int(nbytes))
-            a_end_tid(schema.NO_ID)
-    except TraceFormatError:
-        raise
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise TraceFormatError(path, f"traceEvents[{index}]: {exc}") from None
+    first = 0
+    for batch in reader.batches():
+        try:
+            kinds, names, cols, n_skipped = _batch_rows(batch, c, include_python)
+            _append(c, kinds, names, cols)
+            skipped += n_skipped
+        except (_Slow, AttributeError, TypeError, ValueError, OverflowError):
+            skipped += _slow_batch(path, batch, first, c, include_python)
+        first += len(batch)
     return _finish(path, reader.meta, c, rank, skipped)
+
+
+def _slow_batch(path: Path, batch: list[Any], first: int, c: _Columns, include_python: bool) -> int:
+    rows, skipped = [], 0
+    for i, ev in enumerate(batch):
+        try:
+            row = _event_row(ev, c, include_python)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TraceFormatError(path, f"traceEvents[{first + i}]: {exc}") from None
+        if row is None:
+            skipped += 1 if type(ev) is dict and ev.get("ph") == "X" else 0
+        else:
+            rows.append(row)
+    if rows:
+        cols = [list(col) for col in zip(*rows, strict=True)]
+        try:
+            _append(c, cols[0], cols[1], cols[2:])
+        except OverflowError:
+            raise TraceFormatError(path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64") from None
+    return skipped
 
 
 def _finish(path: Path, meta: dict[str, Any], c: _Columns, rank: int | None, skipped: int) -> Trace:
@@ -208,7 +288,9 @@ def _finish(path: Path, meta: dict[str, Any], c: _Columns, rank: int | None, ski
             base_ns = _as_int(base)
         except (TypeError, ValueError):
             raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}") from None
-    columns: dict[str, Any] = {k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, np.int64) for k, v in c.cols.items()}
+    columns: dict[str, Any] = {
+        k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, np.int64) for k, v in c.cols.items()
+    }
     if base_ns:
         columns["start_ns"] = columns["start_ns"] + np.int64(base_ns)
     columns["name"] = np.frombuffer(c.name, dtype=np.int32) if len(c.name) else np.zeros(0, np.int32)
@@ -223,7 +305,11 @@ def _finish(path: Path, meta: dict[str, Any], c: _Columns, rank: int | None, ski
     if resolved is None:
         resolved = rank
     props = meta.get("deviceProperties")
-    gpu_names = {int(p["id"]): p.get("name") for p in props if isinstance(p, dict) and isinstance(p.get("id"), int)} if isinstance(props, list) else {}
+    gpu_names = (
+        {int(p["id"]): p.get("name") for p in props if isinstance(p, dict) and isinstance(p.get("id"), int)}
+        if isinstance(props, list)
+        else {}
+    )
     info = {
         "base_time_ns": base_ns,
         "clock": "epoch_ns" if base_ns else "kineto_us_as_ns",
@@ -236,23 +322,29 @@ def _finish(path: Path, meta: dict[str, Any], c: _Columns, rank: int | None, ski
 
 
 def _assign_gpu_pids(events: Any) -> None:
-    """Give each GPU row the pid of the process whose runtime/driver call launched it (by correlation)."""
-    kind = events["kind"].to_numpy()
+    """Give each GPU row the pid of the process whose runtime/driver call launched it (by correlation).
+
+    Rows without a launch record take the pid that launched most of the other ops on their device (Kineto
+    writes one process per file, so this is that process), else the file's most common launching pid.
+    """
+    kind = events["kind"].cat.codes.to_numpy()
     corr = events["correlation"].to_numpy()
-    is_launch = np.isin(kind, list(schema.LAUNCH_KINDS)) & (corr >= 0)
-    is_gpu = events["device"].to_numpy() >= 0
-    if not is_gpu.any():
+    launch_codes = [_KIND_CODE[k] for k in schema.LAUNCH_KINDS]
+    is_launch = np.isin(kind, launch_codes) & (corr >= 0)
+    g_idx = np.flatnonzero(events["device"].to_numpy() >= 0)
+    if len(g_idx) == 0 or not is_launch.any():
         return
     pids = events["pid"].to_numpy().copy()
     l_corr, l_pid = corr[is_launch], pids[is_launch]
     order = np.argsort(l_corr, kind="stable")
     l_corr, l_pid = l_corr[order], l_pid[order]
-    g_idx = np.flatnonzero(is_gpu)
-    pos = np.searchsorted(l_corr, corr[g_idx])
-    pos_c = np.minimum(pos, max(len(l_corr) - 1, 0))
-    found = (len(l_corr) > 0) & (pos < len(l_corr))
-    found &= l_corr[pos_c] == corr[g_idx] if len(l_corr) else found
-    fallback = np.bincount(np.unique(l_pid, return_inverse=True)[1]).argmax() if len(l_pid) else None
-    default = np.unique(l_pid)[fallback] if fallback is not None else schema.NO_ID
-    pids[g_idx] = np.where(found, l_pid[pos_c] if len(l_pid) else schema.NO_ID, default)
+    pos = np.minimum(np.searchsorted(l_corr, corr[g_idx]), len(l_corr) - 1)
+    found = l_corr[pos] == corr[g_idx]
+    pids[g_idx] = np.where(found, l_pid[pos], schema.NO_ID)
+    if not found.all():
+        devices = events["device"].to_numpy()[g_idx]
+        matched = pd.Series(pids[g_idx][found]).groupby(devices[found]).agg(lambda s: s.mode().iloc[0])
+        overall = pd.Series(l_pid).mode().iloc[0]
+        fill = pd.Series(devices[~found]).map(matched).fillna(overall).to_numpy(np.int64)
+        pids[g_idx[~found]] = fill
     events["pid"] = pids

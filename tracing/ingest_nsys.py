@@ -40,7 +40,19 @@ _GPU_TABLES = {
     schema.SYNC: ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", "NULL"),
 }
 _GPU_COLUMNS = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
-MEMCPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+MEMCPY_KIND = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
 SYNC_KIND = {0: "Unknown", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 
 
@@ -54,10 +66,14 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     if not path.exists():
         raise TraceFormatError(path, "no such file")
     if path.suffix in (".nsys-rep", ".qdrep"):
-        raise TraceFormatError(path, "is an Nsight Systems report; export it first: nsys export --type sqlite " + str(path))
+        raise TraceFormatError(
+            path, "is an Nsight Systems report; export it first: nsys export --type sqlite " + str(path)
+        )
     with open(path, "rb") as fh:
         if fh.read(16) != b"SQLite format 3\x00":
-            raise TraceFormatError(path, "not an SQLite file (expected an `nsys export --type sqlite` output)")
+            raise TraceFormatError(
+                path, "not an SQLite file (expected an `nsys export --type sqlite` output)"
+            )
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
@@ -74,7 +90,9 @@ def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
 def _need(path: Path, tables: dict[str, set[str]], table: str, cols: tuple[str, ...]) -> None:
     missing = [c for c in cols if c not in tables[table]]
     if missing:
-        raise TraceFormatError(path, f"table {table} lacks column(s) {', '.join(missing)}; unsupported nsys export schema")
+        raise TraceFormatError(
+            path, f"table {table} lacks column(s) {', '.join(missing)}; unsupported nsys export schema"
+        )
 
 
 def _fetch(con: sqlite3.Connection, sql: str) -> list[np.ndarray]:
@@ -101,7 +119,11 @@ class _Builder:
         return np.fromiter((table.setdefault(n, len(table)) for n in names), dtype=np.int32, count=len(names))
 
     def add(self, kind: str, n: int, **cols: Any) -> None:
-        part = {c: np.full(n, schema.NO_ID, np.int64) for c in schema.EVENT_COLUMNS if c not in ("kind", "name", "domain")}
+        part = {
+            c: np.full(n, schema.NO_ID, np.int64)
+            for c in schema.EVENT_COLUMNS
+            if c not in ("kind", "name", "domain")
+        }
         part["kind"] = np.full(n, schema.EVENT_KINDS.index(kind), np.int8)
         part["domain"] = np.zeros(n, np.int32)
         for c, v in cols.items():
@@ -136,12 +158,17 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
         if table not in tables:
             continue
         _need(path, tables, table, (*_GPU_COLUMNS, name_col))
-        cols = _fetch(con, f'SELECT start, "end", deviceId, streamId, correlationId, globalPid, {name_col}, {bytes_col} FROM {table}')
+        cols = _fetch(
+            con,
+            f'SELECT start, "end", deviceId, streamId, correlationId, globalPid, {name_col}, {bytes_col} FROM {table}',
+        )
         if not cols:
             continue
         start, end, dev, stream, corr, gpid, name_id, nbytes = cols
         if kind == schema.KERNEL:
-            names = [strings.get(int(i), f"<string {i}>") if i is not None else "<unnamed kernel>" for i in name_id]
+            names = [
+                strings.get(int(i), f"<string {i}>") if i is not None else "<unnamed kernel>" for i in name_id
+            ]
         elif kind == schema.MEMCPY:
             names = [f"Memcpy {MEMCPY_KIND.get(int(k), k)}" for k in name_id]
         elif kind == schema.MEMSET:
@@ -163,8 +190,16 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
             bytes=_ints(nbytes) if bytes_col != "NULL" else np.full(len(start), schema.NO_ID, np.int64),
         )
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        _need(path, tables, "CUPTI_ACTIVITY_KIND_RUNTIME", ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"))
-        cols = _fetch(con, 'SELECT start, "end", eventClass, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME')
+        _need(
+            path,
+            tables,
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"),
+        )
+        cols = _fetch(
+            con,
+            'SELECT start, "end", eventClass, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME',
+        )
         if cols:
             start, end, ecls, gtid, corr, name_id = (_ints(c) for c in cols)
             pid, tid = decode_global_tid(gtid)
@@ -186,12 +221,22 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
     return _finish(path, con, tables, b, rank, domains)
 
 
-def _load_nvtx(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder) -> dict[int, str]:
+def _load_nvtx(
+    path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder
+) -> dict[int, str]:
     if "NVTX_EVENTS" not in tables:
         return {}
-    _need(path, tables, "NVTX_EVENTS", ("start", "end", "eventType", "text", "globalTid", "textId", "domainId"))
+    _need(
+        path, tables, "NVTX_EVENTS", ("start", "end", "eventType", "text", "globalTid", "textId", "domainId")
+    )
     has_end_tid = "endGlobalTid" in tables["NVTX_EVENTS"]
-    domains = {int(d): t for d, t in con.execute(f"SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}") if t}
+    domains = {
+        int(d): t
+        for d, t in con.execute(
+            f"SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"
+        )
+        if t
+    }
     end_tid_sql = "endGlobalTid" if has_end_tid else "NULL"
     cols = _fetch(
         con,
@@ -201,7 +246,10 @@ def _load_nvtx(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]],
     if not cols:
         return domains
     start, end, gtid, end_gtid, text, text_id, dom = cols
-    names = [t if t else b.strings.get(int(i), "") if i is not None else "" for t, i in zip(text, text_id, strict=True)]
+    names = [
+        t if t else b.strings.get(int(i), "") if i is not None else ""
+        for t, i in zip(text, text_id, strict=True)
+    ]
     start, end = _ints(start), _ints(end)
     pid, tid = decode_global_tid(_ints(gtid))
     end_g = _ints(end_gtid)
@@ -222,7 +270,14 @@ def _load_nvtx(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]],
     return domains
 
 
-def _finish(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder, rank: int | None, domains: dict[int, str]) -> Trace:
+def _finish(
+    path: Path,
+    con: sqlite3.Connection,
+    tables: dict[str, set[str]],
+    b: _Builder,
+    rank: int | None,
+    domains: dict[int, str],
+) -> Trace:
     if b.parts:
         columns = {c: np.concatenate([p[c] for p in b.parts]) for c in b.parts[0]}
     else:
@@ -231,12 +286,17 @@ def _finish(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b:
         columns["name"] = columns["domain"] = np.zeros(0, np.int32)
     events = events_frame(columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains))
     session_start = None
-    if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in tables["TARGET_INFO_SESSION_START_TIME"]:
+    if (
+        "TARGET_INFO_SESSION_START_TIME" in tables
+        and "utcEpochNs" in tables["TARGET_INFO_SESSION_START_TIME"]
+    ):
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
         session_start = int(row[0]) if row and row[0] is not None else None
     processes = {}
     if "PROCESSES" in tables:
-        processes = {int(pid): name for _, pid, name in con.execute("SELECT globalPid, pid, name FROM PROCESSES")}
+        processes = {
+            int(pid): name for _, pid, name in con.execute("SELECT globalPid, pid, name FROM PROCESSES")
+        }
     gpu_names: dict[int, str] = {}
     if "TARGET_INFO_GPU" in tables and {"id", "name"} <= tables["TARGET_INFO_GPU"]:
         gpu_names = {int(i): n for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")}
@@ -246,6 +306,10 @@ def _finish(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b:
         "processes": {str(k): v for k, v in processes.items()},
         "nvtx_domains": {str(k): v for k, v in domains.items()},
         "gpu_names": gpu_names,
-        "missing_tables": [t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS") if t not in tables],
+        "missing_tables": [
+            t
+            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+            if t not in tables
+        ],
     }
     return Trace(str(path), "nsys", events, rank=rank, meta=meta)

@@ -64,7 +64,11 @@ def load_range_log(path: str | os.PathLike[str], *, rank: int | None = None) -> 
     names = list(pd.unique(log["name"]))
     code = {n: i for i, n in enumerate(names)}
     n = len(log)
-    columns = {c: np.full(n, schema.NO_ID, np.int64) for c in schema.EVENT_COLUMNS if c not in ("kind", "name", "domain")}
+    columns = {
+        c: np.full(n, schema.NO_ID, np.int64)
+        for c in schema.EVENT_COLUMNS
+        if c not in ("kind", "name", "domain")
+    }
     columns["kind"] = np.full(n, schema.EVENT_KINDS.index(schema.RANGE), np.int8)
     columns["name"] = np.fromiter((code[x] for x in log["name"]), np.int32, count=n)
     columns["domain"] = np.zeros(n, np.int32)

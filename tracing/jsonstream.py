@@ -26,6 +26,10 @@ from tracing.errors import TraceFormatError
 
 _WS = re.compile(r"[ \t\n\r]*")
 _SEP = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
+# A candidate boundary between two event objects: "}" "," "{" (whitespace allowed). A candidate inside a string
+# or a nested object makes the batch parse fail, so a batch that parses is made of whole events.
+_CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*(?=\{)")
+BATCH_SEARCH_CHARS = 64 << 10
 CHUNK_BYTES = 1 << 20
 MAX_VALUE_CHARS = 256 << 20  # one JSON value (an event, deviceProperties, ...) never needs more
 
@@ -42,7 +46,9 @@ class ChromeTraceReader:
         self.raw = raw
         self.meta: dict[str, Any] = {}
         self.meta_raw: dict[str, str] = {}
-        self._scan = json.JSONDecoder(parse_float=str).scan_once
+        self._decoder = json.JSONDecoder(parse_float=str)
+        self._scan = self._decoder.scan_once
+        self._batch = False
         self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
         self._buf = ""
         self._pos = 0
@@ -75,7 +81,8 @@ class ChromeTraceReader:
             data = self._fh.read(CHUNK_BYTES)
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise TraceFormatError(
-                self.path, f"truncated or corrupt gzip stream after {self._bytes_read} decompressed bytes ({exc})"
+                self.path,
+                f"truncated or corrupt gzip stream after {self._bytes_read} decompressed bytes ({exc})",
             ) from None
         try:
             text = self._utf8.decode(data, final=not data)
@@ -104,7 +111,9 @@ class ChromeTraceReader:
         got = self._peek()
         if got != ch:
             found = repr(got) if got else "end of file"
-            raise self._fail(f"invalid JSON: expected {ch!r}, found {found} (truncated?)", self._base + self._pos)
+            raise self._fail(
+                f"invalid JSON: expected {ch!r}, found {found} (truncated?)", self._base + self._pos
+            )
         self._pos += 1
 
     def _value(self) -> tuple[Any, str]:
@@ -146,6 +155,36 @@ class ChromeTraceReader:
         finally:
             self._fh.close()
 
+    def batches(self) -> Iterator[list[Any]]:
+        """Like :meth:`events`, but yields lists of events: runs of whole events are parsed in one C call.
+
+        Much faster than one scanner call per event; memory is bounded by the read chunk. Any batch that does
+        not parse cleanly falls back to event-by-event parsing, which reports errors precisely.
+        """
+        self._batch = True
+        return self.events()  # type: ignore[return-value]
+
+    def _fast_batch(self) -> list[Any] | None:
+        """Parse the whole events between the cursor and the last candidate boundary in the buffer."""
+        if len(self._buf) - self._pos < CHUNK_BYTES // 2 and not self._eof:
+            self._fill()
+        buf, pos = self._buf, self._pos
+        window = max(pos, len(buf) - BATCH_SEARCH_CHARS)
+        cuts = list(_CUT.finditer(buf, window)) or list(_CUT.finditer(buf, pos))
+        for m in reversed(cuts[-3:]):
+            end = m.start() + 1
+            try:
+                items = self._decoder.decode("[" + buf[pos:end] + "]")
+            except json.JSONDecodeError as exc:
+                if exc.pos < end - pos - BATCH_SEARCH_CHARS:
+                    return None  # an error well inside the batch: let the slow path report it
+                continue
+            except RecursionError:
+                return None
+            self._pos = m.end()
+            return items
+        return None
+
     def _object(self) -> Iterator[Any]:
         self._expect("{")
         seen_events = False
@@ -173,7 +212,10 @@ class ChromeTraceReader:
                     break
                 if sep != ",":
                     found = repr(sep) if sep else "end of file"
-                    raise self._fail(f"invalid JSON: expected ',' or '}}', found {found} (truncated?)", self._base + self._pos - 1)
+                    raise self._fail(
+                        f"invalid JSON: expected ',' or '}}', found {found} (truncated?)",
+                        self._base + self._pos - 1,
+                    )
         if not seen_events:
             raise TraceFormatError(self.path, "no traceEvents array: not a Kineto / Chrome trace")
 
@@ -182,10 +224,15 @@ class ChromeTraceReader:
         if self._peek() == "]":
             self._pos += 1
             return
-        raw = self.raw
+        raw, batch = self.raw, self._batch
         while True:
+            if batch:
+                items = self._fast_batch()
+                if items is not None:
+                    yield items
+                    continue
             obj, text = self._value()
-            yield (obj, text) if raw else obj
+            yield [obj] if batch else (obj, text) if raw else obj
             while True:
                 m = _SEP.match(self._buf, self._pos)
                 if m is not None and (m.end() < len(self._buf) or self._eof):
@@ -196,7 +243,10 @@ class ChromeTraceReader:
             if m is None:
                 got = self._buf[self._pos : self._pos + 1]
                 found = repr(got) if got else "end of file"
-                raise self._fail(f"invalid JSON: expected ',' or ']' in traceEvents, found {found} (truncated?)", self._base + self._pos)
+                raise self._fail(
+                    f"invalid JSON: expected ',' or ']' in traceEvents, found {found} (truncated?)",
+                    self._base + self._pos,
+                )
             self._pos = m.end()
             if m.group(1) == "]":
                 return

@@ -18,14 +18,38 @@ import pandas as pd
 
 from tracing import schema
 
-CLASSES: tuple[str, ...] = ("communication", "attention", "gemm", "quantize", "elementwise", "other", "memcpy", "memset")
+CLASSES: tuple[str, ...] = (
+    "communication",
+    "attention",
+    "gemm",
+    "quantize",
+    "elementwise",
+    "other",
+    "memcpy",
+    "memset",
+)
 
 DEFAULT_RULES: tuple[tuple[str, str], ...] = (
-    ("communication", r"nccl|ncclDevKernel|ncclKernel|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|\bmsccl|\brccl|nvshmem"),
-    ("attention", r"flash|fmha|attention|attn|sdpa|xformers|paged_?attention|mha_|flashinfer|efficient_attention"),
-    ("gemm", r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|\bmma|sm\d+_.*(tensorop|gemm)|ampere_|volta_|turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm"),
-    ("quantize", r"quantiz|dequant|cast|transpose|fp8|e4m3|e5m2|e8m0|mxfp|nvfp4|amax|scale|to_mx|float8|convert"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|reduce_kernel|reduction|softmax|layer_?norm|rms_?norm|batch_?norm|bn_|dropout|relu|gelu|silu|swiglu|add|mul|copy|fill|index|gather|scatter|embedding|rotary|cat_|triton_poi|triton_red|triton_per"),
+    (
+        "communication",
+        r"nccl|ncclDevKernel|ncclKernel|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|\bmsccl|\brccl|nvshmem",
+    ),
+    (
+        "attention",
+        r"flash|fmha|attention|attn|sdpa|xformers|paged_?attention|mha_|flashinfer|efficient_attention",
+    ),
+    (
+        "gemm",
+        r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|\bmma|sm\d+_.*(tensorop|gemm)|ampere_|volta_|turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm",
+    ),
+    (
+        "quantize",
+        r"quantiz|dequant|cast|transpose|fp8|e4m3|e5m2|e8m0|mxfp|nvfp4|amax|scale|to_mx|float8|convert",
+    ),
+    (
+        "elementwise",
+        r"elementwise|vectorized|unrolled|pointwise|reduce_kernel|reduction|softmax|layer_?norm|rms_?norm|batch_?norm|bn_|dropout|relu|gelu|silu|swiglu|add|mul|copy|fill|index|gather|scatter|embedding|rotary|cat_|triton_poi|triton_red|triton_per",
+    ),
 )
 
 

@@ -40,11 +40,17 @@ class Labels:
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISION_IDS:
-            raise InputError(f"label precision={self.precision!r} is not a precision id; use one of {', '.join(PRECISION_IDS)}")
+            raise InputError(
+                f"label precision={self.precision!r} is not a precision id; use one of {', '.join(PRECISION_IDS)}"
+            )
         if self.phase is not None and self.phase not in PHASES:
-            raise InputError(f"label phase={self.phase!r} is not a canonical phase; use one of {', '.join(PHASES)}")
+            raise InputError(
+                f"label phase={self.phase!r} is not a canonical phase; use one of {', '.join(PHASES)}"
+            )
         if self.tokens_per_microbatch is not None and self.tokens_per_microbatch <= 0:
-            raise InputError(f"label tokens_per_microbatch={self.tokens_per_microbatch} must be a positive integer")
+            raise InputError(
+                f"label tokens_per_microbatch={self.tokens_per_microbatch} must be a positive integer"
+            )
 
     @property
     def complete(self) -> bool:
@@ -56,7 +62,14 @@ class Labels:
 
     def merged(self, override: Labels) -> Labels:
         """These labels with every field that ``override`` sets replaced."""
-        return replace(self, **{f.name: getattr(override, f.name) for f in fields(self) if getattr(override, f.name) is not None})
+        return replace(
+            self,
+            **{
+                f.name: getattr(override, f.name)
+                for f in fields(self)
+                if getattr(override, f.name) is not None
+            },
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -66,7 +79,9 @@ def _from_mapping(data: dict[str, Any], origin: str) -> Labels:
     known = {f.name for f in fields(Labels)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise InputError(f"{origin}: unknown label(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise InputError(
+            f"{origin}: unknown label(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _INT_KEYS:

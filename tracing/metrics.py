@@ -49,44 +49,54 @@ from tracing import schema
 KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA's consecutive_kernel_delay (30, in trace units = us)
 
 
+def kind_mask(events: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
+    """Boolean mask of rows whose ``kind`` is in ``kinds`` (on the category codes: fast)."""
+    cats = list(events["kind"].cat.categories)
+    codes = [cats.index(k) for k in kinds if k in cats]
+    return np.isin(events["kind"].cat.codes.to_numpy(), codes)
+
+
 def gpu_ops(events: pd.DataFrame) -> pd.DataFrame:
     """Kernel/memcpy/memset rows with their launch call joined by (pid, correlation).
 
     Adds ``end_ns``, ``launch_start_ns``, ``launch_end_ns``, ``launch_tid`` (-1 when no launch record).
     """
-    ops = events[events["kind"].isin(schema.GPU_OP_KINDS)]
+    is_op = kind_mask(events, schema.GPU_OP_KINDS)
     cols = ["kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation"]
-    ops = ops.loc[:, cols].reset_index(drop=True)
-    ops["kind"] = ops["kind"].astype(str)
+    ops = pd.DataFrame({c: events[c].to_numpy()[is_op] for c in cols})
+    ops["kind"] = ops["kind"].astype(str).astype(object)
     ops["end_ns"] = ops["start_ns"] + ops["dur_ns"]
-    launches = events[events["kind"].isin(schema.LAUNCH_KINDS) & (events["correlation"] >= 0)]
-    launches = launches.loc[:, ["pid", "tid", "correlation", "start_ns", "dur_ns"]]
-    launches = launches.drop_duplicates(["pid", "correlation"], keep="first")
+    corr_all = events["correlation"].to_numpy()
+    is_launch = kind_mask(events, schema.LAUNCH_KINDS) & (corr_all >= 0)
+    l_pid, l_tid = events["pid"].to_numpy()[is_launch], events["tid"].to_numpy()[is_launch]
+    l_corr, ls = corr_all[is_launch], events["start_ns"].to_numpy()[is_launch]
+    l_dur = events["dur_ns"].to_numpy()[is_launch]
     n = len(ops)
     l_start = np.full(n, schema.NO_ID, np.int64)
     l_end = np.full(n, schema.NO_ID, np.int64)
-    l_tid = np.full(n, schema.NO_ID, np.int64)
-    if n and len(launches):
-        key_l = _key(launches["pid"].to_numpy(), launches["correlation"].to_numpy())
-        key_o = _key(ops["pid"].to_numpy(), ops["correlation"].to_numpy())
-        order = np.argsort(key_l, kind="stable")
+    tid_out = np.full(n, schema.NO_ID, np.int64)
+    if n and len(l_corr):
+        key_l = _key(l_pid, l_corr)
+        order = np.argsort(key_l, kind="stable")  # first launch record wins on duplicate keys
         key_s = key_l[order]
+        key_o = _key(ops["pid"].to_numpy(), ops["correlation"].to_numpy())
         pos = np.minimum(np.searchsorted(key_s, key_o), len(key_s) - 1)
         hit = (key_s[pos] == key_o) & (ops["correlation"].to_numpy() >= 0)
         src = order[pos[hit]]
-        ls = launches["start_ns"].to_numpy()
         l_start[hit] = ls[src]
-        l_end[hit] = ls[src] + launches["dur_ns"].to_numpy()[src]
-        l_tid[hit] = launches["tid"].to_numpy()[src]
+        l_end[hit] = ls[src] + l_dur[src]
+        tid_out[hit] = l_tid[src]
     ops["launch_start_ns"] = l_start
     ops["launch_end_ns"] = l_end
-    ops["launch_tid"] = l_tid
+    ops["launch_tid"] = tid_out
     return ops
 
 
 def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     # CUPTI correlation ids are uint32 and pids fit 32 bits: pack both into one sortable uint64.
-    return (pid.astype(np.int64).astype(np.uint64) << np.uint64(32)) | (corr.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF))
+    return (pid.astype(np.int64).astype(np.uint64) << np.uint64(32)) | (
+        corr.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    )
 
 
 def union_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,15 +185,17 @@ def _same_stream_overlap(ops: pd.DataFrame) -> int:
 def device_timelines(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> list[DeviceTimeline]:
     """One :class:`DeviceTimeline` per (process, device) with GPU ops, in (pid, device) order."""
     ops = gpu_ops(events) if ops is None else ops
-    return [device_timeline(g, int(pid), int(dev)) for (pid, dev), g in ops.groupby(["pid", "device"], sort=True)]
+    return [
+        device_timeline(g, int(pid), int(dev)) for (pid, dev), g in ops.groupby(["pid", "device"], sort=True)
+    ]
 
 
-def device_metrics(events: pd.DataFrame) -> pd.DataFrame:
+def device_metrics(events: pd.DataFrame, timelines: list[DeviceTimeline] | None = None) -> pd.DataFrame:
     """Per (process, device): span, busy, idle, host stall (launch-end rule), unattributed, counts.
 
     A trace without GPU ops gives zero rows (GPU metrics are then null with a reason, never a CPU stand-in).
     """
-    rows = [t.row for t in device_timelines(events)]
+    rows = [t.row for t in (device_timelines(events) if timelines is None else timelines)]
     cols = [c for c in schema.DEVICE_COLUMNS if c not in ("trace", "format", "rank")]
     if not rows:
         return schema.empty_frame({c: schema.DEVICE_COLUMNS[c] for c in cols})
@@ -191,7 +203,11 @@ def device_metrics(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def stream_breakdown(
-    events: pd.DataFrame, *, rule: str = "start", kernel_wait_threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS
+    events: pd.DataFrame,
+    *,
+    rule: str = "start",
+    kernel_wait_threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS,
+    ops: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """HTA's idle-time breakdown per (process, device, stream): host_wait / kernel_wait / other.
 
@@ -201,7 +217,7 @@ def stream_breakdown(
     """
     if rule not in ("start", "end"):
         raise ValueError(f"rule must be 'start' or 'end', got {rule!r}")
-    ops = gpu_ops(events)
+    ops = gpu_ops(events) if ops is None else ops
     cols = [c for c in schema.STREAM_COLUMNS if c not in ("trace", "rank")]
     rows = []
     for (pid, dev, stream), g in ops.groupby(["pid", "device", "stream"], sort=True):

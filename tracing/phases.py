@@ -55,7 +55,9 @@ def load_phase_map(path: str | os.PathLike[str]) -> PhaseMap:
         try:
             rules.append((re.compile(pattern, re.IGNORECASE), phase))
         except re.error as exc:
-            raise InputError(f"{path}: rule {i} pattern {pattern!r} is not a regular expression ({exc})") from None
+            raise InputError(
+                f"{path}: rule {i} pattern {pattern!r} is not a regular expression ({exc})"
+            ) from None
     return PhaseMap(tuple(rules))
 
 

@@ -28,7 +28,18 @@ from tracing.errors import InputError
 KERNEL, MEMCPY, MEMSET, SYNC = "kernel", "memcpy", "memset", "sync"
 RUNTIME, DRIVER = "runtime", "driver"
 CPU_OP, RANGE, GPU_RANGE, PYTHON = "cpu_op", "range", "gpu_range", "python"
-EVENT_KINDS: tuple[str, ...] = (KERNEL, MEMCPY, MEMSET, SYNC, RUNTIME, DRIVER, CPU_OP, RANGE, GPU_RANGE, PYTHON)
+EVENT_KINDS: tuple[str, ...] = (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    SYNC,
+    RUNTIME,
+    DRIVER,
+    CPU_OP,
+    RANGE,
+    GPU_RANGE,
+    PYTHON,
+)
 GPU_OP_KINDS: tuple[str, ...] = (KERNEL, MEMCPY, MEMSET)
 LAUNCH_KINDS: tuple[str, ...] = (RUNTIME, DRIVER)
 

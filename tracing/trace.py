@@ -40,12 +40,16 @@ def rank_from_name(path: str | Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def events_frame(columns: dict[str, Any], names: list[str], kinds: list[str], domains: list[str]) -> pd.DataFrame:
+def events_frame(
+    columns: dict[str, Any], names: list[str], kinds: list[str], domains: list[str]
+) -> pd.DataFrame:
     """Build the event table from int64 arrays and category codes (``name``/``kind``/``domain`` are codes)."""
     data: dict[str, Any] = {}
     for col, dtype in schema.EVENT_COLUMNS.items():
         if col == "name":
-            data[col] = pd.Categorical.from_codes(np.asarray(columns["name"], dtype=np.int32), categories=names)
+            data[col] = pd.Categorical.from_codes(
+                np.asarray(columns["name"], dtype=np.int32), categories=names
+            )
         elif col == "kind":
             codes = np.asarray(columns["kind"], dtype=np.int8)
             data[col] = pd.Categorical.from_codes(codes, categories=kinds)

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, compare, summaries, ui
+from dashboards import charts, compare, data, summaries, ui
 from perfmodel import model as pm
 from perfmodel import results, step
 from tracing import store
@@ -17,7 +17,7 @@ st.caption(
     "`mxperf sweep` (or labelled ingests) of the same model."
 )
 
-fit_dirs = ui.usable("fit")
+fit_dirs = data.newest_first(ui.usable("fit"))
 if not fit_dirs:
     st.info(
         "No complete fit output under the runs directory. Make one with `mxperf fit SWEEP_DIR -o RUNS_DIR/fit`."
@@ -25,7 +25,7 @@ if not fit_dirs:
     st.stop()
 
 labels = [e.label for e in fit_dirs]
-fit_dir = fit_dirs[labels.index(st.selectbox("Fit output", labels))]
+fit_dir = fit_dirs[labels.index(st.selectbox("Fit output", labels, key="be_fit"))]
 doc: dict = {}
 with ui.card("Verdict"):
     doc = results.validate_fits(ui.json_file(fit_dir, store.FITS), f"{fit_dir.rel}/{store.FITS}")
@@ -38,7 +38,7 @@ if not doc.get("models"):
 
 models = doc["models"]
 entry_labels = [f"{m['model']} / {m['phase']}: {m['precision']} vs {m['baseline']}" for m in models]
-chosen = models[entry_labels.index(st.selectbox("Model, phase and precision", entry_labels))]
+chosen = models[entry_labels.index(st.selectbox("Model, phase and precision", entry_labels, key="be_entry"))]
 base_id, low_id = chosen["baseline"], chosen["precision"]
 fits = chosen["fits"]
 be = chosen.get("breakeven") or {}
@@ -48,7 +48,14 @@ top = max(float(be.get("tokens") or 0) * 1.2, max(fits[base_id].get("sizes") or 
 with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch"):
     if chosen.get("verdict"):
         st.markdown(f"**{chosen['verdict']}**")
-    sources = ui.usable("sweep", chosen["model"]) + ui.usable("ingest", chosen["model"])
+    candidates = ui.usable("sweep") + ui.usable("ingest")
+    sources = data.inputs_of(fit_dir, candidates)
+    if not sources:
+        sources = [e for e in candidates if e.model == chosen["model"]]
+        if sources:
+            st.caption(
+                "Points from every sweep of this model: the fit's own inputs are not under the runs directory."
+            )
     frames = list(ui.tables_of(sources, store.MICROBATCHES).values())
     if frames:
         points = pd.concat(frames, ignore_index=True)
@@ -94,9 +101,8 @@ with ui.card("Predicted step time"):
         "step(N, n) = (N / n) x fixed + N x per_token + other phases (perfmodel.step). "
         "What-ifs change the low precision only."
     )
-    other_default = (
-        sum((chosen.get("step") or {}).get("other_phases_s") or {}.values()) if chosen.get("step") else 0.0
-    )
+    other_phases = (chosen.get("step") or {}).get("other_phases_s") or {}
+    other_default = float(sum(other_phases.values()))
     pair = ui.current_pair()
     if not other_default and pair is not None and pair.model == chosen["model"]:
         try:

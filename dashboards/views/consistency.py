@@ -20,7 +20,7 @@ if not models:
     st.stop()
 pair = ui.current_pair()
 default = models.index(pair.model) if pair is not None and pair.model in models else 0
-model = st.selectbox("Model", models, index=default)
+model = st.selectbox("Model", models, index=default, key="cons_model")
 
 with ui.card(f"{model}: per step"):
     metrics = {}

@@ -20,7 +20,7 @@ with ui.card("Share per micro-batch size and per phase (sweeps)"):
     else:
         mb = pd.concat(frames, ignore_index=True)
         if not summaries.has_gpu_numbers(mb):
-            st.info(f"Host stall: not available. {summaries.NO_GPU_REASON}")
+            st.info(f"Host stall per micro-batch: not available, {summaries.NO_GPU_REASON}")
         else:
             by_size = summaries.stall_share(mb, ["model", "precision", "tokens_per_microbatch"])
             for model, grp in by_size.groupby("model"):
@@ -41,7 +41,11 @@ if not ingests:
     st.info("No ingested trace under the runs directory. `mxperf ingest TRACE -o RUNS_DIR/NAME` adds one.")
     st.stop()
 
-src = ingests[[e.label for e in ingests].index(st.selectbox("Ingested trace", [e.label for e in ingests]))]
+src = ingests[
+    [e.label for e in ingests].index(
+        st.selectbox("Ingested trace", [e.label for e in ingests], key="hs_trace")
+    )
+]
 with ui.card("Per device (whole trace)"):
     devices = ui.table(src, store.DEVICES)
     if devices.empty:
@@ -56,7 +60,7 @@ with ui.card("Timeline"):
     if not rank_files:
         raise ValueError(f"{src.rel}: no {store.EVENTS_DIR}/rank-*.parquet event tables")
     rank_file = st.selectbox(
-        "Rank", rank_files, format_func=lambda f: f.split("/")[-1].removesuffix(".parquet")
+        "Rank", rank_files, format_func=lambda f: f.split("/")[-1].removesuffix(".parquet"), key="hs_rank"
     )
     events = ui.table(src, rank_file)
     timelines = tm.device_timelines(events)
@@ -71,14 +75,12 @@ with ui.card("Timeline"):
         ranges = ranges[ranges["rank"].astype("Int64") == int(rank_name)]
     first = min(int(t.row["first_ns"]) for t in timelines)
     last = max(int(t.row["last_ns"]) for t in timelines)
-    windows = {"whole trace": (first, last)}
-    if ranges is not None and len(ranges):
-        top = ranges[(ranges["depth"] == 0) & (ranges["end_ns"] > first) & (ranges["start_ns"] < last)]
-        for r in top.sort_values("start_ns").head(200).itertuples():
-            windows[f"{r.name} @ {(r.start_ns - first) / 1e6:,.1f} ms"] = (int(r.start_ns), int(r.end_ns))
-    choice = st.selectbox("Window (a top-level range, e.g. one step)", list(windows))
+    windows = summaries.window_choices(ranges, first, last)
+    choice = st.selectbox("Window (the whole trace, or one step)", list(windows), key="hs_window")
     t0, t1 = windows[choice]
-    intervals = summaries.timeline_intervals(timelines, t0, t1, rank=rank_name)
+    intervals = summaries.timeline_intervals(
+        timelines, t0, t1, rank=int(rank_name) if rank_name.isdigit() else None
+    )
     shown_ranges = summaries.window_ranges(ranges, t0, t1) if ranges is not None else None
     st.plotly_chart(
         charts.timeline_figure(intervals, shown_ranges, f"{src.rel} rank {rank_name}: {choice}"),

@@ -41,7 +41,7 @@ with ui.card("Output directories"):
         )
 
 with ui.card("BF16 / low-precision pairs"):
-    pairs = compare.pair_runs(ui.usable("run"))
+    pairs = compare.pair_runs(ui.usable("run")) + compare.pair_runs(ui.usable("ingest"), kind="ingest")
     if not pairs:
         st.info("No model has both a complete BF16 run and a complete low-precision run yet.")
     else:

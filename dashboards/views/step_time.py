@@ -3,7 +3,6 @@
 import streamlit as st
 
 from dashboards import charts, compare, ui
-from tracing import store
 
 st.title("Step time")
 pair = ui.need_pair()
@@ -18,9 +17,7 @@ for entry in (pair.baseline, pair.other):
     if label in tables or label in medians:
         label = f"{label} ({entry.rel})"
     with ui.card(f"{label}: {entry.rel}"):
-        metrics = ui.table(entry, store.METRICS, required=False)
-        ranges = ui.table(entry, store.RANGES, required=False)
-        tables[label] = compare.step_phase_table(metrics, ranges)
+        tables[label] = ui.step_table(entry)
         medians[label] = compare.phase_medians(tables[label])
         st.metric(
             "median step", f"{medians[label]['step']:.3g} s", help="sum of the phases, median over steps"

@@ -19,7 +19,7 @@ if not runs:
 pair = ui.current_pair()
 labels = [e.label for e in runs]
 default = labels.index(pair.other.label) if pair is not None and pair.other.label in labels else 0
-run = runs[labels.index(st.selectbox("Run", labels, index=default))]
+run = runs[labels.index(st.selectbox("Run", labels, index=default, key="sync_run"))]
 
 with ui.card("Checks per step"):
     checks = ui.table(run, store.SYNC_CHECKS)
@@ -44,8 +44,5 @@ with ui.card("Fault matrix"):
         fm = pd.concat(
             [ui.table(e, store.FAULT_MATRIX).assign(source=e.rel) for e in sources], ignore_index=True
         )
-        cols = set(fm.columns)
-        check_col = next((c for c in ("check", "invariant") if c in cols), None)
-        if {"fault", "caught"} <= cols and check_col:
-            st.plotly_chart(charts.fault_matrix_figure(fm, "fault", check_col, "caught"), width="stretch")
+        st.plotly_chart(charts.fault_matrix_figure(summaries.fault_grid(fm)), width="stretch")
         st.dataframe(fm, hide_index=True)

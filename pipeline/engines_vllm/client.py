@@ -106,7 +106,8 @@ def dequantize_payload(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torc
         if t.dtype == torch.uint8:
             if scale_name(name) not in tensors:
                 raise ValueError(f"quantized tensor {name} arrived without its scale {scale_name(name)}")
-            value = dequantize_mxfp8(MXFP8Tensor(t, tensors[scale_name(name)]), torch.float32)
+            q = MXFP8Tensor(t, tensors[scale_name(name)], axis=-1, rule="te", orig_dtype=torch.bfloat16)
+            value = dequantize_mxfp8(q, torch.float32)  # rowwise 1x32 blocks; the rule only chose the scales
             out[name] = value.to(torch.bfloat16)
             n += 1
         else:

@@ -63,7 +63,14 @@ def test_runs_page_lists_outputs_and_the_auto_pair(good_runs: Path, monkeypatch:
     at = _open(good_runs, "runs", monkeypatch)
     assert not at.exception
     table = at.dataframe[0].value
-    assert set(table["path"]) == {"run-bf16", "run-mxfp8", "sweep-tiny-dense", "fit-tiny-dense", "ingest-gpu"}
+    assert set(table["path"]) == {
+        "run-bf16",
+        "run-mxfp8",
+        "sweep-tiny-dense",
+        "fit-tiny-dense",
+        "ingest-gpu",
+        "faults",
+    }
     assert at.selectbox(key="pair_choice").value == "tiny-dense: bf16/bf16 vs mxfp8/mxfp8"
     assert any("Comparing `run-bf16` (baseline) with `run-mxfp8`" in s for s in _texts(at, "success"))
 
@@ -82,7 +89,9 @@ def test_step_time_spells_out_the_differences(good_runs: Path, monkeypatch: pyte
     assert _charts(at) == 2
 
 
-def test_breakeven_names_the_case_and_predicts_step_time(good_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_breakeven_names_the_case_and_predicts_step_time(
+    good_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     at = _open(good_runs, "breakeven", monkeypatch)
     assert not at.exception
     md = " ".join(_texts(at, "markdown"))
@@ -118,6 +127,8 @@ def test_consistency_and_weight_sync_pages(good_runs: Path, monkeypatch: pytest.
         "2 of 42 checks failed; first: I1 (grid identity) at step 4 on tensor "
         "model.layers.0.self_attn.qkv_proj.weight_scale."
     ]
+    assert _charts(at) == 2  # invariants per sync + fault matrix
+    assert "dropped_expert" in set(at.dataframe[-1].value["fault"])
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -152,7 +163,8 @@ def test_corrupt_table_shows_on_its_card_and_other_runs_still_render(
     assert not at.exception
     assert any("run-corrupt/metrics.parquet" in w for w in _texts(at, "warning"))
     at.switch_page("views/weight_sync.py").run()
-    at.selectbox[-1].set_value(next(o for o in at.selectbox[-1].options if o.startswith("run-corrupt"))).run()
+    runs = at.selectbox(key="sync_run")
+    runs.set_value(next(o for o in runs.options if o.startswith("run-corrupt"))).run()
     assert any("run-corrupt/sync_checks.parquet" in w for w in _texts(at, "warning"))
 
 
@@ -167,3 +179,16 @@ def test_empty_runs_dir_says_how_to_make_outputs(tmp_path: Path, monkeypatch: py
         at = _open(tmp_path, page, monkeypatch)
         assert not at.exception, (page, _texts(at, "exception"))
         assert at.info, page
+
+
+def test_ingested_trace_can_be_compared_like_a_run(good_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _open(good_runs, "step_time", monkeypatch)
+    at.selectbox(key="pair_choice").set_value("Choose two runs…").run()
+    base = at.selectbox(key="pair_base")
+    base.set_value(next(o for o in base.options if o.startswith("ingest-gpu"))).run()
+    other = at.selectbox(key="pair_other")
+    other.set_value(next(o for o in other.options if o.startswith("run-mxfp8"))).run()
+    assert not at.exception, _texts(at, "exception")
+    assert not _texts(at, "warning")
+    assert _charts(at) == 2
+    assert any(s.startswith("### mxfp8/mxfp8 vs ingest-gpu:") for s in _texts(at, "markdown"))

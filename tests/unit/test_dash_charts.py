@@ -60,7 +60,7 @@ def test_timeline_puts_ranges_above_devices_and_idle_under_busy() -> None:
     ranges = pd.DataFrame({"name": ["step"], "depth": [0], "start_ms": [0.0], "end_ms": [1.0]})
     fig = charts.timeline_figure(bars, ranges, "t")
     assert [tr.name for tr in fig.data] == ["idle, other (span)", "GPU busy", "host stall", "ranges"]
-    assert list(fig.layout.yaxis.categoryarray) == ["range depth 0", "GPU 0 (rank 0)"]
+    assert list(fig.layout.yaxis.categoryarray) == ["range depth 0", "GPU 0 · rank 0"]
 
 
 def test_stall_share_figure_shows_percent() -> None:
@@ -97,22 +97,28 @@ def test_consistency_figure_has_a_panel_per_metric_and_a_line_per_pairing() -> N
     assert len(fig.data) == 6
 
 
-def test_sync_heatmap_marks_failures() -> None:
+def test_sync_heatmap_marks_failures_and_names_the_initial_sync() -> None:
     checks = pd.DataFrame(
-        {"step": [0, 0, 1, 1], "invariant": ["I1", "I2", "I1", "I2"], "passed": [True, True, False, True]}
+        {"step": [-1, -1, 0, 0], "invariant": ["I1", "I2", "I1", "I2"], "passed": [True, True, False, True]}
     )
     fig = charts.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS)
     assert fig.data[0].text.tolist() == [["pass", "FAIL"], ["pass", "pass"]]
+    assert list(fig.data[0].x) == ["initial", "0"]
     assert list(fig.data[0].y) == ["I1 grid identity", "I2 coverage"]
 
 
-def test_fault_matrix_figure_is_fault_by_check() -> None:
+def test_fault_matrix_expands_caught_by_and_flags_a_missed_target() -> None:
     fm = pd.DataFrame(
         {
-            "fault": ["a", "a", "b", "b"],
-            "check": ["I1", "I2", "I1", "I2"],
-            "caught": [True, False, False, False],
+            "fault": ["flip", "drop"],
+            "invariant": ["I1", "I2"],
+            "caught": [True, False],
+            "caught_by": ["I1,I4", ""],
         }
     )
-    fig = charts.fault_matrix_figure(fm, "fault", "check", "caught")
-    assert fig.data[0].text.tolist() == [["caught", "missed"], ["missed", "missed"]]
+    grid = summaries.fault_grid(fm)
+    assert len(grid) == 14
+    fig = charts.fault_matrix_figure(grid)
+    text = fig.data[0].text.tolist()
+    assert text[0] == ["caught", "", "", "caught", "", "", ""]
+    assert text[1] == ["", "MISSED", "", "", "", "", ""]

@@ -143,3 +143,37 @@ def test_change_table_reports_both_medians_and_na_for_zero_baseline() -> None:
     t = compare.change_table(base, low, "bf16", "mxfp8").set_index("phase")
     assert t.loc["generate", "change"] == "+10 %"
     assert t.loc["sync", "change"] == "n/a"
+
+
+def _trace_ranges(rows: list[tuple[str, str, int, int, int]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"name": n, "phase": ph, "start_ns": s, "end_ns": e, "pid": pid, "depth": 0, "range_id": i}
+            for i, (n, ph, s, e, pid) in enumerate(rows)
+        ]
+    )
+
+
+def test_trace_step_table_unions_nested_ranges_of_one_phase_within_each_step() -> None:
+    ranges = _trace_ranges(
+        [
+            ("ProfilerStep#4", "step", 0, 1000, 1),
+            ("## backward ##", "update", 100, 600, 1),
+            ("update_actor", "update", 500, 700, 1),  # overlaps backward: the union counts 100..700 once
+            ("rollout_generate", "generate", 700, 900, 1),
+            ("## backward ##", "update", 100, 900, 2),  # another process: not this step's
+            ("ProfilerStep#5", "step", 1000, 1500, 1),
+        ]
+    )
+    t = compare.step_phase_table_from_trace(ranges).pivot_table(
+        index="step", columns="phase", values="seconds"
+    )
+    assert t.loc[4, "update"] == pytest.approx(600e-9)
+    assert t.loc[4, "generate"] == pytest.approx(200e-9)
+    assert t.loc[4, "other"] == pytest.approx(200e-9)
+    assert t.loc[5, "other"] == pytest.approx(500e-9)
+
+
+def test_trace_without_step_ranges_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no step ranges"):
+        compare.step_phase_table_from_trace(_trace_ranges([("gemm", "other", 0, 1, 1)]))

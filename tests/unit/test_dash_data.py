@@ -112,3 +112,14 @@ def test_runs_dir_from_env_rejects_a_missing_directory(
 def test_list_files_finds_rank_tables(runs: Path) -> None:
     ingest = _by_rel(runs)["ingest-gpu"]
     assert data.list_files(runs, ingest, "events/rank-*.parquet") == ["events/rank-0.parquet"]
+
+
+def test_fit_inputs_are_matched_by_trailing_path() -> None:
+    fit = data.OutputEntry(
+        rel="fits/a",
+        kind="fit",
+        status="complete",
+        manifest={"config": {"inputs": ["examples/runs/sweeps/s1/", "/abs/x/s2"]}},
+    )
+    cands = [data.OutputEntry(rel=r, kind="sweep", status="complete") for r in ("sweeps/s1", "s2", "s3", "1")]
+    assert [e.rel for e in data.inputs_of(fit, cands)] == ["sweeps/s1", "s2"]

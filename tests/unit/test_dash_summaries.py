@@ -115,7 +115,7 @@ def _checks(fail: bool) -> pd.DataFrame:
 
 
 def test_sync_verdict_names_the_first_failing_invariant_and_tensor() -> None:
-    assert summaries.sync_verdict(_checks(False)) == "All 21 checks passed over 3 steps."
+    assert summaries.sync_verdict(_checks(False)) == "All 21 checks passed over 3 syncs."
     v = summaries.sync_verdict(_checks(True))
     assert v == (
         "1 of 21 checks failed; first: I3 (layout and mapping) at step 1 on tensor "

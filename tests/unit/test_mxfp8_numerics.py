@@ -15,7 +15,7 @@ from test_mxfp8_reference import (
     ref_quantize_rows,
 )
 
-from pipeline.mxfp8 import MXFP8Tensor, dequantize_mxfp8, quantize_mxfp8
+from pipeline.mxfp8 import MXFP8Tensor, dequantize_mxfp8, quantize_mxfp8, quantize_mxfp8_along
 from pipeline.quant.e4m3 import decode_e4m3, encode_e4m3
 
 RULES = ("te", "te212", "floor")
@@ -256,3 +256,24 @@ def test_bad_inputs_raise_clear_errors():
         quantize_mxfp8(np.zeros(32))
     with pytest.raises(TypeError, match="MXFP8Tensor"):
         dequantize_mxfp8(torch.zeros(32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", RULES)
+def test_random_fp32_bit_patterns_give_reference_bytes(rule):
+    """4M uniformly random finite fp32 bit patterns (every exponent, subnormals, both signs)."""
+    rng = np.random.default_rng(11)
+    bits = rng.integers(0, 0x7F800000, size=(1 << 22,)) | (rng.integers(0, 2, 1 << 22) << 31)
+    x = torch.from_numpy(bits_f32(bits)).view(-1, 1024)
+    _assert_matches_reference(x, rule)
+    _assert_matches_reference(x.t().contiguous()[:, :1024], rule, axis=0)
+
+
+def test_quantize_along_any_dim_equals_per_slice_columnwise():
+    w = torch.randn(3, 64, 96, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16)
+    q = quantize_mxfp8_along(w, -2)
+    assert q.axis == 1 and q.scale.shape == (3, 2, 96)
+    for e in range(3):
+        qe = quantize_mxfp8(w[e], axis=0)
+        assert torch.equal(q.data[e], qe.data) and torch.equal(q.scale[e], qe.scale)
+    assert torch.equal(dequantize_mxfp8(q)[1], dequantize_mxfp8(quantize_mxfp8(w[1], axis=0)))

@@ -149,3 +149,18 @@ def test_fieller_and_bootstrap_coverage_over_1000_repetitions() -> None:
     fieller, boot = _coverage(1000, 5000, n_boot=500)
     assert 0.93 <= fieller <= 0.975
     assert 0.85 <= boot <= 0.98  # percentile bootstrap with 4 repeats per size runs a little narrow
+
+
+def test_bootstrap_decides_when_hc3_is_undefined() -> None:
+    # bf16 measured once at 4096 tokens: that point has leverage 1, so HC3 (and Fieller) are undefined.
+    rows = [("bf16", 256, 0.011 + d) for d in (-1e-4, 0.0, 1e-4)] + [("bf16", 4096, 0.026384)]
+    rows += [("mxfp8", n, 0.019 + 2e-6 * n + d) for n in (256, 4096) for d in (-1e-4, 0.0, 1e-4)]
+    df = pd.DataFrame(rows, columns=["precision", "tokens_per_microbatch", "seconds"]).assign(
+        model="m", phase="update", repeat=0
+    )
+    fits = fit_cost_model(df, n_boot=300)
+    assert np.isnan(fits[("m", "update", "bf16")].time.cov).all()
+    be = find_breakeven(fits[("m", "update", "bf16")], fits[("m", "update", "mxfp8")])
+    assert be.ci_method == "bootstrap"
+    assert be.case == "faster_above"
+    assert be.ci == be.bootstrap_ci

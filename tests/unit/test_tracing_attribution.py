@@ -154,7 +154,11 @@ def test_microbatch_attributes_win_over_labels():
             "start_ns": [0, 10, 20],
             "wall_ns": [5, 6, 1],
             "phase": ["update", "update", "other"],
-            "attrs": [json.dumps({"step": 2, "microbatch": 0, "tokens": 100}), json.dumps({"step": 2, "microbatch": 1, "tokens": 80}), "{}"],
+            "attrs": [
+                json.dumps({"step": 2, "microbatch": 0, "tokens": 100}),
+                json.dumps({"step": 2, "microbatch": 1, "tokens": 80}),
+                "{}",
+            ],
             "window_busy_ns": pd.array([pd.NA] * 3, dtype="Int64"),
             "host_stall_ns": pd.array([pd.NA] * 3, dtype="Int64"),
         }
@@ -163,3 +167,17 @@ def test_microbatch_attributes_win_over_labels():
     assert mb["num_tokens"].tolist() == [100, 80]
     assert mb["tokens_per_microbatch"].tolist() == [128, 128]
     assert mb["gpu_busy_seconds"].isna().all()
+
+
+def test_notebook_api_is_exported_lazily_without_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tracing\n"
+        "from tracing import load_kineto_events, load_nsys_events, device_metrics, attribute_ranges, stream_breakdown\n"
+        "assert 'torch' not in sys.modules\n"
+        "import tracing.api as api\n"
+        "assert set(api.__all__) == tracing.API_NAMES\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

@@ -53,7 +53,7 @@ def test_timestamps_are_exact_ns_from_base_plus_decimal_us(a100):
 def test_rank_comes_from_distributed_info_then_file_name(a100, tmp_path):
     assert a100.rank == 0
     assert [load_kineto_events(p).rank for p in RANKS] == [0, 1]
-    doc = gzip.open(RANKS[1]).read().replace(b'"distributedInfo"', b'"notDistributedInfo"')
+    doc = gzip.decompress(RANKS[1].read_bytes()).replace(b'"distributedInfo"', b'"notDistributedInfo"')
     (tmp_path / "trace_rank7.json").write_bytes(doc)
     assert load_kineto_events(tmp_path / "trace_rank7.json").rank == 7
     (tmp_path / "plain.json").write_bytes(doc)
@@ -71,7 +71,16 @@ def test_gpu_ops_carry_device_stream_and_launching_pid(a100):
 
 @pytest.mark.parametrize(
     ("text", "ns"),
-    [(7, 7000), ("0.001", 1), ("4458676522690.655", 4458676522690655), ("1.5", 1500), ("2e0", 2000), ("-1.25", -1250), ("1.0005", 1000), ("1.0015", 1002)],
+    [
+        (7, 7000),
+        ("0.001", 1),
+        ("4458676522690.655", 4458676522690655),
+        ("1.5", 1500),
+        ("2e0", 2000),
+        ("-1.25", -1250),
+        ("1.0005", 1000),
+        ("1.0015", 1002),
+    ],
 )
 def test_microsecond_text_converts_to_exact_ns(text, ns):
     assert us_text_to_ns(text) == ns
@@ -84,7 +93,7 @@ def _minify(text: str) -> str:
 
 @pytest.mark.parametrize("path", [A100, *RANKS], ids=lambda p: p.name)
 def test_minified_reserialization_gives_identical_tables(path, tmp_path):
-    text = gzip.open(path).read().decode()
+    text = gzip.decompress(path.read_bytes()).decode()
     mini = tmp_path / "mini.json"
     mini.write_text(_minify(text))
     assert mini.stat().st_size < len(text.encode())
@@ -107,7 +116,9 @@ def test_top_level_array_of_events_is_accepted(tmp_path):
 
 def test_python_function_events_are_skipped_unless_asked(tmp_path):
     p = tmp_path / "py.json"
-    p.write_text('{"traceEvents":[{"ph":"X","cat":"python_function","name":"f","pid":1,"tid":1,"ts":1,"dur":2}]}')
+    p.write_text(
+        '{"traceEvents":[{"ph":"X","cat":"python_function","name":"f","pid":1,"tid":1,"ts":1,"dur":2}]}'
+    )
     assert len(load_kineto_events(p).events) == 0
     assert load_kineto_events(p, include_python=True).events["kind"].tolist() == ["python"]
 

@@ -72,15 +72,25 @@ def _events(rows: list[tuple]) -> pd.DataFrame:
         cols["kind"][i] = kinds.index(kind)
         cols["name"][i] = 0
         cols["domain"][i] = 0
-        for c, v in zip(("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation"), (pid, tid, dev, stream, start, dur, corr), strict=True):
+        for c, v in zip(
+            ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation"),
+            (pid, tid, dev, stream, start, dur, corr),
+            strict=True,
+        ):
             cols[c][i] = v
     return events_frame(cols, ["op"], kinds, [""])
 
 
 def test_gap_after_late_launch_is_host_stall():
     # k1 [0,10); launch of k2 ends at 25; k2 [30,40): gap [10,30), stall = min(30, 25) - 10 = 15.
-    ev = _events([("runtime", 1, 1, -1, -1, 0, 2, 1), ("kernel", 1, -1, 0, 7, 0, 10, 1),
-                  ("runtime", 1, 1, -1, -1, 20, 5, 2), ("kernel", 1, -1, 0, 7, 30, 10, 2)])
+    ev = _events(
+        [
+            ("runtime", 1, 1, -1, -1, 0, 2, 1),
+            ("kernel", 1, -1, 0, 7, 0, 10, 1),
+            ("runtime", 1, 1, -1, -1, 20, 5, 2),
+            ("kernel", 1, -1, 0, 7, 30, 10, 2),
+        ]
+    )
     d = metrics.device_metrics(ev).iloc[0]
     assert (d.span_ns, d.busy_ns, d.idle_ns, d.host_stall_ns, d.other_idle_ns) == (40, 20, 20, 15, 5)
     assert d.host_stall_ambiguous_ns == 0
@@ -88,16 +98,28 @@ def test_gap_after_late_launch_is_host_stall():
 
 def test_gap_after_early_launch_is_not_host_stall():
     # k2 launched long before k1 ended: the GPU waited on something else.
-    ev = _events([("runtime", 1, 1, -1, -1, 0, 2, 1), ("kernel", 1, -1, 0, 7, 0, 10, 1),
-                  ("runtime", 1, 1, -1, -1, 3, 2, 2), ("kernel", 1, -1, 0, 7, 30, 10, 2)])
+    ev = _events(
+        [
+            ("runtime", 1, 1, -1, -1, 0, 2, 1),
+            ("kernel", 1, -1, 0, 7, 0, 10, 1),
+            ("runtime", 1, 1, -1, -1, 3, 2, 2),
+            ("kernel", 1, -1, 0, 7, 30, 10, 2),
+        ]
+    )
     d = metrics.device_metrics(ev).iloc[0]
     assert (d.host_stall_ns, d.other_idle_ns, d.unattributed_ns) == (0, 20, 0)
 
 
 def test_launch_that_straddles_the_gap_start_is_stall_and_ambiguous():
     # Launch [5, 18) started before k1 ended at 10 (HTA's start rule says "not host wait") but ended after it.
-    ev = _events([("runtime", 1, 1, -1, -1, 0, 2, 1), ("kernel", 1, -1, 0, 7, 0, 10, 1),
-                  ("runtime", 1, 1, -1, -1, 5, 13, 2), ("kernel", 1, -1, 0, 7, 30, 10, 2)])
+    ev = _events(
+        [
+            ("runtime", 1, 1, -1, -1, 0, 2, 1),
+            ("kernel", 1, -1, 0, 7, 0, 10, 1),
+            ("runtime", 1, 1, -1, -1, 5, 13, 2),
+            ("kernel", 1, -1, 0, 7, 30, 10, 2),
+        ]
+    )
     d = metrics.device_metrics(ev).iloc[0]
     assert (d.host_stall_ns, d.host_stall_ambiguous_ns) == (8, 8)
     start_rule = metrics.stream_breakdown(ev, rule="start").iloc[0]
@@ -108,7 +130,13 @@ def test_launch_that_straddles_the_gap_start_is_stall_and_ambiguous():
 
 def test_busy_union_counts_other_streams_so_idle_is_device_level():
     # Stream 7 idles [10, 30) while stream 8 works [5, 35): the device is never idle.
-    ev = _events([("kernel", 1, -1, 0, 7, 0, 10, -1), ("kernel", 1, -1, 0, 8, 5, 30, -1), ("kernel", 1, -1, 0, 7, 30, 10, -1)])
+    ev = _events(
+        [
+            ("kernel", 1, -1, 0, 7, 0, 10, -1),
+            ("kernel", 1, -1, 0, 8, 5, 30, -1),
+            ("kernel", 1, -1, 0, 7, 30, 10, -1),
+        ]
+    )
     d = metrics.device_metrics(ev).iloc[0]
     assert (d.busy_ns, d.idle_ns, d.num_streams) == (40, 0, 2)
     s7 = metrics.stream_breakdown(ev).set_index("stream").loc[7]
@@ -118,7 +146,9 @@ def test_busy_union_counts_other_streams_so_idle_is_device_level():
 def test_no_gpu_ops_gives_no_device_rows():
     ev = _events([("cpu_op", 1, 1, -1, -1, 0, 10, -1)])
     assert len(metrics.device_metrics(ev)) == 0
-    assert list(metrics.device_metrics(ev).columns) == [c for c in schema.DEVICE_COLUMNS if c not in ("trace", "format", "rank")]
+    assert list(metrics.device_metrics(ev).columns) == [
+        c for c in schema.DEVICE_COLUMNS if c not in ("trace", "format", "rank")
+    ]
 
 
 def test_clipped_measure_matches_brute_force():

@@ -72,14 +72,16 @@ def test_sqlite_that_is_not_an_nsys_export_is_refused(tmp_path):
     con = sqlite3.connect(p)
     con.execute("CREATE TABLE t (x)")
     con.close()
-    with pytest.raises(TraceFormatError, match="other.sqlite.*not an Nsight Systems SQLite export"):
+    with pytest.raises(TraceFormatError, match=r"other\.sqlite.*not an Nsight Systems SQLite export"):
         load_nsys_events(p)
 
 
 def test_missing_required_column_names_the_table(tmp_path):
     p = tmp_path / "bad.sqlite"
     con = sqlite3.connect(p)
-    con.executescript("CREATE TABLE StringIds (id, value); CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start, deviceId);")
+    con.executescript(
+        "CREATE TABLE StringIds (id, value); CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start, deviceId);"
+    )
     con.close()
     with pytest.raises(TraceFormatError, match="CUPTI_ACTIVITY_KIND_KERNEL lacks column"):
         load_nsys_events(p)

@@ -11,7 +11,7 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
 def load_json(path: Path) -> dict:
-    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     return json.loads(raw, parse_float=Decimal)
 
 

@@ -1,0 +1,475 @@
+"""GPU sweep: BF16 vs FP8 linear layers of a Qwen3-8B-shaped layer stack across micro-batch sizes.
+
+What runs. A stack of L decoder layers reduced to their linear layers (vLLM's fused shapes: ``qkv_proj``
+[(32+2*8)*128, 4096], ``o_proj`` [4096, 4096], ``gate_up_proj`` [2*12288, 4096], ``down_proj`` [4096, 12288]),
+chained as a decoder layer chains them -- the core attention is not a linear layer and is left out: its
+output is stood in for by the first 4096 columns of the QKV projection. One forward through the stack is one
+micro-batch of ``tokens_per_microbatch`` tokens (phase ``logprob``: a full-sequence forward).
+
+Precisions (SPEC ids; Hopper has no MXFP8 tensor cores, so no ``mxfp8`` here):
+
+- ``bf16``: ``x @ W.T`` in BF16.
+- ``fp8-tensor``: ``torch._scaled_mm`` on E4M3 operands, one fp32 scale per tensor (amax / 448, current
+  scaling for activations, once for weights).
+- ``fp8-rowwise``: the same with one fp32 scale per activation row and per weight row (SM 9.0+).
+
+Activations are quantized on every call (dynamic scaling), so the per-micro-batch cost includes the quantize
+kernels -- that is the fixed + per-token overhead the cost model fits. Values are **clamped to +-448 before
+the cast**: torch < 2.13 does not saturate float8 casts (it overflows to NaN).
+
+Outputs (``-o DIR``): ``manifest.json`` (kind ``sweep``), ``microbatches.csv`` and, where pandas + pyarrow
+import, ``microbatches.parquet`` (else ``--finalize DIR`` on a machine with them); per (precision, size) a
+Kineto trace ``traces/<precision>-t<tokens>/rank-0.json.gz`` with an ``mxperf.toml`` label sidecar for
+``mxperf ingest``. Runs with the image's packages only (``PYTHONPATH=.``; no nvtx package needed).
+
+    PYTHONPATH=. python benchmarks/gpu_sweep.py -o runs/gpu-sweep [--layers 4] [--tokens 512,1024,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FP8_MAX = 448.0
+PRECISIONS = ("bf16", "fp8-tensor", "fp8-rowwise")
+PHASE = "logprob"
+RANGE_NAME = "logprob/microbatch"
+# The micro-batch contract (tracing/schema.py MICROBATCH_COLUMNS), repeated here because tracing.schema needs
+# pandas, which the GPU image may lack; tests/unit/test_gpu_sweep.py asserts the two agree.
+MICROBATCH_COLUMNS = (
+    "model",
+    "precision",
+    "phase",
+    "tokens_per_microbatch",
+    "num_tokens",
+    "repeat",
+    "step",
+    "microbatch",
+    "seconds",
+    "gpu_busy_seconds",
+    "host_stall_seconds",
+    "peak_mem_bytes",
+    "flops",
+    "source",
+)
+
+
+@dataclass(frozen=True)
+class StackShape:
+    """Linear shapes of one decoder layer (N = out_features, K = in_features)."""
+
+    name: str
+    hidden: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+
+    @property
+    def linears(self) -> dict[str, tuple[int, int]]:
+        qkv = (self.q_heads + 2 * self.kv_heads) * self.head_dim
+        return {
+            "qkv_proj": (qkv, self.hidden),
+            "o_proj": (self.hidden, self.q_heads * self.head_dim),
+            "gate_up_proj": (2 * self.intermediate, self.hidden),
+            "down_proj": (self.hidden, self.intermediate),
+        }
+
+    def flops_per_token(self, layers: int) -> float:
+        return 2.0 * layers * sum(n * k for n, k in self.linears.values())
+
+
+def shape_from_preset(name: str) -> StackShape:
+    """Shapes from mxperf's model presets (``qwen3-8b``) -- one source of truth for the dimensions."""
+    from pipeline.models import get_preset
+
+    p = get_preset(name)
+    return StackShape(
+        name,
+        int(p.get("hidden_size")),
+        int(p.get("num_attention_heads")),
+        int(p.get("num_key_value_heads")),
+        p.head_dim,
+        int(p.get("intermediate_size")),
+    )
+
+
+# -- FP8 quantization (E4M3, fp32 scales) ---------------------------------------------------------------
+def quantize_fp8(x: torch.Tensor, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E4M3 data, fp32 scale) with scale = amax / 448 per tensor ([]) or per row ([M, 1]); x ~ data * scale.
+    Clamped before the cast (torch < 2.13 does not saturate)."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True) if rowwise else xf.abs().amax()
+    scale = (amax / FP8_MAX).clamp(min=torch.finfo(torch.float32).tiny)
+    data = (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return data, scale.float()
+
+
+class Linear:
+    """One linear layer at a precision: BF16 weights, or E4M3 weights + fp32 scales quantized once."""
+
+    def __init__(self, w_NK: torch.Tensor, precision: str) -> None:
+        self.precision = precision
+        if precision == "bf16":
+            self.w = w_NK.to(torch.bfloat16)
+            return
+        rowwise = precision == "fp8-rowwise"
+        w_fp8, w_scale = quantize_fp8(w_NK, rowwise)
+        self.w_t = w_fp8.t()  # [K, N] column-major: what _scaled_mm wants as mat2
+        self.w_scale = w_scale.t().contiguous() if rowwise else w_scale  # [1, N] or []
+        self.rowwise = rowwise
+
+    def __call__(self, x_MK: torch.Tensor) -> torch.Tensor:
+        if self.precision == "bf16":
+            return x_MK @ self.w.t()
+        x_fp8, x_scale = quantize_fp8(x_MK, self.rowwise)
+        return torch._scaled_mm(
+            x_fp8, self.w_t, scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16
+        )
+
+
+def build_stack(
+    shape: StackShape, layers: int, precision: str, device: torch.device, seed: int = 0
+) -> list[dict]:
+    """Random weights (std 0.02, as HF initializes Qwen3), the same for every precision."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    stack = []
+    for _ in range(layers):
+        layer = {}
+        for name, (n, k) in shape.linears.items():
+            w = (torch.randn(n, k, generator=g) * 0.02).to(device=device, dtype=torch.bfloat16)
+            layer[name] = Linear(w, precision)
+        stack.append(layer)
+    return stack
+
+
+def stack_forward(stack: list[dict], x: torch.Tensor, hidden: int) -> torch.Tensor:
+    """Decoder-layer chaining of the linears (residuals, SwiGLU); attention core left out (module docstring)."""
+    for layer in stack:
+        qkv = layer["qkv_proj"](x)
+        x = x + layer["o_proj"](qkv[:, :hidden].contiguous())
+        gate, up = layer["gate_up_proj"](x).chunk(2, dim=-1)
+        x = x + layer["down_proj"](torch.nn.functional.silu(gate) * up)
+    return x
+
+
+# -- measurement --------------------------------------------------------------------------------------------
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_mem(device: torch.device) -> float | None:
+    return float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+
+
+def measure(
+    shape: StackShape,
+    layers: int,
+    precision: str,
+    tokens: int,
+    repeats: int,
+    warmup: int,
+    device: torch.device,
+    trace_dir: Path | None,
+) -> list[dict[str, Any]]:
+    """Rows of ``microbatches`` for one (precision, size): ``repeats`` timed forwards after ``warmup``; the
+    last repeat runs under the Kineto profiler when ``trace_dir`` is given (its row is still a timed row)."""
+    stack = build_stack(shape, layers, precision, device)
+    g = torch.Generator(device="cpu").manual_seed(tokens)
+    x = torch.randn(tokens, shape.hidden, generator=g).to(device=device, dtype=torch.bfloat16)
+    for _ in range(warmup):
+        stack_forward(stack, x, shape.hidden)
+    _sync(device)
+    rows = []
+    for rep in range(repeats):
+        profiled = trace_dir is not None and rep == repeats - 1
+        prof = _profiler(device) if profiled else None
+        if prof is not None:
+            prof.__enter__()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter_ns()
+        with torch.profiler.record_function(RANGE_NAME):
+            y = stack_forward(stack, x, shape.hidden)
+            _sync(device)
+        seconds = (time.perf_counter_ns() - t0) / 1e9
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            write_trace(prof, trace_dir, shape.name, precision, tokens, rep)
+        if not bool(torch.isfinite(y).all()):
+            raise FloatingPointError(f"{precision} at {tokens} tokens produced non-finite outputs")
+        rows.append(
+            {
+                "model": shape.name,
+                "precision": precision,
+                "phase": PHASE,
+                "tokens_per_microbatch": tokens,
+                "num_tokens": tokens,
+                "repeat": rep,
+                "step": 0,
+                "microbatch": rep,
+                "seconds": seconds,
+                "gpu_busy_seconds": None,  # from the trace: mxperf ingest
+                "host_stall_seconds": None,
+                "peak_mem_bytes": _peak_mem(device),
+                "flops": shape.flops_per_token(layers) * tokens,
+                "source": "sweep",
+            }
+        )
+    return rows
+
+
+def _profiler(device: torch.device) -> Any:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=acts)
+
+
+def write_trace(prof: Any, trace_dir: Path, model: str, precision: str, tokens: int, rep: int) -> Path:
+    """``traces/<precision>-t<tokens>/rank-0.json.gz`` plus its ``mxperf.toml`` labels for ingest."""
+    d = trace_dir / f"{precision}-t{tokens}"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "rank-0.json.gz"
+    prof.export_chrome_trace(str(path))
+    (d / "mxperf.toml").write_text(
+        f'[labels]\nmodel = "{model}"\nprecision = "{precision}"\ntokens_per_microbatch = {tokens}\n'
+        f'phase = "{PHASE}"\nrepeat = {rep}\n'
+    )
+    return path
+
+
+def machine() -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "capability": list(torch.cuda.get_device_capability(0)) if cuda else None,
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+
+
+# -- outputs ------------------------------------------------------------------------------------------------
+def write_microbatches(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """``microbatches.csv`` always; ``microbatches.parquet`` (tracing.store) when pandas + pyarrow import."""
+    written = [out / "microbatches.csv"]
+    with open(written[0], "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=MICROBATCH_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r[k] is None else r[k]) for k in MICROBATCH_COLUMNS})
+    try:
+        written.append(finalize(out))
+    except ImportError as exc:
+        print(
+            f"[gpu_sweep] no parquet here ({exc}); run `--finalize {out}` where pandas+pyarrow exist",
+            file=sys.stderr,
+        )
+    return written
+
+
+def finalize(out: Path) -> Path:
+    """microbatches.csv -> microbatches.parquet with the shared schema (needs pandas + pyarrow)."""
+    import pandas as pd
+
+    from tracing import store
+    from tracing.schema import MICROBATCH_COLUMNS as SCHEMA
+
+    df = pd.read_csv(out / "microbatches.csv")
+    for col, dtype in SCHEMA.items():
+        df[col] = df[col].astype(dtype)
+    return store.write_table(df[list(SCHEMA)], out / store.MICROBATCHES)
+
+
+class Manifest:
+    """manifest.json (SPEC run-directory fields) written first as ``running``, rewritten at the end. Uses
+    tracing.manifest.OutputDir when importable (it needs pandas), else writes the same fields itself."""
+
+    def __init__(self, out: Path, config: dict[str, Any], force: bool) -> None:
+        self.out = out
+        try:
+            from tracing.manifest import OutputDir
+
+            self._impl: Any = OutputDir(out, kind="sweep", command=sys.argv, config=config, force=force)
+            self._impl.update(machine=machine() | self._impl.data["machine"])
+        except ImportError:
+            if out.exists() and any(out.iterdir()) and not force:
+                raise SystemExit(
+                    f"{out}: output directory is not empty; choose another -o or pass --force"
+                ) from None
+            self._impl = None
+            self.data = {
+                "schema_version": 1,
+                "kind": "sweep",
+                "status": "running",
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "mxperf_version": _mxperf_version(),
+                "git_sha": os.environ.get("MXPERF_GIT_SHA"),
+                "command": sys.argv,
+                "config": config,
+                "machine": machine(),
+                "compute_dtype": "bfloat16",
+            }
+
+    def __enter__(self) -> Manifest:
+        if self._impl is not None:
+            self._impl.__enter__()
+        else:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._write()
+        return self
+
+    def update(self, **fields: Any) -> None:
+        if self._impl is not None:
+            self._impl.update(**fields)
+        else:
+            self.data.update(fields)
+
+    def _write(self) -> None:
+        tmp = self.out / "manifest.json.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.out / "manifest.json")
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._impl is not None:
+            self._impl.__exit__(exc_type, exc, tb)
+            return
+        self.data["status"] = "complete" if exc_type is None else "failed"
+        if exc_type is not None:
+            self.data["error"] = f"{exc_type.__name__}: {exc}"
+        self.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._write()
+
+
+def _mxperf_version() -> str | None:
+    try:
+        from mxperf import __version__
+
+        return __version__
+    except ImportError:
+        return None
+
+
+def supported_precisions(device: torch.device, wanted: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The precisions this device runs, and the reason for each one it does not."""
+    if device.type != "cuda":
+        return wanted, {}
+    from pipeline.gpu import HardwareUnavailableError, require_scaled_mm
+
+    ok, skipped = [], {}
+    for p in wanted:
+        try:
+            if p != "bf16":
+                require_scaled_mm(p)
+            ok.append(p)
+        except HardwareUnavailableError as exc:
+            skipped[p] = str(exc)
+    return ok, skipped
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="BF16 vs FP8 linear layers of a Qwen3-8B-shaped stack (see docstring)"
+    )
+    p.add_argument(
+        "-o", "--out", type=Path, help="output directory (refuses a non-empty one without --force)"
+    )
+    p.add_argument("--force", action="store_true")
+    p.add_argument(
+        "--model", default="qwen3-8b", help="shape preset (pipeline.models); tiny-dense for CPU tests"
+    )
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--tokens", default="512,1024,2048,4096,8192,16384", help="micro-batch sizes in tokens")
+    p.add_argument("--precisions", default=",".join(PRECISIONS))
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--device", default="cuda", help="cuda (the device check) or cpu (tests)")
+    p.add_argument("--no-trace", action="store_true", help="skip the Kineto traces")
+    p.add_argument("--max-seconds", type=float, default=420.0, help="stop starting new sizes after this")
+    p.add_argument("--finalize", type=Path, help="only convert DIR/microbatches.csv to parquet, then exit")
+    args = p.parse_args(argv)
+    if args.finalize is None and args.out is None:
+        p.error("-o/--out is required")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.finalize is not None:
+        print(finalize(args.finalize))
+        return 0
+    torch.set_num_threads(1) if args.device == "cpu" else None
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda but no CUDA device here; use --device cpu for a functional run")
+    shape = shape_from_preset(args.model)
+    tokens = [int(t) for t in args.tokens.split(",") if t]
+    wanted = [p for p in args.precisions.split(",") if p]
+    unknown = sorted(set(wanted) - set(PRECISIONS))
+    if unknown:
+        raise SystemExit(f"unknown precision(s) {unknown}; this sweep runs {', '.join(PRECISIONS)}")
+    precisions, skipped = supported_precisions(device, wanted)
+    config = {
+        "model": args.model,
+        "layers": args.layers,
+        "tokens": tokens,
+        "precisions": precisions,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "device": args.device,
+        "phase": PHASE,
+        "shape": shape.__dict__,
+        "skipped_precisions": skipped,
+    }
+    t_start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    with Manifest(args.out, config, args.force) as man:
+        # Sizes outer, precisions inner: a time cut-off leaves every precision with the same sizes.
+        for n in tokens:
+            if time.perf_counter() - t_start > args.max_seconds:
+                not_run.append(f"{n}")
+                continue
+            for prec in precisions:
+                trace_dir = None if args.no_trace else args.out / "traces"
+                rows += measure(shape, args.layers, prec, n, args.repeats, args.warmup, device, trace_dir)
+                med = sorted(r["seconds"] for r in rows[-args.repeats :])[args.repeats // 2]
+                print(f"[gpu_sweep] {prec:12s} {n:6d} tokens  median {med * 1e3:9.3f} ms", file=sys.stderr)
+        files = write_microbatches(rows, args.out)
+        man.update(
+            sizes_not_run=not_run,
+            files=[str(f.relative_to(args.out)) for f in files],
+            wall_s=time.perf_counter() - t_start,
+        )
+    print(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "run_dir": str(args.out),
+                "status": "complete",
+                "rows": len(rows),
+                "precisions": precisions,
+                "skipped_precisions": skipped,
+                "sizes_not_run": not_run,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""One measurement in a fresh process: ``python benchmarks/ingest_worker.py TOOL PATH`` -> one JSON line.
+
+Tools (each imports its libraries first, then records the baseline RSS, then times the work):
+
+- ``mxperf``: ``load_trace`` + ``analyze`` (device metrics, HTA-style stream breakdown, per-range
+  attribution, kernel table) -- at least what HTA computes below.
+- ``hta``: Holistic Trace Analysis 0.5.0 ``TraceAnalysis(trace_dir)`` (default JSON backend) +
+  ``get_idle_time_breakdown`` + ``get_temporal_breakdown``. PATH is a directory of rank files.
+- ``gunzip``: the floor for a .json.gz: stream-decompress it (1 MiB chunks) and discard the bytes.
+- ``sqlite``: the floor for an nsys export: the same SELECTs mxperf runs, ``fetchall`` only.
+
+Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_bytes() -> int:
+    self_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(self_kib, child_kib) * 1024
+
+
+NSYS_QUERIES = (
+    'SELECT start, "end", deviceId, streamId, correlationId, globalPid, demangledName, NULL FROM CUPTI_ACTIVITY_KIND_KERNEL',
+    'SELECT start, "end", deviceId, streamId, correlationId, globalPid, copyKind, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY',
+    'SELECT start, "end", deviceId, streamId, correlationId, globalPid, memKind, bytes FROM CUPTI_ACTIVITY_KIND_MEMSET',
+    'SELECT start, "end", deviceId, streamId, correlationId, globalPid, syncType, NULL FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION',
+    'SELECT start, "end", eventClass, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME',
+    'SELECT start, "end", globalTid, endGlobalTid, coalesce(text, ""), textId, coalesce(domainId, 0) FROM NVTX_EVENTS '
+    'WHERE eventType IN (59, 60) AND "end" IS NOT NULL',
+    "SELECT id, value FROM StringIds",
+)
+
+
+def main(tool: str, path: str) -> dict[str, object]:
+    p = Path(path)
+    if tool == "mxperf":
+        from tracing.ingest import analyze, load_trace
+
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]
+        info = {}
+        for f in files:
+            trace = load_trace(f)
+            tables = analyze(trace)
+            info[f.name] = {"events": len(trace.events), "busy_ns": int(tables["devices"]["busy_ns"].sum())}
+            del trace, tables
+    elif tool == "mxperf-load":
+        from tracing.ingest import load_trace
+
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        info = {"events": len(load_trace(p).events)}
+    elif tool == "hta":
+        import logging
+
+        from hta.trace_analysis import TraceAnalysis
+
+        logging.disable(logging.WARNING)
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        ta = TraceAnalysis(trace_dir=str(p))
+        idle = ta.get_idle_time_breakdown(visualize=False)[0]
+        temporal = ta.get_temporal_breakdown(visualize=False)
+        info = {"idle_rows": len(idle), "temporal_rows": len(temporal)}
+    elif tool == "gunzip":
+        import gzip
+
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        n = 0
+        with gzip.open(p, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                n += len(chunk)
+        info = {"bytes": n}
+    elif tool == "sqlite":
+        import sqlite3
+
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        con = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        rows = sum(len(con.execute(q).fetchall()) for q in NSYS_QUERIES)
+        con.close()
+        info = {"rows": rows}
+    else:
+        raise SystemExit(f"unknown tool {tool!r}")
+    seconds = time.perf_counter() - t0
+    return {"tool": tool, "path": path, "seconds": seconds, "peak_rss_bytes": _peak_bytes() - base, "info": info}
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(json.dumps(main(sys.argv[1], sys.argv[2])))

@@ -1,0 +1,56 @@
+"""The sweep directory: manifest (kind sweep), ``microbatches.parquet``, ``ranges.parquet``, optional trace.
+
+Separate from :mod:`pipeline.sweep` (which measures and returns tables) so that measuring stays free of I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pipeline.sweep import NO_GPU_REASON, SweepConfig, fill_gpu_columns, run_sweep
+from tracing import store
+from tracing.manifest import OutputDir
+from tracing.ranges import RangeLog
+
+
+def execute_sweep(
+    cfg: SweepConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    trace: bool = False,
+    force: bool = False,
+    command: Sequence[str] | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Run the sweep into ``out_dir``; returns the ``--json`` summary."""
+    from pipeline.profiling import capture_trace
+
+    ranges = RangeLog()
+    config = {**asdict(cfg), "trace": trace, "num_sequences": cfg.num_sequences}
+    with OutputDir(
+        out_dir, kind="sweep", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
+    ) as od:
+        trace_path = store.trace_path(od.path, 0) if trace else None
+        try:
+            with capture_trace(trace_path):
+                df = run_sweep(cfg, ranges=ranges, log=log)
+        finally:
+            store.write_table(ranges.to_frame(), od.path / store.RANGES)
+        reason = NO_GPU_REASON
+        if trace_path is not None:
+            df, reason = fill_gpu_columns(df, str(trace_path))
+        elif not reason.startswith("CPU"):
+            reason = "not traced: run with --trace for GPU busy and host stall"
+        store.write_table(df, od.path / store.MICROBATCHES)
+        od.update(gpu_reason=reason, microbatches=len(df), mfu_reason="hardware peak FLOP/s unknown")
+    return {
+        "schema_version": store.SCHEMA_VERSION,
+        "run_dir": str(od.path),
+        "status": "complete",
+        "microbatches": len(df),
+        "precisions": list(cfg.precisions),
+        "sizes": list(cfg.sizes),
+    }

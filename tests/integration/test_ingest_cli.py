@@ -1,0 +1,249 @@
+"""`mxperf ingest` / `mxperf ranges` end to end: output files, --json contract, labels, run dirs, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mxperf.cli import main
+from tracing import schema, store
+from tracing.manifest import OutputDir, read_manifest
+from tracing.ranges import RangeLog
+
+DATA = Path(__file__).parent.parent / "data"
+REAL = DATA / "real"
+A100 = REAL / "hta_a100_ddp_rank0_hostbound.json.gz"
+RANKS = REAL / "hta_sampled_2rank"
+NSYS = REAL / "nsysai_h100x2_mfu_before.sqlite"
+NO_GPU = DATA / "quirks" / "no_gpu_ops" / "trace.json"
+
+
+def _json_line(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_ingest_writes_spec_files_and_json(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["ingest", str(A100), str(NSYS), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = _json_line(captured.out)
+    assert doc["schema_version"] == 1
+    assert [t["format"] for t in doc["traces"]] == ["kineto", "nsys"]
+    a100 = doc["traces"][0]["devices"]
+    assert a100 == [
+        {
+            "rank": 0,
+            "pid": 2910249,
+            "device": 0,
+            "span_ns": 660551005,
+            "busy_ns": 157500014,
+            "idle_ns": 503050991,
+            "host_stall_ns": a100[0]["host_stall_ns"],
+            "num_kernels": 2700,
+        }
+    ]
+    nsys = doc["traces"][1]["devices"]
+    assert [(d["rank"], d["pid"], d["device"]) for d in nsys] == [(None, 144, 0), (None, 145, 1)]
+    for d in a100 + nsys:
+        assert set(d) == {
+            "rank",
+            "pid",
+            "device",
+            "span_ns",
+            "busy_ns",
+            "idle_ns",
+            "host_stall_ns",
+            "num_kernels",
+        }
+        assert all(isinstance(d[k], int) for k in ("span_ns", "busy_ns", "idle_ns", "host_stall_ns"))
+    assert "span 660.6 ms" in captured.err
+    m = read_manifest(out)
+    assert (m["kind"], m["status"]) == ("ingest", "complete")
+    assert sorted(p.name for p in (out / "events").iterdir()) == [
+        "rank-0.parquet",
+        "rank-nsysai_h100x2_mfu_before.parquet",
+    ]
+    for name, cols in (
+        (store.DEVICES, schema.DEVICE_COLUMNS),
+        (store.RANGES, schema.RANGE_COLUMNS),
+        (store.KERNELS, schema.KERNEL_COLUMNS),
+        (store.STREAMS, schema.STREAM_COLUMNS),
+    ):
+        assert list(store.read_table(out / name).columns) == list(cols)
+    events = store.read_table(out / "events" / "rank-0.parquet")
+    assert list(events.columns) == list(schema.EVENT_COLUMNS) and len(events) == 26932
+    assert not (out / store.MICROBATCHES).exists()  # unlabelled
+    assert not list(out.glob(".*"))  # staging removed
+
+
+def test_labelled_ingest_writes_the_microbatch_contract(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "ingest",
+            str(A100),
+            "-o",
+            str(out),
+            "--label",
+            "model=resnet50,precision=bf16,tokens_per_microbatch=2048",
+        ]
+    )
+    assert rc == 0
+    mb = store.read_table(out / store.MICROBATCHES)
+    assert list(mb.columns) == list(schema.MICROBATCH_COLUMNS)
+    assert len(mb) == 3 and set(mb["precision"]) == {"bf16"} and set(mb["source"]) == {"trace"}
+    assert (mb["host_stall_seconds"] > 0).all()
+
+
+def test_sidecar_toml_labels_a_trace_and_cli_overrides(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir()
+    shutil.copy(A100, d / "trace.json.gz")
+    (d / "mxperf.toml").write_text(
+        '[labels]\nmodel = "cnn"\nprecision = "bf16"\ntokens_per_microbatch = 512\n'
+    )
+    assert main(["ingest", str(d / "trace.json.gz"), "-o", str(tmp_path / "o1")]) == 0
+    assert set(store.read_table(tmp_path / "o1" / store.MICROBATCHES)["model"]) == {"cnn"}
+    assert (
+        main(["ingest", str(d / "trace.json.gz"), "-o", str(tmp_path / "o2"), "--label", "precision=mxfp8"])
+        == 0
+    )
+    mb = store.read_table(tmp_path / "o2" / store.MICROBATCHES)
+    assert set(mb["precision"]) == {"mxfp8"} and set(mb["tokens_per_microbatch"]) == {512}
+
+
+def test_microbatch_range_pattern_selects_ranges(tmp_path):
+    out = tmp_path / "o"
+    labels = "model=m,precision=bf16,tokens_per_microbatch=64"
+    assert (
+        main(["ingest", str(A100), "-o", str(out), "--label", labels, "--microbatch-range", "## backward ##"])
+        == 0
+    )
+    assert len(store.read_table(out / store.MICROBATCHES)) == 3
+
+
+def _make_run_dir(path: Path) -> None:
+    log = RangeLog(emit_nvtx=False, emit_profiler=False)
+    for step in range(2):
+        with log.range("step", step=step):
+            for mb in range(3):
+                with log.range(
+                    "update/microbatch", step=step, microbatch=mb, tokens=100 + mb, precision="mxfp8"
+                ):
+                    sum(range(1000))
+    with OutputDir(path, kind="run", config={"model": "tiny-qwen3", "tokens_per_microbatch": 128}):
+        store.write_table(log.to_frame(), path / store.RANGES)
+
+
+def test_run_dir_range_log_ingests_with_null_gpu_metrics(tmp_path, capsys):
+    run = tmp_path / "run"
+    _make_run_dir(run)
+    out = tmp_path / "out"
+    assert main(["ingest", str(run), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = _json_line(captured.out)
+    assert doc["traces"] == [{"path": str(run), "format": "rangelog", "devices": []}]
+    assert "no GPU devices" in captured.err
+    ranges = store.read_table(out / store.RANGES)
+    assert len(ranges) == 8 and ranges["host_stall_ns"].isna().all()
+    assert set(ranges["gpu_reason"]) == {"mxperf range log: host clock only, no GPU activity recorded"}
+    mb = store.read_table(out / store.MICROBATCHES)
+    assert len(mb) == 6
+    assert mb["num_tokens"].tolist() == [100, 101, 102, 100, 101, 102]
+    assert set(mb["model"]) == {"tiny-qwen3"} and set(mb["precision"]) == {"mxfp8"}
+    assert set(mb["tokens_per_microbatch"]) == {128}
+    assert mb["gpu_busy_seconds"].isna().all() and (mb["seconds"] > 0).all()
+    assert mb[["step", "microbatch"]].values.tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+
+
+def test_cpu_only_trace_has_no_devices(tmp_path, capsys):
+    assert main(["ingest", str(NO_GPU), "-o", str(tmp_path / "o"), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert _json_line(captured.out)["traces"][0]["devices"] == []
+    assert "trace has no GPU ops" in captured.err
+    assert len(store.read_table(tmp_path / "o" / store.DEVICES)) == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: (d / "cut.json.gz").write_bytes(A100.read_bytes()[:300_000]), "truncated or corrupt gzip"),
+        (lambda d: (d / "x.json").write_text('{"nope": 1}'), "no traceEvents array"),
+        (lambda d: (d / "r.nsys-rep").write_bytes(b"\0rep"), "nsys export --type sqlite"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_no_parquet(tmp_path, capsys, make, message):
+    src = tmp_path / "in"
+    src.mkdir()
+    make(src)
+    bad = next(src.iterdir())
+    out = tmp_path / "out"
+    assert main(["ingest", str(A100), str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and str(bad) in err[0]
+    assert list(out.rglob("*.parquet")) == []
+    assert read_manifest(out)["status"] == "failed"
+
+
+def test_missing_file_and_bad_label_exit_2(tmp_path, capsys):
+    assert main(["ingest", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o")]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
+    assert main(["ingest", str(A100), "-o", str(tmp_path / "o2"), "--label", "precision=fp7"]) == 2
+    assert "not a precision id" in capsys.readouterr().err
+    assert main(["ingest", str(A100), "-o", str(tmp_path / "o3"), "--label", "model=m"]) == 2
+    assert "missing precision, tokens_per_microbatch" in capsys.readouterr().err
+
+
+def test_existing_output_is_never_overwritten(tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["ingest", str(A100), "-o", str(out)]) == 2
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_local_process_pool_matches_serial_ingest(tmp_path, capsys):
+    assert main(["ingest", str(RANKS), "-o", str(tmp_path / "serial"), "--json"]) == 0
+    serial = _json_line(capsys.readouterr().out)
+    assert main(["ingest", str(RANKS), "-o", str(tmp_path / "pool"), "--json", "--workers", "2"]) == 0
+    pooled = _json_line(capsys.readouterr().out)
+    assert pooled == serial
+    assert [d["rank"] for t in serial["traces"] for d in t["devices"]] == [0, 1]
+    assert sorted(p.name for p in (tmp_path / "pool" / "events").iterdir()) == [
+        "rank-0.parquet",
+        "rank-1.parquet",
+    ]
+    pd.testing.assert_frame_equal(
+        store.read_table(tmp_path / "serial" / store.RANGES).drop(columns="trace"),
+        store.read_table(tmp_path / "pool" / store.RANGES).drop(columns="trace"),
+    )
+
+
+def test_ranges_command_lists_heaviest_ranges(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["ingest", str(A100), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["ranges", str(out), "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[1].startswith("ProfilerStep#*") and len(text.splitlines()) == 4
+    assert main(["ranges", str(out), "--match", "backward", "--json"]) == 0
+    rows = _json_line(capsys.readouterr().out)["ranges"]
+    assert [r["name"] for r in rows] == ["## backward ##"] and rows[0]["count"] == 3
+
+
+def test_cli_subprocess_prints_no_traceback(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxperf", "ingest", str(bad), "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

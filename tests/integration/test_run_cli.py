@@ -1,0 +1,102 @@
+"""``mxperf run`` end to end: run directory, tables, ranges, checks, bad input, --strict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mxperf.cli import main
+from pipeline.loop import RLLoop, SyncCheckFailedError
+from pipeline.run import execute_run
+from pipeline.session import RunConfig
+from tracing import store
+from tracing.manifest import read_manifest
+
+TINY = ["--steps", "2", "--prompts-per-step", "2", "--samples-per-prompt", "2", "--max-new-tokens", "3"]
+
+
+def test_run_writes_a_complete_run_directory(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["run", "--model", "tiny-dense", "--learner", "mxfp8", "--sampler", "mxfp8", *TINY,
+               "--tokens-per-microbatch", "32", "-o", str(out), "--json"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["status"] == "complete" and summary["run_dir"] == str(out) and summary["schema_version"] == 1
+    manifest = read_manifest(out)
+    assert manifest["kind"] == "run" and manifest["status"] == "complete"
+    assert manifest["compute_dtype"] == "bfloat16" and manifest["config"]["learner"] == "mxfp8"
+    metrics = store.read_table(out / store.METRICS)
+    assert list(metrics["step"]) == [0, 1]
+    for col in ("generate_s", "logprob_s", "update_s", "sync_s", "sync_check_s", "reward_mean", "kl_k1", "kl_k3",
+                "token_mult_prob_error", "prob_abs_diff_mean", "prob_abs_diff_max"):
+        assert col in metrics.columns, col
+    assert (metrics["step_s"] >= metrics["update_s"] + metrics["generate_s"]).all()  # phases nest in the step
+    ranges = store.read_table(out / store.RANGES)
+    assert {"step", "generate", "logprob", "update", "update/microbatch", "sync", "sync/check"} <= set(ranges["name"])
+    checks = store.read_table(out / store.SYNC_CHECKS)
+    assert checks["passed"].all()  # clean run: no false alarm
+    assert set(checks["invariant"]) == {f"I{i}" for i in range(1, 8)}
+    assert set(checks["step"]) == {-1, 0, 1}
+    evals = store.read_table(out / store.EVAL_FIXED_WEIGHTS)
+    assert list(evals["when"]) == ["initial", "final"] and (evals["kl_k3"] >= 0).all()
+    assert (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "gpt-5"], "unknown model"),
+        (["--learner", "fp4"], "unknown --learner"),
+        (["--sampler", "int8"], "unknown --sampler"),
+        (["--tokens-per-microbatch", "4"], "smaller than one sequence"),
+        (["--grid-fraction", "1.5"], "grid-fraction"),
+        (["--grid-fraction", "-0.1"], "grid-fraction"),
+        (["--kv-cache", "int4"], "kv-cache"),
+        (["--check-sync", "sometimes"], "check-sync"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    rc = main(["run", *args, "-o", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_a_failed_check_with_strict_stops_the_run_and_marks_it_failed(tmp_path):
+    def failing_checker(step, learner, engine, **kw):
+        return [{"step": step, "invariant": "I1", "name": "grid identity", "passed": step < 0,
+                 "first_failing_tensor": "x", "detail": "injected", "check_seconds": 0.0}]
+
+    def loop_factory(session, **kw):
+        return RLLoop(session, checker=failing_checker, **kw)
+
+    cfg = RunConfig(steps=2, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=3, tokens_per_microbatch=32)
+    with pytest.raises(SyncCheckFailedError, match="I1 failed at step 0"):
+        execute_run(cfg, tmp_path / "r", strict=True, loop_factory=loop_factory)
+    manifest = read_manifest(tmp_path / "r")
+    assert manifest["status"] == "failed" and "I1" in manifest["error"]
+    assert len(store.read_table(tmp_path / "r" / store.METRICS)) == 0  # the failed step is not presented
+
+
+def test_existing_output_is_not_overwritten_without_force(tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    rc = main(["run", *TINY, "-o", str(out)])
+    assert rc == 2 and "--force" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "x"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("learner", "sampler", "extra"),
+    [("bf16", "bf16", []), ("mxfp8", "mxfp8", []), ("mxfp8", "bf16", []), ("mxfp8", "mxfp8-floor", []),
+     ("mxfp8", "mxfp8", ["--grid-fraction", "0.5"]), ("mxfp8", "mxfp8", ["--kv-cache", "fp8", "--async"])],
+)
+def test_twenty_clean_steps_raise_no_false_alarm(tmp_path, learner, sampler, extra):
+    out = tmp_path / "r"
+    rc = main(["run", "--learner", learner, "--sampler", sampler, "--steps", "20", "--prompts-per-step", "4",
+               "--samples-per-prompt", "4", *extra, "-o", str(out), "--strict"])
+    assert rc == 0
+    checks = store.read_table(out / store.SYNC_CHECKS)
+    assert checks["passed"].all() and set(checks["step"]) == {-1, *range(20)}

@@ -1,0 +1,78 @@
+"""``mxperf sweep``: identical data, interleaving, the microbatches.parquet contract."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from mxperf.cli import main
+from pipeline.sweep import SweepConfig, fixed_batch
+from tracing import store
+from tracing.errors import InputError
+from tracing.manifest import read_manifest
+from tracing.schema import MICROBATCH_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "s"
+    rc = main(["sweep", "--model", "tiny-dense", "--precisions", "bf16,mxfp8", "--tokens-per-microbatch", "32,64,128",
+               "--repeats", "2", "--warmup", "0", "--seq-len", "32", "-o", str(out), "--json"])
+    assert rc == 0
+    return out
+
+
+def test_sweep_writes_the_shared_microbatch_contract(sweep_dir):
+    assert read_manifest(sweep_dir)["kind"] == "sweep"
+    df = store.read_table(sweep_dir / store.MICROBATCHES)
+    assert list(df.columns[: len(MICROBATCH_COLUMNS)]) == list(MICROBATCH_COLUMNS)
+    for col, dtype in MICROBATCH_COLUMNS.items():
+        assert str(df[col].dtype) == dtype, col
+    assert set(df["source"]) == {"sweep"} and set(df["phase"]) == {"update"}
+    assert df["gpu_busy_seconds"].isna().all() and df["host_stall_seconds"].isna().all()  # CPU: null, no stand-in
+    assert df["mfu"].isna().all()  # unknown hardware peak: never guessed
+    assert (df["seconds"] > 0).all() and (df["flops"] > 0).all()
+    assert (df["num_tokens"] <= df["tokens_per_microbatch"]).all()
+
+
+def test_every_size_sees_the_same_tokens_per_step(sweep_dir):
+    df = store.read_table(sweep_dir / store.MICROBATCHES)
+    per_step = df.groupby(["precision", "step"]).agg(tokens=("num_tokens", "sum"), size=("tokens_per_microbatch", "first"))
+    assert per_step["tokens"].nunique() == 1 and per_step["tokens"].iloc[0] == 128
+    counts = per_step.groupby("size").size()
+    assert counts.to_dict() == {32: 4, 64: 4, 128: 4}  # 2 precisions x 2 repeats, warm-up not recorded
+    mb = df[df["tokens_per_microbatch"] == 32].groupby(["precision", "step"]).size()
+    assert set(mb) == {4}
+
+
+def test_precisions_are_interleaved_within_each_size(sweep_dir):
+    ranges = store.read_table(sweep_dir / store.RANGES)
+    steps = ranges[ranges["name"] == "sweep/step"].sort_values("start_ns")
+    attrs = [json.loads(a) for a in steps["attrs"]]
+    seq = [(a["repeat"], a["tokens_per_microbatch"], a["precision"]) for a in attrs]
+    for i in range(0, len(seq), 2):
+        assert seq[i][:2] == seq[i + 1][:2] and {seq[i][2], seq[i + 1][2]} == {"bf16", "mxfp8"}
+
+
+def test_the_fixed_batch_is_identical_for_identical_config():
+    cfg = SweepConfig(sizes=(64,), seq_len=32)
+    a, b = fixed_batch(cfg), fixed_batch(cfg)
+    assert pd.Series(a.input_ids.flatten().tolist()).equals(pd.Series(b.input_ids.flatten().tolist()))
+    assert a.input_ids.shape == (2, 32)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [({"sizes": (16,), "seq_len": 32}, "smaller than one sequence"), ({"precisions": ("fp4",)}, "precision"),
+     ({"precisions": ()}, "empty"), ({"model": "x"}, "unknown model")],
+)
+def test_bad_sweep_config_is_an_input_error(kw, message):
+    with pytest.raises(InputError, match=message):
+        SweepConfig(**kw)
+
+
+def test_bad_sizes_on_the_command_line_exit_2(tmp_path, capsys):
+    assert main(["sweep", "--tokens-per-microbatch", "64,abc", "-o", str(tmp_path / "s")]) == 2
+    assert "comma-separated" in capsys.readouterr().err

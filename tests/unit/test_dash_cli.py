@@ -1,0 +1,36 @@
+"""`mxperf dash`: argument checks and the streamlit command line (bound to 127.0.0.1, headless)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dashboards import cli_dash
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_streamlit_command_is_headless_on_localhost_by_default(tmp_path: Path) -> None:
+    parser = __import__("argparse").ArgumentParser()
+    cli_dash.add_arguments(parser)
+    args = parser.parse_args([str(tmp_path)])
+    assert (args.address, args.port) == ("127.0.0.1", 8501)
+    cmd = cli_dash.streamlit_command(tmp_path, args.port, args.address)
+    assert cmd[1:5] == ["-m", "streamlit", "run", str(cli_dash.APP)]
+    assert "--server.headless=true" in cmd and "--server.address=127.0.0.1" in cmd
+    assert "--browser.gatherUsageStats=false" in cmd
+
+
+def test_missing_runs_dir_is_one_line_error_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxperf.cli", "dash", str(tmp_path / "nope")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"mxperf dash: error: {tmp_path / 'nope'}: not a directory; pass the folder that holds your mxperf outputs"
+    ]

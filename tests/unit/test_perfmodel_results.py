@@ -1,0 +1,64 @@
+"""fits.json: the SPEC.md shape, JSON-safe numbers, and load_fits refusing malformed documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.inputs import FitInputs
+from perfmodel.report import render_report
+from perfmodel.results import analyze, entries_frame, load_fits
+from perfmodel.simulate import simulate_sweep
+from tracing import store
+from tracing.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict:
+    truth = {"bf16": (0.01, 4e-6, 0.002), "mxfp8": (0.019, 2e-6, 0.009), "fp8-tensor": (0.012, 5e-6, 0.002)}
+    mb = pd.concat(
+        [
+            simulate_sweep(truth, phase=ph, rng=np.random.default_rng(i))
+            for i, ph in enumerate(["update", "logprob"])
+        ],
+        ignore_index=True,
+    )
+    return analyze(FitInputs(mb), n_boot=100)
+
+
+def test_one_entry_per_model_phase_and_low_precision(doc: dict) -> None:
+    keys = [(e["model"], e["phase"], e["precision"]) for e in doc["models"]]
+    assert sorted(keys) == [("sim", ph, p) for ph in ("logprob", "update") for p in ("fp8-tensor", "mxfp8")]
+    assert all(e["baseline"] == "bf16" for e in doc["models"])
+    cases = {(e["phase"], e["precision"]): e["breakeven"]["case"] for e in doc["models"]}
+    assert cases[("update", "mxfp8")] == "faster_above"
+    assert cases[("update", "fp8-tensor")] == "never_faster"
+
+
+def test_document_is_strict_json(doc: dict) -> None:
+    text = json.dumps(doc, allow_nan=False)
+    assert json.loads(text) == doc
+
+
+def test_load_fits_round_trips_and_rejects_malformed(doc: dict, tmp_path: Path) -> None:
+    store.write_json(doc, tmp_path / store.FITS)
+    assert load_fits(tmp_path)["models"] == doc["models"]
+    bad = dict(doc, models=[{k: v for k, v in doc["models"][0].items() if k != "breakeven"}])
+    store.write_json(bad, tmp_path / "bad.json")
+    with pytest.raises(InputError, match="lacks breakeven"):
+        load_fits(tmp_path / "bad.json")
+    store.write_json(dict(doc, schema_version=2), tmp_path / "v2.json")
+    with pytest.raises(InputError, match="schema_version"):
+        load_fits(tmp_path / "v2.json")
+
+
+def test_entries_frame_and_report_cover_every_entry(doc: dict) -> None:
+    frame = entries_frame(doc)
+    assert len(frame) == 4
+    report = render_report(doc)
+    assert report.count("## sim / ") == 4
+    assert "pays off above" in report and "never faster" in report
