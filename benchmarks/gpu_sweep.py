@@ -43,7 +43,8 @@ import torch
 FP8_MAX = 448.0
 PRECISIONS = ("bf16", "fp8-tensor", "fp8-rowwise")
 PHASE = "logprob"
-RANGE_NAME = "logprob/microbatch"
+RANGE_NAME = "logprob/microbatch"  # ingest: --microbatch-range 'logprob/microbatch'
+TRACED_MICROBATCHES = 2
 # The micro-batch contract (tracing/schema.py MICROBATCH_COLUMNS), repeated here because tracing.schema needs
 # pandas, which the GPU image may lack; tests/unit/test_gpu_sweep.py asserts the two agree.
 MICROBATCH_COLUMNS = (
@@ -133,9 +134,13 @@ class Linear:
         if self.precision == "bf16":
             return x_MK @ self.w.t()
         x_fp8, x_scale = quantize_fp8(x_MK, self.rowwise)
-        return torch._scaled_mm(
-            x_fp8, self.w_t, scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16
-        )
+        sa, sb = x_scale, self.w_scale
+        if x_MK.device.type == "cpu" and not self.rowwise:
+            # CPU torch's per-tensor _scaled_mm is a naive reference (seconds for a tiny GEMM); a per-tensor
+            # scale is a rowwise scale with equal rows, so the (fast) rowwise kernel computes the same thing.
+            sa = x_scale.expand(x_MK.shape[0], 1).contiguous()
+            sb = self.w_scale.expand(1, self.w_t.shape[1]).contiguous()
+        return torch._scaled_mm(x_fp8, self.w_t, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
 
 def build_stack(
@@ -183,8 +188,9 @@ def measure(
     device: torch.device,
     trace_dir: Path | None,
 ) -> list[dict[str, Any]]:
-    """Rows of ``microbatches`` for one (precision, size): ``repeats`` timed forwards after ``warmup``; the
-    last repeat runs under the Kineto profiler when ``trace_dir`` is given (its row is still a timed row)."""
+    """Rows of ``microbatches`` for one (precision, size): ``repeats`` timed forwards after ``warmup``, without
+    the profiler. With ``trace_dir``, two more forwards then run under the Kineto profiler (not in the table:
+    profiling inflates host time; ``mxperf ingest`` measures those from the trace)."""
     stack = build_stack(shape, layers, precision, device)
     g = torch.Generator(device="cpu").manual_seed(tokens)
     x = torch.randn(tokens, shape.hidden, generator=g).to(device=device, dtype=torch.bfloat16)
@@ -193,20 +199,12 @@ def measure(
     _sync(device)
     rows = []
     for rep in range(repeats):
-        profiled = trace_dir is not None and rep == repeats - 1
-        prof = _profiler(device) if profiled else None
-        if prof is not None:
-            prof.__enter__()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter_ns()
-        with torch.profiler.record_function(RANGE_NAME):
-            y = stack_forward(stack, x, shape.hidden)
-            _sync(device)
+        y = stack_forward(stack, x, shape.hidden)
+        _sync(device)
         seconds = (time.perf_counter_ns() - t0) / 1e9
-        if prof is not None:
-            prof.__exit__(None, None, None)
-            write_trace(prof, trace_dir, shape.name, precision, tokens, rep)
         if not bool(torch.isfinite(y).all()):
             raise FloatingPointError(f"{precision} at {tokens} tokens produced non-finite outputs")
         rows.append(
@@ -227,6 +225,13 @@ def measure(
                 "source": "sweep",
             }
         )
+    if trace_dir is not None:
+        with _profiler(device) as prof:
+            for _ in range(TRACED_MICROBATCHES):
+                with torch.profiler.record_function(RANGE_NAME):
+                    stack_forward(stack, x, shape.hidden)
+                    _sync(device)
+        write_trace(prof, trace_dir, shape.name, precision, tokens, 0)
     return rows
 
 

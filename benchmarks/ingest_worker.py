@@ -99,7 +99,13 @@ def main(tool: str, path: str) -> dict[str, object]:
     else:
         raise SystemExit(f"unknown tool {tool!r}")
     seconds = time.perf_counter() - t0
-    return {"tool": tool, "path": path, "seconds": seconds, "peak_rss_bytes": _peak_bytes() - base, "info": info}
+    return {
+        "tool": tool,
+        "path": path,
+        "seconds": seconds,
+        "peak_rss_bytes": _peak_bytes() - base,
+        "info": info,
+    }
 
 
 if __name__ == "__main__":

@@ -40,6 +40,14 @@ def precision_color(label: str, i: int = 0) -> str:
     return PRECISION_COLORS.get(key, _FALLBACK[i % len(_FALLBACK)])
 
 
+def pairing_color(label: str, i: int = 0) -> str:
+    """``learner/sampler`` labels: the precision's colour when both sides match, else a distinct colour."""
+    learner, _, sampler = label.partition("/")
+    if not sampler or sampler.split(" ")[0] == learner:
+        return precision_color(learner, i)
+    return _FALLBACK[i % len(_FALLBACK)]
+
+
 def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     fig.update_layout(
         title=title,
@@ -242,12 +250,30 @@ def consistency_figure(long: pd.DataFrame, metrics: Sequence[str]) -> go.Figure:
                 name=str(pairing),
                 legendgroup=str(pairing),
                 showlegend=col == 1,
-                line={"color": precision_color(str(pairing), i)},
+                line={"color": pairing_color(str(pairing), i)},
                 row=1,
                 col=col,
             )
         fig.update_xaxes(title_text="step", row=1, col=col)
     return _layout(fig, "Sampler vs learner, per step (learner/sampler)", height=400)
+
+
+def fixed_weights_figure(table: pd.DataFrame, metric: str = "kl_k3") -> go.Figure:
+    """One bar per (learner, sampler) pairing at fixed weights, grouped by learner; log y (the pairings
+    span orders of magnitude: an identical BF16 pair against a sampler on another grid)."""
+    fig = go.Figure()
+    for i, (learner, grp) in enumerate(table.groupby("learner", sort=True)):
+        fig.add_bar(
+            name=f"learner {learner}",
+            x=grp["sampler"].astype(str),
+            y=grp[metric],
+            marker_color=precision_color(str(learner), i),
+            hovertemplate="sampler %{x}: %{y:.3g}<extra>learner " + str(learner) + "</extra>",
+        )
+    fig.update_layout(barmode="group", xaxis_title="sampler", yaxis_title=metric, yaxis_type="log")
+    return _layout(
+        fig, f"{metric} at fixed weights, every pairing (lower = sampler closer to learner)", height=420
+    )
 
 
 # --------------------------------------------------------------------------------------------- weight sync

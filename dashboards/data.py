@@ -206,7 +206,7 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
             "inputs": e.inputs,
             "steps": e.steps,
             "device": e.device,
-            "created": e.created,
+            "created": _short_time(e.created),
             "status": e.status if e.error is None else "unreadable",
             "problem": e.error or _status_problem(e),
         }
@@ -217,16 +217,27 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
         "kind",
         "model",
         "precisions",
-        "inputs",
+        "status",
         "steps",
         "device",
+        "inputs",
         "created",
-        "status",
         "problem",
     ]
     df = pd.DataFrame(rows, columns=cols)
     df["steps"] = df["steps"].astype("Int64")
     return df.sort_values(["created", "path"], ascending=[False, True], na_position="last", ignore_index=True)
+
+
+def _short_time(iso: str | None) -> str | None:
+    """'2026-11-29T15:24:04+00:00' -> '2026-11-29 15:24 UTC' (sortable, readable in a table)."""
+    if not iso:
+        return None
+    try:
+        ts = pd.Timestamp(iso)
+    except ValueError:
+        return str(iso)
+    return ts.tz_convert("UTC").strftime("%Y-%m-%d %H:%M UTC") if ts.tzinfo else ts.strftime("%Y-%m-%d %H:%M")
 
 
 def _status_problem(entry: OutputEntry) -> str | None:

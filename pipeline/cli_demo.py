@@ -64,10 +64,18 @@ def run(args: argparse.Namespace) -> int:
         raise OutputExistsError(f"{out}: demo directory is not empty; choose another -o or pass --force")
     t0 = time.monotonic()
     sizes = _ints(args.tokens_per_microbatch)
-    cfg = SweepConfig(model=args.model, precisions=("bf16", "mxfp8"), sizes=sizes, repeats=args.repeats,
-                      seq_len=args.seq_len, global_tokens=max(sizes))
+    cfg = SweepConfig(
+        model=args.model,
+        precisions=("bf16", "mxfp8"),
+        sizes=sizes,
+        repeats=args.repeats,
+        seq_len=args.seq_len,
+        global_tokens=max(sizes),
+    )
     print(f"[1/3] sweep {args.model} bf16 vs mxfp8, sizes {sizes}, {args.repeats} repeats", file=sys.stderr)
-    sweep = execute_sweep(cfg, out / "sweep", force=args.force, log=lambda m: print(f"  {m}", file=sys.stderr))
+    sweep = execute_sweep(
+        cfg, out / "sweep", force=args.force, log=lambda m: print(f"  {m}", file=sys.stderr)
+    )
     print("[2/3] fit fixed + per-token cost, breakeven", file=sys.stderr)
     fit_rc = _fit(out / "sweep", out / "fit", args.force)
     consistency = None
@@ -75,12 +83,24 @@ def run(args: argparse.Namespace) -> int:
         print("[3/3] consistency: KL of every precision pairing at fixed weights", file=sys.stderr)
         consistency = _consistency(args.model, out / "consistency", args.force)
     elapsed = time.monotonic() - t0
-    print(f"\nresults in {out}/ (sweep/microbatches.parquet, fit/report.md, consistency/) after {elapsed:.0f} s")
+    print(
+        f"\nresults in {out}/ (sweep/microbatches.parquet, fit/report.md, consistency/) after {elapsed:.0f} s"
+    )
     print(f"open the dashboard: mxperf dash {out}")
     if args.json:
-        print(json.dumps({"schema_version": 1, "run_dir": str(out), "status": "complete",
-                          "sweep": sweep["run_dir"], "fit": str(out / "fit") if fit_rc == 0 else None,
-                          "consistency": consistency, "seconds": elapsed}))
+        print(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "run_dir": str(out),
+                    "status": "complete",
+                    "sweep": sweep["run_dir"],
+                    "fit": str(out / "fit") if fit_rc == 0 else None,
+                    "consistency": consistency,
+                    "seconds": elapsed,
+                }
+            )
+        )
     return 0
 
 
@@ -92,8 +112,13 @@ def _consistency(model: str, out: Path, force: bool) -> str:
     from tracing.manifest import OutputDir
 
     cfg = ConsistencyConfig(model=model, eval_prompts=24)
-    with OutputDir(out, kind="run", config={"tool": "consistency", **asdict(cfg)}, compute_dtype=cfg.compute_dtype,
-                   force=force) as od:
+    with OutputDir(
+        out,
+        kind="run",
+        config={"tool": "consistency", **asdict(cfg)},
+        compute_dtype=cfg.compute_dtype,
+        force=force,
+    ) as od:
         df = run_consistency(cfg)
         store.write_table(df, od.path / store.CONSISTENCY)
     print(format_table(df))

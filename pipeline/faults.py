@@ -9,7 +9,7 @@ Seams (all on one engine instance, before its first sync):
 - the **loader** of the store (``SamplerWeights.routes``, the name -> destination-rows mapping; its
   ``_check_complete`` guard; ``accept_sent_bytes`` / ``online_rule``, its online quantizer);
 - **post-load processing** (``process_weights_after_loading``, vLLM's PWAL);
-- the store's **precision policy** (a store built with another policy, passed as ``Sampler(weights=...)``);
+- the store's **precision policy** (the engine's store replaced by one built with another policy);
 - the engine's **update steps** (``_pause_admission``, ``_drain``, ``_load``, ``_recalibrate_kv_scales``,
   ``_reset_prefix_cache``).
 

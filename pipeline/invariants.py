@@ -42,14 +42,8 @@ from typing import Any
 
 import torch
 
-from pipeline.sampler_weights import (
-    MX_RULES,
-    SamplerLayout,
-    default_is_quantized,
-    derive_scale,
-    quantize_to_grid,
-    sampler_layout,
-)
+from pipeline.sampler_grids import dequantize_derived, derive_scale, quantize_to_grid
+from pipeline.sampler_layout import MX_RULES, SamplerLayout, default_is_quantized, sampler_layout
 from pipeline.weight_sync import SyncReport, weights_of
 
 INVARIANTS: dict[str, str] = {
@@ -261,8 +255,6 @@ def check_coverage(actual: Mapping[str, torch.Tensor], record: Any, exp: Expecte
 
 
 def _dequant_canonical(mode: str, data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    from pipeline.sampler_weights import dequantize_derived
-
     return dequantize_derived(mode, data, derive_scale(mode, scale, tuple(data.shape)), torch.float32)
 
 

@@ -269,6 +269,34 @@ def _faults(root: Path, name: str = "faults") -> Path:
     return od.path
 
 
+def _consistency(root: Path, name: str = "consistency") -> Path:
+    """Every pairing at fixed weights, as ``mxperf consistency`` writes it (kind run, consistency.parquet)."""
+    pairs = [
+        ("bf16", "bf16", 6e-6),
+        ("bf16", "mxfp8", 4.7e-4),
+        ("mxfp8", "bf16", 5e-4),
+        ("mxfp8", "mxfp8", 2.3e-4),
+        ("mxfp8", "mxfp8-floor", 4.6e-4),
+    ]
+    df = pd.DataFrame(
+        [
+            {
+                "model": MODEL,
+                "learner": lr,
+                "sampler": sp,
+                "kl_k1": k3 / 2,
+                "kl_k3": k3,
+                "token_mult_prob_error": 1 + 50 * k3,
+                "num_tokens": 256.0,
+            }
+            for lr, sp, k3 in pairs
+        ]
+    )
+    with OutputDir(root / name, kind="run", config={"tool": "consistency", "model": MODEL}) as od:
+        store.write_table(df, od.path / store.CONSISTENCY)
+    return od.path
+
+
 def make_runs_dir(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     run = _run(root, "run-bf16", "bf16", "bf16")
@@ -276,6 +304,7 @@ def make_runs_dir(root: Path) -> Path:
     _fit(root, _sweep(root), run)
     _ingest(root)
     _faults(root)
+    _consistency(root)
     return root
 
 

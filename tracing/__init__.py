@@ -12,12 +12,33 @@ from typing import Any
 # Keep in step with tracing.api.__all__ (a test checks). Listed here so that looking up a submodule name
 # (``from tracing import metrics``) never triggers the API import.
 API_NAMES = frozenset(
-    (
-        "Capture CaptureConfig Labels Trace analyze annotate attribute_ranges class_totals detect_format "
-        "device_metrics device_timelines gpu_ops kernel_table load_kineto_events load_nsys_events load_phase_map "
-        "load_range_log load_trace microbatch_table parse_labels phase_of range_frame stream_breakdown "
-        "union_intervals with_rules"
-    ).split()
+    [
+        "Capture",
+        "CaptureConfig",
+        "Labels",
+        "Trace",
+        "analyze",
+        "annotate",
+        "attribute_ranges",
+        "class_totals",
+        "detect_format",
+        "device_metrics",
+        "device_timelines",
+        "gpu_ops",
+        "kernel_table",
+        "load_kineto_events",
+        "load_nsys_events",
+        "load_phase_map",
+        "load_range_log",
+        "load_trace",
+        "microbatch_table",
+        "parse_labels",
+        "phase_of",
+        "range_frame",
+        "stream_breakdown",
+        "union_intervals",
+        "with_rules",
+    ]
 )
 
 

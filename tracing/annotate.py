@@ -19,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -48,13 +48,21 @@ def overlay_events(timelines: Iterable[metrics.DeviceTimeline], base_ns: int = 0
         pid = OVERLAY_PID_BASE + i
         label = f"mxperf: GPU {t.device} (pid {t.pid})"
         yield json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
-        yield json.dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}})
+        yield json.dumps(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
+        )
         for tid, name in enumerate(TRACKS):
-            yield json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+            yield json.dumps(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+            )
         gap_s, gap_e = t.busy_end[:-1], t.busy_start[1:]
         other_s, other_e = _subtract(gap_s, gap_e, t.stall_start, t.stall_end)
         for tid, (starts, ends, name) in enumerate(
-            ((t.busy_start, t.busy_end, "busy"), (t.stall_start, t.stall_end, "host stall"), (other_s, other_e, "idle"))
+            (
+                (t.busy_start, t.busy_end, "busy"),
+                (t.stall_start, t.stall_end, "host stall"),
+                (other_s, other_e, "idle"),
+            )
         ):
             for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
                 yield (
@@ -63,7 +71,9 @@ def overlay_events(timelines: Iterable[metrics.DeviceTimeline], base_ns: int = 0
                 )
 
 
-def _subtract(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _subtract(
+    a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Intervals a minus intervals b, where each b lies inside one a and starts at that a's start."""
     out_s, out_e = [], []
     j = 0
@@ -137,7 +147,9 @@ KINETO_CATEGORY = {
 def _nsys_events(ev: pd.DataFrame) -> Iterator[str]:
     names = ev["name"].astype(str).to_numpy()
     kinds = ev["kind"].astype(str).to_numpy()
-    cols = {c: ev[c].to_numpy() for c in ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")}
+    cols = {
+        c: ev[c].to_numpy() for c in ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
+    }
     for i in range(len(ev)):
         cat = KINETO_CATEGORY.get(kinds[i])
         if cat is None:
@@ -150,7 +162,9 @@ def _nsys_events(ev: pd.DataFrame) -> Iterator[str]:
             pid, tid = int(cols["pid"][i]), int(cols["tid"][i])
         if cols["correlation"][i] >= 0:  # nsys ids are per process; Kineto's are per file: make them unique
             args["correlation"] = (int(cols["pid"][i]) << 32) | int(cols["correlation"][i])
-        head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})[:-1]
+        head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})[
+            :-1
+        ]
         yield f'{head}, "ts": {_us(cols["start_ns"][i])}, "dur": {_us(cols["dur_ns"][i])}}}'
 
 

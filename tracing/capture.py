@@ -48,11 +48,15 @@ class CaptureConfig:
     profile_memory: bool = False
     with_stack: bool = False
     cuda: bool | None = None  # None: when available
-    nsys: bool = False  # cudaProfilerStart/Stop around the active steps (nsys --capture-range=cudaProfilerApi)
+    nsys: bool = (
+        False  # cudaProfilerStart/Stop around the active steps (nsys --capture-range=cudaProfilerApi)
+    )
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1 or self.repeat < 1:
-            raise ValueError(f"capture schedule needs wait >= 0, warmup >= 0, active >= 1, repeat >= 1; got {self}")
+            raise ValueError(
+                f"capture schedule needs wait >= 0, warmup >= 0, active >= 1, repeat >= 1; got {self}"
+            )
 
     @property
     def cycle(self) -> int:
@@ -75,7 +79,9 @@ def current_rank() -> int:
 class Capture:
     """Context manager around a torch.profiler session; call :meth:`step` once per training step."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], config: CaptureConfig | None = None, *, rank: int | None = None):
+    def __init__(
+        self, out_dir: str | os.PathLike[str], config: CaptureConfig | None = None, *, rank: int | None = None
+    ):
         self.out_dir = Path(out_dir)
         self.config = config or CaptureConfig()
         self.rank = rank
@@ -115,13 +121,18 @@ class Capture:
             self.rank = current_rank()
         self._cuda = torch.cuda.is_available() if cfg.cuda is None else cfg.cuda
         if cfg.nsys and not self._cuda:
-            warnings.warn("nsys=True ignored: CUDA is not available, so there is no cudaProfilerApi to call", stacklevel=2)
+            warnings.warn(
+                "nsys=True ignored: CUDA is not available, so there is no cudaProfilerApi to call",
+                stacklevel=2,
+            )
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self._cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._prof = torch.profiler.profile(
             activities=activities,
-            schedule=torch.profiler.schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat),
+            schedule=torch.profiler.schedule(
+                wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat
+            ),
             on_trace_ready=self._on_trace_ready,
             record_shapes=cfg.record_shapes,
             profile_memory=cfg.profile_memory,
@@ -155,7 +166,9 @@ class Capture:
         self.steps += 1
         self._nsys_edge()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._nsys_on:
             import torch
 

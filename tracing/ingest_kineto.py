@@ -176,7 +176,9 @@ def _ints_or_slow(values: list[Any]) -> list[Any]:
     return values
 
 
-def _batch_rows(batch: list[Any], c: _Columns, include_python: bool) -> tuple[list[int], list[int], list[list[int]], int]:
+def _batch_rows(
+    batch: list[Any], c: _Columns, include_python: bool
+) -> tuple[list[int], list[int], list[list[int]], int]:
     """The fast path: column lists for a batch of events by list comprehensions; raises _Slow on anything odd."""
     phs = [e.get("ph") for e in batch]  # AttributeError on a non-object -> slow path
     xs = [e for e, ph in zip(batch, phs, strict=True) if ph == "X"]
@@ -197,9 +199,15 @@ def _batch_rows(batch: list[Any], c: _Columns, include_python: bool) -> tuple[li
     # "4458676522690.655" -> int("4458676522690" + "655"): exact, and a ValueError (-> slow path) on
     # anything that is not a plain 3-decimal number; other forms go through us_text_to_ns.
     ts = [e.get("ts") for e in evs]
-    starts = [t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t) for t in ts]
+    starts = [
+        t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)
+        for t in ts
+    ]
     du = [e.get("dur", 0) for e in evs]
-    durs = [d * 1000 if d.__class__ is int else int(d[:-4] + d[-3:]) if d[-4:-3] == "." else us_text_to_ns(d) for d in du]
+    durs = [
+        d * 1000 if d.__class__ is int else int(d[:-4] + d[-3:]) if d[-4:-3] == "." else us_text_to_ns(d)
+        for d in du
+    ]
     if durs and min(durs) < 0:
         raise _Slow
     args = [e.get("args") for e in evs]
@@ -212,7 +220,9 @@ def _batch_rows(batch: list[Any], c: _Columns, include_python: bool) -> tuple[li
     gpu = [k in _GPU_CODES for k in kinds]
     no = schema.NO_ID
     devs = _ints_or_slow([a.get("device", p) if g else no for a, p, g in zip(args, pids, gpu, strict=True)])
-    streams = _ints_or_slow([a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)])
+    streams = _ints_or_slow(
+        [a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)]
+    )
     pids = [no if g else p for p, g in zip(pids, gpu, strict=True)]
     tids = [no if g else t for t, g in zip(tids, gpu, strict=True)]
     corr = _ints_or_slow([a.get("correlation", -1) for a in args])
@@ -276,7 +286,9 @@ def _slow_batch(path: Path, batch: list[Any], first: int, c: _Columns, include_p
         try:
             _append(c, cols[0], cols[1], cols[2:])
         except OverflowError:
-            raise TraceFormatError(path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64") from None
+            raise TraceFormatError(
+                path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64"
+            ) from None
     return skipped
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tracing import schema
 from tracing.errors import TraceFormatError
@@ -95,17 +96,16 @@ def _need(path: Path, tables: dict[str, set[str]], table: str, cols: tuple[str, 
         )
 
 
-def _fetch(con: sqlite3.Connection, sql: str) -> list[np.ndarray]:
+def _int_matrix(con: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray:
+    """Rows of integer columns (NULLs mapped to -1 in the SQL) as one int64 matrix, in one conversion."""
     rows = con.execute(sql).fetchall()
     if not rows:
-        return []
-    return [np.asarray(col) for col in zip(*rows, strict=True)]
+        return np.zeros((0, ncols), np.int64)
+    return np.array(rows, dtype=np.int64)
 
 
-def _ints(col: np.ndarray) -> np.ndarray:
-    if col.dtype == object:  # NULLs come back as None
-        return np.array([schema.NO_ID if v is None else v for v in col], dtype=np.int64)
-    return col.astype(np.int64)
+def _nz(col: str) -> str:
+    return f"coalesce({col}, {schema.NO_ID})" if col != "NULL" else str(schema.NO_ID)
 
 
 class _Builder:
@@ -115,8 +115,19 @@ class _Builder:
         self.domains: dict[str, int] = {"": 0}
         self.parts: list[dict[str, np.ndarray]] = []
 
-    def codes(self, names: list[str] | np.ndarray, table: dict[str, int]) -> np.ndarray:
-        return np.fromiter((table.setdefault(n, len(table)) for n in names), dtype=np.int32, count=len(names))
+    def codes(self, names: list[str], table: dict[str, int]) -> np.ndarray:
+        """Codes of ``names`` in ``table`` (new names appended), each distinct name looked up once."""
+        inverse, uniq = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
+        lut = np.array([table.setdefault(n, len(table)) for n in uniq], dtype=np.int32)
+        return lut[inverse] if len(lut) else np.zeros(0, np.int32)
+
+    def codes_of_ids(self, ids: np.ndarray, name_of: Any) -> np.ndarray:
+        """Codes for integer ids (string ids, enum values) named by ``name_of(id)``; one call per distinct id."""
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        lut = np.array(
+            [self.names.setdefault(name_of(int(i)), len(self.names)) for i in uniq], dtype=np.int32
+        )
+        return lut[inverse] if len(lut) else np.zeros(0, np.int32)
 
     def add(self, kind: str, n: int, **cols: Any) -> None:
         part = {
@@ -154,40 +165,37 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
             raise TraceFormatError(path, f"no {t} table: not an Nsight Systems SQLite export")
     strings = dict(con.execute("SELECT id, value FROM StringIds").fetchall())
     b = _Builder(strings)
+    namers = {
+        schema.KERNEL: lambda i: strings.get(i, f"<string {i}>") if i != schema.NO_ID else "<unnamed kernel>",
+        schema.MEMCPY: lambda i: f"Memcpy {MEMCPY_KIND.get(i, i)}",
+        schema.MEMSET: lambda i: "Memset",
+        schema.SYNC: lambda i: SYNC_KIND.get(i, f"Sync {i}"),
+    }
     for kind, (table, name_col, bytes_col) in _GPU_TABLES.items():
         if table not in tables:
             continue
         _need(path, tables, table, (*_GPU_COLUMNS, name_col))
-        cols = _fetch(
+        m = _int_matrix(
             con,
-            f'SELECT start, "end", deviceId, streamId, correlationId, globalPid, {name_col}, {bytes_col} FROM {table}',
+            f'SELECT start, "end", {_nz("deviceId")}, {_nz("streamId")}, {_nz("correlationId")}, '
+            f"{_nz('globalPid')}, {_nz(name_col)}, {_nz(bytes_col)} FROM {table}",
+            8,
         )
-        if not cols:
+        if len(m) == 0:
             continue
-        start, end, dev, stream, corr, gpid, name_id, nbytes = cols
-        if kind == schema.KERNEL:
-            names = [
-                strings.get(int(i), f"<string {i}>") if i is not None else "<unnamed kernel>" for i in name_id
-            ]
-        elif kind == schema.MEMCPY:
-            names = [f"Memcpy {MEMCPY_KIND.get(int(k), k)}" for k in name_id]
-        elif kind == schema.MEMSET:
-            names = ["Memset"] * len(start)
-        else:
-            names = [SYNC_KIND.get(int(k) if k is not None else 0, f"Sync {k}") for k in name_id]
-        start, end = _ints(start), _ints(end)
-        pid, _ = decode_global_tid(_ints(gpid))
+        start, end = m[:, 0], m[:, 1]
+        pid, _ = decode_global_tid(m[:, 5])
         b.add(
             kind,
-            len(start),
-            name=b.codes(names, b.names),
+            len(m),
+            name=b.codes_of_ids(m[:, 6], namers[kind]),
             pid=pid,
-            device=_ints(dev),
-            stream=_ints(stream),
-            start_ns=start,
+            device=m[:, 2].copy(),
+            stream=m[:, 3].copy(),
+            start_ns=start.copy(),
             dur_ns=np.maximum(end - start, 0),
-            correlation=_ints(corr),
-            bytes=_ints(nbytes) if bytes_col != "NULL" else np.full(len(start), schema.NO_ID, np.int64),
+            correlation=m[:, 4].copy(),
+            bytes=m[:, 7].copy(),
         )
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         _need(
@@ -196,26 +204,27 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
             "CUPTI_ACTIVITY_KIND_RUNTIME",
             ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"),
         )
-        cols = _fetch(
+        m = _int_matrix(
             con,
-            'SELECT start, "end", eventClass, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME',
+            f'SELECT start, "end", {_nz("eventClass")}, {_nz("globalTid")}, {_nz("correlationId")}, '
+            f"{_nz('nameId')} FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+            6,
         )
-        if cols:
-            start, end, ecls, gtid, corr, name_id = (_ints(c) for c in cols)
-            pid, tid = decode_global_tid(gtid)
-            names = [strings.get(int(i), f"<string {i}>") for i in name_id]
-            is_driver = ecls == DRIVER_CLASS
+        if len(m):
+            pid, tid = decode_global_tid(m[:, 3])
+            codes = b.codes_of_ids(m[:, 5], lambda i: strings.get(i, f"<string {i}>"))
+            is_driver = m[:, 2] == DRIVER_CLASS
             for kind, sel in ((schema.RUNTIME, ~is_driver), (schema.DRIVER, is_driver)):
                 if sel.any():
                     b.add(
                         kind,
                         int(sel.sum()),
-                        name=b.codes([n for n, s in zip(names, sel, strict=True) if s], b.names),
+                        name=codes[sel],
                         pid=pid[sel],
                         tid=tid[sel],
-                        start_ns=start[sel],
-                        dur_ns=np.maximum(end[sel] - start[sel], 0),
-                        correlation=corr[sel],
+                        start_ns=m[sel, 0],
+                        dur_ns=np.maximum(m[sel, 1] - m[sel, 0], 0),
+                        correlation=m[sel, 4],
                     )
     domains = _load_nvtx(path, con, tables, b)
     return _finish(path, con, tables, b, rank, domains)
@@ -235,36 +244,49 @@ def _load_nvtx(
         for d, t in con.execute(
             f"SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"
         )
-        if t
+        if t and d is not None
     }
-    end_tid_sql = "endGlobalTid" if has_end_tid else "NULL"
-    cols = _fetch(
+    where = f'WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL'
+    m = _int_matrix(
         con,
-        f'SELECT start, "end", globalTid, {end_tid_sql}, coalesce(text, ""), textId, coalesce(domainId, 0) FROM NVTX_EVENTS '
-        f'WHERE eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND "end" IS NOT NULL',
+        f'SELECT n.start, n."end", {_nz("n.globalTid")}, {_nz("n.endGlobalTid" if has_end_tid else "NULL")}, '
+        f"coalesce(n.domainId, 0) FROM NVTX_EVENTS n {where}",
+        5,
     )
-    if not cols:
+    if len(m) == 0:
         return domains
-    start, end, gtid, end_gtid, text, text_id, dom = cols
+    # The name is inline text or a StringIds id (textId), resolved by SQLite; same WHERE, same row order.
     names = [
-        t if t else b.strings.get(int(i), "") if i is not None else ""
-        for t, i in zip(text, text_id, strict=True)
+        r[0]
+        for r in con.execute(
+            f"SELECT coalesce(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId {where}"
+        )
     ]
-    start, end = _ints(start), _ints(end)
-    pid, tid = decode_global_tid(_ints(gtid))
-    end_g = _ints(end_gtid)
+    if len(names) != len(m):
+        raise TraceFormatError(path, "NVTX_EVENTS changed while reading")
+    pid, tid = decode_global_tid(m[:, 2])
+    end_g = m[:, 3]
     _, end_tid = decode_global_tid(np.where(end_g == schema.NO_ID, 0, end_g))
     end_tid = np.where(end_g == schema.NO_ID, schema.NO_ID, end_tid)
-    dom_names = [domains.get(int(d), "" if int(d) == 0 else f"domain {int(d)}") for d in dom]
+    dom_ids, dom_inv = np.unique(m[:, 4], return_inverse=True)
+    dom_lut = np.array(
+        [
+            b.domains.setdefault(
+                domains.get(int(d), "" if int(d) == 0 else f"domain {int(d)}"), len(b.domains)
+            )
+            for d in dom_ids
+        ],
+        dtype=np.int32,
+    )
     b.add(
         schema.RANGE,
-        len(start),
+        len(m),
         name=b.codes(names, b.names),
-        domain=b.codes(dom_names, b.domains),
+        domain=dom_lut[dom_inv],
         pid=pid,
         tid=tid,
-        start_ns=start,
-        dur_ns=np.maximum(end - start, 0),
+        start_ns=m[:, 0].copy(),
+        dur_ns=np.maximum(m[:, 1] - m[:, 0], 0),
         end_tid=end_tid,
     )
     return domains

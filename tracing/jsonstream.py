@@ -171,13 +171,18 @@ class ChromeTraceReader:
         buf, pos = self._buf, self._pos
         window = max(pos, len(buf) - BATCH_SEARCH_CHARS)
         cuts = list(_CUT.finditer(buf, window)) or list(_CUT.finditer(buf, pos))
-        for m in reversed(cuts[-3:]):
+        for _ in range(6):
+            if not cuts:
+                return None
+            m = cuts.pop()
             end = m.start() + 1
             try:
                 items = self._decoder.decode("[" + buf[pos:end] + "]")
             except json.JSONDecodeError as exc:
-                if exc.pos < end - pos - BATCH_SEARCH_CHARS:
-                    return None  # an error well inside the batch: let the slow path report it
+                # Everything before exc.pos parsed: retry with the last boundary before it (this also stops
+                # a batch at the end of traceEvents, where "Extra data" follows the closing bracket).
+                limit = pos + exc.pos - 1
+                cuts = [c for c in cuts if c.start() < limit]
                 continue
             except RecursionError:
                 return None
@@ -225,12 +230,16 @@ class ChromeTraceReader:
             self._pos += 1
             return
         raw, batch = self.raw, self._batch
+        pause, backoff = 0, 16  # after a failed batch, parse some events one by one (no quadratic retries)
         while True:
-            if batch:
+            if batch and pause == 0:
                 items = self._fast_batch()
                 if items is not None:
+                    backoff = 16
                     yield items
                     continue
+                pause, backoff = backoff, min(backoff * 2, 1 << 16)
+            pause = max(pause - 1, 0)
             obj, text = self._value()
             yield [obj] if batch else (obj, text) if raw else obj
             while True:

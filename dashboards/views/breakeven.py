@@ -32,7 +32,7 @@ with ui.card("Verdict"):
     if not doc["models"]:
         raise ValueError(f"{fit_dir.rel}/{store.FITS}: no models fitted")
     for m in doc["models"]:
-        st.markdown("- " + summaries.breakeven_sentence(m))
+        st.markdown("- " + (m.get("verdict") or summaries.breakeven_sentence(m)))
 if not doc.get("models"):
     st.stop()
 
@@ -46,8 +46,6 @@ points = pd.DataFrame(columns=["precision", "num_tokens", "seconds"])
 top = max(float(be.get("tokens") or 0) * 1.2, max(fits[base_id].get("sizes") or [1024]))
 
 with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch"):
-    if chosen.get("verdict"):
-        st.markdown(f"**{chosen['verdict']}**")
     candidates = ui.usable("sweep") + ui.usable("ingest")
     sources = data.inputs_of(fit_dir, candidates)
     if not sources:

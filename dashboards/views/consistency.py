@@ -36,16 +36,28 @@ with ui.card(f"{model}: per step"):
     fmt = {c: st.column_config.NumberColumn(c, format="%.4g") for c in summaries.CONSISTENCY_METRICS}
     st.dataframe(medians, hide_index=True, column_config=fmt)
 
-with ui.card(f"{model}: at fixed weights"):
+with ui.card(f"{model}: every pairing at fixed weights"):
     st.caption(
-        "Every precision pairing evaluated on one fixed batch with the same weights (no training drift)."
+        "`mxperf consistency`: one set of weights, one fixed evaluation batch, every learner x sampler pairing "
+        "scored in one process (no training drift between them)."
     )
-    frames = [
-        t.assign(source=e.rel)
-        for name in (store.EVAL_FIXED_WEIGHTS, store.CONSISTENCY)
-        for e, t in ui.tables_of(ui.usable(None, model), name).items()
-    ]
-    if not frames:
-        st.info(f"No {store.EVAL_FIXED_WEIGHTS} or {store.CONSISTENCY} for this model.")
+    found = ui.tables_of(ui.usable(None, model), store.CONSISTENCY)
+    if not found:
+        st.info(
+            f"No {store.CONSISTENCY} for this model. `mxperf consistency --model {model} -o DIR` makes one."
+        )
     else:
-        st.dataframe(pd.concat(frames, ignore_index=True), hide_index=True)
+        table = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
+        if {"learner", "sampler", "kl_k3"} <= set(table.columns):
+            st.plotly_chart(charts.fixed_weights_figure(table), width="stretch")
+        st.dataframe(table, hide_index=True)
+
+with ui.card(f"{model}: fixed-weight evaluation inside each run"):
+    st.caption("Each run scores its own pairing on the fixed batch before the first step and after the last.")
+    found = ui.tables_of(ui.usable("run", model), store.EVAL_FIXED_WEIGHTS)
+    if not found:
+        st.info(f"No {store.EVAL_FIXED_WEIGHTS} in the runs of this model.")
+    else:
+        st.dataframe(
+            pd.concat([t.assign(run=e.rel) for e, t in found.items()], ignore_index=True), hide_index=True
+        )

@@ -12,16 +12,16 @@ st.caption(
     "sampler actually holds: " + "; ".join(f"{k} {v}" for k, v in summaries.INVARIANTS.items()) + "."
 )
 
-runs = ui.usable("run")
+runs = [e for e in ui.usable() if ui.has(e, store.SYNC_CHECKS)]
 if not runs:
-    st.info("No complete run under the runs directory. Make one with `mxperf run`.")
+    st.info("No complete run with sync checks under the runs directory. Make one with `mxperf run`.")
     st.stop()
 pair = ui.current_pair()
 labels = [e.label for e in runs]
 default = labels.index(pair.other.label) if pair is not None and pair.other.label in labels else 0
 run = runs[labels.index(st.selectbox("Run", labels, index=default, key="sync_run"))]
 
-with ui.card("Checks per step"):
+with ui.card("Checks per sync"):
     checks = ui.table(run, store.SYNC_CHECKS)
     verdict = summaries.sync_verdict(checks)
     (st.success if verdict.startswith("All") else st.error)(verdict)

@@ -24,6 +24,7 @@ since the last prefix-cache reset (I6).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -89,7 +90,9 @@ def write_model_dir(
     # Without "architectures" vLLM guesses a pooling model (Qwen3ForEmbedding) and drops the LM head.
     cfg["architectures"] = [ARCHITECTURES.get(cfg.get("model_type"), "Qwen3ForCausalLM")]
     (path / "config.json").write_text(json.dumps(cfg, indent=1))
-    save_file({k: v.detach().to(dtype).contiguous() for k, v in state_dict.items()}, str(path / "model.safetensors"))
+    save_file(
+        {k: v.detach().to(dtype).contiguous() for k, v in state_dict.items()}, str(path / "model.safetensors")
+    )
     return path
 
 
@@ -141,7 +144,9 @@ class VllmSampler:
             from pipeline.gpu import require_cuda_vllm_mxfp8
 
             require_cuda_vllm_mxfp8()
-            raise NotImplementedError("vLLM quantization='mxfp8' needs a CUDA vLLM build; not wired in this venv")
+            raise NotImplementedError(
+                "vLLM quantization='mxfp8' needs a CUDA vLLM build; not wired in this venv"
+            )
         self.config = config
         self.mode = mode
         self.weight_grid = "weight-only" if mode == "mxfp8" else "bf16"
@@ -172,7 +177,15 @@ class VllmSampler:
         sock = str(self._tmp / "rpc.sock")
         env = dict(os.environ, **ENV, PYTHONPATH=str(ROOT))
         env[AUTHKEY_ENV] = authkey.hex()
-        args = [str(py), "-m", "pipeline.engines_vllm.server", "--socket", sock, "--model-dir", str(self._tmp / "model")]
+        args = [
+            str(py),
+            "-m",
+            "pipeline.engines_vllm.server",
+            "--socket",
+            sock,
+            "--model-dir",
+            str(self._tmp / "model"),
+        ]
         args += ["--dtype", "bfloat16", "--seed", str(seed), "--max-model-len", str(max_model_len)]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         t0 = time.perf_counter()
@@ -185,7 +198,9 @@ class VllmSampler:
                 self._check_alive("before listening")
                 if time.perf_counter() - t0 > timeout_s:
                     self.close()
-                    raise VllmUnavailableError(f"vLLM server did not listen within {timeout_s:.0f} s") from None
+                    raise VllmUnavailableError(
+                        f"vLLM server did not listen within {timeout_s:.0f} s"
+                    ) from None
                 time.sleep(0.1)
         self.info = self._call({"op": "ready"}, timeout_s=timeout_s)[0]
         self.info["python"] = str(py)
@@ -224,10 +239,8 @@ class VllmSampler:
         """Stop the server (politely, then by its pid) and remove the model dir."""
         proc = getattr(self, "proc", None)
         if proc is not None and proc.poll() is None:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the process is stopped by pid below anyway
                 self._call({"op": "shutdown"}, timeout_s=30)
-            except Exception:
-                pass
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -294,7 +307,11 @@ class VllmSampler:
         if n_dequantized and self.mode != "mxfp8":
             raise ValueError(f"{n_dequantized} quantized tensors sent to a {self.mode} vLLM sampler")
         values = self.transform_push(values)
-        header = {"op": "load", "version": int(version), "reset_prefix_cache": self.reset_prefix_cache_on_load}
+        header = {
+            "op": "load",
+            "version": int(version),
+            "reset_prefix_cache": self.reset_prefix_cache_on_load,
+        }
         reply, _ = self._call(header, save(values))
         self.weights.record_load(int(version), reply["names"])
         self._version = int(version)

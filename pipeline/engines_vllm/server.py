@@ -110,7 +110,9 @@ class Engine:
             c = o.outputs[0]
             ids = list(c.token_ids)
             lps = [float(step[t].logprob) for step, t in zip(c.logprobs or [], ids, strict=True)]
-            result.append({"response_ids": ids, "logprobs": lps, "finish_reason": c.finish_reason or "length"})
+            result.append(
+                {"response_ids": ids, "logprobs": lps, "finish_reason": c.finish_reason or "length"}
+            )
         return {"outputs": result}
 
     def load(self, req: dict[str, Any], payload: bytes) -> dict[str, Any]:

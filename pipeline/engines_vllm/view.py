@@ -13,7 +13,8 @@ leaves rows unwritten (I2 fails, whatever vLLM then does with the stale rows); a
 
 ``mode`` here is the mode the checker compares against: ``bf16`` (vLLM computes in BF16 on CPU). In the
 weight-only-grid mode the BF16 values must equal the learner's dequantized MXFP8 bytes instead of its BF16
-weights; ``pipeline.engines_vllm.checks.check_weight_only_grid`` checks that.
+weights; ``pipeline.engines_vllm.checks.check_sync_vllm`` replaces I1 with that comparison (and
+``make_vllm_weight_sync`` makes an MXFP8 learner send its bytes).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class VllmWeightsView:
             rows = self._rows(d.shape)
             rec.writes[d.name] = torch.zeros(rows, dtype=torch.int32)
             prev = old.row_versions.get(d.name)
-            rec.row_versions[d.name] = prev.clone() if prev is not None else torch.full(rows, -1, dtype=torch.int64)
+            rec.row_versions[d.name] = (
+                prev.clone() if prev is not None else torch.full(rows, -1, dtype=torch.int64)
+            )
         for name in received:
             pieces = self.routes.get(name)
             if pieces is None:

@@ -47,13 +47,17 @@ def read_live_weights(model: Any) -> dict[str, torch.Tensor]:
         for name, mod in model.named_modules():
             if isinstance(mod, ParallelLMHead):
                 dtype = mod.weight.dtype if mod.weight.numel() else torch.get_default_dtype()
-                out[f"{name}.weight"] = _identity_through(mod, mod.embedding_dim, dtype, mod.weight.device).cpu()
+                out[f"{name}.weight"] = _identity_through(
+                    mod, mod.embedding_dim, dtype, mod.weight.device
+                ).cpu()
             elif isinstance(mod, VocabParallelEmbedding):
                 ids = torch.arange(mod.num_embeddings, device=mod.weight.device)
                 out[f"{name}.weight"] = mod(ids).contiguous().cpu()
             elif isinstance(mod, LinearBase):
                 dtype = getattr(mod, "params_dtype", torch.get_default_dtype())
-                out[f"{name}.weight"] = _identity_through(mod, mod.input_size, dtype, torch.device("cpu")).cpu()
+                out[f"{name}.weight"] = _identity_through(
+                    mod, mod.input_size, dtype, torch.device("cpu")
+                ).cpu()
             elif isinstance(mod, RMSNorm):
                 out[f"{name}.weight"] = mod.weight.detach().clone().cpu()
     return out

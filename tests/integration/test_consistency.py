@@ -8,7 +8,9 @@ from mxperf.cli import main
 from pipeline.consistency import SAMPLER_VARIANTS, ConsistencyConfig, run_consistency
 from tracing import store
 
-VARIANTS = tuple(v for v in SAMPLER_VARIANTS if v.label in ("bf16", "mxfp8", "mxfp8 grid-fraction 0.5", "mxfp8-floor"))
+VARIANTS = tuple(
+    v for v in SAMPLER_VARIANTS if v.label in ("bf16", "mxfp8", "mxfp8 grid-fraction 0.5", "mxfp8-floor")
+)
 
 
 def _k3(df, learner, sampler):
@@ -16,7 +18,9 @@ def _k3(df, learner, sampler):
 
 
 def _assert_orderings(df):
-    bf16, mx, half, floor = (_k3(df, "mxfp8", s) for s in ("bf16", "mxfp8", "mxfp8 grid-fraction 0.5", "mxfp8-floor"))
+    bf16, mx, half, floor = (
+        _k3(df, "mxfp8", s) for s in ("bf16", "mxfp8", "mxfp8 grid-fraction 0.5", "mxfp8-floor")
+    )
     assert mx < half < bf16  # matching more layers of the learner's grid lowers the mismatch
     assert floor > mx  # another grid is worse than the shared grid
     assert _k3(df, "bf16", "bf16") < mx  # BF16 end to end is the most consistent
@@ -39,7 +43,19 @@ def test_orderings_hold_across_seeds(model, seed):
 
 def test_consistency_cli_writes_the_table(tmp_path, capsys):
     out = tmp_path / "c"
-    rc = main(["consistency", "--model", "tiny-dense", "--eval-prompts", "4", "--max-new-tokens", "3", "-o", str(out)])
+    rc = main(
+        [
+            "consistency",
+            "--model",
+            "tiny-dense",
+            "--eval-prompts",
+            "4",
+            "--max-new-tokens",
+            "3",
+            "-o",
+            str(out),
+        ]
+    )
     assert rc == 0
     df = store.read_table(out / store.CONSISTENCY)
     assert len(df) == 2 * len(SAMPLER_VARIANTS)

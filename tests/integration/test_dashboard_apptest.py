@@ -50,13 +50,37 @@ def broken_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dash_fixtures.add_broken_outputs(root)
 
 
+# Charts each page must draw on the shipped examples (real CPU runs, sweep, fit and real GPU traces).
+EXAMPLE_CHARTS = {
+    "runs": 0,
+    "step_time": 2,
+    "breakeven": 2,
+    "host_stall": 1,
+    "consistency": 1,
+    "weight_sync": 1,
+}
+
+
 @pytest.mark.parametrize("page", PAGES)
-def test_page_runs_without_exception_on_examples(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_renders_its_charts_on_examples(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if not any(EXAMPLES.glob("*/manifest.json")):
         pytest.skip("examples/runs holds no outputs yet")
     at = _open(EXAMPLES, page, monkeypatch)
     assert not at.exception, _texts(at, "exception")
+    assert not at.warning, _texts(at, "warning")  # every example output reads cleanly
     assert at.title and at.title[0].value
+    assert _charts(at) >= EXAMPLE_CHARTS[page]
+
+
+def test_examples_host_stall_comes_from_real_gpu_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not any(EXAMPLES.glob("ingest-*/manifest.json")):
+        pytest.skip("examples/runs holds no ingested trace yet")
+    at = _open(EXAMPLES, "host_stall", monkeypatch)
+    for trace in at.selectbox(key="hs_trace").options:
+        at.selectbox(key="hs_trace").set_value(trace).run()
+        assert not at.exception, (trace, _texts(at, "exception"))
+        shares = at.dataframe[-1].value
+        assert ((shares["busy %"] > 0) & (shares["host stall %"] >= 0)).all(), trace
 
 
 def test_runs_page_lists_outputs_and_the_auto_pair(good_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,6 +94,7 @@ def test_runs_page_lists_outputs_and_the_auto_pair(good_runs: Path, monkeypatch:
         "fit-tiny-dense",
         "ingest-gpu",
         "faults",
+        "consistency",
     }
     assert at.selectbox(key="pair_choice").value == "tiny-dense: bf16/bf16 vs mxfp8/mxfp8"
     assert any("Comparing `run-bf16` (baseline) with `run-mxfp8`" in s for s in _texts(at, "success"))
@@ -120,7 +145,7 @@ def test_host_stall_says_why_cpu_sweeps_have_none_and_draws_the_gpu_timeline(
 
 def test_consistency_and_weight_sync_pages(good_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = _open(good_runs, "consistency", monkeypatch)
-    assert not at.exception and _charts(at) == 1
+    assert not at.exception and _charts(at) == 2  # per step + every pairing at fixed weights
     at = _open(good_runs, "weight_sync", monkeypatch)
     assert not at.exception
     assert _texts(at, "error") == [
@@ -154,7 +179,7 @@ def test_corrupt_table_shows_on_its_card_and_other_runs_still_render(
     assert any(
         "run-corrupt/metrics.parquet: not a readable Parquet table" in w for w in _texts(at, "warning")
     )
-    assert _charts(at) == 1  # bf16 and mxfp8 runs still drawn
+    assert _charts(at) == 2  # bf16 and mxfp8 runs still drawn
     at.selectbox(key="pair_choice").set_value("Choose two runs…").run()
     at.selectbox(key="pair_other").set_value(
         next(o for o in at.selectbox(key="pair_other").options if o.startswith("run-corrupt"))

@@ -144,7 +144,9 @@ def _wait_rendered(driver: object, min_charts: int, timeout_s: float = 25) -> tu
 
 @pytest.mark.parametrize(("page", "min_charts"), PAGES, ids=[p for p, _ in PAGES])
 def test_page_renders_charts_in_chromium(server: str, browser: object, page: str, min_charts: int) -> None:
-    browser.get(f"{server}/{page}")
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/{'' if page == 'runs' else page}")  # the default page lives at /
     plots, errors = _wait_rendered(browser, min_charts)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     height = browser.execute_script(
@@ -155,4 +157,6 @@ def test_page_renders_charts_in_chromium(server: str, browser: object, page: str
     time.sleep(0.3)
     browser.save_screenshot(str(ARTIFACTS / f"dashboard-{page}.png"))
     assert not errors, f"{page}: exception box shown: {errors[0][:500]}"
+    dialogs = [d.text for d in browser.find_elements(By.CSS_SELECTOR, '[role="dialog"]')]
+    assert not dialogs, f"{page}: a dialog covers the page: {dialogs[0][:200]}"
     assert plots >= min_charts, f"{page}: {plots} plotly charts rendered, expected >= {min_charts}"

@@ -18,22 +18,52 @@ TINY = ["--steps", "2", "--prompts-per-step", "2", "--samples-per-prompt", "2", 
 
 def test_run_writes_a_complete_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["run", "--model", "tiny-dense", "--learner", "mxfp8", "--sampler", "mxfp8", *TINY,
-               "--tokens-per-microbatch", "32", "-o", str(out), "--json"])
+    rc = main(
+        [
+            "run",
+            "--model",
+            "tiny-dense",
+            "--learner",
+            "mxfp8",
+            "--sampler",
+            "mxfp8",
+            *TINY,
+            "--tokens-per-microbatch",
+            "32",
+            "-o",
+            str(out),
+            "--json",
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["status"] == "complete" and summary["run_dir"] == str(out) and summary["schema_version"] == 1
+    assert (
+        summary["status"] == "complete" and summary["run_dir"] == str(out) and summary["schema_version"] == 1
+    )
     manifest = read_manifest(out)
     assert manifest["kind"] == "run" and manifest["status"] == "complete"
     assert manifest["compute_dtype"] == "bfloat16" and manifest["config"]["learner"] == "mxfp8"
     metrics = store.read_table(out / store.METRICS)
     assert list(metrics["step"]) == [0, 1]
-    for col in ("generate_s", "logprob_s", "update_s", "sync_s", "sync_check_s", "reward_mean", "kl_k1", "kl_k3",
-                "token_mult_prob_error", "prob_abs_diff_mean", "prob_abs_diff_max"):
+    for col in (
+        "generate_s",
+        "logprob_s",
+        "update_s",
+        "sync_s",
+        "sync_check_s",
+        "reward_mean",
+        "kl_k1",
+        "kl_k3",
+        "token_mult_prob_error",
+        "prob_abs_diff_mean",
+        "prob_abs_diff_max",
+    ):
         assert col in metrics.columns, col
     assert (metrics["step_s"] >= metrics["update_s"] + metrics["generate_s"]).all()  # phases nest in the step
     ranges = store.read_table(out / store.RANGES)
-    assert {"step", "generate", "logprob", "update", "update/microbatch", "sync", "sync/check"} <= set(ranges["name"])
+    assert {"step", "generate", "logprob", "update", "update/microbatch", "sync", "sync/check"} <= set(
+        ranges["name"]
+    )
     checks = store.read_table(out / store.SYNC_CHECKS)
     assert checks["passed"].all()  # clean run: no false alarm
     assert set(checks["invariant"]) == {f"I{i}" for i in range(1, 8)}
@@ -64,13 +94,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
 
 def test_a_failed_check_with_strict_stops_the_run_and_marks_it_failed(tmp_path):
     def failing_checker(step, learner, engine, **kw):
-        return [{"step": step, "invariant": "I1", "name": "grid identity", "passed": step < 0,
-                 "first_failing_tensor": "x", "detail": "injected", "check_seconds": 0.0}]
+        return [
+            {
+                "step": step,
+                "invariant": "I1",
+                "name": "grid identity",
+                "passed": step < 0,
+                "first_failing_tensor": "x",
+                "detail": "injected",
+                "check_seconds": 0.0,
+            }
+        ]
 
     def loop_factory(session, **kw):
         return RLLoop(session, checker=failing_checker, **kw)
 
-    cfg = RunConfig(steps=2, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=3, tokens_per_microbatch=32)
+    cfg = RunConfig(
+        steps=2, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=3, tokens_per_microbatch=32
+    )
     with pytest.raises(SyncCheckFailedError, match="I1 failed at step 0"):
         execute_run(cfg, tmp_path / "r", strict=True, loop_factory=loop_factory)
     manifest = read_manifest(tmp_path / "r")
@@ -90,13 +131,65 @@ def test_existing_output_is_not_overwritten_without_force(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("learner", "sampler", "extra"),
-    [("bf16", "bf16", []), ("mxfp8", "mxfp8", []), ("mxfp8", "bf16", []), ("mxfp8", "mxfp8-floor", []),
-     ("mxfp8", "mxfp8", ["--grid-fraction", "0.5"]), ("mxfp8", "mxfp8", ["--kv-cache", "fp8", "--async"])],
+    [
+        ("bf16", "bf16", []),
+        ("mxfp8", "mxfp8", []),
+        ("mxfp8", "bf16", []),
+        ("mxfp8", "mxfp8-floor", []),
+        ("mxfp8", "mxfp8", ["--grid-fraction", "0.5"]),
+        ("mxfp8", "mxfp8", ["--kv-cache", "fp8", "--async"]),
+    ],
 )
 def test_twenty_clean_steps_raise_no_false_alarm(tmp_path, learner, sampler, extra):
     out = tmp_path / "r"
-    rc = main(["run", "--learner", learner, "--sampler", sampler, "--steps", "20", "--prompts-per-step", "4",
-               "--samples-per-prompt", "4", *extra, "-o", str(out), "--strict"])
+    rc = main(
+        [
+            "run",
+            "--learner",
+            learner,
+            "--sampler",
+            sampler,
+            "--steps",
+            "20",
+            "--prompts-per-step",
+            "4",
+            "--samples-per-prompt",
+            "4",
+            *extra,
+            "-o",
+            str(out),
+            "--strict",
+        ]
+    )
     assert rc == 0
     checks = store.read_table(out / store.SYNC_CHECKS)
     assert checks["passed"].all() and set(checks["step"]) == {-1, *range(20)}
+
+
+def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
+    import gzip
+
+    out = tmp_path / "r"
+    rc = main(
+        [
+            "run",
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "1",
+            "--samples-per-prompt",
+            "2",
+            "--max-new-tokens",
+            "2",
+            "--check-sync",
+            "off",
+            "--trace",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    trace = json.loads(gzip.decompress(store.trace_path(out, 0).read_bytes()))
+    names = {e.get("name") for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
+    assert {"step", "generate", "logprob", "update", "update/microbatch", "sync"} <= names
+    assert store.read_table(out / store.SYNC_CHECKS).empty  # --check-sync off

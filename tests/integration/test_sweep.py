@@ -18,8 +18,26 @@ from tracing.schema import MICROBATCH_COLUMNS
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "s"
-    rc = main(["sweep", "--model", "tiny-dense", "--precisions", "bf16,mxfp8", "--tokens-per-microbatch", "32,64,128",
-               "--repeats", "2", "--warmup", "0", "--seq-len", "32", "-o", str(out), "--json"])
+    rc = main(
+        [
+            "sweep",
+            "--model",
+            "tiny-dense",
+            "--precisions",
+            "bf16,mxfp8",
+            "--tokens-per-microbatch",
+            "32,64,128",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--seq-len",
+            "32",
+            "-o",
+            str(out),
+            "--json",
+        ]
+    )
     assert rc == 0
     return out
 
@@ -31,7 +49,9 @@ def test_sweep_writes_the_shared_microbatch_contract(sweep_dir):
     for col, dtype in MICROBATCH_COLUMNS.items():
         assert str(df[col].dtype) == dtype, col
     assert set(df["source"]) == {"sweep"} and set(df["phase"]) == {"update"}
-    assert df["gpu_busy_seconds"].isna().all() and df["host_stall_seconds"].isna().all()  # CPU: null, no stand-in
+    assert (
+        df["gpu_busy_seconds"].isna().all() and df["host_stall_seconds"].isna().all()
+    )  # CPU: null, no stand-in
     assert df["mfu"].isna().all()  # unknown hardware peak: never guessed
     assert (df["seconds"] > 0).all() and (df["flops"] > 0).all()
     assert (df["num_tokens"] <= df["tokens_per_microbatch"]).all()
@@ -39,7 +59,9 @@ def test_sweep_writes_the_shared_microbatch_contract(sweep_dir):
 
 def test_every_size_sees_the_same_tokens_per_step(sweep_dir):
     df = store.read_table(sweep_dir / store.MICROBATCHES)
-    per_step = df.groupby(["precision", "step"]).agg(tokens=("num_tokens", "sum"), size=("tokens_per_microbatch", "first"))
+    per_step = df.groupby(["precision", "step"]).agg(
+        tokens=("num_tokens", "sum"), size=("tokens_per_microbatch", "first")
+    )
     assert per_step["tokens"].nunique() == 1 and per_step["tokens"].iloc[0] == 128
     counts = per_step.groupby("size").size()
     assert counts.to_dict() == {32: 4, 64: 4, 128: 4}  # 2 precisions x 2 repeats, warm-up not recorded
@@ -65,8 +87,12 @@ def test_the_fixed_batch_is_identical_for_identical_config():
 
 @pytest.mark.parametrize(
     ("kw", "message"),
-    [({"sizes": (16,), "seq_len": 32}, "smaller than one sequence"), ({"precisions": ("fp4",)}, "precision"),
-     ({"precisions": ()}, "empty"), ({"model": "x"}, "unknown model")],
+    [
+        ({"sizes": (16,), "seq_len": 32}, "smaller than one sequence"),
+        ({"precisions": ("fp4",)}, "precision"),
+        ({"precisions": ()}, "empty"),
+        ({"model": "x"}, "unknown model"),
+    ],
 )
 def test_bad_sweep_config_is_an_input_error(kw, message):
     with pytest.raises(InputError, match=message):

@@ -140,3 +140,31 @@ def test_vllm_fault_is_caught_by_its_invariant(engine, learner, fault: str) -> N
         engine.__dict__.pop("transform_push", None)
     rows = _sync_and_check(learner, engine)
     assert all(r.passed for r in rows.values()), "engine did not recover after removing the fault"
+
+
+def test_weight_only_grid_sampler_holds_the_learners_mxfp8_values() -> None:
+    """mode mxfp8 on CPU vLLM: an MXFP8 learner's bytes, dequantized exactly, are what the kernels use."""
+    try:
+        vllm_python()
+    except VllmUnavailableError as exc:
+        pytest.skip(str(exc))
+    from pipeline.engines_vllm.checks import check_sync_vllm, make_vllm_weight_sync
+    from pipeline.engines_vllm.client import VllmSampler
+    from pipeline.learner import HFLearner
+    from pipeline.models import build_config, build_model, get_preset
+
+    preset = get_preset("tiny-dense")
+    mx_learner = HFLearner(build_model(preset, seed=0), "mxfp8")
+    with VllmSampler(build_config(preset), "mxfp8", eos_id=1) as eng:
+        assert eng.manifest_info()["weight_grid"] == "weight-only"
+        sync = make_vllm_weight_sync()
+        sync.sync(mx_learner, eng, 0)
+        assert sync.last.num_quantized > 0  # bytes + scales went over the wire
+        rows = {r.invariant: r for r in check_sync_vllm(0, mx_learner, eng, report=sync.last)}
+        assert all(r.passed for r in rows.values()), {k: r.detail for k, r in rows.items() if not r.passed}
+        assert "weight-only" in rows["I1"].detail
+        # and the grid is really the learner's: a BF16 (off-grid) push fails the same I1
+        bf16_learner = HFLearner(build_model(preset, seed=0), "bf16")
+        make_vllm_weight_sync().sync(bf16_learner, eng, 1)
+        rows = {r.invariant: r for r in check_sync_vllm(1, mx_learner, eng)}
+        assert not rows["I1"].passed

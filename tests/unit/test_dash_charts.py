@@ -122,3 +122,24 @@ def test_fault_matrix_expands_caught_by_and_flags_a_missed_target() -> None:
     text = fig.data[0].text.tolist()
     assert text[0] == ["caught", "", "", "caught", "", "", ""]
     assert text[1] == ["", "MISSED", "", "", "", "", ""]
+
+
+def test_pairings_with_the_same_learner_get_different_colours() -> None:
+    colours = {
+        charts.pairing_color(lbl, i) for i, lbl in enumerate(["bf16/bf16", "mxfp8/bf16", "mxfp8/mxfp8"])
+    }
+    assert len(colours) == 3
+    assert charts.pairing_color("mxfp8/mxfp8") == charts.PRECISION_COLORS["mxfp8"]
+
+
+def test_fixed_weights_figure_groups_pairings_by_learner_on_a_log_axis() -> None:
+    table = pd.DataFrame(
+        {
+            "learner": ["bf16", "bf16", "mxfp8"],
+            "sampler": ["bf16", "mxfp8", "mxfp8"],
+            "kl_k3": [6e-6, 4.7e-4, 2.3e-4],
+        }
+    )
+    fig = charts.fixed_weights_figure(table)
+    assert [tr.name for tr in fig.data] == ["learner bf16", "learner mxfp8"]
+    assert list(fig.data[0].x) == ["bf16", "mxfp8"] and fig.layout.yaxis.type == "log"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines import scale_name
+from pipeline.engines import LearnerBackend, scale_name
 from pipeline.grpo import GRPOBatch, GRPOConfig, group_advantages, pack_microbatches, token_loss
 from pipeline.learner import HFLearner
 from pipeline.models import build_model, get_preset
@@ -80,6 +80,7 @@ def test_learner_is_deterministic_with_a_seed():
 def test_microbatch_ranges_carry_step_index_tokens_and_precision():
     ranges = RangeLog()
     learner = HFLearner(build_model(get_preset("tiny-dense"), 0), "bf16", ranges=ranges)
+    assert isinstance(learner, LearnerBackend)
     learner.train_step(_batch(), 36)
     recs = [r for r in ranges.records if r.name == "update/microbatch"]
     assert [r.attrs["microbatch"] for r in recs] == list(range(len(recs))) and len(recs) == 3

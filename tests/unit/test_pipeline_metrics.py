@@ -46,3 +46,16 @@ def test_no_valid_token_gives_nan_and_bad_shapes_raise():
     assert all(math.isnan(m[k]) for k in METRIC_NAMES)
     with pytest.raises(ValueError, match="shape"):
         mismatch_metrics(lp, torch.zeros(2, 4), torch.ones(2, 3))
+
+
+def test_rollout_tensors_put_sampler_logprobs_where_the_learner_scores_response_tokens():
+    from pipeline.rollouts import pad_sequences, place_logprobs
+
+    prompts, responses = [[5, 6, 7], [8]], [[9, 10], [11, 12, 13]]
+    ids, am, rm = pad_sequences(prompts, responses, pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 9, 10], [8, 11, 12, 13, 0]]
+    assert am.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    # log-prob position j scores token j+1: response tokens sit at P-1 .. P+R-2
+    assert rm.tolist() == [[0, 0, 1, 1], [1, 1, 1, 0]]
+    lp = place_logprobs([3, 1], [[-0.5, -0.25], [-1.0, -2.0, -3.0]], 4)
+    assert lp.tolist() == [[0, 0, -0.5, -0.25], [-1.0, -2.0, -3.0, 0]]

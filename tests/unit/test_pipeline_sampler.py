@@ -111,7 +111,7 @@ def test_no_generation_before_weights_and_after_a_failed_load():
 
 def _sync_while_decoding(sampler: Sampler, learner: HFLearner) -> list:
     """Start a long generation on the engine's thread, then sync once it is decoding."""
-    fut = sampler.submit(PROMPTS * 2, SamplingParams(max_new_tokens=120, seed=0, temperature=0.3))
+    fut = sampler.submit(PROMPTS, SamplingParams(max_new_tokens=100, seed=0, temperature=0.3))
     deadline = time.monotonic() + 60
     while sampler.stats["decode_steps"] < 3 and time.monotonic() < deadline:
         time.sleep(0.005)
