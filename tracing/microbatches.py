@@ -55,9 +55,7 @@ def microbatch_table(ranges: pd.DataFrame, labels: Labels, *, pattern: str | Non
         rows.append(
             {
                 "model": labels.model,
-                "precision": str(attrs.get("precision", labels.precision))
-                if labels.precision is None
-                else labels.precision,
+                "precision": str(attrs["precision"]) if "precision" in attrs else labels.precision,
                 "phase": labels.phase or (r.phase if r.phase != "other" else "update"),
                 "tokens_per_microbatch": size,
                 "num_tokens": int(tokens) if tokens is not None else size,

@@ -247,3 +247,29 @@ def test_cli_subprocess_prints_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_traced_run_dir_ingests_range_log_and_its_kineto_trace(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from tracing.capture import Capture, CaptureConfig
+
+    run = tmp_path / "run"
+    log = RangeLog(emit_nvtx=False)
+    layer = torch.nn.Linear(8, 8)
+    with OutputDir(run, kind="run", config={"model": "tiny", "tokens_per_microbatch": 64}):
+        with Capture(run, CaptureConfig(wait=0, warmup=1, active=2), rank=0) as cap:
+            for step in range(3):
+                with log.range("update/microbatch", step=step, microbatch=0, tokens=60, precision="bf16"):
+                    layer(torch.randn(2, 8)).sum().backward()
+                cap.step()
+        store.write_table(log.to_frame(), run / store.RANGES)
+    out = tmp_path / "out"
+    assert main(["ingest", str(run), "-o", str(out), "--json"]) == 0
+    doc = _json_line(capsys.readouterr().out)
+    assert [t["format"] for t in doc["traces"]] == ["rangelog", "kineto"]
+    assert sorted(p.name for p in (out / "events").iterdir()) == ["rank-0.parquet", "rank-rangelog.parquet"]
+    mb = store.read_table(out / store.MICROBATCHES)
+    assert len(mb) == 3  # every step from the range log, not only the 2 profiled ones
+    ranges = store.read_table(out / store.RANGES)
+    traced = ranges[(ranges["source"] == "user_annotation") & (ranges["name"] == "update/microbatch")]
+    assert len(traced) == 2

@@ -13,7 +13,23 @@ from pipeline.session import RunConfig
 from tracing import store
 from tracing.manifest import read_manifest
 
-TINY = ["--steps", "2", "--prompts-per-step", "2", "--samples-per-prompt", "2", "--max-new-tokens", "3"]
+TINY = [
+    "--pretrain-steps",
+    "0",
+    "--steps",
+    "2",
+    "--prompts-per-step",
+    "2",
+    "--samples-per-prompt",
+    "2",
+    "--max-new-tokens",
+    "3",
+]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXPERF_CACHE", str(tmp_path / "cache"))  # never write the user's ~/.cache
 
 
 def test_run_writes_a_complete_run_directory(tmp_path, capsys):
@@ -155,6 +171,8 @@ def test_twenty_clean_steps_raise_no_false_alarm(tmp_path, learner, sampler, ext
             "4",
             "--samples-per-prompt",
             "4",
+            "--pretrain-steps",
+            "0",
             *extra,
             "-o",
             str(out),
@@ -183,6 +201,8 @@ def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
             "2",
             "--check-sync",
             "off",
+            "--pretrain-steps",
+            "0",
             "--trace",
             "-o",
             str(out),

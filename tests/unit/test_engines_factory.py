@@ -31,7 +31,7 @@ def test_unknown_engine_name_lists_the_choices(kind: str) -> None:
 
 def test_vllm_without_its_venv_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("MXPERF_VLLM_PYTHON", str(tmp_path / "no-such-python"))
-    with pytest.raises(EngineUnavailableError, match="make_vllm_venv.sh"):
+    with pytest.raises(EngineUnavailableError, match=r"make_vllm_venv\.sh"):
         make_sampler_engine("vllm", config=build_config(get_preset("tiny-dense")))
 
 
@@ -59,5 +59,5 @@ def test_gpu_only_paths_fail_with_the_reason_on_cpu() -> None:
         require_te_mxfp8()
     with pytest.raises(HardwareUnavailableError, match="fp8-rowwise"):
         require_scaled_mm("fp8-rowwise")
-    with pytest.raises(ValueError, match="no torch._scaled_mm path"):
+    with pytest.raises(ValueError, match=r"no torch\._scaled_mm path"):
         require_scaled_mm("mxfp8")
