@@ -3,7 +3,9 @@
 Tools (each imports its libraries first, then records the baseline RSS, then times the work):
 
 - ``mxperf``: ``load_trace`` + ``analyze`` (device metrics, HTA-style stream breakdown, per-range
-  attribution, kernel table) -- at least what HTA computes below.
+  attribution, kernel table) -- more than HTA computes below.
+- ``mxperf-metrics``: HTA's scope only: load + device metrics (temporal breakdown) + stream breakdown (idle
+  breakdown) + kernel-class totals.
 - ``hta``: Holistic Trace Analysis 0.5.0 ``TraceAnalysis(trace_dir)`` (default JSON backend) +
   ``get_idle_time_breakdown`` + ``get_temporal_breakdown``. PATH is a directory of rank files.
 - ``gunzip``: the floor for a .json.gz: stream-decompress it (1 MiB chunks) and discard the bytes.
@@ -59,6 +61,23 @@ def main(tool: str, path: str) -> dict[str, object]:
             tables = analyze(trace)
             info[f.name] = {"events": len(trace.events), "busy_ns": int(tables["devices"]["busy_ns"].sum())}
             del trace, tables
+    elif tool == "mxperf-metrics":  # exactly HTA's scope: load + idle breakdown + temporal breakdown
+        from tracing.ingest import load_trace
+        from tracing.kernel_classes import class_totals, kernel_table
+        from tracing.metrics import device_metrics, device_timelines, gpu_ops, stream_breakdown
+
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]
+        info = {}
+        for f in files:
+            trace = load_trace(f)
+            ops = gpu_ops(trace.events)
+            dev = device_metrics(trace.events, device_timelines(trace.events, ops))
+            stream_breakdown(trace.events, ops=ops)
+            class_totals(kernel_table(ops))
+            info[f.name] = {"busy_ns": int(dev["busy_ns"].sum())}
+            del trace, ops
     elif tool == "mxperf-load":
         from tracing.ingest import load_trace
 

@@ -128,6 +128,8 @@ class Breakeven:
     bootstrap_reason: str | None
     extrapolated: bool
     measured_tokens: tuple[float, float]
+    within_measured: str  # "faster" | "slower" | "mixed" | "unknown": low vs base over the measured sizes
+    diff_at_ends_s: tuple[float, float]  # (time_low - time_base) at the two ends of the measured range
     d_fixed_s: float
     d_fixed_ci: tuple[float, float]
     d_tok_s: float
@@ -145,6 +147,31 @@ def _bootstrap_ratio(base: PrecisionFit, low: PrecisionFit, level: float) -> tup
     if same_sign < 0.5 + level / 2.0:
         return None, f"d_tok changes sign in {1 - same_sign:.1%} of resamples: the ratio is unbounded"
     return percentile_ci(d_fixed / d_tok, level), None
+
+
+def compare_within(
+    base: PrecisionFit, low: PrecisionFit, lo: float, hi: float, t: float
+) -> tuple[str, tuple[float, float]]:
+    """Is ``low`` significantly faster (or slower) than ``base`` at *every* size in [lo, hi]?
+
+    diff(n) = d_fixed_signed + n * d_slope with var = [1 n] (cov_low + cov_base) [1 n]^T. Its lower
+    confidence bound is concave in n (a line minus the square root of a convex quadratic), so it is above 0
+    on the whole range exactly when it is above 0 at both ends (and likewise for the upper bound). This
+    answers "which is faster where I measured" even when the fixed/per-token split is not significant.
+    """
+    cov = low.time.cov + base.time.cov
+    ends = np.array([lo, hi])
+    diff = (low.fixed_s - base.fixed_s) + ends * (low.per_token_s - base.per_token_s)
+    if not (np.isfinite(t) and np.isfinite(cov).all()):
+        return "unknown", (float(diff[0]), float(diff[1]))
+    sd = np.sqrt(np.maximum(cov[0, 0] + 2 * ends * cov[0, 1] + ends * ends * cov[1, 1], 0.0))
+    if np.all(diff - t * sd > 0):
+        verdict = "slower"
+    elif np.all(diff + t * sd < 0):
+        verdict = "faster"
+    else:
+        verdict = "mixed"
+    return verdict, (float(diff[0]), float(diff[1]))
 
 
 def find_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) -> Breakeven:
@@ -181,6 +208,7 @@ def find_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) 
         reason = f"case {case}: no breakeven size; interval of d_fixed / d_tok shown for reference"
     lo_meas = max(base.time.x_min, low.time.x_min)
     hi_meas = min(base.time.x_max, low.time.x_max)
+    within, ends = compare_within(base, low, lo_meas, hi_meas, t)
     return Breakeven(
         case=case,
         tokens=tokens,
@@ -194,6 +222,8 @@ def find_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) 
         bootstrap_reason=boot_reason,
         extrapolated=bool(tokens is not None and not (lo_meas <= tokens <= hi_meas)),
         measured_tokens=(lo_meas, hi_meas),
+        within_measured=within,
+        diff_at_ends_s=ends,
         d_fixed_s=a,
         d_fixed_ci=a_ci,
         d_tok_s=b,

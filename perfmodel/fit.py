@@ -257,6 +257,7 @@ def fit_precision(
         time=fit_line(x, y),
         sizes=tuple(int(s) for s in sizes),
         size_mean_s=tuple(float(y[label == s].mean()) for s in sizes),
+        size_mean_tokens=tuple(float(x[label == s].mean()) for s in sizes),
         size_count=tuple(int((label_all == s).sum()) for s in sizes),
         boot=boots[0] if boots else np.empty((0, 2)),
         boot_unit=unit,

@@ -116,6 +116,7 @@ class PrecisionFit:
     time: LineFit
     sizes: tuple[int, ...]
     size_mean_s: tuple[float, ...]
+    size_mean_tokens: tuple[float, ...]
     size_count: tuple[int, ...]
     boot: np.ndarray
     boot_unit: str

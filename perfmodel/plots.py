@@ -53,7 +53,14 @@ def time_vs_tokens_figure(entry: dict[str, Any]) -> Figure:
             _, lo, hi = fit_band(f, ns)
             ax.fill_between(ns, lo, hi, color=c, alpha=0.18, linewidth=0)
         if f.get("sizes"):
-            ax.plot(f["sizes"], f["size_mean_s"], "o", color=c, ms=4, label=f"{prec} measured (mean)")
+            ax.plot(
+                f.get("size_mean_tokens") or f["sizes"],
+                f["size_mean_s"],
+                "o",
+                color=c,
+                ms=4,
+                label=f"{prec} measured (mean)",
+            )
     be = entry["breakeven"]
     if be.get("tokens") is not None:
         ax.axvline(be["tokens"], color="k", ls="--", lw=1, label=f"n* = {be['tokens']:,.0f}")
@@ -84,7 +91,7 @@ def host_stall_figure(entry: dict[str, Any]) -> Figure | None:
         ax.plot(ns, frac, color=c, label=f"{prec} fitted")
         if f.get("stall_size_mean_s"):
             ax.plot(
-                f["sizes"],
+                f.get("size_mean_tokens") or f["sizes"],
                 np.array(f["stall_size_mean_s"], dtype=float) / np.array(f["size_mean_s"]),
                 "o",
                 color=c,

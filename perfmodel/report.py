@@ -68,7 +68,12 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
         + (f" ({be['bootstrap_reason']})" if be.get("bootstrap_reason") else "")
         + ".",
         f"- Measured sizes {_tok(be['measured_tokens'][0])} to {_tok(be['measured_tokens'][1])} tokens"
-        + ("; n* is **extrapolated** beyond them." if be.get("extrapolated") else "."),
+        + ("; n* is **extrapolated** beyond them." if be.get("extrapolated") else ".")
+        + (
+            f" Over that range {e['precision']} is significantly **{be['within_measured']}** at every size."
+            if be.get("within_measured") in ("faster", "slower")
+            else ""
+        ),
     ]
     for prec in (e["baseline"], e["precision"]):
         lof = e["fits"][prec].get("lack_of_fit")

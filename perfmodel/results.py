@@ -89,6 +89,7 @@ def precision_entry(f: PrecisionFit) -> dict[str, Any]:
         "residual_sd_s": f.time.residual_sd,
         "sizes": list(f.sizes),
         "size_mean_s": list(f.size_mean_s),
+        "size_mean_tokens": list(f.size_mean_tokens),
         "size_count": list(f.size_count),
         "lack_of_fit": asdict(f.lack_of_fit) if f.lack_of_fit else None,
         "holdout": f.holdout,
@@ -99,11 +100,13 @@ def precision_entry(f: PrecisionFit) -> dict[str, Any]:
 
 
 def _ms(x: float) -> str:
-    return f"{x * 1e3:.3g} ms"
+    """Seconds per micro-batch in ms (in s from 1000 ms on)."""
+    return f"{x * 1e3:.3g} ms" if abs(x) < 1.0 else f"{x:.3g} s"
 
 
 def _us(x: float) -> str:
-    return f"{x * 1e6:.3g} us/token"
+    """Seconds per token in us/token (in ms/token from 1000 us on)."""
+    return f"{x * 1e6:.3g} us/token" if abs(x) < 1e-3 else f"{x * 1e3:.3g} ms/token"
 
 
 def _tok(x: float | None) -> str:
@@ -122,12 +125,20 @@ def verdict(model: str, phase: str, low: str, base: str, be: Breakeven, share: H
         "faster_below": f"; faster only below {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
         "always_faster": "; faster at every micro-batch size (95 %)",
         "never_faster": "; never faster at any micro-batch size (95 %)",
-        "indistinguishable": "; no significant difference at 95 % (more repeats or sizes would tell)",
+        "indistinguishable": "; neither difference is significant at 95 % (indistinguishable: more repeats or "
+        "sizes would tell)",
     }[be.case]
+    within = ""
+    if be.case not in ("faster_above", "faster_below") and be.within_measured in ("faster", "slower"):
+        lo, hi = be.measured_tokens
+        within = (
+            f". Within the measured sizes ({lo:,.0f} to {hi:,.0f} tokens) {low} is significantly "
+            f"{be.within_measured} at every size"
+        )
     stall = ""
     if share.share is not None and be.case in ("faster_above", "never_faster") and be.d_fixed_s > 0:
         stall = f". Host stall is {share.share:.0%} of the added fixed cost"
-    return head + tail + stall + "."
+    return head + tail + within + stall + "."
 
 
 def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, baseline: str) -> dict[str, Any]:
@@ -152,6 +163,8 @@ def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, base
             "bootstrap_ci": be.bootstrap_ci,
             "bootstrap_reason": be.bootstrap_reason,
             "measured_tokens": be.measured_tokens,
+            "within_measured": be.within_measured,
+            "diff_at_ends_s": be.diff_at_ends_s,
             "d_fixed_s": be.d_fixed_s,
             "d_fixed_ci": be.d_fixed_ci,
             "d_tok_s": be.d_tok_s,

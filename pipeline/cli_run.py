@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--async", dest="async_mode", action="store_true", help="overlap generation with the sync")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
-    p.add_argument("--check-sync", default="every", help="every | first | off")
+    p.add_argument("--check-sync", default="every", help="every sync | first (the initial push only) | off")
     p.add_argument("--strict", action="store_true", help="stop with an error at the first failed sync check")
     p.add_argument("--trace", action="store_true", help="write trace/rank-0.json.gz (torch.profiler)")
     p.add_argument("-o", "--output", default="runs/run", help="run directory")

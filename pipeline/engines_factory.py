@@ -8,7 +8,8 @@ sampler vllm       ``pipeline.engines_vllm.client.VllmSampler``  ``.venv-vllm`` 
                    (vLLM in its own process)                   own process with that venv's python
 learner native     ``pipeline.learner.HFLearner``              nothing extra
 learner megatron   ``pipeline.engines_megatron.learner``       ``megatron-core`` in this venv; dense presets
-                   ``.MegatronLearner``                        only; ``mxfp8`` needs a Blackwell GPU + TE
+                   ``.MegatronLearner``                        only; ``mxfp8`` emulated (TE spec on Blackwell
+                                                               is not wired: refused there)
 =================  ==========================================  ==============================================
 
 Both factories return objects satisfying ``pipeline.engines.SamplerEngine`` / ``LearnerBackend``, so the loop

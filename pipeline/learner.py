@@ -9,7 +9,8 @@ bytes and scales of the fprop** (what the sampler must hold to be on the learner
 
 Instrumentation: each micro-batch of ``train_step`` is an ``update/microbatch`` range with attributes
 step, microbatch, tokens (real), padded_tokens, precision; its peak memory is recorded (CUDA: max allocated;
-CPU: resident-set growth from the micro-batch start to the end of its forward, where activations peak).
+CPU: the bytes autograd holds for backward at the end of the forward, where activations peak; see
+``_MemProbe``).
 """
 
 from __future__ import annotations
@@ -39,28 +40,48 @@ def _rss_bytes() -> int:
 
 
 class _MemProbe:
-    """Peak memory of one micro-batch (see the module docstring for what it means on CPU)."""
+    """Peak memory of one micro-batch.
 
-    def __init__(self, device: torch.device) -> None:
+    CUDA: ``max_memory_allocated`` growth over the micro-batch. CPU: the bytes of the distinct tensor
+    storages autograd saves for backward during the forward (parameters excluded) -- the activation
+    memory, which peaks at the end of the forward and grows with tokens. The process RSS cannot show it
+    after the first micro-batch because the allocator reuses freed pages (its growth is kept as
+    ``rss_delta_bytes`` for reference).
+    """
+
+    def __init__(self, device: torch.device, params: Iterator[torch.Tensor]) -> None:
         self.cuda = device.type == "cuda"
+        self._param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+        self._saved: dict[int, int] = {}
         self.start = 0
-        self.peak = 0
+        self.rss_start = 0
 
-    def begin(self) -> None:
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in self._param_ptrs:
+            self._saved[ptr] = storage.nbytes()
+        return t
+
+    @contextlib.contextmanager
+    def forward(self) -> Iterator[None]:
+        """Wrap the forward: records what autograd keeps for backward (CPU)."""
+        self._saved = {}
+        self.rss_start = _rss_bytes()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             self.start = torch.cuda.memory_allocated()
-        else:
-            self.start = _rss_bytes()
-        self.peak = 0
+            yield
+            return
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            yield
 
-    def mark(self) -> None:
-        now = torch.cuda.max_memory_allocated() if self.cuda else _rss_bytes()
-        self.peak = max(self.peak, now - self.start)
-
-    def end(self) -> float:
-        self.mark()
-        return float(self.peak)
+    def result(self) -> tuple[float, float]:
+        """(peak bytes, RSS growth bytes) of the micro-batch, read after its backward."""
+        rss = float(max(0, _rss_bytes() - self.rss_start))
+        if self.cuda:
+            return float(torch.cuda.max_memory_allocated() - self.start), rss
+        return float(sum(self._saved.values())), rss
 
 
 def _quant_api() -> Any:
@@ -148,7 +169,7 @@ class HFLearner:
         total_tokens = float(batch.response_mask.sum().clamp(min=1.0))
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        probe = _MemProbe(self.device)
+        probe = _MemProbe(self.device, self.model.parameters())
         loss_sum = clipped = tis = 0.0
         self.last_microbatches = []
         for i, rows in enumerate(plan):
@@ -163,14 +184,14 @@ class HFLearner:
                 padded_tokens=padded,
                 precision=self.precision,
             ) as attrs:
-                probe.begin()
-                lp = self._token_logprobs(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
-                probe.mark()
-                per_token, stats = token_loss(lp, _to(mb, self.device), self.config)
-                loss = per_token.sum() / total_tokens
+                with probe.forward():
+                    lp = self._token_logprobs(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
+                    per_token, stats = token_loss(lp, _to(mb, self.device), self.config)
+                    loss = per_token.sum() / total_tokens
                 loss.backward()
-                peak = probe.end()
+                peak, rss = probe.result()
                 attrs["peak_mem_bytes"] = peak
+                attrs["rss_delta_bytes"] = rss
             loss_sum += float(loss.detach())
             clipped += float(stats["clipped"])
             tis += float(stats.get("tis_weight_sum", 0.0))

@@ -140,7 +140,7 @@ class RLLoop:
             t_check = 0
             with rl.range("sync", step=step, version=self.version):
                 self._push(self.version)
-                if self.check_sync == "every" or (self.check_sync == "first" and step == 0):
+                if self.check_sync == "every":  # "first": only the initial push (as verl PR #6666 does)
                     c0 = time.monotonic_ns()
                     check_rows = self._check(step, rollouts)
                     t_check = time.monotonic_ns() - c0

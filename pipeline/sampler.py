@@ -166,7 +166,7 @@ class Sampler:
             prompts = self.calibration_prompts
             width = max(len(p) for p in prompts)
             ids, pos, valid = _left_pad(prompts, width, self.pad_id)
-            cache = KVCache(self.dims, len(prompts), width, fp8=False)
+            cache = KVCache(self.dims, len(prompts), width, fp8=False, track_amax=True)
             with torch.no_grad():
                 forward(self.weights, self.dims, ids, pos, valid, cache, 0)
             self.k_scales = [max(a, 1e-8) / FP8_MAX for a in cache.observed_amax_k]

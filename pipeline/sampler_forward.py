@@ -73,6 +73,7 @@ class KVCache:
         fp8: bool,
         k_scales: list[float] | None = None,
         v_scales: list[float] | None = None,
+        track_amax: bool = False,
     ) -> None:
         dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
         shape = (batch, dims.num_kv_heads, columns, dims.head_dim)
@@ -82,7 +83,8 @@ class KVCache:
         self.fp8 = fp8
         self.k_scales = list(k_scales) if k_scales else [1.0] * dims.num_layers
         self.v_scales = list(v_scales) if v_scales else [1.0] * dims.num_layers
-        self.observed_amax_k = [0.0] * dims.num_layers  # for KV-scale calibration
+        self.track_amax = track_amax  # KV-scale calibration only: a host sync per write
+        self.observed_amax_k = [0.0] * dims.num_layers
         self.observed_amax_v = [0.0] * dims.num_layers
 
     def _encode(self, x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -95,8 +97,9 @@ class KVCache:
 
     def write(self, layer: int, col0: int, k: torch.Tensor, v: torch.Tensor) -> None:
         s = k.shape[2]
-        self.observed_amax_k[layer] = max(self.observed_amax_k[layer], float(k.float().abs().max()))
-        self.observed_amax_v[layer] = max(self.observed_amax_v[layer], float(v.float().abs().max()))
+        if self.track_amax:
+            self.observed_amax_k[layer] = max(self.observed_amax_k[layer], float(k.float().abs().max()))
+            self.observed_amax_v[layer] = max(self.observed_amax_v[layer], float(v.float().abs().max()))
         self.k[layer][:, :, col0 : col0 + s] = self._encode(k, self.k_scales[layer])
         self.v[layer][:, :, col0 : col0 + s] = self._encode(v, self.v_scales[layer])
 

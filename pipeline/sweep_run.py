@@ -26,6 +26,8 @@ def execute_sweep(
     log: Callable[[str], None] = lambda m: None,
 ) -> dict[str, Any]:
     """Run the sweep into ``out_dir``; returns the ``--json`` summary."""
+    import torch
+
     from pipeline.profiling import capture_trace
 
     ranges = RangeLog()
@@ -39,11 +41,12 @@ def execute_sweep(
                 df = run_sweep(cfg, ranges=ranges, log=log)
         finally:
             store.write_table(ranges.to_frame(), od.path / store.RANGES)
-        reason = NO_GPU_REASON
         if trace_path is not None:
             df, reason = fill_gpu_columns(df, str(trace_path))
-        elif not reason.startswith("CPU"):
+        elif torch.cuda.is_available():
             reason = "not traced: run with --trace for GPU busy and host stall"
+        else:
+            reason = NO_GPU_REASON
         store.write_table(df, od.path / store.MICROBATCHES)
         od.update(gpu_reason=reason, microbatches=len(df), mfu_reason="hardware peak FLOP/s unknown")
     return {

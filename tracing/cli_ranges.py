@@ -27,14 +27,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=20, help="rows to show (default 20; 0 = all)")
     p.add_argument("--match", metavar="PATTERN", help="only range names matching this regular expression")
     p.add_argument("--phase", help="only ranges of this canonical phase")
+    p.add_argument(
+        "--by", choices=("name", "phase"), default="name", help="group by range name (default) or phase"
+    )
     p.add_argument("--json", action="store_true", help="print the rows as one JSON line on stdout")
 
 
 def summarize_ranges(
-    ranges: pd.DataFrame, *, match: str | None = None, phase: str | None = None
+    ranges: pd.DataFrame, *, match: str | None = None, phase: str | None = None, by: str = "name"
 ) -> pd.DataFrame:
-    """Group a ranges table by (name, phase; ``Name#N`` counts as ``Name#*``): count, wall, attributed busy, host stall (ms), stall share."""
+    """Group a ranges table by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with ``by="phase"``, by
+    phase over the outermost range of each phase: count, wall, attributed busy, host stall (ms), stall share."""
     df = ranges
+    if by == "phase":
+        df = df[_outermost_of_phase(df)]
     if match:
         try:
             rx = re.compile(match)
@@ -44,6 +50,8 @@ def summarize_ranges(
     if phase:
         df = df[df["phase"] == phase]
     df = df.assign(name=df["name"].astype(str).str.replace(_NUMBERED, "#*", regex=True))
+    if by == "phase":
+        df = df.assign(name=df["phase"])
     g = df.groupby(["name", "phase"], observed=True, dropna=False)
     out = pd.DataFrame(
         {
@@ -56,6 +64,25 @@ def summarize_ranges(
     ).reset_index()
     out["stall_share"] = out["host_stall_ms"] / out["wall_ms"].where(out["wall_ms"] > 0)
     return out.sort_values("wall_ms", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _outermost_of_phase(df: pd.DataFrame) -> pd.Series:
+    """True for ranges with no ancestor of the same phase (so per-phase totals never count time twice)."""
+    traces = df["trace"] if "trace" in df else pd.Series([""] * len(df), index=df.index)
+    info = {
+        (t, int(r)): (int(p), ph)
+        for t, r, p, ph in zip(traces, df["range_id"], df["parent_id"], df["phase"], strict=True)
+    }
+    keep = []
+    for t, parent, phase in zip(traces, df["parent_id"], df["phase"], strict=True):
+        p, outermost = int(parent), True
+        while p >= 0 and (t, p) in info:
+            p, ph = info[(t, p)]
+            if ph == phase:
+                outermost = False
+                break
+        keep.append(outermost)
+    return pd.Series(keep, index=df.index)
 
 
 def render(table: pd.DataFrame) -> str:
@@ -85,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             f"{args.out}: ingest status is '{manifest['status']}', not complete; re-run mxperf ingest"
         )
-    table = summarize_ranges(store.read_table(args.out / store.RANGES), match=args.match, phase=args.phase)
+    table = summarize_ranges(
+        store.read_table(args.out / store.RANGES), match=args.match, phase=args.phase, by=args.by
+    )
     if args.top:
         table = table.head(args.top)
     if args.json:

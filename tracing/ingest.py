@@ -56,7 +56,7 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
         p = Path(raw)
         if is_run_dir(p):
             out.append((p, "rangelog"))
-            out.extend((t, "kineto") for t in sorted((p / store.TRACE_DIR).glob("*.json*")))
+            out.extend((t, "kineto") for t in sorted((p / store.TRACE_DIR).glob("rank-*.json*")))
         elif p.is_dir():
             found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
             if not found:

@@ -75,10 +75,11 @@ def open_readonly(path: Path) -> sqlite3.Connection:
             raise TraceFormatError(
                 path, "not an SQLite file (expected an `nsys export --type sqlite` output)"
             )
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        con.close()
         raise TraceFormatError(path, f"unreadable SQLite database ({exc})") from None
     return con
 

@@ -13,10 +13,13 @@ Precision (SPEC ids):
   masters, the bf16 parameters are refreshed from them. Exported tensors are the bf16 parameters, i.e. exactly
   what the learner's GEMMs multiply by. (``torch.autocast`` is not an option: Megatron's linear autograd
   functions are not autocast-aware and their backward mixes dtypes.)
-- ``mxfp8`` on CPU: GPU-only here. Megatron's local spec has no quantized-linear hook that fits cleanly (its
-  ColumnParallelLinear / RowParallelLinear call a fused autograd function that also owns TP communication);
-  the Blackwell path is the Transformer Engine spec with ``MXFP8BlockScaling`` (``pipeline.gpu``). Asking for it
-  without that hardware raises ``HardwareUnavailableError``.
+- ``mxfp8`` without a Blackwell GPU: the local spec with mxperf's **emulated** MXFP8 linears in place of the
+  four decoder linears (``mxfp8_spec.py``: Megatron's GEMM method ``_forward_impl`` replaced, TE operand usage
+  in fprop / dgrad / wgrad, tensor-parallel size 1). ``export_weights`` then sends, for each quantized linear
+  the sink asks for, the exact rowwise bytes + E8M0 scales of the fprop, split into HF names (rowwise blocks
+  run along K, so the row permutation of the query-group interleave and the [gate; up] split move whole
+  rows of bytes and scales). On a Blackwell GPU the right path is Transformer Engine's spec with
+  ``MXFP8BlockScaling``, which is not wired here: there the learner refuses with a clear error.
 
 CPU caveat: megatron-core needs ``pipeline.engines_megatron.compat`` on CPU-only torch, which patches
 process-wide ``torch.cuda`` functions; build this learner in a process of its own (the tests use a subprocess).
@@ -29,6 +32,7 @@ from typing import Any
 
 import torch
 
+from pipeline.engines import scale_name
 from pipeline.engines_megatron.compat import apply_cpu_compat, init_single_process_group
 from pipeline.engines_megatron.model import (
     attention_shape,
@@ -78,13 +82,12 @@ class MegatronLearner:
             raise InputError(
                 f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
             )
-        if precision == "mxfp8":
-            from pipeline.gpu import require_te_mxfp8
-
-            require_te_mxfp8()  # raises HardwareUnavailableError on CPU / non-Blackwell, naming the reason
+        if precision == "mxfp8" and (
+            torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (10, 0)
+        ):
             raise NotImplementedError(
-                "Megatron + Transformer Engine MXFP8 (TE spec, MXFP8BlockScaling) is not wired yet; "
-                "use --learner-engine native for the emulated MXFP8 learner"
+                "Megatron + Transformer Engine MXFP8 (TE spec, MXFP8BlockScaling) on Blackwell is not wired yet; "
+                "this learner's emulated MXFP8 would hide the real kernels, so it refuses here"
             )
         self.precision = precision
         self.preset = preset
@@ -106,7 +109,12 @@ class MegatronLearner:
             torch.manual_seed(seed)
             fp32_model = build_gpt_model(preset, dtype=torch.float32)
             # Float16Module casts the whole module, norms included (the local spec keeps norm weights fp32).
-            self.model = build_gpt_model(preset, dtype=dtype).to(dtype)
+            spec = None
+            if precision == "mxfp8":
+                from pipeline.engines_megatron.mxfp8_spec import mxfp8_local_layer_spec
+
+                spec = mxfp8_local_layer_spec()
+            self.model = build_gpt_model(preset, dtype=dtype, layer_spec=spec).to(dtype)
         load_hf_weights(fp32_model, hf_init, preset)
         self._names = [n for n, _ in fp32_model.named_parameters()]
         self.master = [p.detach().clone().requires_grad_(True) for p in fp32_model.parameters()]
@@ -208,12 +216,24 @@ class MegatronLearner:
         return megatron_to_hf(own, attention_shape(self.preset), fault=self.export_fault)
 
     def export_weights(self, send_quantized: Callable[[str], bool]) -> dict[str, torch.Tensor]:
-        """HF-named forward weights as BF16 values of the master weights (what the bf16 GEMMs multiply by).
-        Nothing is quantized on CPU (``bf16`` only), so ``send_quantized`` is not consulted."""
-        del send_quantized
-        return {
+        """HF-named forward weights: BF16 values of the master weights, except, for an ``mxfp8`` learner, each
+        quantized linear with ``send_quantized(hf_name)`` true, sent as its fprop bytes + E8M0 scales."""
+        out = {
             k: v.to(torch.bfloat16).contiguous().clone() for k, v in self.hf_state_dict(master=True).items()
         }
+        if self.precision != "mxfp8":
+            return out
+        from pipeline.engines_megatron.mxfp8_spec import quantized_linears
+
+        q = quantized_linears(self.model)
+        shape = attention_shape(self.preset)
+        data = megatron_to_hf({k: t.data for k, t in q.items()}, shape, fault=self.export_fault)
+        scales = megatron_to_hf({k: t.scale for k, t in q.items()}, shape, fault=self.export_fault)
+        for name, d in data.items():
+            if send_quantized(name):
+                out[name] = d.contiguous().clone()
+                out[scale_name(name)] = scales[name].contiguous().clone()
+        return out
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """fp32 master weights in HF names (the learner's own truth for I3-style comparisons)."""

@@ -20,12 +20,11 @@ pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def _child(tmp_path_factory: pytest.TempPathFactory, *mode: str) -> dict:
     out = tmp_path_factory.mktemp("megatron") / "checks.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests/integration/megatron_child/checks.py"), str(out)],
+        [sys.executable, str(ROOT / "tests/integration/megatron_child/checks.py"), str(out), *mode],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -34,6 +33,18 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The export mapping checks only (a few seconds): default suite."""
+    return _child(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Learners, GRPO steps, MXFP8 (~30-60 s on a shared 2-core machine): slow tests."""
+    return _child(tmp_path_factory, "full")
 
 
 def test_exported_megatron_weights_reproduce_hf_logits(measured: dict) -> None:
@@ -50,24 +61,28 @@ def test_left_padded_row_matches_unpadded_sequence(measured: dict) -> None:
     assert measured["left_pad_maxdiff_fp32"] < 1e-4
 
 
-def test_bf16_learner_logprobs_match_hf_fp32_within_bf16_tolerance(measured: dict) -> None:
-    assert measured["logprob_maxdiff_bf16_vs_hf_fp32"] < 0.05
+@pytest.mark.slow
+def test_bf16_learner_logprobs_match_hf_fp32_within_bf16_tolerance(trained: dict) -> None:
+    assert trained["logprob_maxdiff_bf16_vs_hf_fp32"] < 0.05
 
 
-def test_export_is_bf16_in_hf_names(measured: dict) -> None:
-    assert measured["export_dtypes"] == ["torch.bfloat16"]
-    assert measured["export_names_match_hf"]
+@pytest.mark.slow
+def test_export_is_bf16_in_hf_names(trained: dict) -> None:
+    assert trained["export_dtypes"] == ["torch.bfloat16"]
+    assert trained["export_names_match_hf"]
 
 
-def test_gradient_is_independent_of_microbatch_split(measured: dict) -> None:
-    one, three = measured["stats"]
+@pytest.mark.slow
+def test_gradient_is_independent_of_microbatch_split(trained: dict) -> None:
+    one, three = trained["stats"]
     assert (one["num_microbatches"], three["num_microbatches"]) == (1.0, 3.0)
-    assert measured["split_grad_maxdiff"] < 1e-2 * measured["grad_absmax"]
+    assert trained["split_grad_maxdiff"] < 1e-2 * trained["grad_absmax"]
 
 
-def test_grpo_step_moves_logprobs_along_the_advantage(measured: dict) -> None:
-    assert measured["update_max_move"] > 0
-    assert measured["advantage_weighted_lp_change"] > 0
+@pytest.mark.slow
+def test_grpo_step_moves_logprobs_along_the_advantage(trained: dict) -> None:
+    assert trained["update_max_move"] > 0
+    assert trained["advantage_weighted_lp_change"] > 0
 
 
 def test_compat_layer_is_applied_in_the_child_only(measured: dict) -> None:
@@ -77,3 +92,19 @@ def test_compat_layer_is_applied_in_the_child_only(measured: dict) -> None:
     if not torch.cuda.is_available():
         with pytest.raises((AssertionError, RuntimeError)):
             torch.cuda.current_device()
+
+
+@pytest.mark.slow
+def test_mxfp8_learner_exports_the_fprop_bytes_of_every_decoder_linear(trained: dict) -> None:
+    names = trained["mxfp8_quantized_names"]
+    assert (
+        len(names) == 4 * 7
+    )  # q, k, v, o, gate, up, down in each of 4 layers; embeddings / LM head stay BF16
+    assert not any("embed" in n or "lm_head" in n or "norm" in n for n in names)
+    assert trained["mxfp8_bytes_match_requantized_bf16"]
+
+
+@pytest.mark.slow
+def test_mxfp8_learner_is_quantized_and_trains(trained: dict) -> None:
+    assert 0 < trained["mxfp8_vs_bf16_logprob_maxdiff"] < 0.5  # really quantized, still the same model
+    assert trained["mxfp8_grad_norm"] > 0

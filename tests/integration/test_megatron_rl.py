@@ -15,10 +15,10 @@ pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path: Path, steps: int, fault: str | None = None) -> dict:
+def _run(tmp_path: Path, steps: int, fault: str | None = None, precision: str = "bf16") -> dict:
     out = tmp_path / "rl.json"
     args = [sys.executable, str(ROOT / "tests/integration/megatron_child/rl_steps.py"), str(out), str(steps)]
-    args += [fault] if fault else []
+    args += [fault or "-", precision]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -43,3 +43,14 @@ def test_wrong_qkv_interleave_in_megatron_export_fails_i3(tmp_path: Path) -> Non
     assert "I3" in failed
     i3 = next(r for r in res["rows"] if r["invariant"] == "I3")
     assert "linear_qkv" in i3["detail"]
+
+
+@pytest.mark.slow
+def test_mxfp8_megatron_learner_and_mxfp8_sampler_share_the_grid(tmp_path: Path) -> None:
+    res = _run(tmp_path, 2, precision="mxfp8")
+    rows = res["rows"]
+    assert len(rows) == 3 * 7
+    assert all(r["passed"] for r in rows), [r for r in rows if not r["passed"]][:2]
+    i1 = [r for r in rows if r["invariant"] == "I1"]
+    assert all("identical" in r["detail"] for r in i1)  # bytes + scales, byte for byte
+    assert any(m["grad_norm"] > 0 for m in res["metrics"])

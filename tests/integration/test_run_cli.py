@@ -213,3 +213,12 @@ def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
     names = {e.get("name") for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
     assert {"step", "generate", "logprob", "update", "update/microbatch", "sync"} <= names
     assert store.read_table(out / store.SYNC_CHECKS).empty  # --check-sync off
+
+
+def test_check_sync_first_checks_only_the_initial_push(tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", *TINY, "--check-sync", "first", "-o", str(out)]) == 0
+    checks = store.read_table(out / store.SYNC_CHECKS)
+    assert set(checks["step"]) == {-1} and len(checks) == 7
+    metrics = store.read_table(out / store.METRICS)
+    assert (metrics["checks_run"] == 0).all() and (metrics["sync_check_s"] == 0).all()

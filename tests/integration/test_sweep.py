@@ -55,6 +55,9 @@ def test_sweep_writes_the_shared_microbatch_contract(sweep_dir):
     assert df["mfu"].isna().all()  # unknown hardware peak: never guessed
     assert (df["seconds"] > 0).all() and (df["flops"] > 0).all()
     assert (df["num_tokens"] <= df["tokens_per_microbatch"]).all()
+    mem = df.groupby(["precision", "tokens_per_microbatch"])["peak_mem_bytes"].median()
+    for prec in ("bf16", "mxfp8"):  # activation memory grows with the micro-batch
+        assert mem[(prec, 32)] < mem[(prec, 64)] < mem[(prec, 128)]
 
 
 def test_every_size_sees_the_same_tokens_per_step(sweep_dir):

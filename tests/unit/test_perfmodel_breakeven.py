@@ -164,3 +164,23 @@ def test_bootstrap_decides_when_hc3_is_undefined() -> None:
     assert be.ci_method == "bootstrap"
     assert be.case == "faster_above"
     assert be.ci == be.bootstrap_ci
+
+
+@pytest.mark.parametrize(
+    ("low", "within"),
+    [
+        ((0.019, 4e-6), "slower"),
+        ((0.005, 4e-6), "faster"),
+        ((0.019, 2e-6), "mixed"),
+        ((0.010, 4e-6), "mixed"),
+    ],
+)
+def test_within_measured_sizes_says_which_is_faster_at_every_size(
+    low: tuple[float, float], within: str
+) -> None:
+    be = find_breakeven(*_fits(low))
+    assert be.within_measured == within
+    lo, hi = be.measured_tokens
+    assert (lo, hi) == (256.0, 8192.0)
+    expected = [(low[0] - BASE[0]) + n * (low[1] - BASE[1]) for n in (lo, hi)]
+    np.testing.assert_allclose(be.diff_at_ends_s, expected, atol=1e-12)

@@ -96,6 +96,11 @@ def test_encoded_range_attributes_are_decoded():
         ("reward", "reward"),
         ("reward_calculation", "reward"),
         ("ProfilerStep#4", "other"),
+        ("## recmetrics_update ##", "other"),
+        ("## all2all_data:recat_permute_gen ##", "other"),
+        ("## all2all_data:recat_values ##", "other"),
+        ("actor/update", "update"),
+        ("compute_log_prob", "logprob"),
         ("aten::mm", "other"),
     ],
 )

@@ -1,6 +1,6 @@
 """Megatron checks run in a child process (the CPU compat layer patches torch.cuda process-wide).
 
-Usage: python tests/integration/megatron_child/checks.py OUT.json -- prints nothing, writes one JSON object of
+Usage: python tests/integration/megatron_child/checks.py OUT.json [full] -- prints nothing, writes one JSON object of
 measurements that ``test_megatron_learner.py`` asserts on.
 """
 
@@ -28,7 +28,7 @@ def _batch(seed: int):
     return ids, am, resp, adv
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, full: bool) -> None:
     torch.set_num_threads(1)
     from pipeline.engines_megatron.learner import MegatronLearner
     from pipeline.engines_megatron.model import attention_shape, build_gpt_model, forward_logits
@@ -38,8 +38,13 @@ def main(out_path: str) -> None:
 
     preset = get_preset("tiny-dense")
     res: dict[str, object] = {}
-    learner = MegatronLearner(preset, "bf16", seed=3)
-    res["compat_patches"] = learner.compat_patches
+    from pipeline.engines_megatron.compat import apply_cpu_compat, init_single_process_group
+
+    res["compat_patches"] = apply_cpu_compat()
+    init_single_process_group()
+    from megatron.core import tensor_parallel
+
+    tensor_parallel.model_parallel_cuda_manual_seed(0)
     ids, am, resp, adv = _batch(0)
     am[1, :] = 0
     am[1, 5:] = 1  # one left-padded row
@@ -62,7 +67,13 @@ def main(out_path: str) -> None:
         alone = forward_logits(m32, ids[1:2, 5:], am[1:2, 5:])
     res["left_pad_maxdiff_fp32"] = float((lm[1, 5:] - alone[0]).abs().max())
 
+    if not full:
+        with open(out_path, "w") as f:
+            json.dump(res, f, indent=1)
+        return
+
     # 2. Learner (bf16) log-probs vs HF fp32 at the same weights.
+    learner = MegatronLearner(preset, "bf16", seed=3)
     hf.load_state_dict(learner.hf_state_dict(), strict=True)
     lp_meg = learner.logprobs(ids, am)
     with torch.no_grad():
@@ -92,9 +103,28 @@ def main(out_path: str) -> None:
     res["stats"] = stats
     # A GRPO step moves log-probs in the direction of the advantage: sum_t A * (lp_after - lp_before) > 0.
     res["advantage_weighted_lp_change"] = float(((after_lp - old) * resp * adv[:, None]).sum())
+    # 4. MXFP8 learner (emulated MXFP8 linears in the local spec): the exported bytes per HF name are the
+    # rowwise quantization of that name's BF16 weight (row ops commute with 1x32 blocks along K).
+    from pipeline.engines import scale_name
+    from pipeline.mxfp8 import quantize_mxfp8
+
+    mx = MegatronLearner(preset, "mxfp8", seed=3)
+    sent = mx.export_weights(lambda name: True)
+    bf16 = mx.export_weights(lambda name: False)
+    quantized = sorted(n for n, t in sent.items() if t.dtype == torch.uint8 and not n.endswith("_scale"))
+    res["mxfp8_quantized_names"] = quantized
+    res["mxfp8_bytes_match_requantized_bf16"] = all(
+        torch.equal(quantize_mxfp8(bf16[n]).data, sent[n])
+        and torch.equal(quantize_mxfp8(bf16[n]).scale, sent[scale_name(n)])
+        for n in quantized
+    )
+    lp_mx = mx.logprobs(ids, am)
+    res["mxfp8_vs_bf16_logprob_maxdiff"] = float((lp_mx - lp_meg)[valid].abs().max())
+    mx_stats = mx.train_step(batch, 48)
+    res["mxfp8_grad_norm"] = mx_stats["grad_norm"]
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], full=len(sys.argv) > 2 and sys.argv[2] == "full")

@@ -1,7 +1,8 @@
 """Three GRPO steps with the Megatron learner and mxperf's native sampler, sync checks every step, in a child
 process (the Megatron CPU compat layer patches torch.cuda process-wide). Writes JSON: check rows + metrics.
 
-Usage: python tests/integration/megatron_child/rl_steps.py OUT.json STEPS [EXPORT_FAULT]
+Usage: python tests/integration/megatron_child/rl_steps.py OUT.json STEPS [EXPORT_FAULT|-] [PRECISION]
+(PRECISION: the learner's and the sampler's, bf16 or mxfp8)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import torch
 
 
-def main(out_path: str, steps: int, fault: str | None) -> None:
+def main(out_path: str, steps: int, fault: str | None, precision: str = "bf16") -> None:
     torch.set_num_threads(1)
     from pipeline.engines_factory import make_learner_backend
     from pipeline.engines_megatron.checks import check_sync_megatron
@@ -22,7 +23,13 @@ def main(out_path: str, steps: int, fault: str | None) -> None:
 
     # A short warm start gives partial rewards, so the GRPO steps have non-zero advantages.
     cfg = RunConfig(
-        steps=max(steps, 1), prompts_per_step=4, samples_per_prompt=4, max_new_tokens=5, pretrain_steps=40
+        steps=max(steps, 1),
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_new_tokens=5,
+        pretrain_steps=40,
+        learner=precision,
+        sampler=precision,
     )
     session = Session(cfg)
     session.learner = make_learner_backend(
@@ -49,4 +56,5 @@ def main(out_path: str, steps: int, fault: str | None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
+    fault = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+    main(sys.argv[1], int(sys.argv[2]), fault, sys.argv[4] if len(sys.argv) > 4 else "bf16")
