@@ -50,11 +50,51 @@ def make_sampler_engine(
     if name == "vllm":
         from pipeline.engines_vllm.client import VllmSampler, VllmUnavailableError
 
+        _drop_native_options(kwargs)
         try:
             return VllmSampler(config, mode, eos_id=eos_id, **kwargs)
         except VllmUnavailableError as exc:
             raise EngineUnavailableError(str(exc)) from None
     raise InputError(f"unknown sampler engine {name!r}; choose one of {', '.join(SAMPLER_ENGINES)}")
+
+
+def _drop_native_options(kwargs: dict[str, Any]) -> None:
+    """Native-sampler options vLLM does not take: refuse the ones that would change results, drop the rest."""
+    if float(kwargs.pop("grid_fraction", 1.0)) != 1.0:
+        raise EngineUnavailableError("--sampler-engine vllm supports --grid-fraction 1 only")
+    if kwargs.pop("kv_cache", "bf16") != "bf16":
+        raise EngineUnavailableError(
+            "--sampler-engine vllm: --kv-cache fp8 is not wired (vLLM's own FP8 KV cache)"
+        )
+    if not kwargs.pop("prefix_cache", True):
+        raise EngineUnavailableError("--sampler-engine vllm always runs with vLLM's prefix cache on")
+    kwargs.pop("calibration_prompts", None)  # FP8 KV-cache calibration: native sampler only
+    kwargs.pop("pad_id", None)
+
+
+def make_sync_and_checker(sampler_engine: str, learner_engine: str) -> tuple[Any, Any]:
+    """(``WeightSync``, checker) for ``RLLoop(syncer=..., checker=...)`` for this pair of engines.
+
+    vLLM: the weight-only-grid sync decision and I1 (``pipeline.engines_vllm.checks``); Megatron: the export
+    check folded into I3 (``pipeline.engines_megatron.checks``); native + native: the defaults."""
+    from pipeline.invariants import check_sync
+    from pipeline.weight_sync import WeightSync
+
+    syncer: Any = WeightSync()
+    base: Any = check_sync
+    if sampler_engine == "vllm":
+        from pipeline.engines_vllm.checks import check_sync_vllm, make_vllm_weight_sync
+
+        syncer, base = make_vllm_weight_sync(), check_sync_vllm
+    if learner_engine != "megatron":
+        return syncer, base
+
+    def checker(step: int, learner: Any, engine: Any, **kw: Any) -> list[Any]:
+        from pipeline.engines_megatron.checks import fold_export_check
+
+        return fold_export_check(base(step, learner, engine, **kw), learner)
+
+    return syncer, checker
 
 
 def make_learner_backend(

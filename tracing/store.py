@@ -56,9 +56,22 @@ def events_path(out_dir: Path, rank: int | str) -> Path:
     return Path(out_dir) / EVENTS_DIR / f"rank-{rank}.parquet"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def _atomic_target(path: Path) -> tuple[int, str]:
+    """A temp file beside ``path`` (same filesystem, so the final rename is atomic), with the mode a
+    plain ``open`` would give (mkstemp's 0600 would make shared result folders unreadable)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _FILE_MODE)
+    return fd, tmp
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Path:

@@ -81,13 +81,8 @@ def verify_export(learner: Any) -> list[tuple[str, str]]:
     return []
 
 
-def check_sync_megatron(
-    step: int, learner: Any, engine: Any, *, rollouts: Sequence[Any] = (), report: Any = None
-) -> list[Any]:
-    """``pipeline.invariants.check_sync`` with the export check folded into I3 (a drop-in ``checker``)."""
-    from pipeline.invariants import check_sync
-
-    rows = check_sync(step, learner, engine, rollouts=rollouts, report=report)
+def fold_export_check(rows: Sequence[Any], learner: Any) -> list[Any]:
+    """``rows`` of a sync check with :func:`verify_export` folded into the I3 row."""
     t0 = time.perf_counter()
     failures = verify_export(learner)
     out = []
@@ -100,3 +95,12 @@ def check_sync_megatron(
             r = dataclasses.replace(r, check_seconds=seconds)
         out.append(r)
     return out
+
+
+def check_sync_megatron(
+    step: int, learner: Any, engine: Any, *, rollouts: Sequence[Any] = (), report: Any = None
+) -> list[Any]:
+    """``pipeline.invariants.check_sync`` with the export check folded into I3 (a drop-in ``checker``)."""
+    from pipeline.invariants import check_sync
+
+    return fold_export_check(check_sync(step, learner, engine, rollouts=rollouts, report=report), learner)

@@ -61,3 +61,25 @@ def test_gpu_only_paths_fail_with_the_reason_on_cpu() -> None:
         require_scaled_mm("fp8-rowwise")
     with pytest.raises(ValueError, match=r"no torch\._scaled_mm path"):
         require_scaled_mm("mxfp8")
+
+
+def test_vllm_refuses_native_only_options_that_change_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = build_config(get_preset("tiny-dense"))
+    with pytest.raises(EngineUnavailableError, match="grid-fraction"):
+        make_sampler_engine("vllm", config=cfg, grid_fraction=0.5)
+    with pytest.raises(EngineUnavailableError, match="kv-cache"):
+        make_sampler_engine("vllm", config=cfg, kv_cache="fp8")
+
+
+def test_sync_and_checker_per_engine_pair() -> None:
+    from pipeline.engines_factory import make_sync_and_checker
+    from pipeline.engines_vllm.checks import check_sync_vllm
+    from pipeline.invariants import check_sync
+    from pipeline.weight_sync import WeightSync
+
+    syncer, checker = make_sync_and_checker("native", "native")
+    assert type(syncer) is WeightSync and checker is check_sync
+    syncer, checker = make_sync_and_checker("vllm", "native")
+    assert type(syncer).__name__ == "VllmWeightSync" and checker is check_sync_vllm
+    _, checker = make_sync_and_checker("vllm", "megatron")
+    assert callable(checker) and checker not in (check_sync, check_sync_vllm)
