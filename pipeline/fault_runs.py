@@ -288,7 +288,8 @@ def outcome_rows(outcomes: list[FaultOutcome], model: str) -> list[dict[str, Any
     for o in outcomes:
         row: dict[str, Any] = {"model": model, "fault": o.fault, "invariant": o.invariant}
         row.update({i: i in o.caught_by for i in INVARIANT_IDS})
-        row.update({k: v for k, v in o.as_dict().items() if k not in ("fault", "invariant")})  # caught_by: "I2,I7"
+        # keeps caught_by ("I2,I7"), which the dashboard's fault grid reads
+        row.update({k: v for k, v in o.as_dict().items() if k not in ("fault", "invariant")})
         rows.append(row)
     return rows
 
