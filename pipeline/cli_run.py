@@ -19,6 +19,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--grid-fraction", type=float, default=1.0, help="fraction of layers on the sampler's grid"
     )
     p.add_argument("--kv-cache", default="bf16", help="sampler KV cache: bf16 | fp8")
+    p.add_argument(
+        "--sampler-engine",
+        default="native",
+        help="native | vllm (vLLM in its own process; `make vllm` first)",
+    )
+    p.add_argument(
+        "--learner-engine", default="native", help="native (transformers) | megatron (megatron-core)"
+    )
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompts-per-step", type=int, default=8)
@@ -69,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         compute_dtype=args.compute_dtype,
         pretrain_steps=args.pretrain_steps,
         async_mode=args.async_mode,
+        sampler_engine=args.sampler_engine,
+        learner_engine=args.learner_engine,
     )
     try:
         summary = execute_run(

@@ -65,7 +65,7 @@ def execute_run(
     force: bool = False,
     command: Sequence[str] | None = None,
     log: Callable[[str], None] = lambda msg: None,
-    loop_factory: Callable[..., RLLoop] = RLLoop,
+    loop_factory: Callable[..., RLLoop] | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg.steps`` RL steps into ``out_dir``; returns the ``--json`` summary."""
     from pipeline.profiling import capture_trace
@@ -84,8 +84,21 @@ def execute_run(
         try:
             session = Session(cfg, ranges=ranges)
             session.tokenizer.save(od.path)
-            od.update(warm_start=session.warm_start_meta)
-            loop = loop_factory(session, check_sync=check_sync, strict=strict, async_mode=cfg.async_mode)
+            od.update(warm_start=session.warm_start_meta, engines=session.engine_info())
+            if loop_factory is None:
+                from pipeline.engines_factory import make_sync_and_checker
+
+                syncer, checker = make_sync_and_checker(cfg.sampler_engine, cfg.learner_engine)
+                loop = RLLoop(
+                    session,
+                    check_sync=check_sync,
+                    strict=strict,
+                    async_mode=cfg.async_mode,
+                    syncer=syncer,
+                    checker=checker,
+                )
+            else:
+                loop = loop_factory(session, check_sync=check_sync, strict=strict, async_mode=cfg.async_mode)
             checks.extend(loop.initial_sync())
             evals.append(eval_fixed_batch(session, "initial", loop.version))
             trace_path = store.trace_path(od.path, 0) if trace else None

@@ -48,9 +48,21 @@ class RunConfig:
     pretrain_steps: int = 0
     eval_prompts: int = 16
     async_mode: bool = False
+    sampler_engine: str = "native"  # native | vllm (pipeline.engines_factory)
+    learner_engine: str = "native"  # native | megatron
 
     def __post_init__(self) -> None:
+        from pipeline.engines_factory import LEARNER_ENGINES, SAMPLER_ENGINES
+
         get_preset(self.model)  # raises InputError on an unknown id
+        if self.sampler_engine not in SAMPLER_ENGINES:
+            raise InputError(
+                f"unknown --sampler-engine {self.sampler_engine!r}; choose one of {', '.join(SAMPLER_ENGINES)}"
+            )
+        if self.learner_engine not in LEARNER_ENGINES:
+            raise InputError(
+                f"unknown --learner-engine {self.learner_engine!r}; choose one of {', '.join(LEARNER_ENGINES)}"
+            )
         if self.learner not in LEARNER_PRECISIONS:
             raise InputError(
                 f"unknown --learner {self.learner!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
@@ -93,8 +105,7 @@ class Session:
     """The objects of one run (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, *, ranges: RangeLog | None = None, progress: Any = None) -> None:
-        from pipeline.learner import HFLearner
-        from pipeline.sampler import Sampler
+        from pipeline.engines_factory import make_learner_backend, make_sampler_engine
 
         self.cfg = cfg
         self.preset: ModelPreset = get_preset(cfg.model)
@@ -109,23 +120,42 @@ class Session:
             PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed),
             progress=progress,
         )
-        self.learner = HFLearner(
-            model,
-            cfg.learner,
+        self.learner = make_learner_backend(
+            cfg.learner_engine,
+            model=model,
+            preset=self.preset,
+            precision=cfg.learner,
             compute_dtype=cfg.compute_dtype,
             config=GRPOConfig(lr=cfg.lr, tis_cap=cfg.tis_cap),
             ranges=self.ranges,
         )
         self.eval_problems = self.task.problems(cfg.eval_prompts, seed=10_000_019 + cfg.seed)
-        self.sampler = Sampler(
-            build_config(self.preset),
-            cfg.sampler,
-            grid_fraction=cfg.grid_fraction,
-            kv_cache=cfg.kv_cache,
-            calibration_prompts=[self.tokenizer.encode(p.prompt) for p in self.eval_problems],
+        engine_options: dict[str, Any] = {
+            "grid_fraction": cfg.grid_fraction,
+            "kv_cache": cfg.kv_cache,
+            "calibration_prompts": [self.tokenizer.encode(p.prompt) for p in self.eval_problems],
+        }
+        if cfg.sampler_engine == "vllm":
+            engine_options.update(initial_weights=model.state_dict(), seed=cfg.seed)
+        self.sampler = make_sampler_engine(
+            cfg.sampler_engine,
+            config=build_config(self.preset),
+            mode=cfg.sampler,
             eos_id=self.tokenizer.eos_id,
             pad_id=self.pad_id,
+            **engine_options,
         )
+
+    def engine_info(self) -> dict[str, Any]:
+        """What the manifest records about the engines (e.g. vLLM's weight-only grid on CPU)."""
+        info: dict[str, Any] = {
+            "sampler_engine": self.cfg.sampler_engine,
+            "learner_engine": self.cfg.learner_engine,
+        }
+        manifest_info = getattr(self.sampler, "manifest_info", None)
+        if callable(manifest_info):
+            info["sampler"] = manifest_info()
+        return info
 
     def step_prompts(self, step: int) -> tuple[list[Problem], list[list[int]]]:
         """The step's problems, each repeated ``samples_per_prompt`` times (contiguous GRPO groups)."""
