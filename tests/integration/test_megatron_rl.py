@@ -25,7 +25,6 @@ def _run(tmp_path: Path, steps: int, fault: str | None = None, precision: str = 
     return json.loads(out.read_text())
 
 
-@pytest.mark.slow
 def test_three_grpo_steps_with_megatron_learner_pass_every_check(tmp_path: Path) -> None:
     res = _run(tmp_path, 3)
     rows, metrics = res["rows"], res["metrics"]
@@ -36,7 +35,6 @@ def test_three_grpo_steps_with_megatron_learner_pass_every_check(tmp_path: Path)
     assert {"update/microbatch", "sync/check", "logprob", "generate"} <= set(res["ranges"])
 
 
-@pytest.mark.slow
 def test_wrong_qkv_interleave_in_megatron_export_fails_i3(tmp_path: Path) -> None:
     res = _run(tmp_path, 0, "naive_qkv_split")
     failed = {r["invariant"] for r in res["rows"] if not r["passed"]}
@@ -45,7 +43,6 @@ def test_wrong_qkv_interleave_in_megatron_export_fails_i3(tmp_path: Path) -> Non
     assert "linear_qkv" in i3["detail"]
 
 
-@pytest.mark.slow
 def test_mxfp8_megatron_learner_and_mxfp8_sampler_share_the_grid(tmp_path: Path) -> None:
     res = _run(tmp_path, 2, precision="mxfp8")
     rows = res["rows"]
