@@ -278,6 +278,7 @@ def fit_precision(
         ),
         memory=memory,
         holdout=holdout_errors(x, y, label),
+        points={"label": label, "repeat": repeat, "x": x, "seconds": y},
     )
 
 

@@ -46,6 +46,7 @@ class InputSummary:
     rows: int
     gives: str
     cannot_give: str
+    machine: str = "-"
 
 
 @dataclass
@@ -201,7 +202,9 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             update = df[df["phase"] == "update"]
             n_mb = len(update) if len(update) else len(df)
             inputs.kernel_microbatches[prec] = inputs.kernel_microbatches.get(prec, 0) + n_mb
-    inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-"))
+    m = manifest.get("machine") or {}
+    machine = f"{m.get('cpu', '?')} x{m.get('cpu_count', '?')}; GPU {m.get('gpu') or 'none'}" if m else "-"
+    inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-", machine))
 
 
 def load_inputs(paths: list[str | Path]) -> FitInputs:

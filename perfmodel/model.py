@@ -128,6 +128,7 @@ class PrecisionFit:
     stall_size_mean_s: tuple[float, ...] | None = None
     memory: LineFit | None = None
     holdout: dict[str, Any] = field(default_factory=dict)
+    points: dict[str, np.ndarray] | None = None  # the fitted points: label, repeat, x, seconds
 
     @property
     def fixed_s(self) -> float:

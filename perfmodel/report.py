@@ -23,6 +23,10 @@ def _tok(x: float | None) -> str:
     return "-inf/+inf" if x is None else f"{x:,.0f}"
 
 
+def _tok_or_none(x: float | None) -> str:
+    return "none" if x is None else f"{x:,.0f}"
+
+
 def _ci(ci: list | None, fmt=_tok) -> str:
     if not ci:
         return "n/a"
@@ -60,7 +64,7 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
         f"- Case: `{be['case']}`. d_fixed = {_ms(be.get('d_fixed_s'))} ms {_ci(be.get('d_fixed_ci'), _ms)}, "
         f"d_tok = {_us(be.get('d_tok_s'))} us/token {_ci(be.get('d_tok_ci'), _us)} (95 %, Welch dof "
         f"{be.get('dof') or 0:.0f}).",
-        f"- n* = {_tok(be['tokens'])} (point ratio {_tok(be.get('tokens_estimate'))}); {be['ci_method']} "
+        f"- n* = {_tok_or_none(be['tokens'])} (point ratio {_tok(be.get('tokens_estimate'))}); {be['ci_method']} "
         f"interval {_ci(be['ci'])} (shape: {be.get('ci_shape')})"
         + (f"; {be['ci_reason']}" if be.get("ci_reason") else "")
         + ".",
@@ -75,6 +79,16 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
             else ""
         ),
     ]
+    pb = be.get("paired")
+    if pb:
+        out.append(
+            f"- Paired cross-check ({pb['n_pairs']} (size, repeat) cells run back to back in both precisions; "
+            f"fits time_{e['precision']} - time_{e['baseline']} per cell, cancelling shared drift): case "
+            f"`{pb['case']}`, d_fixed = {_ms(pb['d_fixed_s'])} ms {_ci(pb['d_fixed_ci'], _ms)}, d_tok = "
+            f"{_us(pb['d_tok_s'])} us/token {_ci(pb['d_tok_ci'], _us)}, n* = {_tok_or_none(pb['tokens'])} "
+            f"{_ci(pb['ci'])} ({pb['ci_shape']}); {e['precision']} is {pb['within_measured']} over the measured "
+            "sizes."
+        )
     for prec in (e["baseline"], e["precision"]):
         lof = e["fits"][prec].get("lack_of_fit")
         if lof:
@@ -159,11 +173,14 @@ def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None =
         "",
         "## Inputs",
         "",
-        "| input | kind | micro-batches | gives | cannot give |",
-        "|---|---|---|---|---|",
+        "| input | kind | micro-batches | gives | cannot give | machine |",
+        "|---|---|---|---|---|---|",
     ]
     for s in doc.get("inputs", []):
-        lines.append(f"| `{s['path']}` | {s['kind']} | {s['rows']} | {s['gives']} | {s['cannot_give']} |")
+        lines.append(
+            f"| `{s['path']}` | {s['kind']} | {s['rows']} | {s['gives']} | {s['cannot_give']} "
+            f"| {s.get('machine', '-')} |"
+        )
     lines.append("")
     for e in doc["models"]:
         lines += _entry_section(e, plots.get(entry_stem(e), {}))

@@ -27,6 +27,7 @@ from perfmodel.fit import fit_cost_model
 from perfmodel.hoststall import HostStallShare, host_stall_share
 from perfmodel.inputs import FitInputs
 from perfmodel.model import LineFit, PrecisionFit
+from perfmodel.paired import PairedBreakeven, paired_breakeven
 from perfmodel.step import (
     WhatIf,
     default_global_tokens,
@@ -113,7 +114,15 @@ def _tok(x: float | None) -> str:
     return "unbounded" if x is None else f"{x:,.0f}"
 
 
-def verdict(model: str, phase: str, low: str, base: str, be: Breakeven, share: HostStallShare) -> str:
+def verdict(
+    model: str,
+    phase: str,
+    low: str,
+    base: str,
+    be: Breakeven,
+    share: HostStallShare,
+    paired: PairedBreakeven | None = None,
+) -> str:
     """'mxfp8 adds X ms fixed per micro-batch and saves Y us/token; pays off above N* tokens [CI]'."""
     fixed = f"adds {_ms(be.d_fixed_s)}" if be.d_fixed_s >= 0 else f"removes {_ms(-be.d_fixed_s)}"
     tok = f"saves {_us(be.d_tok_s)}" if be.d_tok_s >= 0 else f"costs {_us(-be.d_tok_s)} more"
@@ -138,11 +147,16 @@ def verdict(model: str, phase: str, low: str, base: str, be: Breakeven, share: H
     stall = ""
     if share.share is not None and be.case in ("faster_above", "never_faster") and be.d_fixed_s > 0:
         stall = f". Host stall is {share.share:.0%} of the added fixed cost"
-    return head + tail + within + stall + "."
+    pair = ""
+    if paired is not None and paired.case != be.case:
+        n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""
+        pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
+    return head + tail + within + pair + stall + "."
 
 
 def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, baseline: str) -> dict[str, Any]:
     be = find_breakeven(base, low)
+    paired = paired_breakeven(base, low)
     share = host_stall_share(base, low)
     return {
         "model": model,
@@ -170,6 +184,7 @@ def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, base
             "d_tok_s": be.d_tok_s,
             "d_tok_ci": be.d_tok_ci,
             "dof": be.dof,
+            "paired": asdict(paired) if paired else None,
         },
         "host_stall_share_of_added_fixed": share.share,
         "host_stall": {
@@ -179,7 +194,7 @@ def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, base
             "d_stall_fixed_s": share.d_stall_fixed_s,
             "reason": share.reason,
         },
-        "verdict": verdict(model, phase, low.precision, baseline, be, share),
+        "verdict": verdict(model, phase, low.precision, baseline, be, share, paired),
     }
 
 
