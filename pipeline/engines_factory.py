@@ -8,8 +8,9 @@ sampler vllm       ``pipeline.engines_vllm.client.VllmSampler``  ``.venv-vllm`` 
                    (vLLM in its own process)                   own process with that venv's python
 learner native     ``pipeline.learner.HFLearner``              nothing extra
 learner megatron   ``pipeline.engines_megatron.learner``       ``megatron-core`` in this venv; dense presets
-                   ``.MegatronLearner``                        only; ``mxfp8`` emulated (TE spec on Blackwell
-                                                               is not wired: refused there)
+                   ``.MegatronLearner``                        only; on CPU the local spec (``mxfp8``
+                                                               emulated); on CUDA the TE spec (``mxfp8``
+                                                               needs SM 10.x; no TE: refused)
 =================  ==========================================  ==============================================
 
 Both factories return objects satisfying ``pipeline.engines.SamplerEngine`` / ``LearnerBackend``, so the loop

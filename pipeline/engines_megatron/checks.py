@@ -37,8 +37,15 @@ def _fp32_twin(learner: Any) -> Any:
     if twin is None:
         from pipeline.engines_megatron.model import build_gpt_model
 
+        path = getattr(learner, "path", None)
+        spec = None
+        if path is not None and path.uses_te:  # same spec (TE fuses the pre-norms) on the learner's GPU
+            from pipeline.engines_megatron.te_path import te_layer_spec
+
+            spec = te_layer_spec()
         with torch.random.fork_rng(devices=[]):
-            twin = build_gpt_model(learner.preset, dtype=torch.float32).eval()
+            twin = build_gpt_model(learner.preset, dtype=torch.float32, layer_spec=spec).eval()
+        twin.to(getattr(learner, "device", "cpu"))
         learner._export_check_twin = twin
     return twin
 
@@ -67,7 +74,8 @@ def verify_export(learner: Any) -> list[tuple[str, str]]:
         for twin, p in zip(meg.parameters(), learner.model.parameters(), strict=True):
             twin.copy_(p.detach().to(torch.bfloat16).float())
         ids, am = probe_batch(learner.preset.vocab_size)
-        lm = forward_logits(meg, ids, am)
+        device = getattr(learner, "device", "cpu")
+        lm = forward_logits(meg, ids.to(device), am.to(device)).cpu()
         lh = hf(input_ids=ids, attention_mask=am).logits
     rel = float((lm - lh).abs().max() / lh.abs().max().clamp(min=1e-12))
     if rel > EXPORT_REL_TOL:

@@ -13,13 +13,16 @@ Precision (SPEC ids):
   masters, the bf16 parameters are refreshed from them. Exported tensors are the bf16 parameters, i.e. exactly
   what the learner's GEMMs multiply by. (``torch.autocast`` is not an option: Megatron's linear autograd
   functions are not autocast-aware and their backward mixes dtypes.)
-- ``mxfp8`` without a Blackwell GPU: the local spec with mxperf's **emulated** MXFP8 linears in place of the
+- ``mxfp8`` on CPU: the local spec with mxperf's **emulated** MXFP8 linears in place of the
   four decoder linears (``mxfp8_spec.py``: Megatron's GEMM method ``_forward_impl`` replaced, TE operand usage
   in fprop / dgrad / wgrad, tensor-parallel size 1). ``export_weights`` then sends, for each quantized linear
   the sink asks for, the exact rowwise bytes + E8M0 scales of the fprop, split into HF names (rowwise blocks
   run along K, so the row permutation of the query-group interleave and the [gate; up] split move whole
-  rows of bytes and scales). On a Blackwell GPU the right path is Transformer Engine's spec with
-  ``MXFP8BlockScaling``, which is not wired here: there the learner refuses with a clear error.
+  rows of bytes and scales).
+- On a CUDA machine (``te_path.py``, never run on hardware yet): Transformer Engine's layer spec, forward under
+  ``te.autocast(recipe=MXFP8BlockScaling())`` for ``mxfp8`` on SM 10.x (plain BF16 for ``bf16``), and the
+  export sends TE's own rowwise bytes + compact scales. ``mxfp8`` on a GPU below SM 10.0 (Hopper) and any GPU
+  run without TE are refused with ``HardwareUnavailableError``.
 
 CPU caveat: megatron-core needs ``pipeline.engines_megatron.compat`` on CPU-only torch, which patches
 process-wide ``torch.cuda`` functions; build this learner in a process of its own (the tests use a subprocess).
@@ -39,6 +42,14 @@ from pipeline.engines_megatron.model import (
     build_gpt_model,
     forward_logits,
     load_hf_weights,
+)
+from pipeline.engines_megatron.te_path import (
+    fprop_context,
+    pad_tokens,
+    probe_learner_path,
+    te_layer_spec,
+    te_mxfp8_linear_weights,
+    te_to_local_names,
 )
 from pipeline.engines_megatron.weights import megatron_to_hf
 from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, token_loss
@@ -82,13 +93,8 @@ class MegatronLearner:
             raise InputError(
                 f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
             )
-        if precision == "mxfp8" and (
-            torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (10, 0)
-        ):
-            raise NotImplementedError(
-                "Megatron + Transformer Engine MXFP8 (TE spec, MXFP8BlockScaling) on Blackwell is not wired yet; "
-                "this learner's emulated MXFP8 would hide the real kernels, so it refuses here"
-            )
+        self.path = probe_learner_path(precision)  # HardwareUnavailableError where no honest path exists
+        self.device = torch.device(self.path.device)
         self.precision = precision
         self.preset = preset
         self.compute_dtype = compute_dtype
@@ -107,15 +113,17 @@ class MegatronLearner:
         dtype = COMPUTE_DTYPES[compute_dtype]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            fp32_model = build_gpt_model(preset, dtype=torch.float32)
+            te_spec = te_layer_spec() if self.path.uses_te else None
+            fp32_model = build_gpt_model(preset, dtype=torch.float32, layer_spec=te_spec)
             # Float16Module casts the whole module, norms included (the local spec keeps norm weights fp32).
-            spec = None
-            if precision == "mxfp8":
+            spec = te_spec
+            if precision == "mxfp8" and not self.path.uses_te:
                 from pipeline.engines_megatron.mxfp8_spec import mxfp8_local_layer_spec
 
                 spec = mxfp8_local_layer_spec()
-            self.model = build_gpt_model(preset, dtype=dtype, layer_spec=spec).to(dtype)
+            self.model = build_gpt_model(preset, dtype=dtype, layer_spec=spec).to(self.device, dtype)
         load_hf_weights(fp32_model, hf_init, preset)
+        fp32_model.to(self.device)
         self._names = [n for n, _ in fp32_model.named_parameters()]
         self.master = [p.detach().clone().requires_grad_(True) for p in fp32_model.parameters()]
         del fp32_model
@@ -137,10 +145,19 @@ class MegatronLearner:
             for p, m in zip(self.model.parameters(), self.master, strict=True):
                 p.copy_(m)
 
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits [B, T, V] on the model's device, in its precision context (TE MXFP8: tokens padded to 32)."""
+        t = input_ids.shape[1]
+        ids, mask = input_ids.to(self.device), attention_mask.to(self.device)
+        if self.path.recipe is not None:
+            ids, mask = pad_tokens(ids, mask)
+        with fprop_context(self.path):
+            return forward_logits(self.model, ids, mask)[:, :t]
+
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Logits [B, T, V] in fp32 (computed in the model dtype), no gradient."""
+        """Logits [B, T, V] in fp32 on the CPU (computed in the model dtype), no gradient."""
         with torch.no_grad():
-            return forward_logits(self.model, input_ids, attention_mask).float()
+            return self._forward(input_ids, attention_mask).float().cpu()
 
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-token log-prob of each next token, [B, T-1], full-sequence forward, no gradient."""
@@ -171,8 +188,9 @@ class MegatronLearner:
                 padded_tokens=padded,
                 precision=self.precision,
             ):
-                logits = forward_logits(self.model, mb.input_ids, mb.attention_mask)
-                per_token, stats = token_loss(_next_token_logprobs(logits, mb.input_ids), mb, self.config)
+                logits = self._forward(mb.input_ids, mb.attention_mask)
+                logprobs = _next_token_logprobs(logits, mb.input_ids.to(self.device)).cpu()
+                per_token, stats = token_loss(logprobs, mb, self.config)
                 loss = per_token.sum() / total_tokens
                 loss.backward()
                 self._accumulate_main_grads()
@@ -213,6 +231,7 @@ class MegatronLearner:
             own = {
                 k: v.detach() for k, v in self.model.state_dict().items() if not k.endswith("._extra_state")
             }
+        own = {k: v.cpu() for k, v in te_to_local_names(own).items()}
         return megatron_to_hf(own, attention_shape(self.preset), fault=self.export_fault)
 
     def export_weights(self, send_quantized: Callable[[str], bool]) -> dict[str, torch.Tensor]:
@@ -223,9 +242,12 @@ class MegatronLearner:
         }
         if self.precision != "mxfp8":
             return out
-        from pipeline.engines_megatron.mxfp8_spec import quantized_linears
+        if self.path.uses_te:
+            q = te_mxfp8_linear_weights(self.model)  # TE's own rowwise bytes, compact [:N, :K/32] scales
+        else:
+            from pipeline.engines_megatron.mxfp8_spec import quantized_linears
 
-        q = quantized_linears(self.model)
+            q = quantized_linears(self.model)
         shape = attention_shape(self.preset)
         data = megatron_to_hf({k: t.data for k, t in q.items()}, shape, fault=self.export_fault)
         scales = megatron_to_hf({k: t.scale for k, t in q.items()}, shape, fault=self.export_fault)

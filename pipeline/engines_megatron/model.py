@@ -6,8 +6,8 @@ attention (``num_query_groups`` = KV heads, ``kv_channels`` = head_dim), SwiGLU 
 SiLU), no biases, untied or tied LM head as the preset says.
 
 Spec: the **local** spec (Megatron's own ColumnParallelLinear / RowParallelLinear and DotProductAttention) on
-CPU; on a GPU the Transformer Engine spec with ``MXFP8BlockScaling`` (``pipeline.gpu.require_te_mxfp8``), which
-only Blackwell (SM 10.x) runs. Dense presets only: MoE (``tiny-moe``) needs Megatron's SequentialMLP expert
+CPU; on a GPU the Transformer Engine spec (``te_path.te_layer_spec``; ``MXFP8BlockScaling`` only on Blackwell,
+SM 10.x), passed in as ``layer_spec``. Dense presets only: MoE (``tiny-moe``) needs Megatron's SequentialMLP expert
 mapping, not done here.
 
 Shapes: Megatron's forward takes ``input_ids`` [B, T], ``position_ids`` [B, T] and a boolean attention mask
@@ -99,6 +99,10 @@ def load_hf_weights(model: Any, hf_state: dict[str, torch.Tensor], preset: Any) 
     """Copy an HF Qwen3 state dict into ``model`` (strict: every Megatron parameter must be covered)."""
     mapped = hf_to_megatron(hf_state, attention_shape(preset), tied=bool(preset.get("tie_word_embeddings")))
     own = {k: v for k, v in model.state_dict().items() if not k.endswith("._extra_state")}
+    if any(k.endswith(".layer_norm_weight") for k in own):  # TE spec: pre-norms fused into the next linear
+        from pipeline.engines_megatron.te_path import local_to_te_names
+
+        mapped = local_to_te_names(mapped)
     missing, unexpected = sorted(set(own) - set(mapped)), sorted(set(mapped) - set(own))
     if missing or unexpected:
         raise KeyError(f"HF -> Megatron mapping: missing {missing}, unexpected {unexpected}")
@@ -108,7 +112,7 @@ def load_hf_weights(model: Any, hf_state: dict[str, torch.Tensor], preset: Any) 
                 raise ValueError(
                     f"{name}: Megatron shape {tuple(own[name].shape)} vs mapped {tuple(tensor.shape)}"
                 )
-            own[name].copy_(tensor)
+            own[name].copy_(tensor.to(own[name].device))
 
 
 def masks_and_positions(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Emulated MXFP8 linears in Megatron's local layer spec (CPU, or any GPU without Blackwell MXFP8 GEMMs).
+"""Emulated MXFP8 linears in Megatron's local layer spec (CPU only; on a GPU: ``te_path.py``).
 
 Megatron's ``ColumnParallelLinear`` / ``RowParallelLinear`` do their GEMM in one overridable method,
 ``_forward_impl(input, weight, bias, ...)`` (the rest of ``forward`` is tensor-parallel communication, identity
