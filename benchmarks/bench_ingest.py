@@ -6,9 +6,11 @@ Cases (each measurement is a fresh subprocess, ``benchmarks/ingest_worker.py``; 
 within each repeat, so they share the machine's load; medians are reported):
 
 1. the A100 Kineto trace: ``mxperf`` (load + device metrics + HTA-style stream breakdown + per-range
-   attribution + kernel classes) vs ``hta`` (TraceAnalysis load + idle-time breakdown + temporal breakdown,
-   default JSON backend) vs ``gunzip`` (the decompression floor);
-2. the 2-rank sample (a directory of two rank files): ``mxperf`` (serial) vs ``hta`` (its default pool);
+   attribution + kernel classes), ``mxperf-metrics`` (HTA's scope only), ``mxperf-json`` (``mxperf`` with
+   the msgspec decoder disabled: ``MXPERF_KINETO_DECODER=json``) vs ``hta`` (TraceAnalysis load + idle-time
+   breakdown + temporal breakdown, default JSON backend) vs ``gunzip`` (the decompression floor);
+2. the 2-rank sample (a directory of two rank files): ``mxperf``, ``mxperf-metrics``, ``mxperf-json`` (all
+   serial, one process) vs ``hta`` (its default pool);
 3. the nsys export: ``mxperf-load`` (load_nsys_events) vs ``sqlite`` (the same SELECTs, fetchall only);
 4. with ``--synthetic-gb``: a synthetic Kineto trace of that uncompressed size (built in /tmp by
    ``make_synthetic_trace.py``, never in the repo): ``mxperf`` vs ``gunzip``.
@@ -35,8 +37,12 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH
 
 
 def measure(tool: str, path: Path) -> dict:
+    """``tool`` is a worker tool; ``mxperf-json`` is ``mxperf`` with the Kineto msgspec decoder disabled."""
+    env = ENV
+    if tool == "mxperf-json":
+        tool, env = "mxperf", {**ENV, "MXPERF_KINETO_DECODER": "json"}
     proc = subprocess.run(
-        [sys.executable, str(WORKER), tool, str(path)], capture_output=True, text=True, env=ENV
+        [sys.executable, str(WORKER), tool, str(path)], capture_output=True, text=True, env=env
     )
     if proc.returncode != 0:
         raise SystemExit(f"{tool} on {path} failed:\n{proc.stderr[-2000:]}")
@@ -87,6 +93,7 @@ def main() -> int:
             [
                 ("mxperf", a100_dir),
                 ("mxperf-metrics", a100_dir),
+                ("mxperf-json", a100_dir),
                 *hta,
                 ("gunzip", a100_dir / "rank-0.json.gz"),
             ],
@@ -94,7 +101,14 @@ def main() -> int:
         )
         hta2 = [] if args.skip_hta else [("hta", REAL / "hta_sampled_2rank")]
         results["sampled_2rank"] = run_case(
-            "sampled_2rank", [("mxperf", REAL / "hta_sampled_2rank"), *hta2], args.repeats
+            "sampled_2rank",
+            [
+                ("mxperf", REAL / "hta_sampled_2rank"),
+                ("mxperf-metrics", REAL / "hta_sampled_2rank"),
+                ("mxperf-json", REAL / "hta_sampled_2rank"),
+                *hta2,
+            ],
+            args.repeats,
         )
         nsys = REAL / "nsysai_h100x2_mfu_before.sqlite"
         results["nsys"] = run_case("nsys", [("mxperf-load", nsys), ("sqlite", nsys)], args.repeats)
@@ -128,6 +142,12 @@ def main() -> int:
             m, h = results[case]["mxperf"], results[case]["hta"]
             summary[f"{case}_speedup_vs_hta"] = h["seconds"] / m["seconds"]
             summary[f"{case}_memory_vs_hta"] = m["peak_rss_mb"] / h["peak_rss_mb"]
+        summary["sampled_2rank_same_metrics_speedup_vs_hta"] = (
+            results["sampled_2rank"]["hta"]["seconds"] / results["sampled_2rank"]["mxperf-metrics"]["seconds"]
+        )
+        summary["a100_json_only_speedup_vs_hta"] = (
+            results["a100"]["hta"]["seconds"] / results["a100"]["mxperf-json"]["seconds"]
+        )
         summary["a100_same_metrics_speedup_vs_hta"] = (
             results["a100"]["hta"]["seconds"] / results["a100"]["mxperf-metrics"]["seconds"]
         )

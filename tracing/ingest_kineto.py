@@ -11,22 +11,28 @@ What the format guarantees (pytorch/kineto ``output_json.cpp``):
 - A GPU op joins its launch call on ``args.correlation``. ``ac2g`` flow events repeat that and are skipped,
   as are metadata (``M``), instants and ``python_function`` (unless ``include_python``).
 
-Memory stays far below the decoded-JSON size: events are parsed one at a time (``jsonstream``) and only
+Memory stays far below the decoded-JSON size: events are parsed in ~1 MB batches (``jsonstream``) and only
 int64 columns (``array('q')``) plus interned names are kept.
+
+Three paths give the same table: batches decoded by msgspec into records (``kineto_fast``, when installed;
+:func:`_record_rows`), batches decoded by ``json`` into dicts (:func:`_batch_rows`), and, for any batch
+either meets something unusual in, event by event (:func:`_event_row`), which names the bad event and field.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from array import array
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tracing import schema
+from tracing import kineto_fast, schema
 from tracing.errors import TraceFormatError
 from tracing.jsonstream import ChromeTraceReader
 from tracing.trace import Trace, events_frame, rank_from_name
@@ -180,6 +186,8 @@ def _batch_rows(
     batch: list[Any], c: _Columns, include_python: bool
 ) -> tuple[list[int], list[int], list[list[int]], int]:
     """The fast path: column lists for a batch of events by list comprehensions; raises _Slow on anything odd."""
+    if kineto_fast.is_event_batch(batch):
+        return _record_rows(batch, c, include_python)
     phs = [e.get("ph") for e in batch]  # AttributeError on a non-object -> slow path
     xs = [e for e, ph in zip(batch, phs, strict=True) if ph == "X"]
     codes = [_KIND_CODE_OF_CAT.get(e.get("cat"), -1) for e in xs]
@@ -189,59 +197,172 @@ def _batch_rows(
     evs = [e for e, _ in keep]
     kinds = [k for _, k in keep]
     names = [e.get("name") for e in evs]
+    ts = [e.get("ts") for e in evs]
+    du = [e.get("dur", 0) for e in evs]
+    args = [e.get("args") for e in evs]
+    args = [_EMPTY if a is None else a for a in args]
+    for a in args:
+        if a.__class__ is not dict:
+            raise _Slow
+    pids = [e.get("pid") for e in evs]
+    tids = [e.get("tid") for e in evs]
+    gpu = [k in _GPU_CODES for k in kinds]
+    no = schema.NO_ID
+    devs = [a.get("device", p) if g else no for a, p, g in zip(args, pids, gpu, strict=True)]
+    streams = [a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)]
+    corr = [a.get("correlation", -1) for a in args]
+    ext = [a.get("External id", -1) for a in args]
+    nbytes = [a.get("bytes", -1) for a in args]
+    name_codes, cols = _convert(c, names, ts, du, pids, tids, gpu, devs, streams, corr, ext, nbytes, True)
+    return kinds, name_codes, cols, skipped
+
+
+def _name_codes(c: _Columns, names: list[str]) -> list[int]:
+    """Codes of ``names``; names new to ``c`` are interned in order of first appearance (as one by one)."""
+    get = c.names.get
+    codes = [get(n) for n in names]
+    if None in codes:
+        for n in dict.fromkeys(compress(names, [x is None for x in codes])):
+            c.name_code(n)
+        codes = [get(n) for n in names]
+    return codes
+
+
+def _record_rows(
+    batch: list[Any], c: _Columns, include_python: bool
+) -> tuple[list[int], list[int], list[Any], int]:
+    """:func:`_batch_rows` for ``kineto_fast`` records: same values, same _Slow cases, numpy columns.
+
+    msgspec already typed the integer fields (a record holds an int there, or None when the key is absent),
+    so only names, ts/dur and absent pids need checks here.
+    """
+    lut = _KIND_CODE_OF_CAT if include_python else _KIND_CODE_OF_CAT_NO_PY
+    codes = [lut.get(e.cat, -1) if e.ph == "X" else -2 for e in batch]  # -1: an X event we skip
+    evs = list(compress(batch, [k >= 0 for k in codes]))
+    kinds = [k for k in codes if k >= 0]
+    names = [e.name for e in evs]
     for n in names:
         if n.__class__ is not str:
             raise _Slow
-    get = c.names.get
-    name_codes = [get(n) for n in names]
-    if None in name_codes:
-        name_codes = [c.name_code(n) for n in names]
+    name_codes = _name_codes(c, names)
+    pids = _ints_or_slow([e.pid for e in evs])  # text ("Spans") or absent -> the exact path
+    tids = _ints_or_slow([e.tid for e in evs])
+    start = _us_to_ns([e.ts for e in evs])
+    dur = _us_to_ns([e.dur for e in evs])
+    if len(dur) and dur.min() < 0:
+        raise _Slow
+    args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
+    n = len(evs)
+    gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)
+    g_idx = np.flatnonzero(gpu).tolist()
+    no = schema.NO_ID
+    dev, stream = np.full(n, no, np.int64), np.full(n, no, np.int64)
+    if g_idx:  # GPU rows: args.device / args.stream, else pid / tid
+        g_args = [args[i] for i in g_idx]
+        g_pids, g_tids = [pids[i] for i in g_idx], [tids[i] for i in g_idx]
+        dev[g_idx] = [p if a.device is None else a.device for a, p in zip(g_args, g_pids, strict=True)]
+        stream[g_idx] = [t if a.stream is None else a.stream for a, t in zip(g_args, g_tids, strict=True)]
+    pid = np.array(pids, np.int64)
+    tid = np.array(tids, np.int64)
+    pid[gpu] = no
+    tid[gpu] = no
+    corr = np.array([a.correlation for a in args], np.int64)
+    ext = np.array([a.external_id for a in args], np.int64)
+    nbytes = np.array([a.bytes for a in args], np.int64)
+    return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes], codes.count(-1)
+
+
+_US3 = re.compile(r"(?:-?[0-9]{1,15}\.[0-9]{3}\n)*")  # <= 1e15 us: the ns value fits in int64
+
+
+def _us_to_ns(values: list[Any]) -> np.ndarray:
+    """Microsecond values (ints, or float text) -> int64 ns, exactly as :func:`us_text_to_ns` per value.
+
+    The common case -- every value is Kineto's ``"<digits>.<3 digits>"`` text -- is converted in bulk:
+    drop the dots and parse the digits as int64 ns (no float step). Anything else goes value by value.
+    """
+    if values and values[0].__class__ is str:
+        try:
+            text = "\n".join(values) + "\n"
+        except TypeError:
+            text = ""
+        if text and _US3.fullmatch(text) is not None:
+            out = np.fromstring(text.replace(".", ""), dtype=np.int64, sep="\n")
+            if len(out) == len(values):  # a value holding a newline would add a line
+                return out
+    return np.array(
+        [
+            t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)
+            for t in values
+        ],
+        np.int64,
+    )
+
+
+def _convert(
+    c: _Columns,
+    names: list[Any],
+    ts: list[Any],
+    du: list[Any],
+    pids: list[int],
+    tids: list[int],
+    gpu: list[bool],
+    devs: list[Any],
+    streams: list[Any],
+    corr: list[Any],
+    ext: list[Any],
+    nbytes: list[Any],
+    check_ints: bool,
+) -> tuple[list[int], list[list[int]]]:
+    """Raw field values of the kept events -> (name codes, int columns); raises _Slow on anything odd."""
+    for n in names:
+        if n.__class__ is not str:
+            raise _Slow
+    name_codes = _name_codes(c, names)
     # "4458676522690.655" -> int("4458676522690" + "655"): exact, and a ValueError (-> slow path) on
     # anything that is not a plain 3-decimal number; other forms go through us_text_to_ns.
-    ts = [e.get("ts") for e in evs]
     starts = [
         t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)
         for t in ts
     ]
-    du = [e.get("dur", 0) for e in evs]
     durs = [
         d * 1000 if d.__class__ is int else int(d[:-4] + d[-3:]) if d[-4:-3] == "." else us_text_to_ns(d)
         for d in du
     ]
     if durs and min(durs) < 0:
         raise _Slow
-    args = [e.get("args") for e in evs]
-    args = [_EMPTY if a is None else a for a in args]
-    for a in args:
-        if a.__class__ is not dict:
-            raise _Slow
-    pids = _ints_or_slow([e.get("pid") for e in evs])
-    tids = _ints_or_slow([e.get("tid") for e in evs])
-    gpu = [k in _GPU_CODES for k in kinds]
+    if check_ints:  # json values may be bool/str/float; msgspec records hold ints (or None: TypeError below)
+        pids, tids, devs, streams = map(_ints_or_slow, (pids, tids, devs, streams))
+        corr, ext, nbytes = map(_ints_or_slow, (corr, ext, nbytes))
     no = schema.NO_ID
-    devs = _ints_or_slow([a.get("device", p) if g else no for a, p, g in zip(args, pids, gpu, strict=True)])
-    streams = _ints_or_slow(
-        [a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)]
-    )
     pids = [no if g else p for p, g in zip(pids, gpu, strict=True)]
     tids = [no if g else t for t, g in zip(tids, gpu, strict=True)]
-    corr = _ints_or_slow([a.get("correlation", -1) for a in args])
-    ext = _ints_or_slow([a.get("External id", -1) for a in args])
-    nbytes = _ints_or_slow([a.get("bytes", -1) for a in args])
-    return kinds, name_codes, [pids, tids, devs, streams, starts, durs, corr, ext, nbytes], skipped
+    cols = [pids, tids, devs, streams, starts, durs, corr, ext, nbytes]
+    return name_codes, cols
 
 
 _KIND_CODE_OF_CAT = {cat: _KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()}
 _EMPTY: dict[str, Any] = {}
+_KIND_CODE_OF_CAT_NO_PY = {cat: k for cat, k in _KIND_CODE_OF_CAT.items() if k != _KIND_CODE[schema.PYTHON]}
+_GPU_CODE_LIST = sorted(_GPU_CODES)
+_EMPTY_ARGS = kineto_fast.KinetoArgs() if kineto_fast.AVAILABLE else None
 
 
-def _append(c: _Columns, kinds: list[int], names: list[int], cols: list[list[int]]) -> None:
-    typed = [array("q", col) for col in cols]  # OverflowError here leaves the columns untouched
+def _append(c: _Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
+    typed = [_int64s(col) for col in cols]  # OverflowError here leaves the columns untouched
     c.kind.extend(array("b", kinds))
     c.name.extend(array("i", names))
     for key, col in zip(_ROW_COLUMNS, typed, strict=True):
         c.cols[key].extend(col)
     c.cols["end_tid"].extend(array("q", [schema.NO_ID]) * len(kinds))
+
+
+def _int64s(col: Any) -> array:
+    if isinstance(col, np.ndarray):
+        out = array("q")
+        out.frombytes(col.astype(np.int64, copy=False).tobytes())
+        return out
+    return array("q", col)
 
 
 def load_kineto_events(
@@ -254,12 +375,16 @@ def load_kineto_events(
     Batches of events are decoded with list comprehensions; a batch with anything unusual is redone event by
     event, which gives the same table or the exact error (event index and field).
     """
-    path = Path(path)
+    return _load(Path(path), rank, include_python, fast=kineto_fast.AVAILABLE)
+
+
+def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> Trace:
+    """:func:`load_kineto_events`; ``fast=False`` decodes with ``json`` only (the reference for tests)."""
     reader = ChromeTraceReader(path)
     c = _Columns()
     skipped = 0
     first = 0
-    for batch in reader.batches():
+    for batch in reader.batches(kineto_fast.decode_batch if fast else None):
         try:
             kinds, names, cols, n_skipped = _batch_rows(batch, c, include_python)
             _append(c, kinds, names, cols)
@@ -271,6 +396,8 @@ def load_kineto_events(
 
 
 def _slow_batch(path: Path, batch: list[Any], first: int, c: _Columns, include_python: bool) -> int:
+    if kineto_fast.is_event_batch(batch):
+        batch = [kineto_fast.as_dict(ev) for ev in batch]
     rows, skipped = [], 0
     for i, ev in enumerate(batch):
         try:

@@ -19,13 +19,13 @@ A GPU op joins its launch on (pid, correlationId), since correlation ids are per
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tracing import schema
 from tracing.errors import TraceFormatError
@@ -55,6 +55,17 @@ MEMCPY_KIND = {
     10: "PtoP",
 }
 SYNC_KIND = {0: "Unknown", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+_USED_TABLES = frozenset(
+    {
+        *REQUIRED_TABLES,
+        *(t for t, _, _ in _GPU_TABLES.values()),
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+        "TARGET_INFO_SESSION_START_TIME",
+        "PROCESSES",
+        "TARGET_INFO_GPU",
+    }
+)
 
 
 def decode_global_tid(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +96,9 @@ def open_readonly(path: Path) -> sqlite3.Connection:
 
 
 def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
+    """The tables/views this module reads (and that exist) -> their column names."""
     names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
-    return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names}
+    return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names if n in _USED_TABLES}
 
 
 def _need(path: Path, tables: dict[str, set[str]], table: str, cols: tuple[str, ...]) -> None:
@@ -99,14 +111,26 @@ def _need(path: Path, tables: dict[str, set[str]], table: str, cols: tuple[str, 
 
 def _int_matrix(con: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray:
     """Rows of integer columns (NULLs mapped to -1 in the SQL) as one int64 matrix, in one conversion."""
-    rows = con.execute(sql).fetchall()
+    return _ints_of_rows(con.execute(sql).fetchall(), ncols)
+
+
+def _ints_of_rows(rows: list[tuple[Any, ...]], ncols: int) -> np.ndarray:
+    """``fetchall()`` rows -> an (n, ncols) int64 matrix; a flat ``fromiter`` is ~1.7x faster than
+    ``np.array(rows)`` and converts values the same way (int() semantics, TypeError on NULL)."""
     if not rows:
         return np.zeros((0, ncols), np.int64)
-    return np.array(rows, dtype=np.int64)
+    flat = itertools.chain.from_iterable(rows)
+    return np.fromiter(flat, np.int64, len(rows) * ncols).reshape(len(rows), ncols)
 
 
 def _nz(col: str) -> str:
     return f"coalesce({col}, {schema.NO_ID})" if col != "NULL" else str(schema.NO_ID)
+
+
+def _intern(table: dict[str, int], names: Any) -> None:
+    """Give each name not yet in ``table`` the next code, in order (one C-level update, no per-name len())."""
+    new = [n for n in dict.fromkeys(names) if n not in table]
+    table.update(zip(new, range(len(table), len(table) + len(new)), strict=True))
 
 
 class _Builder:
@@ -117,10 +141,9 @@ class _Builder:
         self.parts: list[dict[str, np.ndarray]] = []
 
     def codes(self, names: list[str], table: dict[str, int]) -> np.ndarray:
-        """Codes of ``names`` in ``table`` (new names appended), each distinct name looked up once."""
-        inverse, uniq = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
-        lut = np.array([table.setdefault(n, len(table)) for n in uniq], dtype=np.int32)
-        return lut[inverse] if len(lut) else np.zeros(0, np.int32)
+        """Codes of ``names`` in ``table`` (new names appended in order of first appearance)."""
+        _intern(table, names)
+        return np.fromiter(map(table.__getitem__, names), np.int32, len(names))
 
     def codes_of_ids(self, ids: np.ndarray, name_of: Any) -> np.ndarray:
         """Codes for integer ids (string ids, enum values) named by ``name_of(id)``; one call per distinct id."""
@@ -132,14 +155,13 @@ class _Builder:
 
     def add(self, kind: str, n: int, **cols: Any) -> None:
         part = {
-            c: np.full(n, schema.NO_ID, np.int64)
+            c: cols[c] if c in cols else np.full(n, schema.NO_ID, np.int64)
             for c in schema.EVENT_COLUMNS
             if c not in ("kind", "name", "domain")
         }
         part["kind"] = np.full(n, schema.EVENT_KINDS.index(kind), np.int8)
-        part["domain"] = np.zeros(n, np.int32)
-        for c, v in cols.items():
-            part[c] = v
+        part["domain"] = cols["domain"] if "domain" in cols else np.zeros(n, np.int32)
+        part["name"] = cols["name"]
         self.parts.append(part)
 
 
@@ -247,24 +269,17 @@ def _load_nvtx(
         )
         if t and d is not None
     }
-    where = f'WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL'
-    m = _int_matrix(
-        con,
+    # One pass over NVTX_EVENTS; the name is inline text, else the StringIds value of textId (a scalar
+    # subquery: one row per event, evaluated only when text is NULL).
+    rows = con.execute(
         f'SELECT n.start, n."end", {_nz("n.globalTid")}, {_nz("n.endGlobalTid" if has_end_tid else "NULL")}, '
-        f"coalesce(n.domainId, 0) FROM NVTX_EVENTS n {where}",
-        5,
-    )
-    if len(m) == 0:
+        "coalesce(n.domainId, 0), coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '') "
+        f'FROM NVTX_EVENTS n WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL'
+    ).fetchall()
+    if not rows:
         return domains
-    # The name is inline text or a StringIds id (textId), resolved by SQLite; same WHERE, same row order.
-    names = [
-        r[0]
-        for r in con.execute(
-            f"SELECT coalesce(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId {where}"
-        )
-    ]
-    if len(names) != len(m):
-        raise TraceFormatError(path, "NVTX_EVENTS changed while reading")
+    names = [r[5] for r in rows]
+    m = _ints_of_rows([r[:5] for r in rows], 5)
     pid, tid = decode_global_tid(m[:, 2])
     end_g = m[:, 3]
     _, end_tid = decode_global_tid(np.where(end_g == schema.NO_ID, 0, end_g))

@@ -18,7 +18,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -49,6 +49,7 @@ class ChromeTraceReader:
         self._decoder = json.JSONDecoder(parse_float=str)
         self._scan = self._decoder.scan_once
         self._batch = False
+        self._fast_decode: Callable[[str], list[Any] | None] | None = None
         self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
         self._buf = ""
         self._pos = 0
@@ -155,13 +156,16 @@ class ChromeTraceReader:
         finally:
             self._fh.close()
 
-    def batches(self) -> Iterator[list[Any]]:
+    def batches(self, fast_decode: Callable[[str], list[Any] | None] | None = None) -> Iterator[list[Any]]:
         """Like :meth:`events`, but yields lists of events: runs of whole events are parsed in one C call.
 
         Much faster than one scanner call per event; memory is bounded by the read chunk. Any batch that does
         not parse cleanly falls back to event-by-event parsing, which reports errors precisely.
+        ``fast_decode(text)``, when given, is tried first on each batch's JSON array text; it returns the
+        items (of any type the caller understands) or None, and then ``json`` decodes the batch as usual.
         """
         self._batch = True
+        self._fast_decode = fast_decode
         return self.events()  # type: ignore[return-value]
 
     def _fast_batch(self) -> list[Any] | None:
@@ -176,8 +180,14 @@ class ChromeTraceReader:
                 return None
             m = cuts.pop()
             end = m.start() + 1
+            text = "[" + buf[pos:end] + "]"
+            if self._fast_decode is not None:
+                items = self._fast_decode(text)
+                if items is not None:  # valid JSON for the fast decoder is valid for json: whole events
+                    self._pos = m.end()
+                    return items
             try:
-                items = self._decoder.decode("[" + buf[pos:end] + "]")
+                items = self._decoder.decode(text)
             except json.JSONDecodeError as exc:
                 # Everything before exc.pos parsed: retry with the last boundary before it (this also stops
                 # a batch at the end of traceEvents, where "Extra data" follows the closing bracket).

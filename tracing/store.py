@@ -74,7 +74,9 @@ def _atomic_target(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def write_table(df: pd.DataFrame, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Path:
+def write_table(
+    df: pd.DataFrame, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
+) -> Path:
     """Write ``df`` to Parquet atomically, with ``schema_version`` (and ``meta``) in the file metadata."""
     path = Path(path)
     table = pa.Table.from_pandas(df, preserve_index=False)
@@ -108,7 +110,9 @@ def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -
     if version is None:
         raise InputError(f"{path}: no schema_version in the Parquet metadata; not written by mxperf")
     if int(version) > SCHEMA_VERSION:
-        raise InputError(f"{path}: schema_version {int(version)} is newer than this mxperf ({SCHEMA_VERSION})")
+        raise InputError(
+            f"{path}: schema_version {int(version)} is newer than this mxperf ({SCHEMA_VERSION})"
+        )
     return table.to_pandas()
 
 
