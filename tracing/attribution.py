@@ -23,6 +23,7 @@ or stalled). A trace without GPU ops leaves all GPU columns null with ``gpu_reas
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -176,30 +177,112 @@ def attribute_ranges(
 def _attribute(
     df: pd.DataFrame, launched: pd.DataFrame, *, by: list[str], range_keys: list[str], prefix: str
 ) -> None:
-    ops_n = np.zeros(len(df), np.int64)
-    busy = np.zeros(len(df), np.int64)
-    span = np.zeros(len(df), np.int64)
-    groups = {}
-    for k, g in launched.groupby(by):
-        g = g.sort_values("launch_start_ns", kind="stable")
-        key = tuple(int(x) for x in (k if isinstance(k, tuple) else (k,)))
-        groups[key] = (g["launch_start_ns"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-    keys = zip(*(df[k].to_numpy() for k in range_keys), strict=True)
-    starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
-    for i, key in enumerate(keys):
-        g = groups.get(tuple(int(k) for k in key))
-        if g is None:
-            continue
-        ls, s_all, e_all = g
-        lo = np.searchsorted(ls, starts[i], side="left")
-        hi = np.searchsorted(ls, ends[i], side="right")
-        if hi <= lo:
-            continue
-        s, e = s_all[lo:hi], e_all[lo:hi]
-        ops_n[i], busy[i], span[i] = hi - lo, metrics.measure(s, e), int(e.max() - s.min())
+    """Ops launched in each range (same ``by`` key, launch start in [start, end]): count, busy, span.
+
+    Vectorized: ops sorted by (group, launch start); each range's ops are one contiguous slice [lo, hi) of
+    that order (searchsorted per group); span by ``reduceat`` over the slice bounds; busy by
+    :func:`_slice_measures`.
+    """
+    n = len(df)
+    ops_n = np.zeros(n, np.int64)
+    busy = np.zeros(n, np.int64)
+    span = np.zeros(n, np.int64)
+    op_keys = [launched[k].to_numpy(np.int64) for k in by]
+    ls = launched["launch_start_ns"].to_numpy(np.int64)
+    order = np.lexsort((ls, *reversed(op_keys)))
+    ls = ls[order]
+    s_all = launched["start_ns"].to_numpy(np.int64)[order]
+    e_all = launched["end_ns"].to_numpy(np.int64)[order]
+    op_keys = [k[order] for k in op_keys]
+    new_group = np.zeros(len(ls), bool)
+    if len(ls):
+        new_group[0] = True
+        for k in op_keys:
+            new_group[1:] |= k[1:] != k[:-1]
+    bounds = np.append(np.flatnonzero(new_group), len(ls))
+    group_of = {tuple(int(k[b]) for k in op_keys): (int(b), int(e)) for b, e in itertools.pairwise(bounds)}
+    range_key_cols = [df[k].to_numpy(np.int64) for k in range_keys]
+    starts, ends = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
+    lo = np.zeros(n, np.int64)
+    hi = np.zeros(n, np.int64)
+    keys = zip(*(c.tolist() for c in range_key_cols), strict=True)
+    gid = np.array([group_of.get(key, (-1, -1))[0] for key in keys], dtype=np.int64)
+    for g0, g1 in group_of.values():
+        mine = np.flatnonzero(gid == g0)
+        if len(mine):
+            lo[mine] = g0 + np.searchsorted(ls[g0:g1], starts[mine], side="left")
+            hi[mine] = g0 + np.searchsorted(ls[g0:g1], ends[mine], side="right")
+    hit = np.flatnonzero(hi > lo)
+    if len(hit):
+        ops_n[hit] = hi[hit] - lo[hit]
+        span[hit] = _slice_reduce(np.maximum, e_all, lo[hit], hi[hit]) - _slice_reduce(
+            np.minimum, s_all, lo[hit], hi[hit]
+        )
+        busy[hit] = _slice_measures(s_all, e_all, lo[hit], hi[hit])
     df[f"{prefix}_ops"] = pd.array(ops_n, dtype="Int64")
     df[f"{prefix}_busy_ns"] = pd.array(busy, dtype="Int64")
     df[f"{prefix}_span_ns"] = pd.array(span, dtype="Int64")
+
+
+def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(values[lo[i]:hi[i]])`` per i (every slice non-empty), in one ``reduceat`` call."""
+    padded = np.append(values, values[:1])  # so hi == len(values) is a valid index
+    idx = np.empty(2 * len(lo), np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    return ufunc.reduceat(padded, idx)[0::2]
+
+
+_SLICE_CHUNK = 1 << 21  # ops gathered per vectorized step: bounds the memory of nested wide ranges
+
+
+def _slice_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """|union of [start, end)| over each slice [lo[i], hi[i]) (non-empty), equal to ``metrics.measure``.
+
+    Per slice, sorted by start with M_j the running max of ends: |union| = sum_j (M_j - max(s_j, M_{j-1})),
+    which telescopes to the sum of (block end - block start) over ``metrics.union_intervals``' blocks.
+    The slices are gathered in chunks of ~``_SLICE_CHUNK`` ops; a slice longer than a chunk is measured
+    alone with ``metrics.measure``.
+    """
+    out = np.zeros(len(lo), np.int64)
+    lengths = hi - lo
+    i = 0
+    while i < len(lo):
+        if lengths[i] >= _SLICE_CHUNK:
+            out[i] = metrics.measure(start[lo[i] : hi[i]], end[lo[i] : hi[i]])
+            i += 1
+            continue
+        j = i + max(1, int(np.searchsorted(np.cumsum(lengths[i:]), _SLICE_CHUNK, side="right")))
+        j = min(j, len(lo))
+        big = np.flatnonzero(lengths[i:j] >= _SLICE_CHUNK)
+        if len(big):
+            j = i + int(big[0])
+        out[i:j] = _gathered_measures(start, end, lo[i:j], lengths[i:j])
+        i = j
+    return out
+
+
+def _gathered_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    seg = np.repeat(np.arange(len(lo)), lengths)
+    first = np.cumsum(lengths) - lengths
+    idx = np.arange(int(lengths.sum())) - np.repeat(first, lengths) + np.repeat(lo, lengths)
+    s, e = start[idx], end[idx]
+    order = np.lexsort((s, seg))
+    s, e = s[order], e[order]
+    # running max of ends that restarts at each slice: shift each slice so it lies above the previous one
+    base = np.minimum(s.min(), e.min())
+    width = int(np.maximum(s.max(), e.max())) - int(base) + 1
+    if width * (len(lo) + 1) >= 2**62:
+        return np.array(
+            [metrics.measure(s[a : a + n], e[a : a + n]) for a, n in zip(first, lengths, strict=True)],
+            dtype=np.int64,
+        )
+    shift = seg * np.int64(width)
+    run = np.maximum.accumulate(e - base + shift) - shift + base
+    prev = np.empty_like(run)
+    prev[1:] = run[:-1]
+    prev[first] = np.iinfo(np.int64).min
+    gain = run - np.maximum(s, prev)  # no clamp: telescopes to union_intervals' block sums exactly
+    return np.add.reduceat(gain, first)
 
 
 def _ordered(df: pd.DataFrame) -> pd.DataFrame:

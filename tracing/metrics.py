@@ -185,8 +185,10 @@ def _same_stream_overlap(ops: pd.DataFrame) -> int:
 def device_timelines(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> list[DeviceTimeline]:
     """One :class:`DeviceTimeline` per (process, device) with GPU ops, in (pid, device) order."""
     ops = gpu_ops(events) if ops is None else ops
+    numeric = ops.drop(columns="name")  # splitting the Arrow-backed name column per group is slow, unused
     return [
-        device_timeline(g, int(pid), int(dev)) for (pid, dev), g in ops.groupby(["pid", "device"], sort=True)
+        device_timeline(g, int(pid), int(dev))
+        for (pid, dev), g in numeric.groupby(["pid", "device"], sort=True)
     ]
 
 
@@ -220,7 +222,8 @@ def stream_breakdown(
     ops = gpu_ops(events) if ops is None else ops
     cols = [c for c in schema.STREAM_COLUMNS if c not in ("trace", "rank")]
     rows = []
-    for (pid, dev, stream), g in ops.groupby(["pid", "device", "stream"], sort=True):
+    numeric = ops.drop(columns=["kind", "name"])  # string columns are unused here and slow to split
+    for (pid, dev, stream), g in numeric.groupby(["pid", "device", "stream"], sort=True):
         g = g.sort_values(["start_ns", "end_ns"], kind="stable")
         s, e = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
         launch = g["launch_start_ns" if rule == "start" else "launch_end_ns"].to_numpy()[1:]
