@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -118,19 +119,34 @@ def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame
 
 def _nesting(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Parent and depth per range: ranges nest per (pid, tid) by containment (input sorted by start)."""
-    parent = np.full(len(df), schema.NO_ID, np.int64)
-    depth = np.zeros(len(df), np.int64)
+    return _nesting_arrays(
+        df["pid"].to_numpy(), df["tid"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    )
+
+
+def _nesting_arrays(
+    pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_nesting` on arrays (sorted by start, then end descending)."""
+    parent = np.full(len(pid), schema.NO_ID, np.int64)
+    depth = np.zeros(len(pid), np.int64)
     stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for i, (pid, tid, start, end) in enumerate(
-        zip(df["pid"], df["tid"], df["start_ns"], df["end_ns"], strict=True)
+    for i, (p, t, s0, e0) in enumerate(
+        zip(
+            np.asarray(pid).tolist(),
+            np.asarray(tid).tolist(),
+            np.asarray(start).tolist(),
+            np.asarray(end).tolist(),
+            strict=True,
+        )
     ):
-        stack = stacks.setdefault((pid, tid), [])
-        while stack and (stack[-1][1] <= start or stack[-1][1] < end):
+        stack = stacks.setdefault((p, t), [])
+        while stack and (stack[-1][1] <= s0 or stack[-1][1] < e0):
             stack.pop()
         if stack:
             parent[i] = stack[-1][0]
             depth[i] = len(stack)
-        stack.append((i, end))
+        stack.append((i, e0))
     return parent, depth
 
 
@@ -145,54 +161,154 @@ def attribute_ranges(
 
     ``ops`` / ``timelines`` (from ``metrics.gpu_ops`` / ``metrics.device_timelines``) may be passed to reuse them.
     """
+    ops = metrics.gpu_ops(trace.events) if ops is None else ops
+    if trace.range_log is None and len(ops) > 0:
+        cols = _range_columns(trace, phase_map)
+        if cols is not None:
+            timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
+            return _attributed_frame(cols, ops, timelines)
     df = range_frame(trace, phase_map)
     gpu_cols = [c for c, t in schema.RANGE_COLUMNS.items() if t == "Int64"]
     for col in gpu_cols:
         df[col] = pd.array([pd.NA] * len(df), dtype="Int64")
-    ops = metrics.gpu_ops(trace.events) if ops is None else ops
     if trace.range_log is not None or len(ops) == 0:
         df["gpu_reason"] = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
         return _ordered(df)
     df["gpu_reason"] = ""
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
     launched = ops[ops["launch_start_ns"] != schema.NO_ID]
-    _attribute(df, launched, by=["pid", "launch_tid"], range_keys=["pid", "tid"], prefix="thread")
-    _attribute(df, launched, by=["pid"], range_keys=["pid"], prefix="window")
-    for pid, idx in df.groupby("pid").groups.items():
-        mine = [t for t in timelines if t.pid == pid]
-        lo, hi = df.loc[idx, "start_ns"].to_numpy(), df.loc[idx, "end_ns"].to_numpy()
-        busy_s, busy_e = metrics.union_intervals(
-            np.concatenate([t.busy_start for t in mine] or [np.zeros(0, np.int64)]),
-            np.concatenate([t.busy_end for t in mine] or [np.zeros(0, np.int64)]),
+    for prefix, by, keys in (("thread", ["pid", "launch_tid"], ["pid", "tid"]), ("window", ["pid"], ["pid"])):
+        counts = _attribute(
+            [df[k].to_numpy(np.int64) for k in keys],
+            df["start_ns"].to_numpy(np.int64),
+            df["end_ns"].to_numpy(np.int64),
+            {c: launched[c].to_numpy(np.int64) for c in (*by, "launch_start_ns", "start_ns", "end_ns")},
+            by,
         )
-        stall_s, stall_e = metrics.union_intervals(
-            np.concatenate([t.stall_start for t in mine] or [np.zeros(0, np.int64)]),
-            np.concatenate([t.stall_end for t in mine] or [np.zeros(0, np.int64)]),
-        )
-        df.loc[idx, "busy_in_window_ns"] = metrics.clipped_measure(busy_s, busy_e, lo, hi)
-        df.loc[idx, "host_stall_ns"] = metrics.clipped_measure(stall_s, stall_e, lo, hi)
+        for suffix, values in zip(("ops", "busy_ns", "span_ns"), counts, strict=True):
+            df[f"{prefix}_{suffix}"] = pd.array(values, dtype="Int64")
+    busy, stall = _clipped_device_time(
+        df["pid"].to_numpy(np.int64), df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), timelines
+    )
+    df["busy_in_window_ns"] = pd.array(busy, dtype="Int64")
+    df["host_stall_ns"] = pd.array(stall, dtype="Int64")
     return _ordered(df)
 
 
+def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any] | None:
+    """The event-based ranges as arrays, in ``range_frame``'s order and values; None for unusual names.
+
+    Names are split, JSON-encoded and mapped to phases once per distinct name (category code), not per row.
+    """
+    phase_map = phase_map or default_phase_map()
+    events = trace.events
+    mask = metrics.kind_mask(events, (schema.RANGE,))
+    name_codes = events["name"].cat.codes.to_numpy()[mask]
+    dom_codes = events["domain"].cat.codes.to_numpy()[mask]
+    if (name_codes < 0).any() or (dom_codes < 0).any():
+        return None
+    name_cats, dom_cats = events["name"].cat.categories, events["domain"].cat.categories
+    split: dict[int, tuple[str, str, str]] = {}
+    for code in np.unique(name_codes).tolist():
+        name, attrs = split_encoded_name(str(name_cats[code]))
+        split[code] = (name, json.dumps(attrs, sort_keys=True), phase_map.phase_of(name))
+    start = events["start_ns"].to_numpy()[mask]
+    end = start + events["dur_ns"].to_numpy()[mask]
+    order = np.lexsort((-end, start))  # start ascending, end descending, stable (as range_frame's sort)
+    pid, tid = events["pid"].to_numpy()[mask][order], events["tid"].to_numpy()[mask][order]
+    start, end = start[order], end[order]
+    codes = name_codes[order].tolist()
+    parent, depth = _nesting_arrays(pid, tid, start, end)
+    return {
+        "source": ["nvtx" if trace.format == "nsys" else "user_annotation"] * len(codes),
+        "range_id": np.arange(len(codes), dtype=np.int64),
+        "parent_id": parent,
+        "depth": depth,
+        "name": [split[c][0] for c in codes],
+        "domain": [str(dom_cats[c]) for c in dom_codes[order].tolist()],
+        "phase": [split[c][2] for c in codes],
+        "pid": pid,
+        "tid": tid,
+        "start_ns": start,
+        "end_ns": end,
+        "wall_ns": end - start,
+        "attrs": [split[c][1] for c in codes],
+    }
+
+
+def _attributed_frame(
+    cols: dict[str, Any], ops: pd.DataFrame, timelines: list[metrics.DeviceTimeline]
+) -> pd.DataFrame:
+    """:func:`attribute_ranges`' table from :func:`_range_columns`, built once with its final dtypes."""
+    keep = ops["launch_start_ns"].to_numpy() != schema.NO_ID
+    launched = {
+        c: ops[c].to_numpy(np.int64)[keep]
+        for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
+    }
+    pid, tid = cols["pid"], cols["tid"]
+    start, end = cols["start_ns"], cols["end_ns"]
+    out = dict(cols)
+    for prefix, by, keys in (("thread", ["pid", "launch_tid"], [pid, tid]), ("window", ["pid"], [pid])):
+        counts = _attribute(keys, start, end, launched, by)
+        for suffix, values in zip(("ops", "busy_ns", "span_ns"), counts, strict=True):
+            out[f"{prefix}_{suffix}"] = values
+    out["busy_in_window_ns"], out["host_stall_ns"] = _clipped_device_time(pid, start, end, timelines)
+    out["gpu_reason"] = [""] * len(start)
+    data = {}
+    for c, dtype in schema.RANGE_COLUMNS.items():
+        if c in ("trace", "rank"):
+            continue
+        data[c] = np.asarray(out[c], np.int64) if dtype == "int64" else pd.array(out[c], dtype=dtype)
+    return pd.DataFrame(data, copy=False)
+
+
+def _clipped_device_time(
+    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per range: the process's device busy union and host-stall intervals clipped to [start, end]."""
+    busy = np.zeros(len(pid), np.int64)
+    stall = np.zeros(len(pid), np.int64)
+    empty = [np.zeros(0, np.int64)]
+    for p in np.unique(pid).tolist():
+        idx = np.flatnonzero(pid == p)
+        mine = [t for t in timelines if t.pid == p]
+        lo, hi = start[idx], end[idx]
+        busy_s, busy_e = metrics.union_intervals(
+            np.concatenate([t.busy_start for t in mine] or empty),
+            np.concatenate([t.busy_end for t in mine] or empty),
+        )
+        stall_s, stall_e = metrics.union_intervals(
+            np.concatenate([t.stall_start for t in mine] or empty),
+            np.concatenate([t.stall_end for t in mine] or empty),
+        )
+        busy[idx] = metrics.clipped_measure(busy_s, busy_e, lo, hi)
+        stall[idx] = metrics.clipped_measure(stall_s, stall_e, lo, hi)
+    return busy, stall
+
+
 def _attribute(
-    df: pd.DataFrame, launched: pd.DataFrame, *, by: list[str], range_keys: list[str], prefix: str
-) -> None:
+    range_keys: list[np.ndarray],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    launched: dict[str, np.ndarray],
+    by: list[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ops launched in each range (same ``by`` key, launch start in [start, end]): count, busy, span.
 
     Vectorized: ops sorted by (group, launch start); each range's ops are one contiguous slice [lo, hi) of
     that order (searchsorted per group); span by ``reduceat`` over the slice bounds; busy by
     :func:`_slice_measures`.
     """
-    n = len(df)
+    n = len(starts)
     ops_n = np.zeros(n, np.int64)
     busy = np.zeros(n, np.int64)
     span = np.zeros(n, np.int64)
-    op_keys = [launched[k].to_numpy(np.int64) for k in by]
-    ls = launched["launch_start_ns"].to_numpy(np.int64)
+    op_keys = [launched[k] for k in by]
+    ls = launched["launch_start_ns"]
     order = np.lexsort((ls, *reversed(op_keys)))
     ls = ls[order]
-    s_all = launched["start_ns"].to_numpy(np.int64)[order]
-    e_all = launched["end_ns"].to_numpy(np.int64)[order]
+    s_all = launched["start_ns"][order]
+    e_all = launched["end_ns"][order]
     op_keys = [k[order] for k in op_keys]
     new_group = np.zeros(len(ls), bool)
     if len(ls):
@@ -201,11 +317,9 @@ def _attribute(
             new_group[1:] |= k[1:] != k[:-1]
     bounds = np.append(np.flatnonzero(new_group), len(ls))
     group_of = {tuple(int(k[b]) for k in op_keys): (int(b), int(e)) for b, e in itertools.pairwise(bounds)}
-    range_key_cols = [df[k].to_numpy(np.int64) for k in range_keys]
-    starts, ends = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
     lo = np.zeros(n, np.int64)
     hi = np.zeros(n, np.int64)
-    keys = zip(*(c.tolist() for c in range_key_cols), strict=True)
+    keys = zip(*(np.asarray(c, np.int64).tolist() for c in range_keys), strict=True)
     gid = np.array([group_of.get(key, (-1, -1))[0] for key in keys], dtype=np.int64)
     for g0, g1 in group_of.values():
         mine = np.flatnonzero(gid == g0)
@@ -219,9 +333,7 @@ def _attribute(
             np.minimum, s_all, lo[hit], hi[hit]
         )
         busy[hit] = _slice_measures(s_all, e_all, lo[hit], hi[hit])
-    df[f"{prefix}_ops"] = pd.array(ops_n, dtype="Int64")
-    df[f"{prefix}_busy_ns"] = pd.array(busy, dtype="Int64")
-    df[f"{prefix}_span_ns"] = pd.array(span, dtype="Int64")
+    return ops_n, busy, span
 
 
 def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -272,24 +272,35 @@ def _record_rows(
     return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes], codes.count(-1)
 
 
-_US3 = re.compile(r"(?:-?[0-9]{1,15}\.[0-9]{3}\n)*")  # <= 1e15 us: the ns value fits in int64
+_US_TEXT = [re.compile(rf"(?:-?[0-9]{{1,15}}\.[0-9]{{{d}}}\n)*") for d in range(4)]  # <= 1e15 us: fits
+_MAX_US_INT = np.iinfo(np.int64).max // 1000
 
 
 def _us_to_ns(values: list[Any]) -> np.ndarray:
     """Microsecond values (ints, or float text) -> int64 ns, exactly as :func:`us_text_to_ns` per value.
 
-    The common case -- every value is Kineto's ``"<digits>.<3 digits>"`` text -- is converted in bulk:
-    drop the dots and parse the digits as int64 ns (no float step). Anything else goes value by value.
+    The common cases are converted in bulk with no float step: every value a Python int (``* 1000``, when
+    all fit), or every value decimal text with the same number (1-3) of decimals as the first -- drop the
+    dots, parse the digits as int64 and scale to ns. Anything else goes value by value.
     """
-    if values and values[0].__class__ is str:
+    first = values[0] if values else None
+    if first.__class__ is int and all(v.__class__ is int for v in values):  # bool is not int here either
+        try:
+            arr = np.array(values, np.int64)
+        except OverflowError:
+            arr = None
+        if arr is not None and arr.min() >= -_MAX_US_INT and arr.max() <= _MAX_US_INT:
+            return arr * 1000
+    elif first.__class__ is str and 1 <= len(first) - first.find(".") - 1 <= 3 and "." in first:
+        decimals = len(first) - first.find(".") - 1
         try:
             text = "\n".join(values) + "\n"
         except TypeError:
             text = ""
-        if text and _US3.fullmatch(text) is not None:
+        if text and _US_TEXT[decimals].fullmatch(text) is not None:
             out = np.fromstring(text.replace(".", ""), dtype=np.int64, sep="\n")
             if len(out) == len(values):  # a value holding a newline would add a line
-                return out
+                return out if decimals == 3 else out * 10 ** (3 - decimals)
     return np.array(
         [
             t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)

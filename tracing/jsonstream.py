@@ -68,7 +68,7 @@ class ChromeTraceReader:
             raise TraceFormatError(self.path, "no such file")
         if self.path.is_dir():
             raise TraceFormatError(self.path, "is a directory, expected a Kineto .json or .json.gz file")
-        fh = open(self.path, "rb")  # noqa: SIM115 -- closed in events()
+        fh = self._raw = open(self.path, "rb")  # noqa: SIM115 -- closed in events()
         magic = fh.read(2)
         fh.seek(0)
         return gzip.GzipFile(fileobj=fh, mode="rb") if magic == b"\x1f\x8b" else fh  # type: ignore[return-value]
@@ -155,6 +155,7 @@ class ChromeTraceReader:
                 raise self._fail("invalid JSON: extra data after the top-level value", self._base + self._pos)
         finally:
             self._fh.close()
+            self._raw.close()  # a GzipFile does not close the file object it was given
 
     def batches(self, fast_decode: Callable[[str], list[Any] | None] | None = None) -> Iterator[list[Any]]:
         """Like :meth:`events`, but yields lists of events: runs of whole events are parsed in one C call.

@@ -29,10 +29,13 @@ CLASSES: tuple[str, ...] = (
     "memset",
 )
 
+# Written for the regex engine's literal scan: every branch starts with a literal ("msccl(?<=\bmsccl)" is
+# "\bmsccl" checked after the literal matched; a leading "\b" makes the search try every position), and no
+# branch is implied by another ("ncclDevKernel" contains "nccl"; "sm90_...gemm" contains "gemm").
 DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     (
         "communication",
-        r"nccl|ncclDevKernel|ncclKernel|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|\bmsccl|\brccl|nvshmem",
+        r"nccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|msccl(?<=\bmsccl)|rccl(?<=\brccl)|nvshmem",
     ),
     (
         "attention",
@@ -40,7 +43,7 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ),
     (
         "gemm",
-        r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|\bmma|sm\d+_.*(tensorop|gemm)|ampere_|volta_|turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm",
+        r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|mma(?<=\bmma)|sm\d+_.*tensorop|ampere_|volta_|turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm",
     ),
     (
         "quantize",
@@ -69,10 +72,7 @@ class KernelClassifier:
     _memo: dict[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        twins = tuple(
-            re.compile(p.pattern) if p.pattern.isascii() and p.pattern == p.pattern.lower() else None
-            for _, p in self.rules
-        )
+        twins = tuple(_lower_twin(p.pattern) for _, p in self.rules)
         object.__setattr__(self, "_lower_twins", twins)
 
     def classify(self, name: str) -> str:
@@ -104,6 +104,40 @@ class KernelClassifier:
 
 
 _MEMO_MAX = 100_000
+
+
+def _lower_twin(pattern: str) -> re.Pattern[str] | None:
+    """A case-sensitive pattern that matches a lowered ASCII name iff ``pattern`` (IGNORECASE) matches it.
+
+    That is the pattern itself when it is ASCII lower case, or the pattern with upper-case letters lowered
+    when every such letter is a plain literal (``ncclDevKernel``): not escaped (``\\D``, ``\\A``), not in a
+    character class (``[A-z]`` != ``[a-z]``) and not in a ``(?...)`` group header. Else None (use
+    IGNORECASE on the name).
+    """
+    if not pattern.isascii():
+        return None
+    if pattern == pattern.lower():
+        return re.compile(pattern)
+    if "(?" in pattern:
+        return None
+    escaped = in_class = False
+    for ch in pattern:
+        if escaped:
+            if ch.isupper():
+                return None
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            if ch.isupper():
+                return None
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+    try:
+        return re.compile(pattern.lower())
+    except re.error:  # pragma: no cover -- e.g. a class opened by "[]" whose letters became a bad range
+        return None
 
 
 def _compile(rules: Iterable[tuple[str, str]]) -> tuple[tuple[str, re.Pattern[str]], ...]:
@@ -148,21 +182,23 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
     kind_i = (gkey // len(name_uniq)) % len(kind_uniq)
     dev_i = gkey // (len(name_uniq) * len(kind_uniq))
     kinds, names = kind_uniq[kind_i], name_uniq[name_i]
-    out = pd.DataFrame(
-        {
-            "device": dev_uniq[dev_i],
-            "kind": kinds,
-            "name": names,
-            "kernel_class": classifier.classify_ops(kinds, names),
-            "count": count.astype(np.int64),
-            "total_ns": total,
-            "mean_ns": total / count,
-            "max_ns": np.maximum.reduceat(dur, first),
-        }
-    )
     rows = np.lexsort((-total, dev_i))  # stable: equal totals keep (kind, name) order
-    out = out.iloc[rows]
-    return out.loc[:, cols].astype({c: schema.KERNEL_COLUMNS[c] for c in cols}).reset_index(drop=True)
+    kinds, names, count, total = kinds[rows], names[rows], count[rows].astype(np.int64), total[rows]
+    values = {
+        "device": dev_uniq[dev_i][rows],
+        "kind": kinds,
+        "name": names,
+        "kernel_class": classifier.classify_ops(kinds, names),
+        "count": count,
+        "total_ns": total,
+        "mean_ns": total / count,
+        "max_ns": np.maximum.reduceat(dur, first)[rows],
+    }
+    dtypes = {c: schema.KERNEL_COLUMNS[c] for c in cols}
+    return pd.DataFrame(  # numeric columns are int64 / float64 already (schema.KERNEL_COLUMNS)
+        {c: pd.array(values[c], dtype="string") if dtypes[c] == "string" else values[c] for c in cols},
+        copy=False,
+    )
 
 
 def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +214,42 @@ def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def class_totals(kernels: pd.DataFrame) -> pd.DataFrame:
-    """Total time per (device, class) from a kernel table, with the share of all GPU-op time."""
+    """Total time per (device, class) from a kernel table, with the share of all GPU-op time.
+
+    Rows: device ascending, then total time descending (ties by class name). Grouped on integer codes
+    (exact int64 sums); an empty table, a missing class or non-int64 device / total columns take the pandas
+    groupby path, which gives the same table.
+    """
+    classes = kernels["kernel_class"]
+    plain = kernels["device"].dtype == np.int64 and kernels["total_ns"].dtype == np.int64
+    if len(kernels) == 0 or not plain or classes.isna().any():
+        return _class_totals_groupby(kernels)
+    dev_codes, dev_uniq = _sorted_codes(kernels["device"].to_numpy(np.int64))
+    cls_codes, cls_uniq = _sorted_codes(classes.to_numpy(object))
+    key = dev_codes * len(cls_uniq) + cls_codes
+    total_ns = kernels["total_ns"].to_numpy(np.int64)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    total = np.add.reduceat(total_ns[order], first)
+    dev_i, cls_i = key[first] // len(cls_uniq), key[first] % len(cls_uniq)
+    device_total = np.zeros(len(dev_uniq), np.int64)
+    np.add.at(device_total, dev_i, total)
+    rows = np.lexsort((-total, dev_i))  # stable: equal totals keep class order
+    with np.errstate(divide="ignore", invalid="ignore"):  # a device with zero time: NaN, as pandas gives
+        share = total[rows] / device_total[dev_i][rows]
+    return pd.DataFrame(
+        {
+            "device": dev_uniq[dev_i][rows],
+            "kernel_class": pd.array(cls_uniq[cls_i][rows], dtype=classes.dtype),
+            "total_ns": total[rows],
+            "share": share,
+        }
+    )
+
+
+def _class_totals_groupby(kernels: pd.DataFrame) -> pd.DataFrame:
+    """:func:`class_totals` by a pandas groupby (the reference)."""
     t = kernels.groupby(["device", "kernel_class"], observed=True)["total_ns"].sum().reset_index()
     t["share"] = t["total_ns"] / t.groupby("device")["total_ns"].transform("sum")
     return t.sort_values(["device", "total_ns"], ascending=[True, False]).reset_index(drop=True)

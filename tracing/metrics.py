@@ -39,6 +39,7 @@ uses the *start* of the launch call (``rule="start"``); ``rule="end"`` uses its 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,9 +63,24 @@ def gpu_ops(events: pd.DataFrame) -> pd.DataFrame:
     Adds ``end_ns``, ``launch_start_ns``, ``launch_end_ns``, ``launch_tid`` (-1 when no launch record).
     """
     is_op = kind_mask(events, schema.GPU_OP_KINDS)
-    cols = ["kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation"]
-    ops = pd.DataFrame({c: events[c].to_numpy()[is_op] for c in cols})
-    ops["kind"] = ops["kind"].astype(str).astype(object)
+    cols = ["pid", "device", "stream", "start_ns", "dur_ns", "correlation"]
+    # kind: object column of str; name: the str column, taken from the categories by code (no per-row
+    # Python strings; code -1 -> missing), equal to converting the categorical row by row.
+    kind = events["kind"].array
+    kind_names = np.array([str(k) for k in kind.categories] + [np.nan], dtype=object)
+    name = events["name"].array
+    name_codes = name.codes[is_op]
+    names = name.categories.astype(str).array
+    data = {
+        "kind": pd.Series(kind_names[kind.codes[is_op]], dtype=object, copy=False),
+        "name": (
+            pd.Series(names.take(name_codes, allow_fill=True), copy=False)
+            if (name_codes >= 0).any()
+            else name.to_numpy()[is_op]  # no names: let pandas infer as for the rows (object, float)
+        ),
+    }
+    data.update({c: events[c].to_numpy()[is_op] for c in cols})
+    ops = pd.DataFrame(data, copy=False)
     ops["end_ns"] = ops["start_ns"] + ops["dur_ns"]
     corr_all = events["correlation"].to_numpy()
     is_launch = kind_mask(events, schema.LAUNCH_KINDS) & (corr_all >= 0)
@@ -134,8 +150,16 @@ class DeviceTimeline:
 
 def device_timeline(ops: pd.DataFrame, pid: int, device: int) -> DeviceTimeline:
     """Busy union, gaps and host stall (launch-end rule) for the ops of one (process, device)."""
-    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    l_start, l_end = ops["launch_start_ns"].to_numpy(), ops["launch_end_ns"].to_numpy()
+    return _device_timeline({c: ops[c].to_numpy() for c in _TIMELINE_COLUMNS}, pid, device)
+
+
+_TIMELINE_COLUMNS = ("kind", "stream", "start_ns", "end_ns", "launch_start_ns", "launch_end_ns")
+
+
+def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> DeviceTimeline:
+    """:func:`device_timeline` on the ops' columns as arrays (rows in ``gpu_ops`` order)."""
+    start, end = ops["start_ns"], ops["end_ns"]
+    l_start, l_end = ops["launch_start_ns"], ops["launch_end_ns"]
     has_launch = l_end != schema.NO_ID
     # Sort by start, ties by earliest launch end (ops without a launch record last).
     order = np.lexsort((np.where(has_launch, l_end, np.iinfo(np.int64).max), start))
@@ -151,7 +175,7 @@ def device_timeline(ops: pd.DataFrame, pid: int, device: int) -> DeviceTimeline:
     busy = int((busy_end - busy_start).sum())
     host_stall = int(stall.sum())
     keep = stall > 0
-    kinds = ops["kind"].to_numpy()
+    kinds = ops["kind"]
     row: dict[str, float | int] = {
         "pid": pid,
         "device": device,
@@ -168,15 +192,15 @@ def device_timeline(ops: pd.DataFrame, pid: int, device: int) -> DeviceTimeline:
         "num_kernels": int((kinds == schema.KERNEL).sum()),
         "num_memcpy": int((kinds == schema.MEMCPY).sum()),
         "num_memset": int((kinds == schema.MEMSET).sum()),
-        "num_streams": int(ops["stream"].nunique()),
-        "same_stream_overlap_ns": _same_stream_overlap(ops),
+        "num_streams": len(np.unique(ops["stream"])),
+        "same_stream_overlap_ns": _same_stream_overlap(ops["stream"], start, end),
     }
     return DeviceTimeline(pid, device, busy_start, busy_end, g0[keep], (g0 + stall)[keep], row)
 
 
-def _same_stream_overlap(ops: pd.DataFrame) -> int:
-    df = ops.sort_values(["stream", "start_ns"], kind="stable")
-    st, s, e = df["stream"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+def _same_stream_overlap(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
+    order = np.lexsort((start, stream))  # stable: by stream, then start, then row order
+    st, s, e = stream[order], start[order], end[order]
     same = st[1:] == st[:-1]
     overlap = np.minimum(e[:-1], e[1:]) - s[1:]
     return int(np.clip(overlap[same], 0, None).sum())
@@ -185,11 +209,28 @@ def _same_stream_overlap(ops: pd.DataFrame) -> int:
 def device_timelines(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> list[DeviceTimeline]:
     """One :class:`DeviceTimeline` per (process, device) with GPU ops, in (pid, device) order."""
     ops = gpu_ops(events) if ops is None else ops
-    numeric = ops.drop(columns="name")  # splitting the Arrow-backed name column per group is slow, unused
+    cols = {c: ops[c].to_numpy() for c in _TIMELINE_COLUMNS}
+    pid, dev = ops["pid"].to_numpy(np.int64), ops["device"].to_numpy(np.int64)
+    order = np.lexsort((dev, pid))  # stable: groups in (pid, device) order, rows in their order
+    cols = {c: v[order] for c, v in cols.items()}
+    pid, dev = pid[order], dev[order]
     return [
-        device_timeline(g, int(pid), int(dev))
-        for (pid, dev), g in numeric.groupby(["pid", "device"], sort=True)
+        _device_timeline({c: v[a:b] for c, v in cols.items()}, int(pid[a]), int(dev[a]))
+        for a, b in _runs(pid, dev)
     ]
+
+
+def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
+    """[start, stop) of each run of equal key tuples in arrays sorted by those keys."""
+    n = len(keys[0])
+    if n == 0:
+        return []
+    new = np.zeros(n, bool)
+    new[0] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    bounds = np.append(np.flatnonzero(new), n).tolist()
+    return list(itertools.pairwise(bounds))
 
 
 def device_metrics(events: pd.DataFrame, timelines: list[DeviceTimeline] | None = None) -> pd.DataFrame:
@@ -222,11 +263,18 @@ def stream_breakdown(
     ops = gpu_ops(events) if ops is None else ops
     cols = [c for c in schema.STREAM_COLUMNS if c not in ("trace", "rank")]
     rows = []
-    numeric = ops.drop(columns=["kind", "name"])  # string columns are unused here and slow to split
-    for (pid, dev, stream), g in numeric.groupby(["pid", "device", "stream"], sort=True):
-        g = g.sort_values(["start_ns", "end_ns"], kind="stable")
-        s, e = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
-        launch = g["launch_start_ns" if rule == "start" else "launch_end_ns"].to_numpy()[1:]
+    pids, devs, streams = (ops[c].to_numpy(np.int64) for c in ("pid", "device", "stream"))
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    launches = ops["launch_start_ns" if rule == "start" else "launch_end_ns"].to_numpy()
+    # stable: groups in (pid, device, stream) order, each sorted by (start, end), ties in row order
+    order = np.lexsort((ends, starts, streams, devs, pids))
+    pids, devs, streams, starts, ends, launches = (
+        a[order] for a in (pids, devs, streams, starts, ends, launches)
+    )
+    for a, b in _runs(pids, devs, streams):
+        pid, dev, stream = pids[a], devs[a], streams[a]
+        s, e = starts[a:b], ends[a:b]
+        launch = launches[a + 1 : b]
         gap = s[1:] - e[:-1]
         negative = gap < 0
         gap = np.clip(gap, 0, None)
@@ -239,7 +287,7 @@ def stream_breakdown(
                 "pid": int(pid),
                 "device": int(dev),
                 "stream": int(stream),
-                "num_ops": len(g),
+                "num_ops": b - a,
                 "span_ns": int(e.max() - s[0]),
                 "busy_ns": measure(s, e),
                 "idle_ns": idle,

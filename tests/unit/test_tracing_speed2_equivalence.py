@@ -1,0 +1,196 @@
+"""The second round of per-file speed-ups gives exactly the tables of the straightforward code they replaced.
+
+Each fast path is checked against a slow reference on every real and quirk trace in ``tests/data``:
+bulk microsecond parsing, the categorical-to-string ``gpu_ops`` columns, array-based stream/device
+grouping, the array-built range table, and the kernel rules rewritten for the regex engine's literal scan.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracing import attribution, kernel_classes, metrics, schema
+from tracing.ingest import load_trace
+from tracing.ingest_kineto import _us_to_ns, us_text_to_ns
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TRACES = [
+    *sorted((DATA / "real").glob("**/*.json.gz")),
+    *sorted((DATA / "quirks").glob("*/trace.json")),
+    DATA / "real" / "nsysai_h100x2_mfu_before.sqlite",
+]
+
+
+@pytest.fixture(scope="module", params=TRACES, ids=lambda p: p.parent.name + "/" + p.name)
+def loaded(request):
+    trace = load_trace(request.param)
+    return trace, metrics.gpu_ops(trace.events)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1682725898236567, 0, -3, 12],
+        ["1.5", "0.0", "-2.5", "-0.5", "123456789012345.7"],
+        ["1.25", "-0.05", "7.10"],
+        ["4458676522690.655", "-1.001", "0.000"],
+        ["1.5", "2.25", "3.125", "4"],  # mixed decimals and no dot: value by value
+        [1, "2.5"],
+        [2**62, 1],  # too big for ns in int64: value by value (the caller then reports the overflow)
+    ],
+)
+def test_bulk_microseconds_equal_per_value_conversion(values):
+    try:
+        want = np.array([us_text_to_ns(v) for v in values], np.int64)
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            _us_to_ns(values)
+        return
+    got = _us_to_ns(values)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bulk_microseconds_reject_bool_like_the_exact_path():
+    with pytest.raises(TypeError):
+        _us_to_ns([1, True])
+
+
+def _reference_gpu_ops_head(events: pd.DataFrame) -> pd.DataFrame:
+    is_op = metrics.kind_mask(events, schema.GPU_OP_KINDS)
+    cols = ["kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation"]
+    ops = pd.DataFrame({c: events[c].to_numpy()[is_op] for c in cols})
+    ops["kind"] = ops["kind"].astype(str).astype(object)
+    return ops
+
+
+def test_gpu_ops_string_columns_equal_row_by_row_conversion(loaded):
+    trace, ops = loaded
+    ref = _reference_gpu_ops_head(trace.events)
+    pd.testing.assert_frame_equal(ops[ref.columns], ref, check_exact=True)
+
+
+def test_gpu_ops_missing_names_equal_row_by_row_conversion(loaded):
+    trace, _ = loaded
+    events = trace.events.copy()
+    codes = events["name"].cat.codes.to_numpy().copy()
+    codes[::3] = -1
+    events["name"] = pd.Categorical.from_codes(codes, categories=events["name"].cat.categories)
+    ref = _reference_gpu_ops_head(events)
+    pd.testing.assert_frame_equal(metrics.gpu_ops(events)[ref.columns], ref, check_exact=True)
+
+
+def _reference_streams(ops: pd.DataFrame, rule: str, threshold: int) -> list[tuple[int, ...]]:
+    rows = []
+    for key, g in ops.drop(columns=["kind", "name"]).groupby(["pid", "device", "stream"], sort=True):
+        g = g.sort_values(["start_ns", "end_ns"], kind="stable")
+        s, e = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
+        launch = g["launch_start_ns" if rule == "start" else "launch_end_ns"].to_numpy()[1:]
+        gap = np.clip(s[1:] - e[:-1], 0, None)
+        host = (launch != schema.NO_ID) & (launch > e[:-1])
+        kwait = ~host & (gap < threshold)
+        rows.append((*map(int, key), len(g), int(gap.sum()), int(gap[host].sum()), int(gap[kwait].sum())))
+    return rows
+
+
+@pytest.mark.parametrize("rule", ["start", "end"])
+def test_stream_breakdown_equals_pandas_groupby_reference(loaded, rule):
+    trace, ops = loaded
+    got = metrics.stream_breakdown(trace.events, rule=rule, ops=ops)
+    cols = ["pid", "device", "stream", "num_ops", "idle_ns", "host_wait_ns", "kernel_wait_ns"]
+    rows = [tuple(int(v) for v in r) for r in got[cols].itertuples(index=False)]
+    assert rows == _reference_streams(ops, rule, metrics.KERNEL_WAIT_THRESHOLD_NS)
+
+
+def test_device_timelines_equal_per_group_frames(loaded):
+    trace, ops = loaded
+    got = metrics.device_timelines(trace.events, ops)
+    want = [
+        metrics.device_timeline(g, int(pid), int(dev)) for (pid, dev), g in ops.groupby(["pid", "device"])
+    ]
+    assert [(t.pid, t.device, t.row) for t in got] == [(t.pid, t.device, t.row) for t in want]
+    for a, b in zip(got, want, strict=True):
+        for k in ("busy_start", "busy_end", "stall_start", "stall_end"):
+            np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+
+
+def test_array_built_range_table_equals_frame_built_one(loaded, monkeypatch):
+    trace, ops = loaded
+    fast = attribution.attribute_ranges(trace, ops=ops)
+    monkeypatch.setattr(attribution, "_range_columns", lambda *_: None)  # force the DataFrame path
+    slow = attribution.attribute_ranges(trace, ops=ops)
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+
+
+OLD_RULES = (
+    (
+        "communication",
+        r"nccl|ncclDevKernel|ncclKernel|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|"
+        r"cross_device_reduce|\bmsccl|\brccl|nvshmem",
+    ),
+    ("attention", kernel_classes.DEFAULT_RULES[1][1]),
+    (
+        "gemm",
+        r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|\bmma|sm\d+_.*(tensorop|gemm)|ampere_|volta_|"
+        r"turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm",
+    ),
+    ("quantize", kernel_classes.DEFAULT_RULES[3][1]),
+    ("elementwise", kernel_classes.DEFAULT_RULES[4][1]),
+)
+
+
+def test_rewritten_default_rules_classify_like_the_original_case_insensitive_rules():
+    old = [(cls, re.compile(p, re.IGNORECASE)) for cls, p in OLD_RULES]
+
+    def reference(name: str) -> str:
+        return next((cls for cls, p in old if p.search(name)), "other")
+
+    frags = ["msccl", "MSCCL", "rccl", "mma", "MMA", "_", "x", "a", "sm90_", "sm8_", "gemm", "TensorOp"]
+    frags += ["ncclDevKernel", " ", "-", "\u0131", "K", "\u212a", "9", "Scale", "void at::native::"]
+    rng = random.Random(0)
+    names = ["".join(rng.choice(frags) for _ in range(rng.randint(1, 5))) for _ in range(5000)]
+    for path in TRACES:
+        names += [str(n) for n in metrics.gpu_ops(load_trace(path).events)["name"].dropna().unique()]
+    fresh = kernel_classes.KernelClassifier(kernel_classes.DEFAULT.rules)
+    assert [fresh.classify(n) for n in names] == [reference(n) for n in names]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "safe"),
+    [
+        ("ncclDevKernel|x", True),
+        (r"Foo\D", False),
+        ("[A-z]x", False),
+        ("(?i)Ab", False),
+        ("caf\u00c9", False),
+    ],
+)
+def test_lower_twin_only_for_patterns_whose_upper_case_letters_are_literals(pattern, safe):
+    assert (kernel_classes._lower_twin(pattern) is not None) is safe
+
+
+def test_class_totals_equal_pandas_groupby_on_real_and_tie_heavy_tables(loaded):
+    _, ops = loaded
+    tables = [kernel_classes.kernel_table(ops)]
+    rng = np.random.default_rng(3)
+    for _ in range(50):  # few distinct totals: many ties, and devices whose time is all zero (share NaN)
+        n = int(rng.integers(1, 30))
+        tables.append(
+            pd.DataFrame(
+                {
+                    "device": rng.integers(0, 3, n),
+                    "kernel_class": pd.array(rng.choice(list(kernel_classes.CLASSES), n), dtype="string"),
+                    "total_ns": rng.integers(0, 3, n) * 1000,
+                }
+            )
+        )
+    for table in tables:
+        pd.testing.assert_frame_equal(
+            kernel_classes.class_totals(table), kernel_classes._class_totals_groupby(table), check_exact=True
+        )
