@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -147,5 +146,23 @@ def pack_microbatches(lengths: Sequence[int], tokens_per_microbatch: int) -> lis
     return out
 
 
-def summarize(values: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items()}
+def step_stats(
+    batch: GRPOBatch,
+    *,
+    loss_sum: float,
+    grad_norm: float,
+    clipped: float,
+    tis_sum: float,
+    num_microbatches: int,
+) -> dict[str, float]:
+    """The per-step statistics every learner backend returns from ``train_step`` (token means over the
+    step's valid response tokens; TIS weight mean NaN when the batch carries no sampler log-probs)."""
+    total_tokens = float(batch.response_mask.sum().clamp(min=1.0))
+    return {
+        "loss": loss_sum,
+        "grad_norm": float(grad_norm),
+        "clip_fraction": clipped / total_tokens,
+        "tis_weight_mean": tis_sum / total_tokens if batch.sampler_logprobs is not None else float("nan"),
+        "num_microbatches": float(num_microbatches),
+        "update_tokens": float(batch.attention_mask.sum()),
+    }

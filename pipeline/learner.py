@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from pipeline.engines import scale_name
-from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, token_loss
+from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, step_stats, token_loss
 from tracing.errors import InputError
 from tracing.ranges import RangeLog
 
@@ -202,14 +202,14 @@ class HFLearner:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=False)
         self.optimizer.step()
         self.step_count += 1
-        return {
-            "loss": loss_sum,
-            "grad_norm": float(grad_norm),
-            "clip_fraction": clipped / total_tokens,
-            "tis_weight_mean": tis / total_tokens if batch.sampler_logprobs is not None else float("nan"),
-            "num_microbatches": float(len(plan)),
-            "update_tokens": float(batch.attention_mask.sum()),
-        }
+        return step_stats(
+            batch,
+            loss_sum=loss_sum,
+            grad_norm=float(grad_norm),
+            clipped=clipped,
+            tis_sum=tis,
+            num_microbatches=len(plan),
+        )
 
     # -- export ------------------------------------------------------------------------------------------
     def _quantized_params(self) -> Iterator[tuple[str, Any]]:

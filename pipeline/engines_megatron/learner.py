@@ -52,7 +52,7 @@ from pipeline.engines_megatron.te_path import (
     te_to_local_names,
 )
 from pipeline.engines_megatron.weights import megatron_to_hf
-from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, token_loss
+from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, step_stats, token_loss
 from tracing.errors import InputError
 from tracing.ranges import RangeLog
 
@@ -205,14 +205,14 @@ class MegatronLearner:
         self._copy_master_to_model()
         self.model.eval()
         self.step_count += 1
-        return {
-            "loss": loss_sum,
-            "grad_norm": float(grad_norm),
-            "clip_fraction": clipped / total_tokens,
-            "tis_weight_mean": tis / total_tokens if batch.sampler_logprobs is not None else float("nan"),
-            "num_microbatches": float(len(plan)),
-            "update_tokens": float(batch.attention_mask.sum()),
-        }
+        return step_stats(
+            batch,
+            loss_sum=loss_sum,
+            grad_norm=float(grad_norm),
+            clipped=clipped,
+            tis_sum=tis,
+            num_microbatches=len(plan),
+        )
 
     def _accumulate_main_grads(self) -> None:
         """Move this micro-batch's parameter gradients into the fp32 master gradients (Megatron's main_grad)."""
