@@ -10,7 +10,8 @@ within each repeat, so they share the machine's load; medians are reported):
    the msgspec decoder disabled: ``MXPERF_KINETO_DECODER=json``) vs ``hta`` (TraceAnalysis load + idle-time
    breakdown + temporal breakdown, default JSON backend) vs ``gunzip`` (the decompression floor);
 2. the 2-rank sample (a directory of two rank files): ``mxperf``, ``mxperf-metrics``, ``mxperf-json`` (all
-   serial, one process) vs ``hta`` (its default pool);
+   serial, one process) vs ``hta`` (its default fork pool, one file per child) and ``hta-system`` (the same
+   with Arrow's system allocator, the one the ``mxperf`` command picks);
 3. the nsys export: ``mxperf-load`` (load_nsys_events) vs ``sqlite`` (the same SELECTs, fetchall only);
 4. with ``--synthetic-gb``: a synthetic Kineto trace of that uncompressed size (built in /tmp by
    ``make_synthetic_trace.py``, never in the repo): ``mxperf`` vs ``gunzip``.
@@ -41,6 +42,8 @@ def measure(tool: str, path: Path) -> dict:
     env = ENV
     if tool == "mxperf-json":
         tool, env = "mxperf", {**ENV, "MXPERF_KINETO_DECODER": "json"}
+    elif tool == "hta-system":  # HTA with the allocator mxperf picks, to show what that choice is worth
+        tool, env = "hta", {**ENV, "ARROW_DEFAULT_MEMORY_POOL": "system"}
     proc = subprocess.run(
         [sys.executable, str(WORKER), tool, str(path)], capture_output=True, text=True, env=env
     )
@@ -99,7 +102,11 @@ def main() -> int:
             ],
             args.repeats,
         )
-        hta2 = [] if args.skip_hta else [("hta", REAL / "hta_sampled_2rank")]
+        hta2 = (
+            []
+            if args.skip_hta
+            else [("hta", REAL / "hta_sampled_2rank"), ("hta-system", REAL / "hta_sampled_2rank")]
+        )
         results["sampled_2rank"] = run_case(
             "sampled_2rank",
             [
@@ -142,6 +149,10 @@ def main() -> int:
             m, h = results[case]["mxperf"], results[case]["hta"]
             summary[f"{case}_speedup_vs_hta"] = h["seconds"] / m["seconds"]
             summary[f"{case}_memory_vs_hta"] = m["peak_rss_mb"] / h["peak_rss_mb"]
+        summary["sampled_2rank_memory_vs_hta_system_pool"] = (
+            results["sampled_2rank"]["mxperf"]["peak_rss_mb"]
+            / results["sampled_2rank"]["hta-system"]["peak_rss_mb"]
+        )
         summary["sampled_2rank_same_metrics_speedup_vs_hta"] = (
             results["sampled_2rank"]["hta"]["seconds"] / results["sampled_2rank"]["mxperf-metrics"]["seconds"]
         )

@@ -12,6 +12,9 @@ Tools (each imports its libraries first, then records the baseline RSS, then tim
 - ``sqlite``: the floor for an nsys export: the same SELECTs mxperf runs, ``fetchall`` only.
 
 Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
+The mxperf tools choose Arrow's allocator as the ``mxperf`` command does at start-up
+(``tracing.store.use_system_allocator``); HTA runs with pyarrow's default pool unless the benchmark sets
+``ARROW_DEFAULT_MEMORY_POOL`` (its ``hta-system`` case).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ NSYS_QUERIES = (
 
 def main(tool: str, path: str) -> dict[str, object]:
     p = Path(path)
+    if tool.startswith("mxperf"):
+        from tracing.store import use_system_allocator
+
+        use_system_allocator()
     if tool == "mxperf":
         from tracing.ingest import analyze, load_trace
 

@@ -1,58 +1,68 @@
-"""Trace capture for runs and sweeps: ``tracing.capture`` when the tracing package provides it, else
-``torch.profiler`` directly (CPU activity, plus CUDA activity when a GPU is present), exported as a
-gzipped Chrome/Kineto trace at ``trace/rank-<r>.json.gz`` (SPEC.md run directory layout).
+"""Trace capture for ``mxperf run`` and ``mxperf sweep``, through :class:`tracing.capture.Capture`.
 
-Ranges from :class:`tracing.ranges.RangeLog` appear in the trace as ``user_annotation`` events because the
-range helper enters ``record_function`` whenever a profiler is active.
+One capture implementation: the schedule (which steps are traced), one ``trace/rank-<r>.json.gz`` per rank,
+the capture manifest ``trace/capture-rank-<r>.json``, CUDA activity (CUPTI) when a GPU is there and the
+Nsight Systems bracket (``--nsys``: cudaProfilerStart/Stop around the traced steps) all live there. Ranges
+from :class:`tracing.ranges.RangeLog` appear in the trace as ``user_annotation`` events because the range
+helper enters ``record_function`` whenever a profiler is active.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
-import importlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
+
+from tracing.capture import Capture, CaptureConfig
+from tracing.errors import InputError
+
+NSYS_NEEDS_CUDA = (
+    "--nsys brackets the traced steps with cudaProfilerStart/Stop for "
+    "`nsys profile --capture-range=cudaProfilerApi`; it needs CUDA, which this torch/machine lacks"
+)
 
 
-def _tracing_capture() -> object | None:
+WHOLE_BLOCK = CaptureConfig(wait=0, warmup=0, active=1)  # one traced "step": the whole block (a sweep)
+
+
+def parse_trace_steps(text: str | None, steps: int) -> CaptureConfig:
+    """``--trace-steps WAIT,WARMUP,ACTIVE`` -> a schedule over ``steps`` RL steps (None: trace every step)."""
+    if text is None:
+        return CaptureConfig(wait=0, warmup=0, active=max(1, steps))
     try:
-        mod = importlib.import_module("tracing.capture")
-    except ImportError:
-        return None
-    return getattr(mod, "capture", None)
+        wait, warmup, active = (int(x) for x in text.split(","))
+        cfg = CaptureConfig(wait=wait, warmup=warmup, active=active)
+    except ValueError as exc:
+        raise InputError(
+            f"--trace-steps wants WAIT,WARMUP,ACTIVE step counts (e.g. 1,1,3), got {text!r}: {exc}"
+        ) from None
+    if cfg.cycle > steps:
+        raise InputError(
+            f"--trace-steps {text} needs at least {cfg.cycle} steps (wait {wait} + warmup {warmup} + "
+            f"active {active}), but --steps is {steps}"
+        )
+    return cfg
+
+
+def with_nsys(cfg: CaptureConfig, nsys: bool, cuda_available: bool) -> CaptureConfig:
+    """The schedule with the Nsight Systems bracket on; a clear error without CUDA."""
+    if not nsys:
+        return cfg
+    if not cuda_available:
+        raise InputError(NSYS_NEEDS_CUDA)
+    return CaptureConfig(**{**cfg.__dict__, "nsys": True})
 
 
 @contextlib.contextmanager
-def capture_trace(path: str | os.PathLike[str] | None) -> Iterator[None]:
-    """Profile the block and write the trace to ``path`` (``None``: no profiling at all)."""
-    if path is None:
-        yield
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    capture = _tracing_capture()
-    if callable(capture):
-        with capture(path):  # type: ignore[operator]
-            yield
-        return
-    import torch
+def capture_trace(
+    out_dir: str | os.PathLike[str], config: CaptureConfig | None
+) -> Iterator[Callable[[], None]]:
+    """Profile the block into ``out_dir/trace/``; yields ``step()`` to call after each RL step.
 
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        yield
-    fd, raw = tempfile.mkstemp(suffix=".json", dir=path.parent)
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(raw)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(raw, "rb") as src, gzip.open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        os.replace(tmp, path)
-    finally:
-        Path(raw).unlink(missing_ok=True)
+    ``config=None``: no profiling, and ``step()`` does nothing.
+    """
+    if config is None:
+        yield lambda: None
+        return
+    with Capture(out_dir, config, rank=0) as cap:
+        yield cap.step

@@ -7,7 +7,8 @@
                                 sync, sync/check)
     sync_checks.parquet         one row per (step, invariant); step -1 is the initial push
     eval_fixed_weights.parquet  mismatch on the fixed evaluation batch at the first and last weights
-    trace/rank-0.json.gz        with --trace
+    trace/rank-0.json.gz        with --trace (the steps --trace-steps picks; all by default), and
+    trace/capture-rank-0.json   the capture manifest (schedule, CUDA activity, files)
 
 Tables are written when the run ends, however it ends (a failed run keeps the steps it finished, and its
 manifest says ``failed`` with the error), so nothing half-written is ever presented as complete.
@@ -25,6 +26,7 @@ import pandas as pd
 from pipeline.loop import CHECK_POLICIES, RLLoop, evaluate_pairing
 from pipeline.session import RunConfig, Session
 from tracing import store
+from tracing.capture import CaptureConfig
 from tracing.errors import InputError
 from tracing.manifest import OutputDir
 from tracing.ranges import RangeLog
@@ -59,7 +61,7 @@ def execute_run(
     cfg: RunConfig,
     out_dir: str | os.PathLike[str],
     *,
-    trace: bool = False,
+    trace: CaptureConfig | None = None,
     check_sync: str = "every",
     strict: bool = False,
     force: bool = False,
@@ -67,12 +69,21 @@ def execute_run(
     log: Callable[[str], None] = lambda msg: None,
     loop_factory: Callable[..., RLLoop] | None = None,
 ) -> dict[str, Any]:
-    """Run ``cfg.steps`` RL steps into ``out_dir``; returns the ``--json`` summary."""
+    """Run ``cfg.steps`` RL steps into ``out_dir``; returns the ``--json`` summary.
+
+    ``trace``: the capture schedule (:func:`pipeline.profiling.parse_trace_steps`), or None for no trace.
+    """
     from pipeline.profiling import capture_trace
 
     if check_sync not in CHECK_POLICIES:
         raise InputError(f"--check-sync must be one of {', '.join(CHECK_POLICIES)}, got {check_sync!r}")
-    config = {**asdict(cfg), "check_sync": check_sync, "strict": strict, "trace": trace}
+    config = {
+        **asdict(cfg),
+        "check_sync": check_sync,
+        "strict": strict,
+        "trace": trace is not None,
+        "trace_schedule": asdict(trace) if trace is not None else None,
+    }
     metrics: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
@@ -101,11 +112,11 @@ def execute_run(
                 loop = loop_factory(session, check_sync=check_sync, strict=strict, async_mode=cfg.async_mode)
             checks.extend(loop.initial_sync())
             evals.append(eval_fixed_batch(session, "initial", loop.version))
-            trace_path = store.trace_path(od.path, 0) if trace else None
             try:
-                with capture_trace(trace_path):
+                with capture_trace(od.path, trace) as traced_step:
                     for step in range(cfg.steps):
                         result = loop.step(step)
+                        traced_step()
                         metrics.append(result.metrics)
                         checks.extend(result.check_rows)
                         m = result.metrics

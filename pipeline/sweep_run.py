@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.sweep import NO_GPU_REASON, SweepConfig, fill_gpu_columns, run_sweep
 from tracing import store
+from tracing.capture import CaptureConfig
 from tracing.manifest import OutputDir
 from tracing.ranges import RangeLog
 
@@ -20,24 +21,33 @@ def execute_sweep(
     cfg: SweepConfig,
     out_dir: str | os.PathLike[str],
     *,
-    trace: bool = False,
+    trace: CaptureConfig | None = None,
     force: bool = False,
     command: Sequence[str] | None = None,
     log: Callable[[str], None] = lambda m: None,
 ) -> dict[str, Any]:
-    """Run the sweep into ``out_dir``; returns the ``--json`` summary."""
+    """Run the sweep into ``out_dir``; returns the ``--json`` summary.
+
+    ``trace``: capture the whole sweep (:data:`pipeline.profiling.WHOLE_BLOCK`, optionally with the nsys
+    bracket), or None for no trace.
+    """
     import torch
 
     from pipeline.profiling import capture_trace
 
     ranges = RangeLog()
-    config = {**asdict(cfg), "trace": trace, "num_sequences": cfg.num_sequences}
+    config = {
+        **asdict(cfg),
+        "trace": trace is not None,
+        "trace_schedule": asdict(trace) if trace is not None else None,
+        "num_sequences": cfg.num_sequences,
+    }
     with OutputDir(
         out_dir, kind="sweep", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
     ) as od:
-        trace_path = store.trace_path(od.path, 0) if trace else None
+        trace_path = store.trace_path(od.path, 0) if trace is not None else None
         try:
-            with capture_trace(trace_path):
+            with capture_trace(od.path, trace):
                 df = run_sweep(cfg, ranges=ranges, log=log)
         finally:
             store.write_table(ranges.to_frame(), od.path / store.RANGES)

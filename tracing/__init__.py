@@ -37,6 +37,7 @@ API_NAMES = frozenset(
         "range_frame",
         "stream_breakdown",
         "union_intervals",
+        "use_system_allocator",
         "with_rules",
     ]
 )

@@ -8,7 +8,8 @@
     kernel_table(gpu_ops(t.events))                   # per-kernel totals with classes; class_totals(...)
     microbatch_table(attribute_ranges(t), Labels(model="m", precision="bf16", tokens_per_microbatch=4096))
 
-Every function is pure (tables in, tables out) except the loaders, which read one file each.
+Every function is pure (tables in, tables out) except the loaders, which read one file each, and
+``use_system_allocator()`` (what the ``mxperf`` command calls first: a smaller Arrow footprint per process).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tracing.labels import Labels, parse_labels
 from tracing.metrics import device_metrics, device_timelines, gpu_ops, stream_breakdown, union_intervals
 from tracing.microbatches import microbatch_table
 from tracing.phases import load_phase_map, phase_of
+from tracing.store import use_system_allocator
 from tracing.trace import Trace
 
 __all__ = [
@@ -52,5 +54,6 @@ __all__ = [
     "range_frame",
     "stream_breakdown",
     "union_intervals",
+    "use_system_allocator",
     "with_rules",
 ]

@@ -5,7 +5,7 @@
         for step in range(n):
             train_step()          # ranges from tracing.ranges.RangeLog land in the trace as user_annotation
             cap.step()
-    # -> run_dir/trace/rank-<r>.json.gz and run_dir/trace/capture.json
+    # -> run_dir/trace/rank-<r>.json.gz and run_dir/trace/capture-rank-<r>.json
 
 Activities: CPU always; CUDA (CUPTI kernels, memcpys, memsets, runtime/driver calls) when CUDA is available.
 The wait / warmup / active schedule skips start-up steps and discards warm-up ones (CUPTI's own start cost).
@@ -14,7 +14,7 @@ The wait / warmup / active schedule skips start-up steps and discards warm-up on
 begins and ``cudaProfilerStop`` after the last, so nsys records only the profiled steps::
 
     nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop -t cuda,nvtx \\
-        -o run python -m mxperf run ... --trace nsys
+        -o run mxperf run ... --trace --trace-steps 1,1,3 --nsys
     nsys export --type sqlite run.nsys-rep      # -> run.sqlite, then: mxperf ingest run.sqlite -o out/
 
 torch is imported only when a capture starts, so importing this module costs nothing.
@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from tracing import store
+from tracing.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,25 @@ class CaptureConfig:
         """Whether 0-based step ``step`` is traced."""
         cycle, pos = divmod(step, self.cycle)
         return cycle < self.repeat and pos >= self.wait + self.warmup
+
+
+def nsys_action(config: CaptureConfig, step: int, recording: bool) -> str | None:
+    """What the Nsight Systems bracket does before 0-based ``step`` begins (``step`` = steps taken so far).
+
+    ``"start"`` (cudaProfilerStart) entering an active step while not recording, ``"stop"``
+    (cudaProfilerStop) entering an inactive one while recording, else None. With
+    ``--capture-range=cudaProfilerApi`` nsys records exactly the active steps; a repeating schedule opens one
+    capture range per cycle (``--capture-range-end=repeat`` keeps them all, ``stop`` only the first)::
+
+        wait=1 warmup=1 active=2:   step 0    1    2    3    4
+                                    wait  warm  [start rec  rec] stop
+    """
+    want = config.is_active(step)
+    if want and not recording:
+        return "start"
+    if recording and not want:
+        return "stop"
+    return None
 
 
 def current_rank() -> int:
@@ -119,7 +139,13 @@ class Capture:
         cfg = self.config
         if self.rank is None:
             self.rank = current_rank()
-        self._cuda = torch.cuda.is_available() if cfg.cuda is None else cfg.cuda
+        available = torch.cuda.is_available()
+        if cfg.cuda and not available:
+            raise InputError(
+                "CaptureConfig(cuda=True) needs CUDA for CUPTI kernel activity, and this torch/machine has "
+                "none; leave cuda=None to record CUDA activity only when it is there"
+            )
+        self._cuda = available if cfg.cuda is None else cfg.cuda
         if cfg.nsys and not self._cuda:
             warnings.warn(
                 "nsys=True ignored: CUDA is not available, so there is no cudaProfilerApi to call",
@@ -128,18 +154,18 @@ class Capture:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self._cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._prof = torch.profiler.profile(
-            activities=activities,
-            schedule=torch.profiler.schedule(
-                wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat
-            ),
-            on_trace_ready=self._on_trace_ready,
-            record_shapes=cfg.record_shapes,
-            profile_memory=cfg.profile_memory,
-            with_stack=cfg.with_stack,
-        )
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # warmup=0 is a choice here (e.g. a whole sweep), not a mistake
             warnings.filterwarnings("ignore", message=".*warmup.*")
+            self._prof = torch.profiler.profile(
+                activities=activities,
+                schedule=torch.profiler.schedule(
+                    wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat
+                ),
+                on_trace_ready=self._on_trace_ready,
+                record_shapes=cfg.record_shapes,
+                profile_memory=cfg.profile_memory,
+                with_stack=cfg.with_stack,
+            )
             self._prof.__enter__()
         self._nsys_edge()
         return self
@@ -150,13 +176,14 @@ class Capture:
             return
         import torch
 
-        want = self.config.is_active(self.steps)
-        if want and not self._nsys_on:
+        action = nsys_action(self.config, self.steps, self._nsys_on)
+        if action == "start":
             torch.cuda.profiler.start()
-        elif not want and self._nsys_on:
-            torch.cuda.synchronize()
+            self._nsys_on = True
+        elif action == "stop":
+            torch.cuda.synchronize()  # the last active step's kernels belong inside the capture range
             torch.cuda.profiler.stop()
-        self._nsys_on = want
+            self._nsys_on = False
 
     def step(self) -> None:
         """Mark the end of one training step."""
@@ -172,6 +199,7 @@ class Capture:
         if self._nsys_on:
             import torch
 
+            torch.cuda.synchronize()
             torch.cuda.profiler.stop()
             self._nsys_on = False
         if self._prof is not None:

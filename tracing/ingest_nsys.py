@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tracing import schema
+from tracing import schema, sqlite_bulk
 from tracing.errors import TraceFormatError
 from tracing.trace import Trace, events_frame
 
@@ -35,10 +35,10 @@ NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
 RUNTIME_CLASS, DRIVER_CLASS = 0, 1
 REQUIRED_TABLES = ("StringIds",)
 _GPU_TABLES = {
-    schema.KERNEL: ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName", "NULL"),
+    schema.KERNEL: ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName", None),
     schema.MEMCPY: ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind", "bytes"),
     schema.MEMSET: ("CUPTI_ACTIVITY_KIND_MEMSET", "memKind", "bytes"),
-    schema.SYNC: ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", "NULL"),
+    schema.SYNC: ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", None),
 }
 _GPU_COLUMNS = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
 MEMCPY_KIND = {
@@ -109,9 +109,31 @@ def _need(path: Path, tables: dict[str, set[str]], table: str, cols: tuple[str, 
         )
 
 
-def _int_matrix(con: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray:
-    """Rows of integer columns (NULLs mapped to -1 in the SQL) as one int64 matrix, in one conversion."""
-    return _ints_of_rows(con.execute(sql).fetchall(), ncols)
+def _select(
+    con: sqlite3.Connection,
+    table: str,
+    int_exprs: list[str],
+    text_expr: str | None = None,
+    where: str = "",
+    *,
+    bulk: bool = True,
+) -> tuple[np.ndarray, list[str]]:
+    """``SELECT int_exprs..., text_expr FROM table AS n [WHERE where]`` -> int64 matrix + text column.
+
+    In bulk (:mod:`tracing.sqlite_bulk`) when the values allow it, else row by row -- the same values, or the
+    exact error (``TypeError`` on a NULL, ``OverflowError`` out of range).
+    """
+    if bulk:
+        got = sqlite_bulk.select_columns(con, table, int_exprs, text_expr, where)
+        if got is not None:
+            return got
+    exprs = [*int_exprs, *([text_expr] if text_expr is not None else [])]
+    cond = f" WHERE {where}" if where else ""
+    rows = con.execute(f"SELECT {', '.join(exprs)} FROM {table} AS n{cond}").fetchall()
+    k = len(int_exprs)
+    if text_expr is None:
+        return _ints_of_rows(rows, k), []
+    return _ints_of_rows([r[:k] for r in rows], k), [r[k] for r in rows]
 
 
 def _ints_of_rows(rows: list[tuple[Any, ...]], ncols: int) -> np.ndarray:
@@ -124,7 +146,7 @@ def _ints_of_rows(rows: list[tuple[Any, ...]], ncols: int) -> np.ndarray:
 
 
 def _nz(col: str) -> str:
-    return f"coalesce({col}, {schema.NO_ID})" if col != "NULL" else str(schema.NO_ID)
+    return f"coalesce({col}, {schema.NO_ID})"
 
 
 def _intern(table: dict[str, int], names: Any) -> None:
@@ -167,10 +189,14 @@ class _Builder:
 
 def load_nsys_events(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
     """Read one Nsight Systems SQLite export into a :class:`Trace` (one trace, possibly many processes)."""
-    path = Path(path)
+    return _load_file(Path(path), rank, bulk=True)
+
+
+def _load_file(path: Path, rank: int | None, *, bulk: bool) -> Trace:
+    """:func:`load_nsys_events`; ``bulk=False`` reads every table row by row (the reference for tests)."""
     con = open_readonly(path)
     try:
-        return _load(path, con, rank)
+        return _load(path, con, rank, bulk)
     except sqlite3.DatabaseError as exc:
         raise TraceFormatError(path, f"SQLite error while reading ({exc})") from None
     except TraceFormatError:
@@ -181,7 +207,7 @@ def load_nsys_events(path: str | os.PathLike[str], *, rank: int | None = None) -
         con.close()
 
 
-def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
+def _load(path: Path, con: sqlite3.Connection, rank: int | None, bulk: bool) -> Trace:
     tables = _tables(con)
     for t in REQUIRED_TABLES:
         if t not in tables:
@@ -198,12 +224,12 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
         if table not in tables:
             continue
         _need(path, tables, table, (*_GPU_COLUMNS, name_col))
-        m = _int_matrix(
-            con,
-            f'SELECT start, "end", {_nz("deviceId")}, {_nz("streamId")}, {_nz("correlationId")}, '
-            f"{_nz('globalPid')}, {_nz(name_col)}, {_nz(bytes_col)} FROM {table}",
-            8,
-        )
+        exprs = [
+            "start",
+            '"end"',
+            *map(_nz, ("deviceId", "streamId", "correlationId", "globalPid", name_col)),
+        ]
+        m, _ = _select(con, table, [*exprs, *([_nz(bytes_col)] if bytes_col else [])], bulk=bulk)
         if len(m) == 0:
             continue
         start, end = m[:, 0], m[:, 1]
@@ -218,7 +244,7 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
             start_ns=start.copy(),
             dur_ns=np.maximum(end - start, 0),
             correlation=m[:, 4].copy(),
-            bytes=m[:, 7].copy(),
+            bytes=m[:, 7].copy() if bytes_col else np.full(len(m), schema.NO_ID, np.int64),
         )
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         _need(
@@ -227,11 +253,11 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
             "CUPTI_ACTIVITY_KIND_RUNTIME",
             ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"),
         )
-        m = _int_matrix(
+        m, _ = _select(
             con,
-            f'SELECT start, "end", {_nz("eventClass")}, {_nz("globalTid")}, {_nz("correlationId")}, '
-            f"{_nz('nameId')} FROM CUPTI_ACTIVITY_KIND_RUNTIME",
-            6,
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            ["start", '"end"', *map(_nz, ("eventClass", "globalTid", "correlationId", "nameId"))],
+            bulk=bulk,
         )
         if len(m):
             pid, tid = decode_global_tid(m[:, 3])
@@ -249,12 +275,12 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None) -> Trace:
                         dur_ns=np.maximum(m[sel, 1] - m[sel, 0], 0),
                         correlation=m[sel, 4],
                     )
-    domains = _load_nvtx(path, con, tables, b)
+    domains = _load_nvtx(path, con, tables, b, bulk)
     return _finish(path, con, tables, b, rank, domains)
 
 
 def _load_nvtx(
-    path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder
+    path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder, bulk: bool
 ) -> dict[int, str]:
     if "NVTX_EVENTS" not in tables:
         return {}
@@ -271,15 +297,22 @@ def _load_nvtx(
     }
     # One pass over NVTX_EVENTS; the name is inline text, else the StringIds value of textId (a scalar
     # subquery: one row per event, evaluated only when text is NULL).
-    rows = con.execute(
-        f'SELECT n.start, n."end", {_nz("n.globalTid")}, {_nz("n.endGlobalTid" if has_end_tid else "NULL")}, '
-        "coalesce(n.domainId, 0), coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '') "
-        f'FROM NVTX_EVENTS n WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL'
-    ).fetchall()
-    if not rows:
+    m, names = _select(
+        con,
+        "NVTX_EVENTS",
+        [
+            "n.start",
+            'n."end"',
+            _nz("n.globalTid"),
+            _nz("n.endGlobalTid" if has_end_tid else "NULL"),
+            "coalesce(n.domainId, 0)",
+        ],
+        "coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '')",
+        f'n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL',
+        bulk=bulk,
+    )
+    if len(m) == 0:
         return domains
-    names = [r[5] for r in rows]
-    m = _ints_of_rows([r[:5] for r in rows], 5)
     pid, tid = decode_global_tid(m[:, 2])
     end_g = m[:, 3]
     _, end_tid = decode_global_tid(np.where(end_g == schema.NO_ID, 0, end_g))

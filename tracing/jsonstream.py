@@ -30,7 +30,7 @@ _SEP = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
 # or a nested object makes the batch parse fail, so a batch that parses is made of whole events.
 _CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*(?=\{)")
 BATCH_SEARCH_CHARS = 64 << 10
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 18
 MAX_VALUE_CHARS = 256 << 20  # one JSON value (an event, deviceProperties, ...) never needs more
 
 

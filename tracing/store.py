@@ -29,6 +29,21 @@ import pyarrow.parquet as pq
 from tracing.errors import InputError
 
 SCHEMA_VERSION = 1
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def use_system_allocator() -> str:
+    """Send Arrow's allocations to the C library's ``malloc`` (the ``mxperf`` command does this at start-up).
+
+    Why: pyarrow's default pool (mimalloc in the wheels) reserves ~9 MB the first time pandas builds a
+    ``str`` column -- more than a whole per-rank ingest of a small trace needs, and paid again by every
+    pool worker. mxperf's Arrow use is small (string categories, Parquet I/O), where ``malloc`` is as fast.
+    A pool chosen with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone. Returns the backend now in use.
+    """
+    if not os.environ.get(ARROW_POOL_ENV):
+        pa.set_memory_pool(pa.system_memory_pool())
+    return pa.default_memory_pool().backend_name
+
 
 # File names, named once.
 MANIFEST = "manifest.json"

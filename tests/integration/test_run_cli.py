@@ -100,6 +100,11 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys):
         (["--grid-fraction", "-0.1"], "grid-fraction"),
         (["--kv-cache", "int4"], "kv-cache"),
         (["--check-sync", "sometimes"], "check-sync"),
+        (["--trace", "--steps", "2", "--trace-steps", "1,1,3"], "needs at least 5 steps"),
+        (["--trace", "--trace-steps", "1,x,3"], "WAIT,WARMUP,ACTIVE"),
+        (["--trace", "--trace-steps", "0,0,0"], "active >= 1"),
+        (["--trace-steps", "0,0,1"], "add --trace"),
+        (["--trace", "--nsys"], "needs CUDA"),  # this machine has no GPU
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
@@ -213,6 +218,23 @@ def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
     names = {e.get("name") for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
     assert {"step", "generate", "logprob", "update", "update/microbatch", "sync"} <= names
     assert store.read_table(out / store.SYNC_CHECKS).empty  # --check-sync off
+
+
+def test_trace_steps_trace_only_the_scheduled_steps_and_write_a_capture_manifest(tmp_path):
+    import gzip
+
+    out = tmp_path / "r"
+    args = ["run", *TINY, "--steps", "4", "--check-sync", "off", "--trace", "--trace-steps", "1,1,2"]
+    assert main([*args, "-o", str(out)]) == 0
+    trace = json.loads(gzip.decompress(store.trace_path(out, 0).read_bytes()))
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation" and e.get("name") == "step"]
+    assert len(steps) == 2  # steps 2 and 3: step 0 skipped, step 1 warmed the profiler up
+    ranges = store.read_table(out / store.RANGES)
+    assert (ranges["name"] == "step").sum() == 4  # the range log still times every step
+    capture = store.read_json(out / store.TRACE_DIR / "capture-rank-0.json")
+    assert capture["status"] == "complete" and capture["config"]["wait"] == 1 and capture["steps"] == 4
+    manifest = store.read_json(out / store.MANIFEST)
+    assert manifest["config"]["trace_schedule"]["active"] == 2
 
 
 def test_check_sync_first_checks_only_the_initial_push(tmp_path):

@@ -38,3 +38,56 @@ def test_capture_writes_one_trace_per_rank_with_range_names(tmp_path):
     assert len(mb) == 2  # only the active steps
     assert set(ranges["gpu_reason"]) == {attribution.NO_GPU_REASON}
     assert trace.num_gpu_ops == 0
+
+
+def _bracket(cfg, steps):
+    """The cudaProfilerStart/Stop calls a capture makes over ``steps`` steps, as (step, action)."""
+    from tracing.capture import nsys_action
+
+    calls, on = [], False
+    for step in range(steps + 1):  # the last check is the one __exit__ closes with
+        action = nsys_action(cfg, step, on) if step < steps else ("stop" if on else None)
+        if action:
+            calls.append((step, action))
+            on = action == "start"
+    return calls
+
+
+def test_nsys_bracket_opens_at_the_first_active_step_and_closes_after_the_last():
+    assert _bracket(CaptureConfig(wait=1, warmup=1, active=2), 6) == [(2, "start"), (4, "stop")]
+    assert _bracket(CaptureConfig(wait=0, warmup=0, active=3), 3) == [(0, "start"), (3, "stop")]
+    # a repeating schedule opens one range per cycle
+    assert _bracket(CaptureConfig(wait=1, warmup=0, active=1, repeat=2), 5) == [
+        (1, "start"),
+        (2, "stop"),
+        (3, "start"),
+        (4, "stop"),
+    ]
+
+
+def test_cuda_activity_asked_for_without_cuda_is_a_clear_error(tmp_path):
+    from tracing.errors import InputError
+
+    with pytest.raises(InputError, match="needs CUDA for CUPTI"), Capture(tmp_path, CaptureConfig(cuda=True)):
+        pass
+
+
+def test_nsys_bracket_without_cuda_is_ignored_with_a_warning(tmp_path):
+    cfg = CaptureConfig(wait=0, warmup=0, active=1, nsys=True)
+    with pytest.warns(UserWarning, match="nsys=True ignored"), Capture(tmp_path, cfg, rank=0) as cap:
+        torch.ones(2).sum()
+        cap.step()
+    assert store.trace_path(tmp_path, 0).is_file()
+
+
+def test_run_schedule_parsing():
+    from pipeline.profiling import parse_trace_steps, with_nsys
+    from tracing.errors import InputError
+
+    assert parse_trace_steps(None, 7) == CaptureConfig(wait=0, warmup=0, active=7)
+    assert parse_trace_steps("2,1,3", 6) == CaptureConfig(wait=2, warmup=1, active=3)
+    with pytest.raises(InputError, match="needs at least 6 steps"):
+        parse_trace_steps("2,1,3", 5)
+    assert with_nsys(CaptureConfig(), True, cuda_available=True).nsys
+    with pytest.raises(InputError, match="needs CUDA"):
+        with_nsys(CaptureConfig(), True, cuda_available=False)
