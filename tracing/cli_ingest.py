@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--microbatch-range", metavar="PATTERN", help="regex (full match) naming the micro-batch range"
     )
     p.add_argument("--phase-map", metavar="FILE", help="phase-map TOML replacing tracing/phase_map.toml")
+    p.add_argument(
+        "--python-functions",
+        action="store_true",
+        help="keep Kineto python_function events (with_stack traces) in the event table (skipped by default)",
+    )
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
 
 
@@ -177,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         "rank": args.rank,
         "microbatch_range": args.microbatch_range,
         "phase_map": args.phase_map,
+        "python_functions": args.python_functions,
     }
     with OutputDir(args.out, kind="ingest", config=config, force=args.force) as od:
         stage = od.path / STAGING
@@ -189,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 ray_address=args.ray,
                 phase_map_path=args.phase_map,
+                include_python=args.python_functions,
             )
             microbatches, notes = _microbatches(results, cli_labels, args.microbatch_range)
             _write(od.path, results, microbatches)

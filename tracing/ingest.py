@@ -69,11 +69,17 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
     return out
 
 
-def load_trace(path: str | os.PathLike[str], fmt: str | None = None, *, rank: int | None = None) -> Trace:
-    """Read any supported trace into a :class:`Trace`."""
+def load_trace(
+    path: str | os.PathLike[str],
+    fmt: str | None = None,
+    *,
+    rank: int | None = None,
+    include_python: bool = False,
+) -> Trace:
+    """Read any supported trace into a :class:`Trace` (``include_python``: keep Kineto ``python_function``)."""
     fmt = fmt or detect_format(path)
     if fmt == "kineto":
-        return load_kineto_events(path, rank=rank)
+        return load_kineto_events(path, rank=rank, include_python=include_python)
     if fmt == "nsys":
         return load_nsys_events(path, rank=rank)
     if fmt == "rangelog":
@@ -128,10 +134,11 @@ def ingest_file(
     stage_dir: str | None,
     index: int,
     phase_map_path: str | None = None,
+    include_python: bool = False,
 ) -> FileResult:
     """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
-    trace = load_trace(path, fmt, rank=rank)
+    trace = load_trace(path, fmt, rank=rank, include_python=include_python)
     tables = analyze(trace, phase_map)
     staged = None
     if stage_dir is not None:
@@ -174,11 +181,12 @@ def ingest_many(
     workers: int = 1,
     ray_address: str | None = None,
     phase_map_path: str | None = None,
+    include_python: bool = False,
 ) -> list[FileResult]:
     """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray."""
     many = len(items) > 1
     jobs = [
-        (str(p), fmt, _rank_hint(p, fmt, rank, many), stage_dir, i, phase_map_path)
+        (str(p), fmt, _rank_hint(p, fmt, rank, many), stage_dir, i, phase_map_path, include_python)
         for i, (p, fmt) in enumerate(items)
     ]
     if ray_address is not None:

@@ -273,3 +273,28 @@ def test_traced_run_dir_ingests_range_log_and_its_kineto_trace(tmp_path, capsys)
     ranges = store.read_table(out / store.RANGES)
     traced = ranges[(ranges["source"] == "user_annotation") & (ranges["name"] == "update/microbatch")]
     assert len(traced) == 2
+
+
+def test_python_functions_are_kept_only_when_asked(tmp_path):
+    trace = tmp_path / "stack.json"
+    events = [
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "train.py(12): step",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 9,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 3},
+    ]
+    trace.write_text(json.dumps({"traceEvents": events}))
+    kinds = {}
+    for flag in ([], ["--python-functions"]):
+        out = tmp_path / f"out{len(flag)}"
+        assert main(["ingest", str(trace), "-o", str(out), *flag]) == 0
+        (events_file,) = (out / "events").glob("*.parquet")
+        kinds[bool(flag)] = sorted(store.read_table(events_file)["kind"].astype(str))
+        assert read_manifest(out)["config"]["python_functions"] is bool(flag)
+    assert kinds == {False: ["cpu_op"], True: ["cpu_op", "python"]}
