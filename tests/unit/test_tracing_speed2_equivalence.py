@@ -17,7 +17,7 @@ import pytest
 
 from tracing import attribution, kernel_classes, metrics, schema
 from tracing.ingest import load_trace
-from tracing.ingest_kineto import _us_to_ns, us_text_to_ns
+from tracing.kineto_time import us_text_to_ns, us_values_to_ns
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TRACES = [
@@ -50,16 +50,16 @@ def test_bulk_microseconds_equal_per_value_conversion(values):
         want = np.array([us_text_to_ns(v) for v in values], np.int64)
     except OverflowError:
         with pytest.raises(OverflowError):
-            _us_to_ns(values)
+            us_values_to_ns(values)
         return
-    got = _us_to_ns(values)
+    got = us_values_to_ns(values)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
 
 
 def test_bulk_microseconds_reject_bool_like_the_exact_path():
     with pytest.raises(TypeError):
-        _us_to_ns([1, True])
+        us_values_to_ns([1, True])
 
 
 def _reference_gpu_ops_head(events: pd.DataFrame) -> pd.DataFrame:
