@@ -87,7 +87,7 @@ def execute_run(
     metrics: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
-    ranges = RangeLog()
+    ranges = RangeLog(encode_attrs=trace is not None)  # traced names carry step / micro-batch / precision
     od = OutputDir(
         out_dir, kind="run", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
     )

@@ -211,14 +211,25 @@ def to_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def fill_gpu_columns(df: pd.DataFrame, trace_path: str) -> tuple[pd.DataFrame, str]:
-    """GPU busy / host stall per micro-batch from a GPU trace of the sweep (matched on precision, learner
-    step and micro-batch index); returns the table and the reason when they stay null."""
+    """GPU busy / host stall per micro-batch from the trace of the sweep (:func:`gpu_columns`); returns the
+    table and the reason when they stay null."""
     if not torch.cuda.is_available():
         return df, NO_GPU_REASON
-    from tracing import attribution
     from tracing.ingest import load_trace
 
-    trace = load_trace(trace_path)
+    return gpu_columns(df, load_trace(trace_path))
+
+
+def gpu_columns(df: pd.DataFrame, trace: Any) -> tuple[pd.DataFrame, str]:
+    """Fill ``gpu_busy_seconds`` / ``host_stall_seconds`` from a trace's ``update/microbatch`` ranges (pure).
+
+    Rows match on (precision, learner step, micro-batch index), which the traced range names carry
+    (``RangeLog(encode_attrs=True)``, as a traced sweep records them). Busy is the union of the GPU work
+    launched in the range's window from any thread (autograd launches the backward); host stall is the
+    device's launch-end-rule stall inside the window.
+    """
+    from tracing import attribution
+
     if trace.num_gpu_ops == 0:
         return df, "the trace has no GPU ops"
     ranges = attribution.attribute_ranges(trace)
@@ -230,6 +241,16 @@ def fill_gpu_columns(df: pd.DataFrame, trace_path: str) -> tuple[pd.DataFrame, s
         busy[key], stall[key] = r.window_busy_ns, r.host_stall_ns
     keys = list(zip(df["precision"], df["step"], df["microbatch"], strict=True))
     out = df.copy()
-    out["gpu_busy_seconds"] = pd.array([busy.get(k, float("nan")) / 1e9 for k in keys], dtype="Float64")
-    out["host_stall_seconds"] = pd.array([stall.get(k, float("nan")) / 1e9 for k in keys], dtype="Float64")
+    out["gpu_busy_seconds"] = pd.array([_seconds(busy.get(k)) for k in keys], dtype="Float64")
+    out["host_stall_seconds"] = pd.array([_seconds(stall.get(k)) for k in keys], dtype="Float64")
+    found = sum(k in busy for k in keys)
+    if found < len(keys):
+        return out, (
+            f"{len(keys) - found} of {len(keys)} micro-batches have no update/microbatch range with "
+            "precision, step and micro-batch in the trace"
+        )
     return out, ""
+
+
+def _seconds(ns: Any) -> Any:
+    return pd.NA if ns is None or pd.isna(ns) else ns / 1e9

@@ -35,7 +35,9 @@ def execute_sweep(
 
     from pipeline.profiling import capture_trace
 
-    ranges = RangeLog()
+    # A traced sweep names its ranges with their attributes (update/microbatch[step=..,precision=..]) so the
+    # trace's micro-batches can be matched to the table's rows (sweep.gpu_columns).
+    ranges = RangeLog(encode_attrs=trace is not None)
     config = {
         **asdict(cfg),
         "trace": trace is not None,

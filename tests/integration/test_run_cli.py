@@ -11,6 +11,7 @@ from pipeline.loop import RLLoop, SyncCheckFailedError
 from pipeline.run import execute_run
 from pipeline.session import RunConfig
 from tracing import store
+from tracing.attribution import split_encoded_name
 from tracing.manifest import read_manifest
 
 TINY = [
@@ -215,8 +216,13 @@ def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
     )
     assert rc == 0
     trace = json.loads(gzip.decompress(store.trace_path(out, 0).read_bytes()))
-    names = {e.get("name") for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
-    assert {"step", "generate", "logprob", "update", "update/microbatch", "sync"} <= names
+    names = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert {"step", "generate", "logprob", "update", "update/microbatch", "sync"} <= {
+        split_encoded_name(n)[0] for n in names
+    }
+    # the traced names carry the attributes, so an ingest of the trace alone knows each micro-batch
+    mb = [split_encoded_name(n)[1] for n in names if n.startswith("update/microbatch[")]
+    assert mb and all({"step", "microbatch", "tokens", "precision"} <= set(a) for a in mb)
     assert store.read_table(out / store.SYNC_CHECKS).empty  # --check-sync off
 
 
@@ -227,7 +233,11 @@ def test_trace_steps_trace_only_the_scheduled_steps_and_write_a_capture_manifest
     args = ["run", *TINY, "--steps", "4", "--check-sync", "off", "--trace", "--trace-steps", "1,1,2"]
     assert main([*args, "-o", str(out)]) == 0
     trace = json.loads(gzip.decompress(store.trace_path(out, 0).read_bytes()))
-    steps = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation" and e.get("name") == "step"]
+    steps = [
+        e
+        for e in trace["traceEvents"]
+        if e.get("cat") == "user_annotation" and split_encoded_name(e["name"])[0] == "step"
+    ]
     assert len(steps) == 2  # steps 2 and 3: step 0 skipped, step 1 warmed the profiler up
     ranges = store.read_table(out / store.RANGES)
     assert (ranges["name"] == "step").sum() == 4  # the range log still times every step

@@ -10,6 +10,7 @@ import pytest
 from mxperf.cli import main
 from pipeline.sweep import SweepConfig, fixed_batch
 from tracing import store
+from tracing.attribution import split_encoded_name
 from tracing.errors import InputError
 from tracing.manifest import read_manifest
 from tracing.schema import MICROBATCH_COLUMNS
@@ -105,3 +106,25 @@ def test_bad_sweep_config_is_an_input_error(kw, message):
 def test_bad_sizes_on_the_command_line_exit_2(tmp_path, capsys):
     assert main(["sweep", "--tokens-per-microbatch", "64,abc", "-o", str(tmp_path / "s")]) == 2
     assert "comma-separated" in capsys.readouterr().err
+
+
+def test_traced_sweep_writes_one_trace_and_says_why_gpu_columns_are_empty(tmp_path, capsys):
+    import gzip
+
+    out = tmp_path / "s"
+    args = ["sweep", "--model", "tiny-dense", "--precisions", "bf16", "--tokens-per-microbatch", "32,64"]
+    rc = main([*args, "--repeats", "1", "--warmup", "0", "--seq-len", "32", "--trace", "-o", str(out)])
+    assert rc == 0
+    trace = json.loads(gzip.decompress(store.trace_path(out, 0).read_bytes()))
+    names = [split_encoded_name(e["name"]) for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
+    mb = [attrs for name, attrs in names if name == "update/microbatch"]
+    assert len(mb) == 3  # 32 -> 2 micro-batches, 64 -> 1: the whole sweep is traced
+    assert all({"precision", "step", "microbatch"} <= set(a) for a in mb)  # what sweep.gpu_columns matches on
+    capture = store.read_json(out / store.TRACE_DIR / "capture-rank-0.json")
+    assert capture["status"] == "complete" and capture["cuda_activity"] is False
+    manifest = read_manifest(out)
+    assert manifest["gpu_reason"].startswith("CPU-only sweep")
+    assert manifest["config"]["trace_schedule"]["active"] == 1
+    assert store.read_table(out / store.MICROBATCHES)["gpu_busy_seconds"].isna().all()
+    assert main([*args, "--nsys", "-o", str(tmp_path / "n")]) == 2
+    assert "add --trace" in capsys.readouterr().err

@@ -1,0 +1,51 @@
+"""A traced sweep's GPU columns on a (hand-written) GPU trace: the part of `mxperf sweep --trace` that needs a
+GPU to produce its input, checked on CPU with the same ingest code."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from pipeline.sweep import gpu_columns
+from tracing.ingest_kineto import load_kineto_events
+
+
+def _x(cat, name, ts, dur, *, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _trace(tmp_path):
+    """Two micro-batches of one learner step; each launches one kernel (the second one 40 us late)."""
+    ev = [
+        _x("user_annotation", "update/microbatch[step=3,microbatch=0,tokens=64,precision=mxfp8]", 0, 100),
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),
+        _x("kernel", "gemm_a", 20, 30, pid=0, tid=7, device=0, stream=7, correlation=1),
+        _x("user_annotation", "update/microbatch[step=3,microbatch=1,tokens=64,precision=mxfp8]", 100, 100),
+        _x("cuda_runtime", "cudaLaunchKernel", 105, 85, correlation=2),
+        _x("kernel", "gemm_b", 190, 5, pid=0, tid=7, device=0, stream=7, correlation=2),
+    ]
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return load_kineto_events(path)
+
+
+def _table(*keys):
+    return pd.DataFrame(
+        {"precision": [k[0] for k in keys], "step": [k[1] for k in keys], "microbatch": [k[2] for k in keys]}
+    )
+
+
+def test_microbatches_get_the_busy_and_stall_of_their_own_window(tmp_path):
+    out, reason = gpu_columns(_table(("mxfp8", 3, 0), ("mxfp8", 3, 1)), _trace(tmp_path))
+    assert reason == ""
+    assert out["gpu_busy_seconds"].tolist() == [30_000 / 1e9, 5_000 / 1e9]  # 30 us, 5 us
+    # the gap before gemm_b (50 us -> 190 us) is the GPU waiting for its launch call, which returns at 190 us;
+    # each micro-batch gets the part inside its own window: [50, 100) and [100, 190)
+    assert out["host_stall_seconds"].tolist() == [50_000 / 1e9, 90_000 / 1e9]
+
+
+def test_rows_without_a_matching_range_stay_null_and_say_why(tmp_path):
+    out, reason = gpu_columns(_table(("bf16", 3, 0), ("mxfp8", 3, 1)), _trace(tmp_path))
+    assert out["gpu_busy_seconds"].isna().tolist() == [True, False]
+    assert reason.startswith("1 of 2 micro-batches have no update/microbatch range")
