@@ -10,6 +10,7 @@ helper enters ``record_function`` whenever a profiler is active.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 
@@ -20,8 +21,6 @@ NSYS_NEEDS_CUDA = (
     "--nsys brackets the traced steps with cudaProfilerStart/Stop for "
     "`nsys profile --capture-range=cudaProfilerApi`; it needs CUDA, which this torch/machine lacks"
 )
-
-
 WHOLE_BLOCK = CaptureConfig(wait=0, warmup=0, active=1)  # one traced "step": the whole block (a sweep)
 
 
@@ -50,7 +49,7 @@ def with_nsys(cfg: CaptureConfig, nsys: bool, cuda_available: bool) -> CaptureCo
         return cfg
     if not cuda_available:
         raise InputError(NSYS_NEEDS_CUDA)
-    return CaptureConfig(**{**cfg.__dict__, "nsys": True})
+    return dataclasses.replace(cfg, nsys=True)
 
 
 @contextlib.contextmanager
