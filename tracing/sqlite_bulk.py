@@ -13,7 +13,7 @@ and rowid ranges give the table's rowid order, the order a plain ``SELECT`` scan
 
 It is only a faster route to the same values: :func:`select_columns` returns None -- and the caller reads the
 rows the ordinary way, which gives the same table or the exact error -- whenever the bulk text would not
-round-trip: a table without rowids (a view), a NULL (``group_concat`` skips it), a non-integer value (REAL
+round-trip: a table without rowids (a view), a block whose text exceeds SQLite's string limit, a NULL (``group_concat`` skips it), a non-integer value (REAL
 ``5.0``, text ``"12abc"``: the parse stops), an out-of-range one (NumPy clamps to the int64 limits, so either
 limit falls back), or a text value holding the separator ``char(0)`` (NVTX names come from C strings and never do).
 """
@@ -71,7 +71,10 @@ def select_columns(
     blocks: list[np.ndarray] = []
     texts: list[str] = []
     for first in range(lo, hi + 1, BLOCK_ROWS):
-        row = con.execute(sql, (first, first + BLOCK_ROWS - 1)).fetchone()
+        try:
+            row = con.execute(sql, (first, first + BLOCK_ROWS - 1)).fetchone()
+        except sqlite3.DataError:  # "string or blob too big": the block's text exceeds SQLITE_MAX_LENGTH
+            return None
         n = row[0]
         if n == 0:
             continue

@@ -73,6 +73,12 @@ def test_values_that_would_not_round_trip_step_aside(bad):
     assert sqlite_bulk.select_columns(con, "x", ["a", "b"], "t") is None
 
 
+def test_a_block_longer_than_sqlites_string_limit_steps_aside():
+    con = _db([(i, i, "x" * 20) for i in range(10)])
+    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100)  # each value fits; a column's group_concat does not
+    assert sqlite_bulk.select_columns(con, "x", ["a", "b"], "t") is None
+
+
 def test_a_view_has_no_rowid_and_steps_aside():
     con = _db([(1, 2, "a")])
     con.execute("CREATE VIEW v AS SELECT a, b FROM x")
