@@ -52,6 +52,11 @@ def with_nsys(cfg: CaptureConfig, nsys: bool, cuda_available: bool) -> CaptureCo
     return dataclasses.replace(cfg, nsys=True)
 
 
+def manifest_fields(config: CaptureConfig | None) -> dict[str, object]:
+    """What a run or sweep manifest records about its trace: whether it was traced, and the schedule."""
+    return {"trace": config is not None, "trace_schedule": dataclasses.asdict(config) if config else None}
+
+
 @contextlib.contextmanager
 def capture_trace(
     out_dir: str | os.PathLike[str], config: CaptureConfig | None

@@ -73,17 +73,11 @@ def execute_run(
 
     ``trace``: the capture schedule (:func:`pipeline.profiling.parse_trace_steps`), or None for no trace.
     """
-    from pipeline.profiling import capture_trace
+    from pipeline.profiling import capture_trace, manifest_fields
 
     if check_sync not in CHECK_POLICIES:
         raise InputError(f"--check-sync must be one of {', '.join(CHECK_POLICIES)}, got {check_sync!r}")
-    config = {
-        **asdict(cfg),
-        "check_sync": check_sync,
-        "strict": strict,
-        "trace": trace is not None,
-        "trace_schedule": asdict(trace) if trace is not None else None,
-    }
+    config = {**asdict(cfg), "check_sync": check_sync, "strict": strict, **manifest_fields(trace)}
     metrics: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []

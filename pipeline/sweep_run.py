@@ -33,17 +33,12 @@ def execute_sweep(
     """
     import torch
 
-    from pipeline.profiling import capture_trace
+    from pipeline.profiling import capture_trace, manifest_fields
 
     # A traced sweep names its ranges with their attributes (update/microbatch[step=..,precision=..]) so the
     # trace's micro-batches can be matched to the table's rows (sweep.gpu_columns).
     ranges = RangeLog(encode_attrs=trace is not None)
-    config = {
-        **asdict(cfg),
-        "trace": trace is not None,
-        "trace_schedule": asdict(trace) if trace is not None else None,
-        "num_sequences": cfg.num_sequences,
-    }
+    config = {**asdict(cfg), **manifest_fields(trace), "num_sequences": cfg.num_sequences}
     with OutputDir(
         out_dir, kind="sweep", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
     ) as od:
