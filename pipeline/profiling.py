@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from tracing.capture import Capture, CaptureConfig
+from tracing.capture import Capture, CaptureConfig, Companion
 from tracing.errors import InputError
 
 NSYS_NEEDS_CUDA = (
@@ -59,14 +59,15 @@ def manifest_fields(config: CaptureConfig | None) -> dict[str, object]:
 
 @contextlib.contextmanager
 def capture_trace(
-    out_dir: str | os.PathLike[str], config: CaptureConfig | None
+    out_dir: str | os.PathLike[str], config: CaptureConfig | None, companions: Sequence[Companion] = ()
 ) -> Iterator[Callable[[], None]]:
     """Profile the block into ``out_dir/trace/``; yields ``step()`` to call after each RL step.
 
-    ``config=None``: no profiling, and ``step()`` does nothing.
+    ``config=None``: no profiling, and ``step()`` does nothing. ``companions``: profilers in other processes
+    (the vLLM sampler) started and stopped with the traced steps.
     """
     if config is None:
         yield lambda: None
         return
-    with Capture(out_dir, config, rank=0) as cap:
+    with Capture(out_dir, config, rank=0, companions=companions) as cap:
         yield cap.step

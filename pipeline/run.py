@@ -9,6 +9,7 @@
     eval_fixed_weights.parquet  mismatch on the fixed evaluation batch at the first and last weights
     trace/rank-0.json.gz        with --trace (the steps --trace-steps picks; all by default), and
     trace/capture-rank-0.json   the capture manifest (schedule, CUDA activity, files)
+    trace/sampler/*.json.gz     with --trace and --sampler-engine vllm: vLLM's own profiler, same steps
 
 Tables are written when the run ends, however it ends (a failed run keeps the steps it finished, and its
 manifest says ``failed`` with the error), so nothing half-written is ever presented as complete.
@@ -87,27 +88,19 @@ def execute_run(
     )
     with od:
         try:
-            session = Session(cfg, ranges=ranges)
-            session.tokenizer.save(od.path)
-            od.update(warm_start=session.warm_start_meta, engines=session.engine_info())
-            if loop_factory is None:
-                from pipeline.engines_factory import make_sync_and_checker
-
-                syncer, checker = make_sync_and_checker(cfg.sampler_engine, cfg.learner_engine)
-                loop = RLLoop(
-                    session,
-                    check_sync=check_sync,
-                    strict=strict,
-                    async_mode=cfg.async_mode,
-                    syncer=syncer,
-                    checker=checker,
-                )
-            else:
-                loop = loop_factory(session, check_sync=check_sync, strict=strict, async_mode=cfg.async_mode)
-            checks.extend(loop.initial_sync())
-            evals.append(eval_fixed_batch(session, "initial", loop.version))
-            try:
-                with capture_trace(od.path, trace) as traced_step:
+            # A sampler in its own process (vLLM) is traced by its own profiler, bracketed with the run's.
+            own_process = trace is not None and cfg.sampler_engine == "vllm"
+            sampler_dir = od.path / store.TRACE_DIR / store.SAMPLER_TRACE_DIR if own_process else None
+            session = Session(cfg, ranges=ranges, sampler_profile_dir=sampler_dir)
+            loop = None
+            try:  # from here on the sampler (maybe a process of its own) is closed however the run ends
+                session.tokenizer.save(od.path)
+                od.update(warm_start=session.warm_start_meta, engines=session.engine_info())
+                loop = _make_loop(session, check_sync, strict, loop_factory)
+                checks.extend(loop.initial_sync())
+                evals.append(eval_fixed_batch(session, "initial", loop.version))
+                companions = [session.sampler] if sampler_dir is not None else []
+                with capture_trace(od.path, trace, companions=companions) as traced_step:
                     for step in range(cfg.steps):
                         result = loop.step(step)
                         traced_step()
@@ -118,9 +111,9 @@ def execute_run(
                             f"step {step}: reward {m['reward_mean']:.3f} kl_k3 {m['kl_k3']:.2e} "
                             f"step {m['step_s']:.2f}s checks failed {m['checks_failed']}"
                         )
+                evals.append(eval_fixed_batch(session, "final", loop.version))  # before the sampler closes
             finally:
-                loop.close()
-            evals.append(eval_fixed_batch(session, "final", loop.version))
+                _close(loop, session)
         finally:
             _write_tables(od, metrics, checks, evals, ranges)
         failed = sum(not c["passed"] for c in checks)
@@ -134,6 +127,35 @@ def execute_run(
         "reward_mean_last": metrics[-1]["reward_mean"] if metrics else None,
         "kl_k3_mean": float(pd.Series([m["kl_k3"] for m in metrics]).mean()) if metrics else None,
     }
+
+
+def _make_loop(
+    session: Session, check_sync: str, strict: bool, loop_factory: Callable[..., RLLoop] | None
+) -> RLLoop:
+    cfg = session.cfg
+    if loop_factory is not None:
+        return loop_factory(session, check_sync=check_sync, strict=strict, async_mode=cfg.async_mode)
+    from pipeline.engines_factory import make_sync_and_checker
+
+    syncer, checker = make_sync_and_checker(cfg.sampler_engine, cfg.learner_engine)
+    return RLLoop(
+        session,
+        check_sync=check_sync,
+        strict=strict,
+        async_mode=cfg.async_mode,
+        syncer=syncer,
+        checker=checker,
+    )
+
+
+def _close(loop: RLLoop | None, session: Session) -> None:
+    """Finish pending work and close the sampler (the loop does both; without a loop, close it directly)."""
+    if loop is not None:
+        loop.close()
+        return
+    close = getattr(session.sampler, "close", None)
+    if close:
+        close()
 
 
 def _write_tables(

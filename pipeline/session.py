@@ -7,6 +7,7 @@ so the CLI fails in one line before any work starts.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +105,16 @@ def build_tokenizer(task: AdditionTask) -> TaskTokenizer:
 class Session:
     """The objects of one run (see the module docstring)."""
 
-    def __init__(self, cfg: RunConfig, *, ranges: RangeLog | None = None, progress: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        ranges: RangeLog | None = None,
+        progress: Any = None,
+        sampler_profile_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``sampler_profile_dir``: where a sampler in its own process (vLLM) writes its profiler traces, when
+        the run is traced (an in-process sampler is in the run's own trace)."""
         from pipeline.engines_factory import make_learner_backend, make_sampler_engine
 
         self.cfg = cfg
@@ -137,6 +147,8 @@ class Session:
         }
         if cfg.sampler_engine == "vllm":
             engine_options.update(initial_weights=model.state_dict(), seed=cfg.seed)
+            if sampler_profile_dir is not None:
+                engine_options["profile_dir"] = sampler_profile_dir
         self.sampler = make_sampler_engine(
             cfg.sampler_engine,
             config=build_config(self.preset),

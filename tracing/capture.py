@@ -28,10 +28,11 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from tracing import store
 from tracing.errors import InputError
@@ -69,13 +70,14 @@ class CaptureConfig:
         return cycle < self.repeat and pos >= self.wait + self.warmup
 
 
-def nsys_action(config: CaptureConfig, step: int, recording: bool) -> str | None:
-    """What the Nsight Systems bracket does before 0-based ``step`` begins (``step`` = steps taken so far).
+def bracket_action(config: CaptureConfig, step: int, recording: bool) -> str | None:
+    """What the brackets around the traced steps do before 0-based ``step`` begins (``step`` = steps so far).
 
-    ``"start"`` (cudaProfilerStart) entering an active step while not recording, ``"stop"``
-    (cudaProfilerStop) entering an inactive one while recording, else None. With
+    ``"start"`` entering an active step while not recording, ``"stop"`` entering an inactive one while
+    recording, else None. Brackets: the Nsight Systems one (cudaProfilerStart / cudaProfilerStop: with
     ``--capture-range=cudaProfilerApi`` nsys records exactly the active steps; a repeating schedule opens one
-    capture range per cycle (``--capture-range-end=repeat`` keeps them all, ``stop`` only the first)::
+    capture range per cycle, ``--capture-range-end=repeat`` keeps them all, ``stop`` only the first) and each
+    companion profiler (e.g. vLLM's, in the sampler's own process)::
 
         wait=1 warmup=1 active=2:   step 0    1    2    3    4
                                     wait  warm  [start rec  rec] stop
@@ -96,20 +98,39 @@ def current_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+class Companion(Protocol):
+    """A profiler in another process, started and stopped with the traced steps (e.g. the vLLM sampler)."""
+
+    def start_profile(self) -> None: ...
+
+    def stop_profile(self) -> list[Path]: ...
+
+
 class Capture:
-    """Context manager around a torch.profiler session; call :meth:`step` once per training step."""
+    """Context manager around a torch.profiler session; call :meth:`step` once per training step.
+
+    ``companions`` are started entering the active steps and stopped leaving them (:func:`bracket_action`);
+    the trace files they report are listed in the capture manifest (``companion_files``).
+    """
 
     def __init__(
-        self, out_dir: str | os.PathLike[str], config: CaptureConfig | None = None, *, rank: int | None = None
+        self,
+        out_dir: str | os.PathLike[str],
+        config: CaptureConfig | None = None,
+        *,
+        rank: int | None = None,
+        companions: Sequence[Companion] = (),
     ):
         self.out_dir = Path(out_dir)
         self.config = config or CaptureConfig()
         self.rank = rank
+        self.companions = list(companions)
         self.steps = 0
         self.files: list[str] = []
+        self.companion_files: list[str] = []
         self._prof: Any = None
         self._cuda = False
-        self._nsys_on = False
+        self._recording = False
 
     def _trace_file(self) -> Path:
         path = store.trace_path(self.out_dir, self.rank if self.rank is not None else 0)
@@ -167,23 +188,35 @@ class Capture:
                 with_stack=cfg.with_stack,
             )
             self._prof.__enter__()
-        self._nsys_edge()
+        self._edge()
         return self
 
-    def _nsys_edge(self) -> None:
-        """cudaProfilerStart entering an active step, cudaProfilerStop leaving the last one."""
-        if not (self.config.nsys and self._cuda):
-            return
-        import torch
-
-        action = nsys_action(self.config, self.steps, self._nsys_on)
+    def _edge(self) -> None:
+        """Start the brackets entering an active step, stop them leaving the last one."""
+        action = bracket_action(self.config, self.steps, self._recording)
         if action == "start":
-            torch.cuda.profiler.start()
-            self._nsys_on = True
+            self._start_brackets()
         elif action == "stop":
+            self._stop_brackets()
+
+    def _start_brackets(self) -> None:
+        if self.config.nsys and self._cuda:
+            import torch
+
+            torch.cuda.profiler.start()
+        for c in self.companions:
+            c.start_profile()
+        self._recording = True
+
+    def _stop_brackets(self) -> None:
+        if self.config.nsys and self._cuda:
+            import torch
+
             torch.cuda.synchronize()  # the last active step's kernels belong inside the capture range
             torch.cuda.profiler.stop()
-            self._nsys_on = False
+        for c in self.companions:
+            self.companion_files += [os.path.relpath(f, self.out_dir) for f in c.stop_profile()]
+        self._recording = False
 
     def step(self) -> None:
         """Mark the end of one training step."""
@@ -191,17 +224,17 @@ class Capture:
             raise RuntimeError("Capture.step() outside the `with Capture(...)` block")
         self._prof.step()
         self.steps += 1
-        self._nsys_edge()
+        self._edge()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._nsys_on:
-            import torch
-
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
-            self._nsys_on = False
+        if self._recording:
+            try:
+                self._stop_brackets()
+            except Exception:
+                if exc_type is None:
+                    raise  # else the block's own error is the one to report (a dead engine can't stop)
         if self._prof is not None:
             self._prof.__exit__(exc_type, exc, tb)
             self._prof = None
@@ -213,6 +246,7 @@ class Capture:
                 "cuda_activity": self._cuda,
                 "steps": self.steps,
                 "files": [os.path.relpath(f, self.out_dir) for f in self.files],
+                "companion_files": self.companion_files,
                 "status": "complete" if exc_type is None else "failed",
             },
             self.out_dir / store.TRACE_DIR / f"capture-rank-{self.rank}.json",

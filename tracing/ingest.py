@@ -49,14 +49,16 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
-    """Paths -> (file, format). A run directory gives its range log plus its ``trace/*.json.gz``; another
-    directory gives the traces in it."""
+    """Paths -> (file, format). A run directory gives its range log plus its traces (``trace/rank-*.json.gz``
+    and a sampler process's ``trace/sampler/*.json.gz``); another directory gives the traces in it."""
     out: list[tuple[Path, str]] = []
     for raw in paths:
         p = Path(raw)
         if is_run_dir(p):
             out.append((p, "rangelog"))
-            out.extend((t, "kineto") for t in sorted((p / store.TRACE_DIR).glob("rank-*.json*")))
+            traces = sorted((p / store.TRACE_DIR).glob("rank-*.json*"))
+            traces += sorted((p / store.TRACE_DIR / store.SAMPLER_TRACE_DIR).glob("*.json*"))
+            out.extend((t, "kineto") for t in traces)
         elif p.is_dir():
             found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
             if not found:

@@ -7,7 +7,7 @@ carries ``schema_version`` in its Parquet key-value metadata; every JSON file ca
 Output directory layout (SPEC.md, "Run directories"):
 
     run/      manifest.json metrics.parquet ranges.parquet sync_checks.parquet eval_fixed_weights.parquet
-              trace/rank-<r>.json.gz
+              trace/rank-<r>.json.gz trace/capture-rank-<r>.json [trace/sampler/*.pt.trace.json.gz]
     sweep/    manifest.json microbatches.parquet (+ the run files)
     ingest/   manifest.json events/rank-<r>.parquet devices.parquet ranges.parquet kernels.parquet
     fit/      manifest.json fits.json report.md *.png
@@ -56,6 +56,7 @@ DEVICES = "devices.parquet"
 KERNELS = "kernels.parquet"
 EVENTS_DIR = "events"
 TRACE_DIR = "trace"
+SAMPLER_TRACE_DIR = "sampler"  # trace/sampler/: a sampler process's own profiler traces (vLLM)
 FITS = "fits.json"
 REPORT = "report.md"
 FAULT_MATRIX = "fault_matrix.parquet"

@@ -134,10 +134,12 @@ class VllmSampler:
         start_timeout_s: float = 300.0,
         log_path: str | os.PathLike[str] | None = None,
         quantization: str | None = None,
+        profile_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """``initial_weights``: HF state dict for the model dir (default: the HF init of ``config`` at seed 0;
         the first ``update_weights`` replaces them anyway). ``quantization="mxfp8"`` asks for vLLM's real MXFP8
-        path (CUDA vLLM on Blackwell only)."""
+        path (CUDA vLLM on Blackwell only). ``profile_dir``: turn on vLLM's torch profiler, which writes Kineto
+        traces of the engine there between :meth:`start_profile` and :meth:`stop_profile`."""
         if mode not in VLLM_MODES:
             raise ValueError(f"vLLM sampler mode must be one of {VLLM_MODES} on this build, got {mode!r}")
         if quantization is not None:
@@ -167,6 +169,7 @@ class VllmSampler:
 
         self.weights = VllmWeightsView(config, self)
         self.log_path = Path(log_path) if log_path else self._tmp / "server.log"
+        self.profile_dir = Path(profile_dir).resolve() if profile_dir is not None else None
         self._start(py, seed, max_model_len, start_timeout_s)
 
     # -- process and RPC ---------------------------------------------------------------------------------
@@ -187,6 +190,9 @@ class VllmSampler:
             str(self._tmp / "model"),
         ]
         args += ["--dtype", "bfloat16", "--seed", str(seed), "--max-model-len", str(max_model_len)]
+        if self.profile_dir is not None:
+            self.profile_dir.mkdir(parents=True, exist_ok=True)
+            args += ["--profile-dir", str(self.profile_dir)]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
@@ -291,6 +297,19 @@ class VllmSampler:
             for p, o in zip(prompts, reply["outputs"], strict=True)
         ]
 
+    def score(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        """Teacher-forced: vLLM's log-prob of each given response token (for comparisons at fixed weights)."""
+        if len(prompts) != len(responses) or any(len(r) == 0 for r in responses):
+            raise ValueError("score needs one non-empty response per prompt")
+        if self._version < 0:
+            raise RuntimeError("vLLM sampler has no weights yet: call update_weights first")
+        header = {"op": "score", "prompts": [list(map(int, p)) for p in prompts]}
+        header["responses"] = [list(map(int, r)) for r in responses]
+        reply, _ = self._call(header)
+        return [list(map(float, lp)) for lp in reply["logprobs"]]
+
     def transform_push(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Identity; the seam for vLLM-specific push faults (``pipeline.engines_vllm.faults``)."""
         return tensors
@@ -336,6 +355,16 @@ class VllmSampler:
             "engine_weight_version": reply["engine_weight_version"],
             "weight_grid": self.weight_grid,
         }
+
+    def start_profile(self) -> None:
+        """Start vLLM's torch profiler (the engine was started with ``profile_dir``)."""
+        self._call({"op": "profile_start"})
+
+    def stop_profile(self) -> list[Path]:
+        """Stop it; returns the trace files vLLM wrote under ``profile_dir``."""
+        reply, _ = self._call({"op": "profile_stop"})
+        assert self.profile_dir is not None
+        return [self.profile_dir / f for f in reply["files"]]
 
     def manifest_info(self) -> dict[str, Any]:
         """What the run manifest records about this engine."""

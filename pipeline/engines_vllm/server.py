@@ -25,11 +25,16 @@ op             request                                                reply
 ready          --                                                     vllm/torch versions, start seconds
 generate       prompts [[int]], max_new_tokens, temperature, top_p,   outputs [{response_ids, logprobs,
                seed, stop_token_ids                                   finish_reason}]
+score          prompts [[int]], responses [[int]]                     logprobs [[float]]: each response token's
+                                                                      log-prob, teacher-forced (prompt_logprobs)
 load           payload: safetensors bytes (HF names), version,        names, load_ns, reset_ns
                reset_prefix_cache (bool, default true)
 read_back      --                                                     payload: safetensors bytes (vLLM names)
 aux_state      --                                                     versions generated since the last prefix
                                                                       cache reset, last reset version
+profile_start  -- (needs ``--profile-dir``)                            --
+profile_stop   --                                                     files: the traces vLLM wrote, relative
+                                                                      to the profile dir
 shutdown       --                                                     --
 =============  =====================================================  ==========================================
 """
@@ -66,7 +71,15 @@ class Engine:
         import vllm
         from vllm import LLM
 
+        profiler = None
+        self.profile_dir = os.path.abspath(args.profile_dir) if args.profile_dir else None
+        if self.profile_dir:  # vLLM's own torch profiler: Kineto traces of the engine's workers
+            profiler = {"profiler": "torch", "torch_profiler_dir": self.profile_dir}
+            profiler["torch_profiler_with_stack"] = (
+                False  # python_function events: big, and mxperf skips them
+            )
         self.llm = LLM(
+            profiler_config=profiler,
             model=args.model_dir,
             dtype=args.dtype,
             runner="generate",
@@ -85,6 +98,7 @@ class Engine:
         self.version = -1
         self.reset_version: int | None = None
         self.versions_since_reset: set[int] = set()
+        self._before: set[str] = set()  # trace files present when profiling started
 
     def generate(self, req: dict[str, Any]) -> dict[str, Any]:
         from vllm import SamplingParams, TokensPrompt
@@ -115,6 +129,22 @@ class Engine:
             )
         return {"outputs": result}
 
+    def score(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Teacher-forced log-probs of given responses: one prefill of prompt + response per sequence with
+        ``prompt_logprobs=0`` (the log-prob of each actual token, raw like the sampled ones), response part."""
+        from vllm import SamplingParams, TokensPrompt
+
+        prompts, responses = req["prompts"], req["responses"]
+        seqs = [[int(t) for t in p] + [int(t) for t in r] for p, r in zip(prompts, responses, strict=True)]
+        params = SamplingParams(n=1, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
+        self.versions_since_reset.add(self.version)
+        result = []
+        for o, seq, p in zip(outs, seqs, prompts, strict=True):
+            plp = o.prompt_logprobs or []
+            result.append([float(plp[i][seq[i]].logprob) for i in range(len(p), len(seq))])
+        return {"logprobs": result}
+
     def load(self, req: dict[str, Any], payload: bytes) -> dict[str, Any]:
         [rec] = self.llm.collective_rpc("mxperf_load", args=(payload,))
         self.version = int(req["version"])
@@ -130,6 +160,26 @@ class Engine:
     def read_back(self) -> bytes:
         [blob] = self.llm.collective_rpc("mxperf_read_back")
         return blob
+
+    def profile_start(self) -> dict[str, Any]:
+        if self.profile_dir is None:
+            raise ValueError("profiling needs the server started with --profile-dir")
+        self._before = set(self._trace_files())
+        self.llm.start_profile()
+        return {}
+
+    def profile_stop(self) -> dict[str, Any]:
+        self.llm.stop_profile()  # writes the traces before it returns
+        return {"files": sorted(set(self._trace_files()) - self._before)}
+
+    def _trace_files(self) -> list[str]:
+        root = self.profile_dir or ""
+        return [
+            os.path.relpath(os.path.join(d, f), root)
+            for d, _, files in os.walk(root)
+            for f in files
+            if f.endswith((".json", ".json.gz"))
+        ]
 
     def aux_state(self) -> dict[str, Any]:
         return {
@@ -159,6 +209,8 @@ def serve(conn: Any, engine: Engine) -> None:
                 _reply(conn, engine.info)
             elif op == "generate":
                 _reply(conn, engine.generate(req))
+            elif op == "score":
+                _reply(conn, engine.score(req))
             elif op == "load":
                 if payload is None:
                     raise ValueError("load needs a payload")
@@ -167,6 +219,10 @@ def serve(conn: Any, engine: Engine) -> None:
                 _reply(conn, {}, engine.read_back())
             elif op == "aux_state":
                 _reply(conn, engine.aux_state())
+            elif op == "profile_start":
+                _reply(conn, engine.profile_start())
+            elif op == "profile_stop":
+                _reply(conn, engine.profile_stop())
             elif op == "shutdown":
                 _reply(conn, {})
                 return
@@ -185,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument(
+        "--profile-dir", help="enable vLLM's torch profiler, traces written here (profile_start/stop)"
+    )
     args = p.parse_args(argv)
     for k, v in ENV.items():
         os.environ.setdefault(k, v)

@@ -112,6 +112,22 @@ def test_vllm_logprobs_match_the_learner_at_fixed_weights(engine, learner) -> No
     assert all(math.isfinite(x) and x <= 0 for r in rollouts for x in r.logprobs)
 
 
+def test_teacher_forced_score_matches_the_sampled_logprobs_and_the_learner(engine, learner) -> None:
+    from pipeline.loop import evaluate_pairing
+
+    _sync_and_check(learner, engine)
+    prompts = [[5 + i, 17, 30 + 2 * i, 9] for i in range(6)]
+    rollouts = engine.generate(prompts, SamplingParams(max_new_tokens=6, seed=3))
+    scored = engine.score(prompts, [r.response_ids for r in rollouts])
+    for r, lp in zip(rollouts, scored, strict=True):
+        assert len(lp) == len(r.logprobs)  # one log-prob per response token, the response part only
+        # the same tokens, one prefill instead of prefill + decode steps: equal up to BF16 GEMM shape effects
+        assert max(abs(a - b) for a, b in zip(lp, r.logprobs, strict=True)) < LOGPROB_MAX_ABS
+    # what `mxperf run` records as eval_fixed_weights: learner vs vLLM on given responses
+    m = evaluate_pairing(learner, engine, prompts, [r.response_ids for r in rollouts], pad_id=0)
+    assert 0 <= m["kl_k3"] < 1e-2 and 1.0 <= m["token_mult_prob_error"] < 1.05
+
+
 def test_same_seed_reproduces_the_same_rollouts(engine, learner) -> None:
     _sync_and_check(learner, engine)
     params = SamplingParams(max_new_tokens=6, seed=5)
@@ -168,3 +184,30 @@ def test_weight_only_grid_sampler_holds_the_learners_mxfp8_values() -> None:
         make_vllm_weight_sync().sync(bf16_learner, eng, 1)
         rows = {r.invariant: r for r in check_sync_vllm(1, mx_learner, eng)}
         assert not rows["I1"].passed
+
+
+def test_traced_run_with_vllm_sampler_traces_the_engine_process_and_ingest_finds_it(tmp_path) -> None:
+    """`mxperf run --sampler-engine vllm --trace`: vLLM's own profiler is bracketed with the traced steps, its
+    Kineto trace lands in trace/sampler/, and ingesting the run directory maps its engine steps to generate."""
+    try:
+        vllm_python()
+    except VllmUnavailableError as exc:
+        pytest.skip(str(exc))
+    from mxperf.cli import main
+    from tracing import store
+
+    run = tmp_path / "run"
+    args = ["run", "--sampler-engine", "vllm", "--steps", "3", "--prompts-per-step", "2"]
+    args += ["--samples-per-prompt", "2", "--max-new-tokens", "3", "--pretrain-steps", "0"]
+    assert main([*args, "--trace", "--trace-steps", "1,1,1", "-o", str(run)]) == 0
+    capture = store.read_json(run / store.TRACE_DIR / "capture-rank-0.json")
+    (sampler_trace,) = capture["companion_files"]  # one start/stop: step 2 only
+    assert sampler_trace.startswith("trace/sampler/") and (run / sampler_trace).is_file()
+    out = tmp_path / "ingest"
+    assert main(["ingest", str(run), "-o", str(out)]) == 0
+    ranges = store.read_table(out / store.RANGES)
+    engine = ranges[ranges["trace"].str.contains("/trace/sampler/")]
+    steps = engine[engine["name"].str.startswith("execute_context_")]
+    assert len(steps) >= 3 and (steps["phase"] == "generate").all()  # a prefill + decode steps of step 2
+    learner = ranges[ranges["trace"].str.endswith("rank-0.json.gz")]
+    assert (learner["name"] == "generate").sum() == 1  # the learner process traced the same single step

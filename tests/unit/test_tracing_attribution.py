@@ -102,6 +102,9 @@ def test_encoded_range_attributes_are_decoded():
         ("actor/update", "update"),
         ("compute_log_prob", "logprob"),
         ("aten::mm", "other"),
+        ("execute_context_2(5)_generation_0(0)", "generate"),  # vLLM engine steps (its torch profiler)
+        ("execute_context_1(3sq3sk3sqsq9sqsk9)_generation_0(sq0sk0sqsq0sqsk0)", "generate"),
+        ("dynamo_data: compile_id=0/0", "other"),
     ],
 )
 def test_phase_map_covers_mxperf_verl_and_nemo_names(name, phase):

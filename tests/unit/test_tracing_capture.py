@@ -42,11 +42,11 @@ def test_capture_writes_one_trace_per_rank_with_range_names(tmp_path):
 
 def _bracket(cfg, steps):
     """The cudaProfilerStart/Stop calls a capture makes over ``steps`` steps, as (step, action)."""
-    from tracing.capture import nsys_action
+    from tracing.capture import bracket_action
 
     calls, on = [], False
     for step in range(steps + 1):  # the last check is the one __exit__ closes with
-        action = nsys_action(cfg, step, on) if step < steps else ("stop" if on else None)
+        action = bracket_action(cfg, step, on) if step < steps else ("stop" if on else None)
         if action:
             calls.append((step, action))
             on = action == "start"
@@ -91,3 +91,47 @@ def test_run_schedule_parsing():
     assert with_nsys(CaptureConfig(), True, cuda_available=True).nsys
     with pytest.raises(InputError, match="needs CUDA"):
         with_nsys(CaptureConfig(), True, cuda_available=False)
+
+
+class _Recorder:
+    """A companion profiler (the role the vLLM sampler plays) that records when it is started and stopped."""
+
+    def __init__(self, out_dir, log):
+        self.out_dir, self.log = out_dir, log
+
+    def start_profile(self):
+        self.log.append("start")
+
+    def stop_profile(self):
+        self.log.append("stop")
+        path = self.out_dir / "trace" / "sampler" / f"part{self.log.count('stop')}.json.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        return [path]
+
+
+def test_companions_are_bracketed_with_the_active_steps_and_their_files_listed(tmp_path):
+    log = []
+    cfg = CaptureConfig(wait=1, warmup=1, active=2)
+    with Capture(tmp_path, cfg, rank=0, companions=[_Recorder(tmp_path, log)]) as cap:
+        for step in range(5):
+            log.append(f"step{step}")
+            torch.ones(2).sum()
+            cap.step()
+    assert log == ["step0", "step1", "start", "step2", "step3", "stop", "step4"]
+    manifest = store.read_json(tmp_path / store.TRACE_DIR / "capture-rank-0.json")
+    assert manifest["companion_files"] == ["trace/sampler/part1.json.gz"]
+
+
+def test_a_failing_block_stops_companions_and_keeps_its_own_error(tmp_path):
+    log = []
+    with (
+        pytest.raises(ZeroDivisionError),
+        Capture(
+            tmp_path, CaptureConfig(wait=0, warmup=0, active=3), rank=0, companions=[_Recorder(tmp_path, log)]
+        ),
+    ):
+        log.append("work")
+        1 / 0  # noqa: B018
+    assert log == ["start", "work", "stop"]
+    assert store.read_json(tmp_path / store.TRACE_DIR / "capture-rank-0.json")["status"] == "failed"
