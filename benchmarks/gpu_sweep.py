@@ -3,8 +3,11 @@
 What runs. A stack of L decoder layers reduced to their linear layers (vLLM's fused shapes: ``qkv_proj``
 [(32+2*8)*128, 4096], ``o_proj`` [4096, 4096], ``gate_up_proj`` [2*12288, 4096], ``down_proj`` [4096, 12288]),
 chained as a decoder layer chains them -- the core attention is not a linear layer and is left out: its
-output is stood in for by the first 4096 columns of the QKV projection. One forward through the stack is one
-micro-batch of ``tokens_per_microbatch`` tokens (phase ``logprob``: a full-sequence forward).
+output is stood in for by the query columns (the first ``q_heads * head_dim`` = 4096) of the QKV projection.
+One forward through the stack is one micro-batch of ``tokens_per_microbatch`` tokens (phase ``logprob``: a
+full-sequence forward). Dense presets only (an MoE preset's MLP is not one ``gate_up_proj``). The BF16
+weights are drawn once per run on the CPU and copied to the device for every (precision, size), so the
+sweep's time goes to the GPU, not to the CPU random-number generator.
 
 Precisions (SPEC ids; Hopper has no MXFP8 tensor cores, so no ``mxfp8`` here):
 
@@ -20,7 +23,9 @@ the cast**: torch < 2.13 does not saturate float8 casts (it overflows to NaN).
 Outputs (``-o DIR``): ``manifest.json`` (kind ``sweep``), ``microbatches.csv`` and, where pandas + pyarrow
 import, ``microbatches.parquet`` (else ``--finalize DIR`` on a machine with them); per (precision, size) a
 Kineto trace ``traces/<precision>-t<tokens>/rank-0.json.gz`` with an ``mxperf.toml`` label sidecar for
-``mxperf ingest``. Runs with the image's packages only (``PYTHONPATH=.``; no nvtx package needed).
+``mxperf ingest``. The traced forwards run under a profiler schedule (one warm-up forward, discarded, then
+``TRACED_MICROBATCHES`` recorded ones): the first forward under CUPTI pays the profiler's own start-up cost.
+Runs with the image's packages only (``PYTHONPATH=.``; no nvtx package needed).
 
     PYTHONPATH=. python benchmarks/gpu_sweep.py -o runs/gpu-sweep [--layers 4] [--tokens 512,1024,...]
 """
@@ -45,6 +50,7 @@ PRECISIONS = ("bf16", "fp8-tensor", "fp8-rowwise")
 PHASE = "logprob"
 RANGE_NAME = "logprob/microbatch"  # ingest: --microbatch-range 'logprob/microbatch'
 TRACED_MICROBATCHES = 2
+PROFILER_WARMUP = 1  # profiled forwards discarded before the traced ones
 # The micro-batch contract (tracing/schema.py MICROBATCH_COLUMNS), repeated here because tracing.schema needs
 # pandas, which the GPU image may lack; tests/unit/test_gpu_sweep.py asserts the two agree.
 MICROBATCH_COLUMNS = (
@@ -86,15 +92,24 @@ class StackShape:
             "down_proj": (self.hidden, self.intermediate),
         }
 
+    @property
+    def q_width(self) -> int:
+        """Columns of the QKV output that are queries: the width of the attention output o_proj reads."""
+        return self.q_heads * self.head_dim
+
     def flops_per_token(self, layers: int) -> float:
         return 2.0 * layers * sum(n * k for n, k in self.linears.values())
 
 
 def shape_from_preset(name: str) -> StackShape:
-    """Shapes from mxperf's model presets (``qwen3-8b``) -- one source of truth for the dimensions."""
+    """Shapes from mxperf's dense model presets (``qwen3-8b``) -- one source of truth for the dimensions."""
     from pipeline.models import get_preset
 
     p = get_preset(name)
+    if p.is_moe:
+        raise SystemExit(
+            f"--model {name}: an MoE preset; this sweep stacks dense decoder layers (use qwen3-8b or tiny-dense)"
+        )
     return StackShape(
         name,
         int(p.get("hidden_size")),
@@ -143,26 +158,31 @@ class Linear:
         return torch._scaled_mm(x_fp8, self.w_t, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
 
-def build_stack(
-    shape: StackShape, layers: int, precision: str, device: torch.device, seed: int = 0
-) -> list[dict]:
-    """Random weights (std 0.02, as HF initializes Qwen3), the same for every precision."""
+def make_weights(shape: StackShape, layers: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """BF16 [N, K] weights on the CPU (std 0.02, as HF initializes Qwen3): drawn once, shared by every
+    precision and size (drawing a Qwen3-8B layer takes seconds of CPU time)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    stack = []
-    for _ in range(layers):
-        layer = {}
-        for name, (n, k) in shape.linears.items():
-            w = (torch.randn(n, k, generator=g) * 0.02).to(device=device, dtype=torch.bfloat16)
-            layer[name] = Linear(w, precision)
-        stack.append(layer)
-    return stack
+    return [
+        {
+            name: (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16)
+            for name, (n, k) in shape.linears.items()
+        }
+        for _ in range(layers)
+    ]
 
 
-def stack_forward(stack: list[dict], x: torch.Tensor, hidden: int) -> torch.Tensor:
+def build_stack(
+    weights: list[dict[str, torch.Tensor]], precision: str, device: torch.device
+) -> list[dict[str, Linear]]:
+    """The layers of ``weights`` on ``device`` at ``precision`` (FP8: weights quantized here, once)."""
+    return [{name: Linear(w.to(device), precision) for name, w in layer.items()} for layer in weights]
+
+
+def stack_forward(stack: list[dict[str, Linear]], x: torch.Tensor, q_width: int) -> torch.Tensor:
     """Decoder-layer chaining of the linears (residuals, SwiGLU); attention core left out (module docstring)."""
     for layer in stack:
         qkv = layer["qkv_proj"](x)
-        x = x + layer["o_proj"](qkv[:, :hidden].contiguous())
+        x = x + layer["o_proj"](qkv[:, :q_width].contiguous())
         gate, up = layer["gate_up_proj"](x).chunk(2, dim=-1)
         x = x + layer["down_proj"](torch.nn.functional.silu(gate) * up)
     return x
@@ -180,7 +200,7 @@ def _peak_mem(device: torch.device) -> float | None:
 
 def measure(
     shape: StackShape,
-    layers: int,
+    weights: list[dict[str, torch.Tensor]],
     precision: str,
     tokens: int,
     repeats: int,
@@ -189,20 +209,22 @@ def measure(
     trace_dir: Path | None,
 ) -> list[dict[str, Any]]:
     """Rows of ``microbatches`` for one (precision, size): ``repeats`` timed forwards after ``warmup``, without
-    the profiler. With ``trace_dir``, two more forwards then run under the Kineto profiler (not in the table:
-    profiling inflates host time; ``mxperf ingest`` measures those from the trace)."""
-    stack = build_stack(shape, layers, precision, device)
+    the profiler. With ``trace_dir``, ``TRACED_MICROBATCHES`` more forwards then run under the Kineto profiler,
+    after one profiled warm-up forward that the profiler discards (not in the table: profiling inflates host
+    time; ``mxperf ingest`` measures those from the trace)."""
+    layers = len(weights)
+    stack = build_stack(weights, precision, device)
     g = torch.Generator(device="cpu").manual_seed(tokens)
     x = torch.randn(tokens, shape.hidden, generator=g).to(device=device, dtype=torch.bfloat16)
     for _ in range(warmup):
-        stack_forward(stack, x, shape.hidden)
+        stack_forward(stack, x, shape.q_width)
     _sync(device)
     rows = []
     for rep in range(repeats):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter_ns()
-        y = stack_forward(stack, x, shape.hidden)
+        y = stack_forward(stack, x, shape.q_width)
         _sync(device)
         seconds = (time.perf_counter_ns() - t0) / 1e9
         if not bool(torch.isfinite(y).all()):
@@ -227,19 +249,23 @@ def measure(
         )
     if trace_dir is not None:
         with _profiler(device) as prof:
-            for _ in range(TRACED_MICROBATCHES):
+            for _ in range(PROFILER_WARMUP + TRACED_MICROBATCHES):
                 with torch.profiler.record_function(RANGE_NAME):
-                    stack_forward(stack, x, shape.hidden)
+                    stack_forward(stack, x, shape.q_width)
                     _sync(device)
+                prof.step()
         write_trace(prof, trace_dir, shape.name, precision, tokens, 0)
     return rows
 
 
 def _profiler(device: torch.device) -> Any:
+    """Kineto (CPU + CUDA activity on a GPU): ``PROFILER_WARMUP`` steps traced and discarded, then
+    ``TRACED_MICROBATCHES`` recorded (torch.profiler.schedule: warm-up results are skewed by start-up cost)."""
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
-    return torch.profiler.profile(activities=acts)
+    sched = torch.profiler.schedule(wait=0, warmup=PROFILER_WARMUP, active=TRACED_MICROBATCHES, repeat=1)
+    return torch.profiler.profile(activities=acts, schedule=sched)
 
 
 def write_trace(prof: Any, trace_dir: Path, model: str, precision: str, tokens: int, rep: int) -> Path:
@@ -444,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     not_run: list[str] = []
     with Manifest(args.out, config, args.force) as man:
+        weights = make_weights(shape, args.layers)
         # Sizes outer, precisions inner: a time cut-off leaves every precision with the same sizes.
         for n in tokens:
             if time.perf_counter() - t_start > args.max_seconds:
@@ -451,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for prec in precisions:
                 trace_dir = None if args.no_trace else args.out / "traces"
-                rows += measure(shape, args.layers, prec, n, args.repeats, args.warmup, device, trace_dir)
+                rows += measure(shape, weights, prec, n, args.repeats, args.warmup, device, trace_dir)
                 med = sorted(r["seconds"] for r in rows[-args.repeats :])[args.repeats // 2]
                 print(f"[gpu_sweep] {prec:12s} {n:6d} tokens  median {med * 1e3:9.3f} ms", file=sys.stderr)
         files = write_microbatches(rows, args.out)

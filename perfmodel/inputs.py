@@ -182,7 +182,8 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
                 "--label model=M,precision=P,tokens_per_microbatch=N"
             )
         raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
-    df = _conform(store.read_table(mb_path), str(mb_path), "sweep" if kind == "sweep" else "trace")
+    raw = store.read_table(mb_path)
+    df = _conform(raw, str(mb_path), "sweep" if kind == "sweep" else "trace")
     tables.append(df)
     stall = df["host_stall_seconds"].notna().any()
     sizes = df["tokens_per_microbatch"].nunique()
@@ -194,17 +195,31 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
         )
         kpath = path / store.KERNELS
         if kpath.is_file():
-            k = store.read_table(kpath).assign(precision=str(df["precision"].iloc[0]))
-            inputs.kernels = (
-                k if inputs.kernels is None else pd.concat([inputs.kernels, k], ignore_index=True)
-            )
-            prec = str(df["precision"].iloc[0])
-            update = df[df["phase"] == "update"]
-            n_mb = len(update) if len(update) else len(df)
-            inputs.kernel_microbatches[prec] = inputs.kernel_microbatches.get(prec, 0) + n_mb
+            traced = df.assign(trace=raw["trace"]) if "trace" in raw.columns else df
+            _add_kernels(inputs, store.read_table(kpath), traced)
     m = manifest.get("machine") or {}
     machine = f"{m.get('cpu', '?')} x{m.get('cpu_count', '?')}; GPU {m.get('gpu') or 'none'}" if m else "-"
     inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-", machine))
+
+
+def _add_kernels(inputs: FitInputs, kernels: pd.DataFrame, mb: pd.DataFrame) -> None:
+    """Kernel totals of one ingest, each trace's under the precision of its micro-batches, and how many
+    micro-batches per precision they cover (one ingest may hold traces of several precisions)."""
+    if "trace" in mb.columns and "trace" in kernels.columns:
+        precision_of = mb.groupby("trace")["precision"].first().astype(str)
+        kernels = kernels.assign(precision=kernels["trace"].map(precision_of))
+        kernels = kernels[kernels["precision"].notna()]  # traces with no labelled micro-batch
+    elif mb["precision"].nunique() == 1:  # an ingest written before micro-batches named their trace
+        kernels = kernels.assign(precision=str(mb["precision"].iloc[0]))
+    else:
+        return  # several precisions and no way to tell whose kernels are whose
+    inputs.kernels = (
+        kernels if inputs.kernels is None else pd.concat([inputs.kernels, kernels], ignore_index=True)
+    )
+    update = mb[mb["phase"] == "update"]
+    counted = update if len(update) else mb
+    for prec, n in counted["precision"].astype(str).value_counts().items():
+        inputs.kernel_microbatches[prec] = inputs.kernel_microbatches.get(prec, 0) + int(n)
 
 
 def load_inputs(paths: list[str | Path]) -> FitInputs:

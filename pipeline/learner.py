@@ -79,7 +79,8 @@ class _MemProbe:
     def result(self) -> tuple[float, float]:
         """(peak bytes, RSS growth bytes) of the micro-batch, read after its backward."""
         rss = float(max(0, _rss_bytes() - self.rss_start))
-        if self.cuda:
+        if self.cuda:  # wait for the backward kernels: the peak is theirs, and so is the range's time
+            torch.cuda.synchronize()
             return float(torch.cuda.max_memory_allocated() - self.start), rss
         return float(sum(self._saved.values())), rss
 

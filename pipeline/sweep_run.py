@@ -48,7 +48,12 @@ def execute_sweep(
                 df = run_sweep(cfg, ranges=ranges, log=log)
         finally:
             store.write_table(ranges.to_frame(), od.path / store.RANGES)
-        if trace_path is not None:
+        if trace is not None and trace.nsys:  # with_nsys only allows it where CUDA is
+            reason = (
+                "traced under Nsight Systems (--nsys): the GPU activity is in its report; "
+                "nsys export --type sqlite, then mxperf ingest it"
+            )
+        elif trace_path is not None:
             df, reason = fill_gpu_columns(df, str(trace_path))
         elif torch.cuda.is_available():
             reason = "not traced: run with --trace for GPU busy and host stall"

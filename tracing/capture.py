@@ -7,7 +7,8 @@
             cap.step()
     # -> run_dir/trace/rank-<r>.json.gz and run_dir/trace/capture-rank-<r>.json
 
-Activities: CPU always; CUDA (CUPTI kernels, memcpys, memsets, runtime/driver calls) when CUDA is available.
+Activities: CPU always; CUDA (CUPTI kernels, memcpys, memsets, runtime/driver calls) when CUDA is available,
+except under Nsight Systems (``nsys=True``), which takes CUPTI for itself (one subscriber only).
 The wait / warmup / active schedule skips start-up steps and discards warm-up ones (CUPTI's own start cost).
 
 **Nsight Systems** (``nsys=True``): the capture context calls ``cudaProfilerStart`` when the first active step
@@ -58,6 +59,11 @@ class CaptureConfig:
         if self.wait < 0 or self.warmup < 0 or self.active < 1 or self.repeat < 1:
             raise ValueError(
                 f"capture schedule needs wait >= 0, warmup >= 0, active >= 1, repeat >= 1; got {self}"
+            )
+        if self.nsys and self.cuda:
+            raise ValueError(
+                "nsys=True leaves CUDA activity to Nsight Systems (CUPTI takes one subscriber: with both, "
+                "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); leave cuda=None"
             )
 
     @property
@@ -130,6 +136,7 @@ class Capture:
         self.companion_files: list[str] = []
         self._prof: Any = None
         self._cuda = False
+        self._cupti = False
         self._recording = False
 
     def _trace_file(self) -> Path:
@@ -172,8 +179,10 @@ class Capture:
                 "nsys=True ignored: CUDA is not available, so there is no cudaProfilerApi to call",
                 stacklevel=2,
             )
+        # Under Nsight Systems, CUPTI belongs to nsys: torch.profiler records CPU activity (and the ranges) only.
+        self._cupti = self._cuda and not cfg.nsys
         activities = [torch.profiler.ProfilerActivity.CPU]
-        if self._cuda:
+        if self._cupti:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with warnings.catch_warnings():  # warmup=0 is a choice here (e.g. a whole sweep), not a mistake
             warnings.filterwarnings("ignore", message=".*warmup.*")
@@ -243,7 +252,8 @@ class Capture:
                 "kind": "capture",
                 "rank": self.rank,
                 "config": asdict(self.config),
-                "cuda_activity": self._cuda,
+                "cuda_activity": self._cupti,
+                "nsys_bracket": bool(self.config.nsys and self._cuda),
                 "steps": self.steps,
                 "files": [os.path.relpath(f, self.out_dir) for f in self.files],
                 "companion_files": self.companion_files,

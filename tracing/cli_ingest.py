@@ -103,7 +103,7 @@ def _microbatches(
         labels = _labels_for(r, cli)
         if (
             r.format == "kineto"
-            and Path(r.path).parent.name == store.TRACE_DIR
+            and store.TRACE_DIR in Path(r.path).parts[-3:-1]  # trace/rank-0.json.gz, trace/sampler/...
             and any(x.format == "rangelog" for x in results)
         ):
             continue  # a run's own trace: its micro-batches come from the range log (all steps, with attributes)
@@ -128,7 +128,7 @@ def _microbatches(
             raise InputError(
                 f"{r.path}: micro-batches lack a model or precision; pass --label model=...,precision=..."
             )
-        tables.append(mb)
+        tables.append(mb.assign(trace=r.path))  # an extra column: whose kernels are whose (perfmodel.inputs)
     if not tables:
         return None, notes
     return pd.concat(tables, ignore_index=True), notes

@@ -47,6 +47,7 @@ from pipeline.engines_megatron.te_path import (
     fprop_context,
     pad_tokens,
     probe_learner_path,
+    refresh_weight_casts,
     te_layer_spec,
     te_mxfp8_linear_weights,
     te_to_local_names,
@@ -144,6 +145,7 @@ class MegatronLearner:
         with torch.no_grad():
             for p, m in zip(self.model.parameters(), self.master, strict=True):
                 p.copy_(m)
+        refresh_weight_casts(self.model)  # TE: re-quantize the new weights on the next forward (te_path)
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Logits [B, T, V] on the model's device, in its precision context (TE MXFP8: tokens padded to 32)."""
@@ -194,6 +196,8 @@ class MegatronLearner:
                 loss = per_token.sum() / total_tokens
                 loss.backward()
                 self._accumulate_main_grads()
+                if self.device.type == "cuda":  # the range's time includes its own backward kernels
+                    torch.cuda.synchronize(self.device)
             loss_sum += float(loss.detach())
             clipped += float(stats["clipped"])
             tis += float(stats.get("tis_weight_sum", 0.0))

@@ -27,6 +27,14 @@ whose padding is uninitialised memory. ``compact_rowwise`` keeps exactly ``[:N, 
 the quantizer produced GEMM-swizzled scales). Row permutations commute with rowwise 1x32 blocks along K, so the
 fused-name split of ``weights.megatron_to_hf`` moves whole rows of bytes and scales.
 
+Weight casts (``refresh_weight_casts``). Megatron's TE linears pass ``is_first_microbatch`` to TE: True on a
+module's first forward, False on every later one, and with False TE reuses the weight cast it made last time
+(``get_weight_workspace(update_workspace=is_first_microbatch)``). Megatron's schedules set it back to True at
+each step's first micro-batch (``MegatronModule.set_is_first_microbatch``, a no-op unless ``config.fp8`` is
+set -- and mxperf enters ``te.autocast`` itself, leaving ``config.fp8`` unset). So after every weight change
+(optimizer step, weight load) the learner must call ``refresh_weight_casts(model)`` before the next MXFP8
+forward, or that forward multiplies by the MXFP8 weights of the very first forward.
+
 Status: written against megatron-core 0.16 and TE >= 2.13 API names; **never run on hardware** (no Blackwell
 GPU was available to the session that wrote it). Everything but the CUDA calls is tested on CPU.
 """
@@ -156,6 +164,15 @@ def fprop_context(path: LearnerPath) -> Iterator[None]:
     te, recipe = require_te_mxfp8()
     with require_te_autocast(te)(enabled=True, recipe=recipe):
         yield
+
+
+def refresh_weight_casts(model: Any) -> int:
+    """Make every module with TE's ``is_first_microbatch`` flag re-quantize its weights on its next forward (the
+    reset Megatron's schedules do per step; see the module docstring). Returns how many modules were reset."""
+    modules = [m for m in model.modules() if hasattr(m, "is_first_microbatch")]
+    for m in modules:
+        m.is_first_microbatch = True
+    return len(modules)
 
 
 def pad_tokens(

@@ -96,7 +96,8 @@ def test_labelled_ingest_writes_the_microbatch_contract(tmp_path, capsys):
     )
     assert rc == 0
     mb = store.read_table(out / store.MICROBATCHES)
-    assert list(mb.columns) == list(schema.MICROBATCH_COLUMNS)
+    assert list(mb.columns) == [*schema.MICROBATCH_COLUMNS, "trace"]  # the contract, then whose trace
+    assert set(mb["trace"]) == {str(A100)}
     assert len(mb) == 3 and set(mb["precision"]) == {"bf16"} and set(mb["source"]) == {"trace"}
     assert (mb["host_stall_seconds"] > 0).all()
 

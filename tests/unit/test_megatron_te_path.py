@@ -19,6 +19,7 @@ from pipeline.engines_megatron.te_path import (
     local_to_te_names,
     pad_tokens,
     probe_learner_path,
+    refresh_weight_casts,
     require_te_autocast,
     select_learner_path,
     te_to_local_names,
@@ -99,6 +100,30 @@ def test_local_path_forward_runs_outside_any_autocast() -> None:
 def test_te_without_autocast_is_refused_as_too_old() -> None:
     with pytest.raises(HardwareUnavailableError, match=r"too old.*>=2\.13"):
         require_te_autocast(SimpleNamespace(fp8_autocast=object()))
+
+
+# -- weight casts -----------------------------------------------------------------------------------------
+class _FlaggedLinear(torch.nn.Linear):
+    """Stands in for Megatron's TE linears (TE cannot be imported here): they carry ``is_first_microbatch``,
+    True at construction and set to False by every forward."""
+
+    def __init__(self) -> None:
+        super().__init__(4, 4)
+        self.is_first_microbatch = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.is_first_microbatch = False
+        return super().forward(x)
+
+
+def test_refresh_weight_casts_resets_every_flagged_module_after_forwards_cleared_them() -> None:
+    model = torch.nn.Sequential(_FlaggedLinear(), torch.nn.ReLU(), torch.nn.Sequential(_FlaggedLinear()))
+    model(torch.ones(2, 4))
+    flagged = [m for m in model.modules() if isinstance(m, _FlaggedLinear)]
+    assert [m.is_first_microbatch for m in flagged] == [False, False]  # TE would now reuse stale casts
+    assert refresh_weight_casts(model) == 2
+    assert [m.is_first_microbatch for m in flagged] == [True, True]
+    assert not hasattr(model[1], "is_first_microbatch")
 
 
 # -- token padding ----------------------------------------------------------------------------------------
@@ -256,3 +281,27 @@ def test_hopper_learner_refuses_mxfp8_and_blackwell_exports_te_bytes() -> None:
     assert float((deq - ref).abs().max() / ref.abs().max()) < 0.07
     ids = torch.randint(0, preset.vocab_size, (2, 9))
     assert bool(torch.isfinite(learner.logprobs(ids, torch.ones_like(ids))).all())
+
+
+@pytest.mark.gpu
+def test_blackwell_mxfp8_forward_after_a_weight_update_uses_fresh_weight_casts() -> None:
+    """After the masters change and are copied into the model (what ``train_step`` does after AdamW), the next
+    MXFP8 forward must equal one with explicitly refreshed TE weight casts. Fails while the learner leaves
+    TE's ``is_first_microbatch`` False (stale casts from the first forward). Never run on hardware yet."""
+    from pipeline.engines_megatron.learner import MegatronLearner
+    from pipeline.models import get_preset
+
+    if torch.cuda.get_device_capability(0) < BLACKWELL:
+        pytest.skip("MXFP8 needs SM 10.x")
+    preset = get_preset("tiny-dense")
+    learner = MegatronLearner(preset, "mxfp8")
+    ids = torch.randint(0, preset.vocab_size, (2, 16))
+    mask = torch.ones_like(ids)
+    learner.logprobs(ids, mask)
+    with torch.no_grad():
+        for m in learner.master:
+            m.mul_(0.5)
+    learner._copy_master_to_model()
+    after_update = learner.logprobs(ids, mask)
+    refresh_weight_casts(learner.model)
+    assert torch.equal(after_update, learner.logprobs(ids, mask))

@@ -126,3 +126,26 @@ def test_incomplete_directory_is_refused(tmp_path: Path) -> None:
         raise RuntimeError("crash")
     with pytest.raises(InputError, match="status 'failed'"):
         load_inputs([d])
+
+
+def test_one_ingest_of_traces_of_two_precisions_keeps_each_traces_kernels_apart(tmp_path: Path) -> None:
+    # e.g. `mxperf ingest traces/*/rank-0.json.gz` over a GPU sweep: one directory, many precisions
+    sim = simulate_sweep(sizes=(1024, 4096), repeats=1)
+    pairs = zip(sim["precision"], sim["tokens_per_microbatch"], strict=True)
+    names = [f"traces/{p}-t{n}.json.gz" for p, n in pairs]
+    sim = sim.assign(source="trace", trace=names)
+    kernels = pd.DataFrame(
+        {
+            "trace": [*sorted(set(names)), "traces/unlabelled.json.gz"],
+            "kernel_class": ["quantize"] * (sim["trace"].nunique() + 1),
+            "total_ns": [1_000_000] * (sim["trace"].nunique() + 1),
+        }
+    )
+    d = _dir(tmp_path / "ing", "ingest", {store.MICROBATCHES: sim, store.KERNELS: kernels})
+    inputs = load_inputs([d])
+    k = inputs.kernels
+    assert k is not None and len(k) == sim["trace"].nunique()  # the unlabelled trace's kernels are left out
+    for trace, prec in k[["trace", "precision"]].itertuples(index=False):
+        assert trace.split("/")[1].startswith(prec + "-t")
+    counts = sim[sim["phase"] == "update"]["precision"].value_counts()
+    assert inputs.kernel_microbatches == {p: int(n) for p, n in counts.items()}

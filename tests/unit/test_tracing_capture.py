@@ -135,3 +135,10 @@ def test_a_failing_block_stops_companions_and_keeps_its_own_error(tmp_path):
         1 / 0  # noqa: B018
     assert log == ["start", "work", "stop"]
     assert store.read_json(tmp_path / store.TRACE_DIR / "capture-rank-0.json")["status"] == "failed"
+
+
+def test_nsys_and_forced_cuda_activity_are_refused_together():
+    # both would subscribe to CUPTI, which takes one subscriber (pytorch#117935, TensorRT-LLM#9073)
+    with pytest.raises(ValueError, match="leaves CUDA activity to Nsight Systems"):
+        CaptureConfig(nsys=True, cuda=True)
+    assert CaptureConfig(nsys=True).cuda is None
