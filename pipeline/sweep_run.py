@@ -38,6 +38,11 @@ def execute_sweep(
     # A traced sweep names its ranges with their attributes (update/microbatch[step=..,precision=..]) so the
     # trace's micro-batches can be matched to the table's rows (sweep.gpu_columns).
     ranges = RangeLog(encode_attrs=trace is not None)
+    if torch.cuda.is_available():
+        log(
+            "note: mxperf sweep measures the native learner on the CPU (emulated MXFP8); for GPU timings use "
+            "benchmarks/gpu_sweep.sh (Hopper FP8) or the Megatron/TE learner (docs/engines.md)"
+        )
     config = {**asdict(cfg), **manifest_fields(trace), "num_sequences": cfg.num_sequences}
     with OutputDir(
         out_dir, kind="sweep", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
@@ -60,7 +65,12 @@ def execute_sweep(
         else:
             reason = NO_GPU_REASON
         store.write_table(df, od.path / store.MICROBATCHES)
-        od.update(gpu_reason=reason, microbatches=len(df), mfu_reason="hardware peak FLOP/s unknown")
+        od.update(
+            gpu_reason=reason,
+            microbatches=len(df),
+            mfu_reason="hardware peak FLOP/s unknown",
+            learner_device="cpu",  # the native learner (HF model, emulated MXFP8) always runs on the CPU
+        )
     return {
         "schema_version": store.SCHEMA_VERSION,
         "run_dir": str(od.path),
