@@ -8,31 +8,14 @@ measurements these tests assert on; this pytest process never imports megatron.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from megatron_helpers import run_child
 
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install megatron-core)")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _child(tmp_path_factory: pytest.TempPathFactory, *mode: str) -> dict:
-    out = tmp_path_factory.mktemp("megatron") / "checks.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests/integration/megatron_child/checks.py"), str(out), *mode],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
+    return run_child("checks.py", tmp_path_factory.mktemp("megatron") / "checks.json", *mode)
 
 
 @pytest.fixture(scope="module")

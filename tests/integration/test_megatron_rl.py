@@ -3,26 +3,16 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from megatron_helpers import run_child
 
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install megatron-core)")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path: Path, steps: int, fault: str | None = None, precision: str = "bf16") -> dict:
-    out = tmp_path / "rl.json"
-    args = [sys.executable, str(ROOT / "tests/integration/megatron_child/rl_steps.py"), str(out), str(steps)]
-    args += [fault or "-", precision]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
+    return run_child("rl_steps.py", tmp_path / "rl.json", str(steps), fault or "-", precision, timeout=600)
 
 
 def test_three_grpo_steps_with_megatron_learner_pass_every_check(tmp_path: Path) -> None:
@@ -59,19 +49,7 @@ def test_bf16_megatron_learner_and_bf16_sampler_agree_bitwise_only_while_norm_we
     # Two codes, one BF16 op sequence: at the HF init (every RMSNorm weight 1.0) torch.nn.RMSNorm's single
     # rounding of x*rstd*w and the sampler's BF16(x*rstd)*w coincide, so the logits are bitwise equal (the KL 0
     # seen with `--pretrain-steps 0`). Norm weights off 1.0, or another sampler grid, and they are not.
-    out = tmp_path / "agree.json"
-    script = ROOT / "tests/integration/megatron_child/sampler_agreement.py"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    res = json.loads(out.read_text())
+    res = run_child("sampler_agreement.py", tmp_path / "agree.json")
     assert res["init_norm_weights_all_one"]
     assert res["bitwise_equal_unit_norms[bf16]"] and res["maxdiff_unit_norms[bf16]"] == 0.0
     assert not res["bitwise_equal_unit_norms[mxfp8]"] and res["maxdiff_unit_norms[mxfp8]"] > 1e-3
