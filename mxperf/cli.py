@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from mxperf import __version__
@@ -54,11 +57,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler, ``timeout``, ``kill``), raised where the process is, so that an output directory
+    being written is marked ``interrupted`` and child processes are stopped, as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracing.errors import MxperfError
     from tracing.store import use_system_allocator
 
     use_system_allocator()  # a smaller footprint per process (its docstring says why); forked workers inherit it
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:  # `mxperf ranges ... | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
+    from tracing.errors import MxperfError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_module", None) is None:
@@ -72,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"mxperf {args.command}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"mxperf {args.command}: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"mxperf {args.command}: interrupted", file=sys.stderr)
         return 130
