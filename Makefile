@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	@$(VENV)/bin/mxperf demo -o $(DEMO_OUT)
+	@$(VENV)/bin/mxperf demo -o $(DEMO_OUT) --force  # the demo's own folder: a rerun replaces it
 
 test: $(STAMP)
 	@bash .ci/browser-deps.sh

@@ -175,6 +175,13 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             f"{path}: a '{kind}' directory has no micro-batch measurements; pass a sweep or ingest"
         )
     if not mb_path.is_file():
+        labels = (manifest.get("config") or {}).get("labels") if kind == "ingest" else None
+        if labels:
+            raise InputError(
+                f"{path}: ingest directory is labelled ({', '.join(f'{k}={v}' for k, v in labels.items())}) but "
+                "its traces had no micro-batch ranges; re-run mxperf ingest with --microbatch-range PATTERN "
+                "(a regular expression matching your micro-batch range names)"
+            )
         if kind == "ingest":
             raise InputError(
                 f"{path}: ingest directory is not labelled (no {store.MICROBATCHES}); one trace gives per-range "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nresults in {out}/ (sweep/microbatches.parquet, fit/report.md, consistency/) after {elapsed:.0f} s"
     )
-    print(f"open the dashboard: mxperf dash {out}")
+    mxperf = "mxperf" if shutil.which("mxperf") else str(Path(sys.executable).parent / "mxperf")
+    print(f"open the dashboard: {mxperf} dash {out}")
     if args.json:
         print(
             json.dumps(
@@ -111,7 +113,7 @@ def _consistency(model: str, out: Path, force: bool) -> str:
     from tracing import store
     from tracing.manifest import OutputDir
 
-    cfg = ConsistencyConfig(model=model, eval_prompts=24)
+    cfg = ConsistencyConfig(model=model)  # the same batch as `mxperf consistency` (README's table)
     with OutputDir(
         out,
         kind="run",

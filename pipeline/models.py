@@ -201,15 +201,21 @@ def build_config(p: ModelPreset) -> Any:
     return cls(**p.config_kwargs)
 
 
+def require_trainable(p: ModelPreset) -> ModelPreset:
+    """``p``, or InputError when it is shape-only (checked before a run or sweep creates its directory)."""
+    if p.shape_only:
+        raise InputError(
+            f"model {p.name!r} is shape-only (for FLOP and parameter counts); use tiny-dense or tiny-moe"
+        )
+    return p
+
+
 def build_model(p: ModelPreset, seed: int = 0) -> Any:
     """A randomly initialised float32 model, identical for identical (preset, seed)."""
     import torch
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-    if p.shape_only:
-        raise InputError(
-            f"model {p.name!r} is shape-only (for FLOP and parameter counts); use tiny-dense or tiny-moe"
-        )
+    require_trainable(p)
     config = build_config(p)
     config._attn_implementation = "sdpa"
     cls = Qwen3MoeForCausalLM if p.is_moe else Qwen3ForCausalLM

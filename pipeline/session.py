@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.engines import SamplingParams
 from pipeline.grpo import GRPOConfig
-from pipeline.models import ModelPreset, build_config, get_preset
+from pipeline.models import ModelPreset, build_config, get_preset, require_trainable
 from pipeline.pretrain import PretrainConfig, warm_start
 from pipeline.task import AdditionTask, Problem
 from pipeline.tokenizer import TaskTokenizer, train_tokenizer
@@ -55,7 +55,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         from pipeline.engines_factory import LEARNER_ENGINES, SAMPLER_ENGINES
 
-        get_preset(self.model)  # raises InputError on an unknown id
+        require_trainable(get_preset(self.model))  # InputError on an unknown or shape-only id
         if self.sampler_engine not in SAMPLER_ENGINES:
             raise InputError(
                 f"unknown --sampler-engine {self.sampler_engine!r}; choose one of {', '.join(SAMPLER_ENGINES)}"

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 from pipeline.grpo import GRPOBatch, GRPOConfig
-from pipeline.models import build_model, flops_per_token, get_preset
+from pipeline.models import build_model, flops_per_token, get_preset, require_trainable
 from pipeline.session import LEARNER_PRECISIONS, build_tokenizer
 from pipeline.task import AdditionTask
 from tracing.errors import InputError
@@ -54,7 +54,7 @@ class SweepConfig:
     sizes_order_seed: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
-        get_preset(self.model)
+        require_trainable(get_preset(self.model))
         if not self.precisions:
             raise InputError("--precisions is empty; give e.g. bf16,mxfp8")
         bad = [p for p in self.precisions if p not in LEARNER_PRECISIONS]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -24,7 +23,7 @@ from typing import IO
 import numpy as np
 import pandas as pd
 
-from tracing import metrics, schema
+from tracing import metrics, schema, store
 from tracing.errors import InputError
 from tracing.ingest import detect_format
 from tracing.ingest_kineto import load_kineto_events
@@ -90,8 +89,7 @@ def _subtract(
 
 
 def _open_atomic(dst: Path) -> tuple[IO[str], str]:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    fd, tmp = store.atomic_target(dst)  # beside dst, with the mode a plain open would give
     os.close(fd)
     opener = gzip.open if dst.name.endswith(".gz") else open
     return opener(tmp, "wt", encoding="utf-8"), tmp  # type: ignore[operator]

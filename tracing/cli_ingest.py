@@ -74,13 +74,29 @@ def _events_name(r: FileResult, taken: set[str], index: int) -> str:
     return name
 
 
+def _run_dir_of(r: FileResult) -> Path | None:
+    """The mxperf run/sweep directory a result comes from (its range log, or a trace under its trace/)."""
+    p = Path(r.path)
+    if r.format == "rangelog":
+        return p if p.is_dir() else p.parent
+    for parent in (p.parent, p.parent.parent):  # trace/rank-0.json.gz, trace/sampler/<vllm trace>
+        if parent.name == store.TRACE_DIR and is_run_dir(parent.parent):
+            return parent.parent
+    return None
+
+
+def _is_sweep(run_dir: Path | None) -> bool:
+    if run_dir is None or not (run_dir / store.MANIFEST).is_file():
+        return False
+    try:
+        return store.read_json(run_dir / store.MANIFEST).get("kind") == "sweep"
+    except InputError:
+        return False
+
+
 def _labels_for(r: FileResult, cli: Labels) -> Labels:
     p = Path(r.path)
-    run_dir = (
-        p
-        if r.format == "rangelog"
-        else (p.parent.parent if p.parent.name == store.TRACE_DIR and is_run_dir(p.parent.parent) else None)
-    )
+    run_dir = _run_dir_of(r)
     base = Labels()
     if run_dir is not None:
         cfg = run_config(run_dir)
@@ -92,7 +108,7 @@ def _labels_for(r: FileResult, cli: Labels) -> Labels:
             precision=prec if isinstance(prec, str) and prec in PRECISION_IDS else None,
             tokens_per_microbatch=int(size) if isinstance(size, int) else None,
         )
-    return base.merged(sidecar_labels(p)).merged(cli)
+    return base.merged(sidecar_labels(p, overridden=cli.as_dict())).merged(cli)
 
 
 def _microbatches(
@@ -100,13 +116,15 @@ def _microbatches(
 ) -> tuple[pd.DataFrame | None, list[str]]:
     tables, notes = [], []
     for r in results:
-        labels = _labels_for(r, cli)
-        if (
-            r.format == "kineto"
-            and store.TRACE_DIR in Path(r.path).parts[-3:-1]  # trace/rank-0.json.gz, trace/sampler/...
-            and any(x.format == "rangelog" for x in results)
-        ):
+        run_dir = _run_dir_of(r)
+        if _is_sweep(run_dir):
+            note = f"{run_dir}: a sweep already holds its micro-batch table; fit it directly (mxperf fit {run_dir})"
+            if note not in notes:
+                notes.append(note)
+            continue
+        if r.format == "kineto" and run_dir is not None and any(x.format == "rangelog" for x in results):
             continue  # a run's own trace: its micro-batches come from the range log (all steps, with attributes)
+        labels = _labels_for(r, cli)
         if not labels.complete:
             if labels.as_dict():
                 missing = labels.missing()
@@ -173,6 +191,13 @@ def summary_lines(results: list[FileResult]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     cli_labels = parse_labels(args.label)
+    if args.microbatch_range is not None:
+        try:
+            re.compile(args.microbatch_range)
+        except re.error as exc:
+            raise InputError(
+                f"--microbatch-range {args.microbatch_range!r}: not a regular expression ({exc})"
+            ) from None
     if args.workers < 1:
         raise InputError(f"--workers {args.workers}: must be >= 1")
     items = expand_inputs(args.paths)

@@ -39,8 +39,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         return "rangelog"
     if not p.exists():
         raise TraceFormatError(p, "no such file")
-    if p.suffix in NSYS_REPORT_SUFFIXES:
-        return "nsys"
+    if p.suffix in NSYS_REPORT_SUFFIXES or p.suffix in (".sqlite", ".sqlite3", ".db"):
+        return "nsys"  # by name too: a .sqlite that is not SQLite gets the nsys reader's error, not Kineto's
     if p.is_file():
         with open(p, "rb") as fh:
             if fh.read(16) == b"SQLite format 3\x00":

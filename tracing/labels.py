@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,10 @@ def _from_mapping(data: dict[str, Any], origin: str) -> Labels:
                 raise InputError(f"{origin}: label {key}={value!r} is not an integer") from None
         else:
             values[key] = str(value)
-    return Labels(**values)
+    try:
+        return Labels(**values)
+    except InputError as exc:
+        raise InputError(f"{origin}: {exc}") from None
 
 
 def parse_labels(text: str | None) -> Labels:
@@ -107,8 +111,10 @@ def parse_labels(text: str | None) -> Labels:
     return _from_mapping(data, "--label")
 
 
-def sidecar_labels(trace_path: str | os.PathLike[str]) -> Labels:
-    """Labels from ``mxperf.toml`` in the trace's directory (or inside it, for a run directory)."""
+def sidecar_labels(trace_path: str | os.PathLike[str], *, overridden: Iterable[str] = ()) -> Labels:
+    """Labels from ``mxperf.toml`` in the trace's directory (or inside it, for a run directory).
+
+    Keys in ``overridden`` (set on the command line, which wins) are neither read nor checked."""
     p = Path(trace_path)
     candidates = [p / SIDECAR] if p.is_dir() else [p.parent / SIDECAR]
     for path in candidates:
@@ -120,5 +126,6 @@ def sidecar_labels(trace_path: str | os.PathLike[str]) -> Labels:
             section = data.get("labels", data.get("label", data))
             if not isinstance(section, dict):
                 raise InputError(f"{path}: [labels] must be a table")
-            return _from_mapping(section, str(path))
+            skip = set(overridden)
+            return _from_mapping({k: v for k, v in section.items() if k not in skip}, str(path))
     return Labels()

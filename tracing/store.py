@@ -81,7 +81,7 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
-def _atomic_target(path: Path) -> tuple[int, str]:
+def atomic_target(path: Path) -> tuple[int, str]:
     """A temp file beside ``path`` (same filesystem, so the final rename is atomic), with the mode a
     plain ``open`` would give (mkstemp's 0600 would make shared result folders unreadable)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def write_table(
     if meta:
         kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
     table = table.replace_schema_metadata(kv)
-    fd, tmp = _atomic_target(path)
+    fd, tmp = atomic_target(path)
     os.close(fd)
     try:
         pq.write_table(table, tmp)
@@ -142,7 +142,7 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write JSON atomically; ``schema_version`` is added when missing."""
     path = Path(path)
     data = {"schema_version": SCHEMA_VERSION, **obj}
-    fd, tmp = _atomic_target(path)
+    fd, tmp = atomic_target(path)
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2, default=str, allow_nan=False)
@@ -156,7 +156,7 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
 
 def write_text(text: str, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
-    fd, tmp = _atomic_target(path)
+    fd, tmp = atomic_target(path)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -299,3 +300,51 @@ def test_python_functions_are_kept_only_when_asked(tmp_path):
         kinds[bool(flag)] = sorted(store.read_table(events_file)["kind"].astype(str))
         assert read_manifest(out)["config"]["python_functions"] is bool(flag)
     assert kinds == {False: ["cpu_op"], True: ["cpu_op", "python"]}
+
+
+def test_user_mistakes_get_one_line_naming_the_problem(tmp_path, capsys):
+    labels = "model=m,precision=bf16,tokens_per_microbatch=64"
+    args = ["ingest", str(A100), "--microbatch-range", "([", "--label", labels, "-o", str(tmp_path / "re")]
+    assert main(args) == 2
+    assert "--microbatch-range '([': not a regular expression" in capsys.readouterr().err
+    assert not (tmp_path / "re").exists()
+    fake = tmp_path / "export.sqlite"
+    fake.write_text("not sqlite at all")
+    assert main(["ingest", str(fake), "-o", str(tmp_path / "fk")]) == 2
+    assert "export.sqlite: not an SQLite file" in capsys.readouterr().err
+
+
+def test_a_bad_sidecar_value_is_named_and_the_command_line_wins(tmp_path, capsys):
+    d = tmp_path / "t"
+    d.mkdir()
+    shutil.copy(A100, d / "trace.json.gz")
+    (d / "mxperf.toml").write_text('model = "cnn"\nprecision = "BF16"\ntokens_per_microbatch = 512\n')
+    assert main(["ingest", str(d / "trace.json.gz"), "-o", str(tmp_path / "o1")]) == 2
+    err = capsys.readouterr().err
+    assert "mxperf.toml: label precision='BF16' is not a precision id" in err
+    assert (
+        main(["ingest", str(d / "trace.json.gz"), "-o", str(tmp_path / "o2"), "--label", "precision=bf16"])
+        == 0
+    )
+    assert set(store.read_table(tmp_path / "o2" / store.MICROBATCHES)["precision"]) == {"bf16"}
+
+
+def test_labelled_ingest_without_microbatch_ranges_is_explained_by_fit(tmp_path, capsys):
+    out = tmp_path / "o"
+    labels = "model=m,precision=bf16,tokens_per_microbatch=64"
+    assert (
+        main(["ingest", str(A100), "--microbatch-range", "no_such_range", "--label", labels, "-o", str(out)])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["fit", str(out), "-o", str(tmp_path / "fit")]) == 2
+    err = capsys.readouterr().err
+    assert "is labelled (model=m" in err and "no micro-batch ranges" in err and "--microbatch-range" in err
+
+
+def test_annotated_trace_is_readable_like_every_other_output(tmp_path):
+    out = tmp_path / "a.json.gz"
+    assert main(["annotate", str(A100), "-o", str(out)]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask

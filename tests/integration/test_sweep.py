@@ -128,3 +128,16 @@ def test_traced_sweep_writes_one_trace_and_says_why_gpu_columns_are_empty(tmp_pa
     assert store.read_table(out / store.MICROBATCHES)["gpu_busy_seconds"].isna().all()
     assert main([*args, "--nsys", "-o", str(tmp_path / "n")]) == 2
     assert "add --trace" in capsys.readouterr().err
+    # its directory and its trace ingest (per-range GPU time), and point to the table the sweep already has
+    for i, src in enumerate([out, store.trace_path(out, 0)]):
+        assert main(["ingest", str(src), "-o", str(tmp_path / f"ing{i}")]) == 0
+        assert "a sweep already holds its micro-batch table" in capsys.readouterr().err
+        assert not (tmp_path / f"ing{i}" / store.MICROBATCHES).exists()
+
+
+def test_shape_only_models_are_refused_before_an_output_directory_exists(tmp_path, capsys):
+    for cmd in (["run", "--steps", "1"], ["sweep", "--tokens-per-microbatch", "256"]):
+        out = tmp_path / cmd[0]
+        assert main([*cmd, "--model", "qwen3-8b", "-o", str(out)]) == 2
+        assert "shape-only" in capsys.readouterr().err
+        assert not out.exists()
