@@ -206,6 +206,10 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             _add_kernels(inputs, store.read_table(kpath), traced)
     m = manifest.get("machine") or {}
     machine = f"{m.get('cpu', '?')} x{m.get('cpu_count', '?')}; GPU {m.get('gpu') or 'none'}" if m else "-"
+    if kind == "ingest":  # the numbers come from the traced machine, not from the one that ingested them
+        names = sorted({n for t in manifest.get("traces") or [] for n in t.get("gpu_names") or []})
+        traced = ", ".join(names) if names else "GPU not named in the trace"
+        machine = f"traced on {traced} (ingested on {machine})"
     inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-", machine))
 
 

@@ -230,9 +230,10 @@ def run(args: argparse.Namespace) -> int:
                 f.unlink(missing_ok=True)
             raise
         shutil.rmtree(stage, ignore_errors=True)
-        od.update(
-            traces=spec_json(results)["traces"], microbatches=0 if microbatches is None else len(microbatches)
-        )
+        traces = spec_json(results)["traces"]
+        for t, r in zip(traces, results, strict=True):  # the machine that made the trace, where it says
+            t["gpu_names"] = sorted({str(n) for n in (r.meta.get("gpu_names") or {}).values() if n})
+        od.update(traces=traces, microbatches=0 if microbatches is None else len(microbatches))
     for line in [*summary_lines(results), *notes]:
         print(line, file=sys.stderr)
     if microbatches is not None:

@@ -44,6 +44,7 @@ def test_one_labelled_trace_gives_micro_batches_with_host_stall(labelled_ingest:
     (summary,) = inputs.summaries
     assert "host stall" in summary.gives
     assert "breakeven alone" in summary.cannot_give
+    assert summary.machine.startswith("traced on NVIDIA A100-PG509-200 (ingested on ")  # not this CPU box
 
 
 def test_fit_on_one_labelled_trace_says_what_is_missing(
