@@ -90,6 +90,8 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
             "sizes."
         )
     for prec in (e["baseline"], e["precision"]):
+        for msg in e["fits"][prec].get("implausible") or []:
+            out.append(f"- {prec}: **implausible coefficients**: {msg}.")
         lof = e["fits"][prec].get("lack_of_fit")
         if lof:
             p = "n/a" if lof["p_value"] is None else f"{lof['p_value']:.3g}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -71,14 +72,38 @@ def _line(fit: LineFit | None) -> dict[str, Any] | None:
     }
 
 
+def implausible(
+    fixed_s: float, fixed_ci: Sequence[float], per_token_s: float, per_token_ci: Sequence[float]
+) -> list[str]:
+    """Coefficients no machine can have: a fixed or per-token cost below zero with its whole 95 % interval.
+
+    The line is then an artefact of the sizes measured (timings that bend, a size range too narrow, noise);
+    the breakeven built on it is not to be trusted."""
+    out = []
+    if fixed_ci[1] < 0:
+        out.append(
+            f"fixed cost {fixed_s * 1e3:.3g} ms per micro-batch is below zero (95 % CI up to {fixed_ci[1] * 1e3:.3g} ms): "
+            "the timings are not a straight line down to zero tokens; measure more, smaller sizes or fit above "
+            "the bend (--min-tokens)"
+        )
+    if per_token_ci[1] < 0:
+        out.append(
+            f"per-token cost {per_token_s * 1e6:.3g} us is below zero (95 % CI up to {per_token_ci[1] * 1e6:.3g} us): "
+            "larger micro-batches measured faster; check that the inputs are one model, precision and phase"
+        )
+    return out
+
+
 def precision_entry(f: PrecisionFit) -> dict[str, Any]:
     """One ``fits[precision]`` object of fits.json."""
     boot = f.boot
+    fixed_ci, per_token_ci = f.time.ci("intercept"), f.time.ci("slope")
     return {
+        "implausible": implausible(f.fixed_s, fixed_ci, f.per_token_s, per_token_ci),
         "fixed_s": f.fixed_s,
         "per_token_s": f.per_token_s,
-        "fixed_ci": f.time.ci("intercept"),
-        "per_token_ci": f.time.ci("slope"),
+        "fixed_ci": fixed_ci,
+        "per_token_ci": per_token_ci,
         "r2": f.time.r2,
         "n_points": f.time.n_points,
         "n_microbatches": f.n_microbatches,

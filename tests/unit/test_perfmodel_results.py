@@ -62,3 +62,17 @@ def test_entries_frame_and_report_cover_every_entry(doc: dict) -> None:
     report = render_report(doc)
     assert report.count("## sim / ") == 4
     assert "pays off above" in report and "never faster" in report
+
+
+def test_coefficients_below_zero_are_called_implausible_in_fits_and_report() -> None:
+    # a "fixed cost" of -20 ms: what timings that bend (or a too narrow size range) make a straight line say
+    truth = {"bf16": (-0.02, 4e-6, 0.0), "mxfp8": (0.019, 2e-6, 0.0)}
+    mb = simulate_sweep(truth, rng=np.random.default_rng(0), stall_per_token_s=0.0)
+    mb = mb[mb["tokens_per_microbatch"] >= 8192]  # every size's time stays positive
+    assert (mb["seconds"] > 0).all()
+    doc = analyze(FitInputs(mb), n_boot=50)
+    (entry,) = doc["models"]
+    assert entry["fits"]["mxfp8"]["implausible"] == []
+    (msg,) = entry["fits"]["bf16"]["implausible"]
+    assert msg.startswith("fixed cost") and "below zero" in msg
+    assert "bf16: **implausible coefficients**: fixed cost" in render_report(doc)
