@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,8 +18,12 @@ import pandas as pd
 from tracing import store
 from tracing.errors import InputError
 from tracing.manifest import read_manifest
+from tracing.phases import PHASES
 
-_NUMBERED = r"#\d+$"  # ProfilerStep#4, ProfilerStep#5 ... group as ProfilerStep#*
+# Per-occurrence numbers group as one name: ProfilerStep#4 -> ProfilerStep#*, and the sequence ids
+# `emit_nvtx` / nsys append to every op (aten::to, seq = 12, op_id = 999599 -> aten::to, seq = *, op_id = *).
+_NUMBERED = re.compile(r"#\d+$")
+_OP_ID = re.compile(r"((?:op_id|seq)\s*=\s*)\d+")
 HELP = "per-range wall time, attributed GPU busy and host stall from an ingest directory"
 
 
@@ -26,30 +31,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", type=Path, metavar="OUT", help="an `mxperf ingest` output directory")
     p.add_argument("--top", type=int, default=20, help="rows to show (default 20; 0 = all)")
     p.add_argument("--match", metavar="PATTERN", help="only range names matching this regular expression")
-    p.add_argument("--phase", help="only ranges of this canonical phase")
+    p.add_argument("--phase", choices=PHASES, help="only ranges of this canonical phase")
+    p.add_argument("--trace", metavar="PATTERN", help="only ranges of the traces whose path matches (regex)")
     p.add_argument(
         "--by", choices=("name", "phase"), default="name", help="group by range name (default) or phase"
     )
     p.add_argument("--json", action="store_true", help="print the rows as one JSON line on stdout")
 
 
+def _regex(flag: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise InputError(f"{flag} {pattern!r}: not a regular expression ({exc})") from None
+
+
 def summarize_ranges(
-    ranges: pd.DataFrame, *, match: str | None = None, phase: str | None = None, by: str = "name"
+    ranges: pd.DataFrame,
+    *,
+    match: str | None = None,
+    phase: str | None = None,
+    by: str = "name",
+    trace: str | None = None,
 ) -> pd.DataFrame:
     """Group a ranges table by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with ``by="phase"``, by
     phase over the outermost range of each phase: count, wall, attributed busy, host stall (ms), stall share."""
     df = ranges
+    if trace and "trace" in df:
+        rt = _regex("--trace", trace)
+        df = df[df["trace"].astype(str).map(lambda t: rt.search(t) is not None).to_numpy(dtype=bool)]
     if by == "phase":
         df = df[_outermost_of_phase(df)]
     if match:
-        try:
-            rx = re.compile(match)
-        except re.error as exc:
-            raise InputError(f"--match {match!r}: not a regular expression ({exc})") from None
+        rx = _regex("--match", match)
         df = df[df["name"].astype(str).map(lambda n: rx.search(n) is not None).to_numpy(dtype=bool)]
     if phase:
         df = df[df["phase"] == phase]
-    df = df.assign(name=df["name"].astype(str).str.replace(_NUMBERED, "#*", regex=True))
+    names = df["name"].astype(str).str.replace(_NUMBERED, "#*", regex=True)
+    df = df.assign(name=names.str.replace(_OP_ID, r"\g<1>*", regex=True))
     if by == "phase":
         df = df.assign(name=df["phase"])
     g = df.groupby(["name", "phase"], observed=True, dropna=False)
@@ -112,9 +131,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             f"{args.out}: ingest status is '{manifest['status']}', not complete; re-run mxperf ingest"
         )
-    table = summarize_ranges(
-        store.read_table(args.out / store.RANGES), match=args.match, phase=args.phase, by=args.by
-    )
+    if args.top < 0:
+        raise InputError(f"--top {args.top}: must be >= 0 (0 shows every row)")
+    ranges = store.read_table(args.out / store.RANGES)
+    table = summarize_ranges(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
+    sources = sorted(ranges["trace"].astype(str).unique()) if "trace" in ranges and not args.trace else []
+    if len(sources) > 1:  # e.g. a run's range log and its trace: the same steps, seen twice
+        print(
+            f"note: ranges from {len(sources)} sources ({', '.join(Path(s).name for s in sources)}) add up in "
+            "each row; --trace PATTERN picks one",
+            file=sys.stderr,
+        )
     if args.top:
         table = table.head(args.top)
     if args.json:

@@ -227,6 +227,17 @@ def test_local_process_pool_matches_serial_ingest(tmp_path, capsys):
     )
 
 
+def test_ranges_group_per_op_ids_of_nsys_nvtx_names(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["ingest", str(NSYS), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["ranges", str(out), "--match", "^aten::copy_", "--json"]) == 0
+    rows = {r["name"]: r for r in _json_line(capsys.readouterr().out)["ranges"]}
+    assert rows["aten::copy_, op_id = *"]["count"] > 1000  # one row, not one per op id
+    assert main(["ranges", str(out), "--top", "-1"]) == 2
+    assert "--top -1: must be >= 0" in capsys.readouterr().err
+
+
 def test_ranges_command_lists_heaviest_ranges(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["ingest", str(A100), "-o", str(out)]) == 0
@@ -275,6 +286,14 @@ def test_traced_run_dir_ingests_range_log_and_its_kineto_trace(tmp_path, capsys)
     ranges = store.read_table(out / store.RANGES)
     traced = ranges[(ranges["source"] == "user_annotation") & (ranges["name"] == "update/microbatch")]
     assert len(traced) == 2
+    # `mxperf ranges` says the rows add up over both sources, and --trace picks one
+    assert main(["ranges", str(out), "--match", "^update/microbatch$", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "ranges from 2 sources" in captured.err
+    assert _json_line(captured.out)["ranges"][0]["count"] == 5  # 3 logged + 2 traced
+    assert main(["ranges", str(out), "--match", "^update/microbatch$", "--trace", "rank-0", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "sources" not in captured.err and _json_line(captured.out)["ranges"][0]["count"] == 2
 
 
 def test_python_functions_are_kept_only_when_asked(tmp_path):
