@@ -136,6 +136,11 @@ def read_csv_table(path: Path) -> pd.DataFrame:
 
 def _other_phases(path: Path) -> dict[str, float]:
     """Median seconds per step of each non-micro-batched phase column in a run's ``metrics.parquet``."""
+    if not (path / store.METRICS).is_file():
+        raise InputError(
+            f"{path}: a run directory without per-step metrics (e.g. `mxperf consistency` or `mxperf faults` "
+            "output); fit reads sweeps, labelled ingests and `mxperf run` directories"
+        )
     metrics = store.read_table(path / store.METRICS)
     out: dict[str, float] = {}
     for col in metrics.columns:

@@ -92,6 +92,11 @@ def now_iso() -> str:
 
 def read_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(out_dir) / store.MANIFEST
+    if Path(out_dir).is_dir() and not path.exists():
+        raise InputError(
+            f"{out_dir}: not an mxperf output directory (no {store.MANIFEST}); pass a folder written by "
+            "mxperf run / sweep / ingest / fit"
+        )
     data = store.read_json(path)
     for key in ("kind", "status"):
         if key not in data:

@@ -149,3 +149,12 @@ def test_one_ingest_of_traces_of_two_precisions_keeps_each_traces_kernels_apart(
         assert trace.split("/")[1].startswith(prec + "-t")
     counts = sim[sim["phase"] == "update"]["precision"].value_counts()
     assert inputs.kernel_microbatches == {p: int(n) for p, n in counts.items()}
+
+
+def test_folders_that_are_not_fit_inputs_say_what_they_are(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(InputError, match="not an mxperf output directory"):
+        load_inputs([tmp_path / "plain"])
+    d = _dir(tmp_path / "consistency", "run", {"consistency.parquet": pd.DataFrame({"kl_k3": [0.1]})})
+    with pytest.raises(InputError, match="a run directory without per-step metrics"):
+        load_inputs([d])
