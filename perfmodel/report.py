@@ -146,7 +146,10 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
         out.append(
             f"- What if ({knobs}): best {wrec.get('precision')} at {wrec.get('tokens_per_microbatch')} "
             f"tokens, {wrec.get('step_seconds') or float('nan'):.4g} s per step; step-level breakeven "
-            + ", ".join(f"{p}: {_tok(v)}" for p, v in wi["step_breakeven_tokens"].items())
+            + ", ".join(
+                f"{p}: {_tok(v) + ' tokens' if v is not None else 'none (the step times never cross)'}"
+                for p, v in wi["step_breakeven_tokens"].items()
+            )
             + "."
         )
         for p, src in (wi.get("weight_quant_source") or {}).items():

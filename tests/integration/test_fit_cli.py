@@ -68,6 +68,9 @@ def test_csv_fit_writes_fits_report_plots_and_json(tmp_path: Path, capsys) -> No
     assert read_manifest(out)["kind"] == "fit" and read_manifest(out)["status"] == "complete"
     report = (out / store.REPORT).read_text()
     assert "pays off above" in report and "hold-out MAPE" in report
+    sb = entry["step"]["what_if"]["step_breakeven_tokens"]["mxfp8"]
+    want = "none (the step times never cross)" if sb is None else f"{sb:,.0f} tokens"
+    assert f"step-level breakeven mxfp8: {want}" in report
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == [
         "host_stall_sim-dense_update_mxfp8.png",
