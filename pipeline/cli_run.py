@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from pipeline.profiling import add_trace_arguments, trace_config
+
 HELP = "run GRPO steps with a BF16/MXFP8 learner and sampler; write metrics, ranges, sync checks"
 
 
@@ -47,19 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
     p.add_argument("--check-sync", default="every", help="every sync | first (the initial push only) | off")
     p.add_argument("--strict", action="store_true", help="stop with an error at the first failed sync check")
-    p.add_argument(
-        "--trace", action="store_true", help="write trace/rank-0.json.gz (torch.profiler; CUPTI on a GPU)"
-    )
-    p.add_argument(
-        "--trace-steps",
-        metavar="WAIT,WARMUP,ACTIVE",
-        help="trace only these steps: skip WAIT, warm the profiler for WARMUP, record ACTIVE (default: all)",
-    )
-    p.add_argument(
-        "--nsys",
-        action="store_true",
-        help="cudaProfilerStart/Stop around the traced steps, for nsys --capture-range=cudaProfilerApi",
-    )
+    add_trace_arguments(p, what="steps", steps=True)
     p.add_argument("-o", "--output", default="runs/run", help="run directory")
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -70,18 +60,10 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, args.threads))
     from pipeline.loop import SyncCheckFailedError
-    from pipeline.profiling import parse_trace_steps, with_nsys
     from pipeline.run import execute_run
     from pipeline.session import RunConfig
-    from tracing.errors import InputError
 
-    if (args.trace_steps or args.nsys) and not args.trace:
-        raise InputError("--trace-steps and --nsys shape a trace: add --trace")
-    trace = None
-    if args.trace:
-        trace = with_nsys(
-            parse_trace_steps(args.trace_steps, args.steps), args.nsys, torch.cuda.is_available()
-        )
+    trace = trace_config(args, args.steps, torch.cuda.is_available())
 
     cfg = RunConfig(
         model=args.model,

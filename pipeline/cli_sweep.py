@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from pipeline.profiling import add_trace_arguments, trace_config
+
 HELP = "time learner updates on identical data across micro-batch sizes and precisions (microbatches.parquet)"
 
 
@@ -34,12 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compute-dtype", default="bfloat16", help="bfloat16 | float32")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
-    p.add_argument("--trace", action="store_true", help="profile the sweep (trace/rank-0.json.gz)")
-    p.add_argument(
-        "--nsys",
-        action="store_true",
-        help="cudaProfilerStart/Stop around the traced sweep, for nsys --capture-range=cudaProfilerApi",
-    )
+    add_trace_arguments(p, what="sweep", steps=False)
     p.add_argument("-o", "--output", default="runs/sweep", help="sweep directory")
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -49,14 +46,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    from pipeline.profiling import WHOLE_BLOCK, with_nsys
     from pipeline.sweep import SweepConfig
     from pipeline.sweep_run import execute_sweep
-    from tracing.errors import InputError
 
-    if args.nsys and not args.trace:
-        raise InputError("--nsys shapes a trace: add --trace")
-    trace = with_nsys(WHOLE_BLOCK, args.nsys, torch.cuda.is_available()) if args.trace else None
+    trace = trace_config(args, None, torch.cuda.is_available())
 
     cfg = SweepConfig(
         model=args.model,
