@@ -186,6 +186,13 @@ def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None =
             f"| `{s['path']}` | {s['kind']} | {s['rows']} | {s['gives']} | {s['cannot_give']} "
             f"| {s.get('machine', '-')} |"
         )
+    machines = sorted({s.get("machine") for s in doc.get("inputs", [])} - {None, "-"})
+    if len(machines) > 1:
+        lines += [
+            "",
+            f"**Inputs from {len(machines)} different machines** ({'; '.join(machines)}): a fixed or per-token "
+            "difference between precisions measured on different machines is partly the machines'.",
+        ]
     lines.append("")
     for e in doc["models"]:
         lines += _entry_section(e, plots.get(entry_stem(e), {}))

@@ -76,3 +76,15 @@ def test_coefficients_below_zero_are_called_implausible_in_fits_and_report() -> 
     (msg,) = entry["fits"]["bf16"]["implausible"]
     assert msg.startswith("fixed cost") and "below zero" in msg
     assert "bf16: **implausible coefficients**: fixed cost" in render_report(doc)
+
+
+def test_report_warns_when_inputs_come_from_different_machines(doc: dict) -> None:
+    assert "different machines" not in render_report(doc)
+    mixed = {
+        **doc,
+        "inputs": [
+            {"path": "a", "kind": "sweep", "rows": 1, "gives": "-", "cannot_give": "-", "machine": "H100"},
+            {"path": "b", "kind": "sweep", "rows": 1, "gives": "-", "cannot_give": "-", "machine": "B200"},
+        ],
+    }
+    assert "**Inputs from 2 different machines** (B200; H100)" in render_report(mixed)
