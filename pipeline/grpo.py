@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -144,6 +145,33 @@ def pack_microbatches(lengths: Sequence[int], tokens_per_microbatch: int) -> lis
     if cur:
         out.append(cur)
     return out
+
+
+@dataclass
+class StepTotals:
+    """What a learner step sums over its micro-batches; :meth:`stats` turns it into :func:`step_stats`."""
+
+    loss_sum: float = 0.0
+    clipped: float = 0.0
+    tis_sum: float = 0.0
+    num_microbatches: int = 0
+
+    def add(self, loss: torch.Tensor, stats: dict[str, Any]) -> None:
+        """One micro-batch: its loss (already divided by the step's token count) and ``token_loss`` stats."""
+        self.loss_sum += float(loss.detach())
+        self.clipped += float(stats["clipped"])
+        self.tis_sum += float(stats.get("tis_weight_sum", 0.0))
+        self.num_microbatches += 1
+
+    def stats(self, batch: GRPOBatch, grad_norm: float) -> dict[str, float]:
+        return step_stats(
+            batch,
+            loss_sum=self.loss_sum,
+            grad_norm=grad_norm,
+            clipped=self.clipped,
+            tis_sum=self.tis_sum,
+            num_microbatches=self.num_microbatches,
+        )
 
 
 def step_stats(

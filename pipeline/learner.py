@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from pipeline.engines import scale_name
-from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, step_stats, token_loss
+from pipeline.grpo import GRPOBatch, GRPOConfig, StepTotals, pack_microbatches, token_loss
 from tracing.errors import InputError
 from tracing.ranges import RangeLog
 
@@ -171,7 +171,7 @@ class HFLearner:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         probe = _MemProbe(self.device, self.model.parameters())
-        loss_sum = clipped = tis = 0.0
+        totals = StepTotals()
         self.last_microbatches = []
         for i, rows in enumerate(plan):
             mb = batch.select(rows)
@@ -193,9 +193,7 @@ class HFLearner:
                 peak, rss = probe.result()
                 attrs["peak_mem_bytes"] = peak
                 attrs["rss_delta_bytes"] = rss
-            loss_sum += float(loss.detach())
-            clipped += float(stats["clipped"])
-            tis += float(stats.get("tis_weight_sum", 0.0))
+            totals.add(loss, stats)
             self.last_microbatches.append(
                 {"microbatch": i, "num_tokens": num_tokens, "padded_tokens": padded, "peak_mem_bytes": peak}
             )
@@ -203,14 +201,7 @@ class HFLearner:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=False)
         self.optimizer.step()
         self.step_count += 1
-        return step_stats(
-            batch,
-            loss_sum=loss_sum,
-            grad_norm=float(grad_norm),
-            clipped=clipped,
-            tis_sum=tis,
-            num_microbatches=len(plan),
-        )
+        return totals.stats(batch, float(grad_norm))
 
     # -- export ------------------------------------------------------------------------------------------
     def _quantized_params(self) -> Iterator[tuple[str, Any]]:

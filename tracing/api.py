@@ -29,6 +29,8 @@ from tracing.phases import load_phase_map, phase_of
 from tracing.store import use_system_allocator
 from tracing.trace import Trace
 
+# Written out (not derived from tracing.API_NAMES) so linters and type checkers see the re-exports; a test keeps
+# the two equal.
 __all__ = [
     "Capture",
     "CaptureConfig",

@@ -53,7 +53,7 @@ from pipeline.engines_megatron.te_path import (
     te_to_local_names,
 )
 from pipeline.engines_megatron.weights import megatron_to_hf
-from pipeline.grpo import GRPOBatch, GRPOConfig, pack_microbatches, step_stats, token_loss
+from pipeline.grpo import GRPOBatch, GRPOConfig, StepTotals, pack_microbatches, token_loss
 from tracing.errors import InputError
 from tracing.ranges import RangeLog
 
@@ -177,7 +177,7 @@ class MegatronLearner:
         for m in self.master:
             m.grad = torch.zeros_like(m)
         self.model.train()
-        loss_sum = clipped = tis = 0.0
+        totals = StepTotals()
         self.last_microbatches = []
         for i, rows in enumerate(plan):
             mb = batch.select(rows)
@@ -198,9 +198,7 @@ class MegatronLearner:
                 self._accumulate_main_grads()
                 if self.device.type == "cuda":  # the range's time includes its own backward kernels
                     torch.cuda.synchronize(self.device)
-            loss_sum += float(loss.detach())
-            clipped += float(stats["clipped"])
-            tis += float(stats.get("tis_weight_sum", 0.0))
+            totals.add(loss, stats)
             self.last_microbatches.append(
                 {"microbatch": i, "num_tokens": num_tokens, "padded_tokens": padded}
             )
@@ -209,14 +207,7 @@ class MegatronLearner:
         self._copy_master_to_model()
         self.model.eval()
         self.step_count += 1
-        return step_stats(
-            batch,
-            loss_sum=loss_sum,
-            grad_norm=float(grad_norm),
-            clipped=clipped,
-            tis_sum=tis,
-            num_microbatches=len(plan),
-        )
+        return totals.stats(batch, float(grad_norm))
 
     def _accumulate_main_grads(self) -> None:
         """Move this micro-batch's parameter gradients into the fp32 master gradients (Megatron's main_grad)."""
