@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.mxfp8 import dequantize_mxfp8, quantize_mxfp8
+from pipeline.quant import dequantize_mxfp8, quantize_mxfp8
 
 
 def _cpu_name() -> str:

@@ -23,7 +23,7 @@ import torch
 
 
 def per_range_seconds(n: int = 20000, repeats: int = 5) -> float:
-    from tracing.ranges import RangeLog
+    from tracing.capture.ranges import RangeLog
 
     samples = []
     for _ in range(repeats):
@@ -38,8 +38,8 @@ def per_range_seconds(n: int = 20000, repeats: int = 5) -> float:
 
 def step_seconds(steps: int) -> tuple[float, float]:
     """(median step seconds, ranges emitted per step) of real tiny-dense RL steps."""
-    from pipeline.loop import RLLoop
-    from pipeline.session import RunConfig, Session
+    from pipeline.experiments.loop import RLLoop
+    from pipeline.experiments.session import RunConfig, Session
 
     cfg = RunConfig(steps=steps, prompts_per_step=4, samples_per_prompt=4, tokens_per_microbatch=64)
     session = Session(cfg)

@@ -51,7 +51,7 @@ PHASE = "logprob"
 RANGE_NAME = "logprob/microbatch"  # ingest: --microbatch-range 'logprob/microbatch'
 TRACED_MICROBATCHES = 2
 PROFILER_WARMUP = 1  # profiled forwards discarded before the traced ones
-# The micro-batch contract (tracing/schema.py MICROBATCH_COLUMNS), repeated here because tracing.schema needs
+# The micro-batch contract (tracing/outputs/schema.py MICROBATCH_COLUMNS), repeated here because tracing.outputs.schema needs
 # pandas, which the GPU image may lack; tests/unit/test_gpu_sweep.py asserts the two agree.
 MICROBATCH_COLUMNS = (
     "model",
@@ -103,7 +103,7 @@ class StackShape:
 
 def shape_from_preset(name: str) -> StackShape:
     """Shapes from mxperf's dense model presets (``qwen3-8b``) -- one source of truth for the dimensions."""
-    from pipeline.models import get_preset
+    from pipeline.model.presets import get_preset
 
     p = get_preset(name)
     if p.is_moe:
@@ -296,7 +296,7 @@ def machine() -> dict[str, Any]:
 
 # -- outputs ------------------------------------------------------------------------------------------------
 def write_microbatches(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """``microbatches.csv`` always; ``microbatches.parquet`` (tracing.store) when pandas + pyarrow import."""
+    """``microbatches.csv`` always; ``microbatches.parquet`` (tracing.outputs.store) when pandas + pyarrow import."""
     written = [out / "microbatches.csv"]
     with open(written[0], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=MICROBATCH_COLUMNS)
@@ -317,8 +317,8 @@ def finalize(out: Path) -> Path:
     """microbatches.csv -> microbatches.parquet with the shared schema (needs pandas + pyarrow)."""
     import pandas as pd
 
-    from tracing import store
-    from tracing.schema import MICROBATCH_COLUMNS as SCHEMA
+    from tracing.outputs import store
+    from tracing.outputs.schema import MICROBATCH_COLUMNS as SCHEMA
 
     df = pd.read_csv(out / "microbatches.csv")
     for col, dtype in SCHEMA.items():
@@ -328,12 +328,12 @@ def finalize(out: Path) -> Path:
 
 class Manifest:
     """manifest.json (SPEC run-directory fields) written first as ``running``, rewritten at the end. Uses
-    tracing.manifest.OutputDir when importable (it needs pandas), else writes the same fields itself."""
+    tracing.outputs.manifest.OutputDir when importable (it needs pandas), else writes the same fields itself."""
 
     def __init__(self, out: Path, config: dict[str, Any], force: bool) -> None:
         self.out = out
         try:
-            from tracing.manifest import OutputDir
+            from tracing.outputs.manifest import OutputDir
 
             self._impl: Any = OutputDir(out, kind="sweep", command=sys.argv, config=config, force=force)
             self._impl.update(machine=machine() | self._impl.data["machine"])
@@ -388,7 +388,7 @@ class Manifest:
 
 def _mxperf_version() -> str | None:
     try:
-        from mxperf import __version__
+        from tracing.outputs.version import __version__
 
         return __version__
     except ImportError:
@@ -399,7 +399,7 @@ def supported_precisions(device: torch.device, wanted: list[str]) -> tuple[list[
     """The precisions this device runs, and the reason for each one it does not."""
     if device.type != "cuda":
         return wanted, {}
-    from pipeline.gpu import HardwareUnavailableError, require_scaled_mm
+    from pipeline.device import HardwareUnavailableError, require_scaled_mm
 
     ok, skipped = [], {}
     for p in wanted:
@@ -421,7 +421,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--force", action="store_true")
     p.add_argument(
-        "--model", default="qwen3-8b", help="shape preset (pipeline.models); tiny-dense for CPU tests"
+        "--model", default="qwen3-8b", help="shape preset (pipeline.model.presets); tiny-dense for CPU tests"
     )
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--tokens", default="512,1024,2048,4096,8192,16384", help="micro-batch sizes in tokens")

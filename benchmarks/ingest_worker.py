@@ -13,7 +13,7 @@ Tools (each imports its libraries first, then records the baseline RSS, then tim
 
 Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
 The mxperf tools choose Arrow's allocator as the ``mxperf`` command does at start-up
-(``tracing.store.use_system_allocator``); HTA runs with pyarrow's default pool unless the benchmark sets
+(``tracing.outputs.store.use_system_allocator``); HTA runs with pyarrow's default pool unless the benchmark sets
 ``ARROW_DEFAULT_MEMORY_POOL`` (its ``hta-system`` case).
 """
 
@@ -53,11 +53,12 @@ NSYS_QUERIES = (
 def main(tool: str, path: str) -> dict[str, object]:
     p = Path(path)
     if tool.startswith("mxperf"):
-        from tracing.store import use_system_allocator
+        from tracing.outputs.store import use_system_allocator
 
         use_system_allocator()
     if tool == "mxperf":
-        from tracing.ingest import analyze, load_trace
+        from tracing.ingest.detect import load_trace
+        from tracing.jobs import analyze
 
         base = _rss_bytes()
         t0 = time.perf_counter()
@@ -69,9 +70,9 @@ def main(tool: str, path: str) -> dict[str, object]:
             info[f.name] = {"events": len(trace.events), "busy_ns": int(tables["devices"]["busy_ns"].sum())}
             del trace, tables
     elif tool == "mxperf-metrics":  # exactly HTA's scope: load + idle breakdown + temporal breakdown
-        from tracing.ingest import load_trace
-        from tracing.kernel_classes import class_totals, kernel_table
-        from tracing.metrics import device_metrics, device_timelines, gpu_ops, stream_breakdown
+        from tracing.analysis.kernel_classes import class_totals, kernel_table
+        from tracing.analysis.metrics import device_metrics, device_timelines, gpu_ops, stream_breakdown
+        from tracing.ingest.detect import load_trace
 
         base = _rss_bytes()
         t0 = time.perf_counter()
@@ -86,7 +87,7 @@ def main(tool: str, path: str) -> dict[str, object]:
             info[f.name] = {"busy_ns": int(dev["busy_ns"].sum())}
             del trace, ops
     elif tool == "mxperf-load":
-        from tracing.ingest import load_trace
+        from tracing.ingest.detect import load_trace
 
         base = _rss_bytes()
         t0 = time.perf_counter()

@@ -5,7 +5,7 @@ The dashboard never computes anything from raw traces; it reads the finished fil
 
 * discovers output directories (any folder under RUNS_DIR holding a ``manifest.json``) and summarises each
   manifest into an :class:`OutputEntry` (kind, model, precisions, steps, date, status) for the Runs table;
-* reads their tables through ``tracing.store`` (Parquet, ``schema_version`` checked; never pickle);
+* reads their tables through ``tracing.outputs.store`` (Parquet, ``schema_version`` checked; never pickle);
 * refuses any path that resolves outside RUNS_DIR (``..``, absolute paths, symlinks pointing out);
 * turns every way an output can be unusable -- missing file, ``status: running`` (half-written),
   ``failed``/``interrupted``, corrupt Parquet or JSON -- into one :class:`CardError` whose message a page
@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from tracing import store
-from tracing.errors import InputError, MxperfError
+from tracing.outputs import store
+from tracing.outputs.errors import InputError, MxperfError
 
 RUNS_DIR_ENV = "MXPERF_RUNS_DIR"
 MAX_DEPTH = 4  # RUNS_DIR/<group>/<sub>/<dir>/manifest.json is as deep as discovery looks
@@ -260,7 +260,7 @@ def check_usable(entry: OutputEntry) -> None:
 def load_table(
     runs_dir: Path, entry: OutputEntry, name: str, *, required: bool = True
 ) -> pd.DataFrame | None:
-    """Read ``name`` (a ``tracing.store`` file name) from an output directory.
+    """Read ``name`` (a ``tracing.outputs.store`` file name) from an output directory.
 
     Missing file: :class:`CardError` (or None when ``required=False``); corrupt file: CardError with the
     reader's message; unfinished directory: CardError saying so.

@@ -242,7 +242,7 @@ def sync_verdict(checks: pd.DataFrame) -> str:
 
 # --------------------------------------------------------------------------------------------- timeline
 def timeline_intervals(timelines: Sequence[Any], t0_ns: int, t1_ns: int, rank: object = None) -> pd.DataFrame:
-    """Bars for :func:`dashboards.charts.timeline_figure` from ``tracing.metrics.DeviceTimeline`` objects.
+    """Bars for :func:`dashboards.charts.timeline_figure` from ``tracing.analysis.metrics.DeviceTimeline`` objects.
 
     Per device lane, clipped to the window [t0, t1): one ``idle`` bar over the device's active span (drawn
     underneath), the busy-union intervals and the host-stall intervals on top; times in ms from t0.

@@ -16,8 +16,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import compare, data
-from tracing import store
-from tracing.errors import MxperfError
+from tracing.analysis import steps
+from tracing.outputs import store
+from tracing.outputs.errors import MxperfError
 
 PAIR_KEY = "mxperf_pair"
 CUSTOM = "Choose two runs…"
@@ -140,10 +141,16 @@ def run_label(entry: data.OutputEntry) -> str:
 
 
 def step_table(entry: data.OutputEntry) -> pd.DataFrame:
-    """Per-step phase seconds of a run (metrics or range log) or of an ingested trace (its ranges)."""
+    """Per-step phase seconds of a run (metrics or range log) or of an ingested trace (``steps.parquet``:
+    per step, the slowest process, which is what the job waits for)."""
     if entry.kind == "ingest":
-        return compare.step_phase_table_from_trace(table(entry, store.RANGES))
-    return compare.step_phase_table(
+        per_process = table(entry, store.STEPS, required=False)
+        if per_process is None or per_process.empty:
+            raise ValueError(
+                "the trace has no step ranges (ProfilerStep#N, 'step'); per-step phase times need them"
+            )
+        return steps.one_process(per_process)
+    return steps.step_phase_table(
         table(entry, store.METRICS, required=False), table(entry, store.RANGES, required=False)
     )
 

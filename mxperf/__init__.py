@@ -2,7 +2,9 @@
 
 The importable packages follow the data flow: ``tracing`` (raw trace -> event tables -> metrics),
 ``perfmodel`` (cost-model fits, breakeven), ``dashboards`` (Streamlit), and ``pipeline`` (the RL loop that
-produces runs). This package only holds the version and the ``mxperf`` command line.
+produces runs). This package is the top floor: the ``mxperf`` command line (``cli``, ``commands/``).
 """
 
-__version__ = "0.1.0"
+from tracing.outputs.version import __version__
+
+__all__ = ["__version__"]

@@ -1,11 +1,11 @@
 """The ``mxperf`` command line: a thin dispatcher over subcommand modules.
 
-Each subcommand lives next to the code it drives, in a module exposing ``HELP: str``,
-``add_arguments(parser) -> None`` and ``run(args) -> int``. Those modules must import their heavy
-dependencies (torch, transformers) inside ``run`` so that ``mxperf ingest`` or ``mxperf fit`` work
-without a training stack. Only modules that exist are registered: there are no placeholder commands.
+Each subcommand is one thin module in ``mxperf.commands`` exposing ``HELP: str``,
+``add_arguments(parser) -> None`` and ``run(args) -> int`` (parse, validate, call the library, print). Those
+modules import their heavy dependencies (torch, transformers) inside ``run`` so that ``mxperf ingest`` or
+``mxperf fit`` work without a training stack. The library packages never import this one.
 
-Bad input raises ``tracing.errors.MxperfError`` (or a subclass); the dispatcher prints one line and
+Bad input raises ``tracing.outputs.errors.MxperfError`` (or a subclass); the dispatcher prints one line and
 exits 2. Anything else is a bug and keeps its traceback.
 """
 
@@ -13,33 +13,31 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 
-from mxperf import __version__
+from tracing.outputs.version import __version__
 
 # name -> module. Order is the order shown in --help (the user journeys: run, sweep, fit, dash, ingest).
 COMMANDS: dict[str, str] = {
-    "demo": "pipeline.cli_demo",
-    "run": "pipeline.cli_run",
-    "sweep": "pipeline.cli_sweep",
-    "pretrain": "pipeline.cli_pretrain",
-    "consistency": "pipeline.cli_consistency",
-    "faults": "pipeline.cli_faults",
-    "fit": "perfmodel.cli_fit",
-    "dash": "dashboards.cli_dash",
-    "ingest": "tracing.cli_ingest",
-    "ranges": "tracing.cli_ranges",
-    "annotate": "tracing.cli_annotate",
+    name: f"mxperf.commands.{name}"
+    for name in (
+        "demo",
+        "run",
+        "sweep",
+        "pretrain",
+        "consistency",
+        "faults",
+        "fit",
+        "dash",
+        "ingest",
+        "ranges",
+        "annotate",
+    )
 }
-
-
-def _available_commands() -> dict[str, str]:
-    return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod) is not None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mxperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod_name in _available_commands().items():
+    for name, mod_name in COMMANDS.items():
         mod = importlib.import_module(mod_name)
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
@@ -67,7 +65,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracing.store import use_system_allocator
+    from tracing.outputs.store import use_system_allocator
 
     use_system_allocator()  # a smaller footprint per process (its docstring says why); forked workers inherit it
     previous = None
@@ -85,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    from tracing.errors import MxperfError
+    from tracing.outputs.errors import MxperfError
 
     parser = build_parser()
     args = parser.parse_args(argv)

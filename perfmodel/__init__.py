@@ -12,3 +12,16 @@ Data flow (one public verb per module):
 
 The model and its formulas are explained in ``perfmodel.model`` and docs/cost-model.md.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["fit"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: ``import perfmodel.model`` stays cheap
+    if name == "fit":
+        return importlib.import_module("perfmodel.api").fit
+    raise AttributeError(f"module 'perfmodel' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from scipy import stats
 
 from perfmodel.bootstrap import REPEAT_UNIT, bootstrap_lines, resampling_cells
 from perfmodel.model import LackOfFit, LineFit, PrecisionFit
-from tracing.errors import InputError
+from tracing.outputs.errors import InputError
 
 LOF_ALPHA = 0.01
 LOF_MIN_REL_DEV = 0.03

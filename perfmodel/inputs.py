@@ -1,4 +1,4 @@
-"""Everything ``mxperf fit`` can read, turned into one micro-batch table (``tracing.schema.MICROBATCH_COLUMNS``).
+"""Everything ``mxperf fit`` can read, turned into one micro-batch table (``tracing.outputs.schema.MICROBATCH_COLUMNS``).
 
 What each input can and cannot give:
 
@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracing import store
-from tracing.errors import InputError
-from tracing.manifest import read_manifest
-from tracing.schema import MICROBATCH_COLUMNS
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
+from tracing.outputs.manifest import read_manifest
+from tracing.outputs.precisions import PRECISION_IDS
+from tracing.outputs.schema import MICROBATCH_COLUMNS
 
-PRECISION_IDS = ("bf16", "mxfp8", "mxfp8-te212", "mxfp8-floor", "fp8-tensor", "fp8-block128", "fp8-rowwise")
 CSV_REQUIRED = ("model", "precision", "tokens_per_microbatch", "seconds")
 CSV_OPTIONAL = tuple(c for c in MICROBATCH_COLUMNS if c not in CSV_REQUIRED and c != "source")
 STEP_PHASES = ("generate", "logprob", "sync", "reward", "eval", "reference")
@@ -60,7 +60,7 @@ class FitInputs:
     summaries: list[InputSummary] = field(default_factory=list)
 
 
-def _conform(df: pd.DataFrame, origin: str, source: str) -> pd.DataFrame:
+def conform_microbatches(df: pd.DataFrame, origin: str, source: str) -> pd.DataFrame:
     df = df.copy()
     missing = [c for c in CSV_REQUIRED if c not in df.columns]
     if missing:
@@ -131,7 +131,7 @@ def read_csv_table(path: Path) -> pd.DataFrame:
         raise InputError(
             f"{path}: unknown column(s) {', '.join(unknown)}; allowed: {', '.join(CSV_REQUIRED + CSV_OPTIONAL)}"
         )
-    return _conform(df, str(path), "csv")
+    return conform_microbatches(df, str(path), "csv")
 
 
 def _other_phases(path: Path) -> dict[str, float]:
@@ -195,7 +195,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             )
         raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
     raw = store.read_table(mb_path)
-    df = _conform(raw, str(mb_path), "sweep" if kind == "sweep" else "trace")
+    df = conform_microbatches(raw, str(mb_path), "sweep" if kind == "sweep" else "trace")
     tables.append(df)
     stall = df["host_stall_seconds"].notna().any()
     sizes = df["tokens_per_microbatch"].nunique()
@@ -258,7 +258,7 @@ def load_inputs(paths: list[str | Path]) -> FitInputs:
                 )
             )
         elif path.suffix.lower() == ".parquet":
-            tables.append(_conform(store.read_table(path), str(path), "sweep"))
+            tables.append(conform_microbatches(store.read_table(path), str(path), "sweep"))
             inputs.summaries.append(InputSummary(str(path), "parquet", len(tables[-1]), "micro-batches", "-"))
         else:
             raise InputError(

@@ -37,8 +37,8 @@ from perfmodel.step import (
     step_costs,
     weight_quant_seconds,
 )
-from tracing import store
-from tracing.errors import InputError
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
 
 SCHEMA_VERSION = 1
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from tracing.schema import MICROBATCH_COLUMNS
+from tracing.outputs.schema import MICROBATCH_COLUMNS
 
 DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 # (fixed_s, per_token_s, stall_fixed_s): MXFP8 adds 9 ms fixed, saves 2 us/token -> n* = 4500 tokens.

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.model import LineFit
-from tracing.errors import InputError
+from tracing.outputs.errors import InputError
 
 KNOBS = ("fixed_scale", "weight_quant", "weight_quant_s")
 

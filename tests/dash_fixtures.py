@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracing import schema, store
-from tracing.manifest import OutputDir
-from tracing.metrics import device_metrics
+from tracing.analysis.metrics import device_metrics
+from tracing.analysis.steps import trace_step_phases
+from tracing.outputs import schema, store
+from tracing.outputs.manifest import OutputDir
 
 MODEL = "tiny-dense"
 STEPS = 6
@@ -229,12 +230,14 @@ def _ingest(root: Path, name: str = "ingest-gpu") -> Path:
             attrs="{}",
             gpu_reason="",
         )
-        store.write_table(schema.conform(rng, schema.RANGE_COLUMNS, "ranges"), od.path / store.RANGES)
+        rng = schema.conform(rng, schema.RANGE_COLUMNS, "ranges")
+        store.write_table(rng, od.path / store.RANGES)
+        store.write_table(trace_step_phases(rng), od.path / store.STEPS)
     return od.path
 
 
 def _faults(root: Path, name: str = "faults") -> Path:
-    """One row per injected fault, as ``mxperf faults`` writes it (``pipeline.fault_runs.FaultOutcome``)."""
+    """One row per injected fault, as ``mxperf faults`` writes it (``pipeline.experiments.fault_runs.FaultOutcome``)."""
     outcomes = [
         ("flipped_scale_byte", "I1", "I1"),
         ("floor_requant", "I1", "I1,I4"),

@@ -1,7 +1,10 @@
-"""Trace ingest, per-device / per-range metrics and host-stall attribution. Needs no torch.
+"""Traces in, tables out: ingest (Kineto, nsys, range logs) -> events -> device / range / micro-batch tables.
 
-The notebook API (``load_kineto_events``, ``load_nsys_events``, ``device_metrics``, ``attribute_ranges``,
-...) lives in :mod:`tracing.api` and is re-exported here lazily, so ``import tracing.errors`` stays cheap.
+The notebook API is one call, ``tracing.open(path)`` (a trace file or an ``mxperf ingest`` folder), plus the
+stage functions below for finer work. Names resolve lazily, so ``import tracing.outputs.errors`` stays cheap::
+
+    t = tracing.open("rank-0.json.gz")         # or tracing.open("runs/ing")
+    t.devices(); t.ranges(); t.kernels(); t.microbatches(); t.steps()
 """
 
 from __future__ import annotations
@@ -9,41 +12,48 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Keep in step with tracing.api.__all__ (a test checks). Listed here so that looking up a submodule name
-# (``from tracing import metrics``) never triggers the API import.
-API_NAMES = frozenset(
-    [
-        "Capture",
-        "CaptureConfig",
-        "Labels",
-        "Trace",
-        "analyze",
-        "annotate",
-        "attribute_ranges",
-        "class_totals",
-        "detect_format",
-        "device_metrics",
-        "device_timelines",
-        "gpu_ops",
-        "kernel_table",
-        "load_kineto_events",
-        "load_nsys_events",
-        "load_phase_map",
-        "load_range_log",
-        "load_trace",
-        "microbatch_table",
-        "parse_labels",
-        "phase_of",
-        "range_frame",
-        "stream_breakdown",
-        "union_intervals",
-        "use_system_allocator",
-        "with_rules",
-    ]
-)
+# The one list of the public API: name -> the module that defines it.
+_API: dict[str, str] = {
+    "open": "tracing.facade",
+    "TraceTables": "tracing.facade",
+    "Capture": "tracing.capture.profiler",
+    "CaptureConfig": "tracing.capture.profiler",
+    "Labels": "tracing.outputs.labels",
+    "parse_labels": "tracing.outputs.labels",
+    "use_system_allocator": "tracing.outputs.store",
+    "Trace": "tracing.ingest.trace",
+    "detect_format": "tracing.ingest.detect",
+    "load_trace": "tracing.ingest.detect",
+    "load_kineto_events": "tracing.ingest.kineto",
+    "load_nsys_events": "tracing.ingest.nsys",
+    "load_range_log": "tracing.ingest.rangelog",
+    "device_metrics": "tracing.analysis.metrics",
+    "device_timelines": "tracing.analysis.metrics",
+    "gpu_ops": "tracing.analysis.metrics",
+    "stream_breakdown": "tracing.analysis.metrics",
+    "union_intervals": "tracing.analysis.metrics",
+    "attribute_ranges": "tracing.analysis.attribution",
+    "range_frame": "tracing.analysis.attribution",
+    "class_totals": "tracing.analysis.kernel_classes",
+    "kernel_table": "tracing.analysis.kernel_classes",
+    "with_rules": "tracing.analysis.kernel_classes",
+    "microbatch_table": "tracing.analysis.microbatches",
+    "load_phase_map": "tracing.analysis.phases",
+    "phase_of": "tracing.analysis.phases",
+    "step_phase_table": "tracing.analysis.steps",
+    "annotate": "tracing.analysis.annotate",
+    "analyze": "tracing.jobs",
+}
+
+__all__ = sorted(_API)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in API_NAMES:
+    module = _API.get(name)
+    if module is None:
         raise AttributeError(f"module 'tracing' has no attribute {name!r}")
-    return getattr(importlib.import_module("tracing.api"), name)
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -7,8 +7,9 @@ import streamlit as st
 from dashboards import charts, compare, data, summaries, ui
 from perfmodel import model as pm
 from perfmodel import results, step
-from tracing import store
-from tracing.errors import MxperfError
+from tracing.analysis import steps
+from tracing.outputs import store
+from tracing.outputs.errors import MxperfError
 
 st.title("Breakeven")
 st.caption(
@@ -104,7 +105,7 @@ with ui.card("Predicted step time"):
     pair = ui.current_pair()
     if not other_default and pair is not None and pair.model == chosen["model"]:
         try:
-            med = compare.phase_medians(compare.step_phase_table(ui.table(pair.baseline, store.METRICS)))
+            med = compare.phase_medians(steps.step_phase_table(ui.table(pair.baseline, store.METRICS)))
             other_default = float(med.drop(["step", chosen["phase"]], errors="ignore").sum())
         except (ValueError, MxperfError):
             other_default = 0.0

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, summaries, ui
-from tracing import store
+from tracing.outputs import store
 
 st.title("Consistency")
 st.caption(

@@ -4,8 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, summaries, ui
-from tracing import metrics as tm
-from tracing import store
+from tracing.analysis import metrics as tm
+from tracing.outputs import store
 
 st.title("Host stall")
 st.caption(

@@ -23,8 +23,9 @@ from pipeline.quant.fp8 import (
     quantize_fp8_tensor,
 )
 from pipeline.quant.mxfp8 import MXFP8Tensor, dequantize_mxfp8, quantize_mxfp8, quantize_mxfp8_along
+from tracing.outputs.precisions import PIPELINE_PRECISIONS
 
-PRECISIONS = ("bf16", "mxfp8", "mxfp8-te212", "mxfp8-floor", "fp8-tensor", "fp8-block128", "fp8-rowwise")
+PRECISIONS = PIPELINE_PRECISIONS
 MXFP8_RULE = {"mxfp8": "te", "mxfp8-te212": "te212", "mxfp8-floor": "floor"}
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mxperf.cli import main
-from pipeline.consistency import SAMPLER_VARIANTS, ConsistencyConfig, run_consistency
-from tracing import store
+from pipeline.experiments.consistency import SAMPLER_VARIANTS, ConsistencyConfig, run_consistency
+from tracing.outputs import store
 
 VARIANTS = tuple(
     v for v in SAMPLER_VARIANTS if v.label in ("bf16", "mxfp8", "mxfp8 grid-fraction 0.5", "mxfp8-floor")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from mxperf.cli import main
-from tracing import store
-from tracing.manifest import read_manifest
+from tracing.outputs import store
+from tracing.outputs.manifest import read_manifest
 
 
 def test_demo_sweeps_fits_and_reruns_with_force(tmp_path, capsys):

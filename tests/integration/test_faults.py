@@ -8,9 +8,9 @@ import json
 import pytest
 
 from mxperf.cli import main
-from pipeline.fault_runs import FaultRunSettings, run_matrix
-from pipeline.faults import FAULTS, applicable, get_fault
-from tracing import store
+from pipeline.experiments.fault_runs import FaultRunSettings, run_matrix
+from pipeline.sync.faults import FAULTS, applicable, get_fault
+from tracing.outputs import store
 
 
 def test_faults_cli_runs_a_fault_live_and_writes_the_matrix(tmp_path, capsys):

@@ -12,8 +12,8 @@ import pytest
 from mxperf.cli import main
 from perfmodel.results import load_fits
 from perfmodel.simulate import simulate_sweep
-from tracing import store
-from tracing.manifest import OutputDir, read_manifest
+from tracing.outputs import store
+from tracing.outputs.manifest import OutputDir, read_manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "perfmodel"
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -172,7 +172,7 @@ def test_cli_process_prints_no_traceback_on_bad_input(tmp_path: Path) -> None:
 
 def test_fit_command_does_not_import_torch(tmp_path: Path) -> None:
     code = (
-        "import argparse, sys; from perfmodel import cli_fit; p = argparse.ArgumentParser(); "
+        "import argparse, sys; from mxperf.commands import fit as cli_fit; p = argparse.ArgumentParser(); "
         "cli_fit.add_arguments(p); "
         f"rc = cli_fit.run(p.parse_args([{str(DATA / 'sim_no_stall.csv')!r}, '-o', {str(tmp_path / 'o')!r}])); "
         "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'"

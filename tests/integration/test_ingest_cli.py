@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from mxperf.cli import main
-from tracing import schema, store
-from tracing.manifest import OutputDir, read_manifest
-from tracing.ranges import RangeLog
+from tracing.capture.ranges import RangeLog
+from tracing.outputs import schema, store
+from tracing.outputs.manifest import OutputDir, read_manifest
 
 DATA = Path(__file__).parent.parent / "data"
 REAL = DATA / "real"
@@ -264,7 +264,7 @@ def test_cli_subprocess_prints_no_traceback(tmp_path):
 
 def test_traced_run_dir_ingests_range_log_and_its_kineto_trace(tmp_path, capsys):
     torch = pytest.importorskip("torch")
-    from tracing.capture import Capture, CaptureConfig
+    from tracing.capture.profiler import Capture, CaptureConfig
 
     run = tmp_path / "run"
     log = RangeLog(emit_nvtx=False)

@@ -1,7 +1,7 @@
 """The Megatron-core learner on CPU: export mapping verified numerically against HF Qwen3, bf16 log-probs,
 GRPO step, micro-batch split invariance.
 
-megatron-core needs ``pipeline.engines_megatron.compat`` on CPU-only torch, which patches ``torch.cuda``
+megatron-core needs ``pipeline.engines.megatron.compat`` on CPU-only torch, which patches ``torch.cuda``
 process-wide, so everything Megatron runs in one child process (``megatron_child/checks.py``) whose JSON
 measurements these tests assert on; this pytest process never imports megatron.
 """

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from mxperf.cli import main
-from pipeline.loop import RLLoop, SyncCheckFailedError
-from pipeline.run import execute_run
-from pipeline.session import RunConfig
-from tracing import store
-from tracing.attribution import split_encoded_name
-from tracing.manifest import read_manifest
+from pipeline.experiments.loop import RLLoop, SyncCheckFailedError
+from pipeline.experiments.run import execute_run
+from pipeline.experiments.session import RunConfig
+from tracing.analysis.attribution import split_encoded_name
+from tracing.outputs import store
+from tracing.outputs.manifest import read_manifest
 
 TINY = [
     "--pretrain-steps",

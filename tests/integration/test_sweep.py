@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from mxperf.cli import main
-from pipeline.sweep import SweepConfig, fixed_batch
-from tracing import store
-from tracing.attribution import split_encoded_name
-from tracing.errors import InputError
-from tracing.manifest import read_manifest
-from tracing.schema import MICROBATCH_COLUMNS
+from pipeline.experiments.sweep import SweepConfig, fixed_batch
+from tracing.analysis.attribution import split_encoded_name
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
+from tracing.outputs.manifest import read_manifest
+from tracing.outputs.schema import MICROBATCH_COLUMNS
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-from pipeline.engines import SamplingParams
-from pipeline.engines_vllm.client import VllmUnavailableError, vllm_python
+from pipeline.engines.vllm.client import VllmUnavailableError, vllm_python
+from pipeline.interfaces import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
@@ -29,8 +29,8 @@ def engine():
         vllm_python()
     except VllmUnavailableError as exc:
         pytest.skip(str(exc))
-    from pipeline.engines_vllm.client import VllmSampler
-    from pipeline.models import build_config, build_model, get_preset
+    from pipeline.engines.vllm.client import VllmSampler
+    from pipeline.model.presets import build_config, build_model, get_preset
 
     preset = get_preset("tiny-dense")
     eng = VllmSampler(
@@ -42,15 +42,15 @@ def engine():
 
 @pytest.fixture(scope="module")
 def learner():
-    from pipeline.learner import HFLearner
-    from pipeline.models import build_model, get_preset
+    from pipeline.learner.engine import HFLearner
+    from pipeline.model.presets import build_model, get_preset
 
     return HFLearner(build_model(get_preset("tiny-dense"), seed=0), "bf16")
 
 
 def _sync_and_check(learner, engine, rollouts=(), step=0):
-    from pipeline.invariants import check_sync
-    from pipeline.weight_sync import WeightSync
+    from pipeline.sync.invariants import check_sync
+    from pipeline.sync.weight_sync import WeightSync
 
     sync = WeightSync()
     sync.sync(learner, engine, engine.weight_version + 1)
@@ -60,8 +60,8 @@ def _sync_and_check(learner, engine, rollouts=(), step=0):
 
 
 def test_three_rl_steps_with_vllm_sampler_pass_every_check(engine) -> None:
-    from pipeline.loop import RLLoop
-    from pipeline.session import RunConfig, Session
+    from pipeline.experiments.loop import RLLoop
+    from pipeline.experiments.session import RunConfig, Session
 
     assert engine.weight_version == -1, "run this test first (it starts the version count at 0)"
     session = Session(RunConfig(steps=3, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=5))
@@ -95,7 +95,7 @@ def test_pushed_weights_read_back_bit_exact_through_the_kernels(engine, learner)
 
 
 def test_vllm_logprobs_match_the_learner_at_fixed_weights(engine, learner) -> None:
-    from pipeline.rollouts import pad_sequences, place_logprobs
+    from pipeline.learner.rollouts import pad_sequences, place_logprobs
 
     _sync_and_check(learner, engine)
     prompts = [[5 + i, 17, 30 + 2 * i, 9] for i in range(8)]
@@ -113,7 +113,7 @@ def test_vllm_logprobs_match_the_learner_at_fixed_weights(engine, learner) -> No
 
 
 def test_teacher_forced_score_matches_the_sampled_logprobs_and_the_learner(engine, learner) -> None:
-    from pipeline.loop import evaluate_pairing
+    from pipeline.experiments.loop import evaluate_pairing
 
     _sync_and_check(learner, engine)
     prompts = [[5 + i, 17, 30 + 2 * i, 9] for i in range(6)]
@@ -140,7 +140,7 @@ def test_same_seed_reproduces_the_same_rollouts(engine, learner) -> None:
     "fault", ["vllm-stale-prefix-cache", "vllm-partial-push", "vllm-gate-up-swapped-names"]
 )
 def test_vllm_fault_is_caught_by_its_invariant(engine, learner, fault: str) -> None:
-    from pipeline.engines_vllm.faults import get_vllm_fault
+    from pipeline.engines.vllm.faults import get_vllm_fault
 
     f = get_vllm_fault(fault)
     rows = _sync_and_check(learner, engine)  # a clean version first: the fault acts from the next push on
@@ -164,10 +164,10 @@ def test_weight_only_grid_sampler_holds_the_learners_mxfp8_values() -> None:
         vllm_python()
     except VllmUnavailableError as exc:
         pytest.skip(str(exc))
-    from pipeline.engines_vllm.checks import check_sync_vllm, make_vllm_weight_sync
-    from pipeline.engines_vllm.client import VllmSampler
-    from pipeline.learner import HFLearner
-    from pipeline.models import build_config, build_model, get_preset
+    from pipeline.engines.vllm.checks import check_sync_vllm, make_vllm_weight_sync
+    from pipeline.engines.vllm.client import VllmSampler
+    from pipeline.learner.engine import HFLearner
+    from pipeline.model.presets import build_config, build_model, get_preset
 
     preset = get_preset("tiny-dense")
     mx_learner = HFLearner(build_model(preset, seed=0), "mxfp8")
@@ -194,7 +194,7 @@ def test_traced_run_with_vllm_sampler_traces_the_engine_process_and_ingest_finds
     except VllmUnavailableError as exc:
         pytest.skip(str(exc))
     from mxperf.cli import main
-    from tracing import store
+    from tracing.outputs import store
 
     run = tmp_path / "run"
     args = ["run", "--sampler-engine", "vllm", "--steps", "3", "--prompts-per-step", "2"]

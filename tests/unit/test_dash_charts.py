@@ -7,27 +7,28 @@ import numpy as np
 import pandas as pd
 
 from dashboards import charts, compare, summaries
-from tracing.metrics import device_timelines
+from tracing.analysis import steps
+from tracing.analysis.metrics import device_timelines
 
 
 def _tables() -> dict[str, pd.DataFrame]:
     m = pd.DataFrame({"step": [0, 1], "step_s": [2.0, 2.0], "generate_s": [1.0, 1.0], "update_s": [0.5, 0.5]})
-    return {"bf16": compare.step_phase_table(m), "mxfp8": compare.step_phase_table(m.assign(update_s=0.3))}
+    return {"bf16": steps.step_phase_table(m), "mxfp8": steps.step_phase_table(m.assign(update_s=0.3))}
 
 
 def test_step_time_mean_bars_stack_one_trace_per_phase() -> None:
     t = _tables()
-    fig = charts.step_time_mean_bars({k: compare.phase_medians(v) for k, v in t.items()}, compare.STEP_PHASES)
+    fig = charts.step_time_mean_bars({k: compare.phase_medians(v) for k, v in t.items()}, steps.STEP_PHASES)
     assert fig.layout.barmode == "stack"
-    assert [tr.name for tr in fig.data] == list(compare.STEP_PHASES)
+    assert [tr.name for tr in fig.data] == list(steps.STEP_PHASES)
     update = next(tr for tr in fig.data if tr.name == "update")
     assert list(update.x) == ["bf16", "mxfp8"] and list(update.y) == [0.5, 0.3]
 
 
 def test_per_step_bars_have_one_panel_per_precision_and_one_legend_entry_per_phase() -> None:
-    fig = charts.step_time_per_step_bars(_tables(), compare.STEP_PHASES)
+    fig = charts.step_time_per_step_bars(_tables(), steps.STEP_PHASES)
     assert [a.text for a in fig.layout.annotations] == ["bf16", "mxfp8"]
-    assert sum(bool(tr.showlegend) for tr in fig.data) == len(compare.STEP_PHASES)
+    assert sum(bool(tr.showlegend) for tr in fig.data) == len(steps.STEP_PHASES)
 
 
 def test_breakeven_figure_draws_bands_lines_points_and_n_star() -> None:

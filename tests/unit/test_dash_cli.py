@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dashboards import cli_dash
+from mxperf.commands import dash as cli_dash
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pandas as pd
 import pytest
 
 from dashboards import compare
 from dashboards.data import OutputEntry
+from tracing.analysis import steps
 
 
 def _run(
@@ -60,68 +58,13 @@ def test_model_without_both_precisions_is_not_paired() -> None:
 
 
 def _metrics() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "step": [0, 1, 2],
-            "step_s": [3.0, 2.0, 2.2],
-            "generate_s": [1.0, 0.8, 0.9],
-            "logprob_s": [0.5] * 3,
-            "update_s": [1.2, 0.6, 0.6],
-            "sync_s": [0.1] * 3,
-        }
-    )
+    from test_tracing_steps import run_metrics
 
-
-def test_step_phase_table_has_other_as_step_minus_phases() -> None:
-    t = compare.step_phase_table(_metrics())
-    wide = t.pivot_table(index="step", columns="phase", values="seconds")
-    assert list(t["phase"].unique()) == list(compare.STEP_PHASES)
-    np.testing.assert_allclose(wide["other"], [0.2, 0.0, 0.1], atol=1e-12)
-    np.testing.assert_allclose(wide.sum(axis=1), [3.0, 2.0, 2.2])
-
-
-def test_step_phase_table_clips_negative_other_to_zero() -> None:
-    m = _metrics().assign(step_s=[1.0, 1.0, 1.0])
-    assert compare.step_phase_table(m).query("phase == 'other'")["seconds"].eq(0).all()
-
-
-def test_step_phase_table_falls_back_to_the_range_log() -> None:
-    rows = [
-        (0, "step", 0, 1000, -1, 0, {"step": 7}),
-        (1, "generate", 0, 400, 0, 1, {}),
-        (2, "update", 400, 900, 0, 1, {}),
-        (3, "update/microbatch", 400, 600, 2, 2, {}),
-    ]
-    ranges = pd.DataFrame(
-        [
-            {
-                "range_id": r,
-                "name": n,
-                "start_ns": s,
-                "end_ns": e,
-                "dur_ns": e - s,
-                "tid": 1,
-                "parent_id": p,
-                "depth": d,
-                "attrs": json.dumps(a),
-            }
-            for r, n, s, e, p, d, a in rows
-        ]
-    )
-    t = compare.step_phase_table(None, ranges).set_index("phase")["seconds"]
-    assert t["generate"] == pytest.approx(400e-9)
-    assert t["update"] == pytest.approx(500e-9)
-    assert t["other"] == pytest.approx(100e-9)
-    assert compare.step_phase_table(None, ranges)["step"].unique().tolist() == [7]
-
-
-def test_step_phase_table_without_phase_times_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="no per-phase times"):
-        compare.step_phase_table(pd.DataFrame({"step": [0], "reward": [1.0]}))
+    return run_metrics()
 
 
 def test_phase_medians_skip_the_warmup_step() -> None:
-    med = compare.phase_medians(compare.step_phase_table(_metrics()))
+    med = compare.phase_medians(steps.step_phase_table(_metrics()))
     assert med["update"] == pytest.approx(0.6)
     assert med["step"] == pytest.approx(2.1)
 
@@ -143,37 +86,3 @@ def test_change_table_reports_both_medians_and_na_for_zero_baseline() -> None:
     t = compare.change_table(base, low, "bf16", "mxfp8").set_index("phase")
     assert t.loc["generate", "change"] == "+10 %"
     assert t.loc["sync", "change"] == "n/a"
-
-
-def _trace_ranges(rows: list[tuple[str, str, int, int, int]]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"name": n, "phase": ph, "start_ns": s, "end_ns": e, "pid": pid, "depth": 0, "range_id": i}
-            for i, (n, ph, s, e, pid) in enumerate(rows)
-        ]
-    )
-
-
-def test_trace_step_table_unions_nested_ranges_of_one_phase_within_each_step() -> None:
-    ranges = _trace_ranges(
-        [
-            ("ProfilerStep#4", "step", 0, 1000, 1),
-            ("## backward ##", "update", 100, 600, 1),
-            ("update_actor", "update", 500, 700, 1),  # overlaps backward: the union counts 100..700 once
-            ("rollout_generate", "generate", 700, 900, 1),
-            ("## backward ##", "update", 100, 900, 2),  # another process: not this step's
-            ("ProfilerStep#5", "step", 1000, 1500, 1),
-        ]
-    )
-    t = compare.step_phase_table_from_trace(ranges).pivot_table(
-        index="step", columns="phase", values="seconds"
-    )
-    assert t.loc[4, "update"] == pytest.approx(600e-9)
-    assert t.loc[4, "generate"] == pytest.approx(200e-9)
-    assert t.loc[4, "other"] == pytest.approx(200e-9)
-    assert t.loc[5, "other"] == pytest.approx(500e-9)
-
-
-def test_trace_without_step_ranges_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="no step ranges"):
-        compare.step_phase_table_from_trace(_trace_ranges([("gemm", "other", 0, 1, 1)]))

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from dashboards import data
-from tracing import store
+from tracing.outputs import store
 
 
 @pytest.fixture(scope="module")

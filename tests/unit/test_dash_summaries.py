@@ -9,7 +9,7 @@ import pytest
 
 from dashboards import summaries
 from perfmodel import step
-from tracing.metrics import device_timelines
+from tracing.analysis.metrics import device_timelines
 
 
 def _entry(case: str, tokens: float | None = None, ci=(None, None), **extra) -> dict:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.engines import LearnerBackend, SamplerEngine
-from pipeline.engines_factory import EngineUnavailableError, make_learner_backend, make_sampler_engine
-from pipeline.models import build_config, build_model, get_preset
-from tracing.errors import InputError
+from pipeline.engines.factory import EngineUnavailableError, make_learner_backend, make_sampler_engine
+from pipeline.interfaces import LearnerBackend, SamplerEngine
+from pipeline.model.presets import build_config, build_model, get_preset
+from tracing.outputs.errors import InputError
 
 
 def test_native_engines_satisfy_the_protocols() -> None:
@@ -42,7 +42,7 @@ def test_megatron_refuses_moe_presets_before_building_anything() -> None:
 
 
 def test_vllm_sampler_mode_outside_the_cpu_build_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.engines_vllm.client import VllmSampler
+    from pipeline.engines.vllm.client import VllmSampler
 
     with pytest.raises(ValueError, match="mode must be one of"):
         VllmSampler(build_config(get_preset("tiny-dense")), "fp8-tensor")
@@ -51,7 +51,7 @@ def test_vllm_sampler_mode_outside_the_cpu_build_is_refused(monkeypatch: pytest.
 def test_gpu_only_paths_fail_with_the_reason_on_cpu() -> None:
     import torch
 
-    from pipeline.gpu import HardwareUnavailableError, require_scaled_mm, require_te_mxfp8
+    from pipeline.device import HardwareUnavailableError, require_scaled_mm, require_te_mxfp8
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -72,10 +72,10 @@ def test_vllm_refuses_native_only_options_that_change_results(monkeypatch: pytes
 
 
 def test_sync_and_checker_per_engine_pair() -> None:
-    from pipeline.engines_factory import make_sync_and_checker
-    from pipeline.engines_vllm.checks import check_sync_vllm
-    from pipeline.invariants import check_sync
-    from pipeline.weight_sync import WeightSync
+    from pipeline.engines.factory import make_sync_and_checker
+    from pipeline.engines.vllm.checks import check_sync_vllm
+    from pipeline.sync.invariants import check_sync
+    from pipeline.sync.weight_sync import WeightSync
 
     syncer, checker = make_sync_and_checker("native", "native")
     assert type(syncer) is WeightSync and checker is check_sync

@@ -7,11 +7,11 @@ import json
 
 import torch
 
-from pipeline.engines import scale_name
-from pipeline.engines_vllm.client import dequantize_payload, write_model_dir
-from pipeline.engines_vllm.view import VllmWeightsView
-from pipeline.models import build_config, build_model, get_preset
-from pipeline.mxfp8 import dequantize_mxfp8, quantize_mxfp8
+from pipeline.engines.vllm.client import dequantize_payload, write_model_dir
+from pipeline.engines.vllm.view import VllmWeightsView
+from pipeline.interfaces import scale_name
+from pipeline.model.presets import build_config, build_model, get_preset
+from pipeline.quant import dequantize_mxfp8, quantize_mxfp8
 
 
 def test_weight_only_grid_values_are_the_exact_dequantized_mxfp8_bytes() -> None:

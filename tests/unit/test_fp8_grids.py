@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_mxfp8_reference import ref_e4m3_decode, ref_e4m3_encode
 
-from pipeline.mxfp8 import (
+from pipeline.quant import (
     PRECISIONS,
     FP8Tensor,
     MXFP8Tensor,

@@ -32,7 +32,7 @@ def test_qwen3_8b_linear_shapes() -> None:
 
 @pytest.mark.parametrize("rowwise", [False, True])
 def test_fp8_quantization_is_mxperfs_fp8_grid(rowwise: bool) -> None:
-    from pipeline.mxfp8 import quantize_fp8_rowwise, quantize_fp8_tensor
+    from pipeline.quant import quantize_fp8_rowwise, quantize_fp8_tensor
 
     x = torch.randn(64, 128) * torch.logspace(-2, 2, 128)
     data, scale = gs.quantize_fp8(x, rowwise)
@@ -170,8 +170,8 @@ def test_traces_ingest_into_labelled_microbatches_the_fit_accepts(tmp_path: Path
 
 
 def test_cpu_run_writes_the_sweep_contract(tmp_path: Path) -> None:
-    from tracing import store
-    from tracing.schema import MICROBATCH_COLUMNS
+    from tracing.outputs import store
+    from tracing.outputs.schema import MICROBATCH_COLUMNS
 
     assert tuple(MICROBATCH_COLUMNS) == gs.MICROBATCH_COLUMNS
     out = tmp_path / "sweep"

@@ -8,10 +8,10 @@ import pytest
 import torch
 from weight_sync_helpers import tiny_learner, tiny_sampler, train_a_little
 
-from pipeline.engines import SamplingParams, scale_name
-from pipeline.faults import get_fault
-from pipeline.invariants import INVARIANTS, SYNC_CHECK_COLUMNS, check_sync, rows_to_frame
-from pipeline.weight_sync import WeightSync
+from pipeline.interfaces import SamplingParams, scale_name
+from pipeline.sync.faults import get_fault
+from pipeline.sync.invariants import INVARIANTS, SYNC_CHECK_COLUMNS, check_sync, rows_to_frame
+from pipeline.sync.weight_sync import WeightSync
 
 PROMPTS = [[5, 6, 7, 8], [5, 6, 7, 8], [9, 10, 11]]
 

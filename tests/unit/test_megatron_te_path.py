@@ -1,4 +1,4 @@
-"""The Megatron learner's GPU path (``pipeline.engines_megatron.te_path``): which spec / recipe runs on which
+"""The Megatron learner's GPU path (``pipeline.engines.megatron.te_path``): which spec / recipe runs on which
 hardware, the errors where none may run, and the export of TE's own MXFP8 bytes.
 
 Everything here but the ``gpu``-marked tests runs on CPU: the selection is a pure function of a capability
@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pipeline.engines_megatron.te_path import (
+from pipeline.device import HardwareUnavailableError
+from pipeline.engines.megatron.te_path import (
     compact_rowwise,
     fprop_context,
     local_to_te_names,
@@ -25,9 +26,8 @@ from pipeline.engines_megatron.te_path import (
     te_to_local_names,
     unswizzle_scales,
 )
-from pipeline.engines_megatron.weights import AttentionShape, hf_to_megatron, megatron_to_hf, split_qkv
-from pipeline.gpu import HardwareUnavailableError
-from pipeline.mxfp8 import quantize_mxfp8
+from pipeline.engines.megatron.weights import AttentionShape, hf_to_megatron, megatron_to_hf, split_qkv
+from pipeline.quant import quantize_mxfp8
 
 BLACKWELL, HOPPER = (10, 0), (9, 0)
 GARBAGE = 0xEE
@@ -260,8 +260,8 @@ def test_exported_fused_qkv_bytes_equal_the_rowwise_quantization_of_each_hf_proj
 def test_hopper_learner_refuses_mxfp8_and_blackwell_exports_te_bytes() -> None:
     """On an SM < 10 GPU the learner refuses mxfp8; on Blackwell it exports TE's bytes, whose dequantized
     values are the BF16 weights to within one E4M3 step. Never run on hardware yet."""
-    from pipeline.engines_megatron.learner import MegatronLearner
-    from pipeline.models import get_preset
+    from pipeline.engines.megatron.learner import MegatronLearner
+    from pipeline.model.presets import get_preset
 
     preset = get_preset("tiny-dense")
     if torch.cuda.get_device_capability(0) < BLACKWELL:
@@ -274,8 +274,8 @@ def test_hopper_learner_refuses_mxfp8_and_blackwell_exports_te_bytes() -> None:
     name = "model.layers.0.self_attn.q_proj.weight"
     ref = learner.state_dict()[name]
     assert out[name].dtype == torch.uint8 and out[name].shape == ref.shape
-    from pipeline.engines import scale_name
-    from pipeline.mxfp8 import MXFP8Tensor, dequantize_mxfp8
+    from pipeline.interfaces import scale_name
+    from pipeline.quant import MXFP8Tensor, dequantize_mxfp8
 
     deq = dequantize_mxfp8(MXFP8Tensor(out[name], out[scale_name(name)], -1, "te", torch.bfloat16))
     assert float((deq - ref).abs().max() / ref.abs().max()) < 0.07
@@ -288,8 +288,8 @@ def test_blackwell_mxfp8_forward_after_a_weight_update_uses_fresh_weight_casts()
     """After the masters change and are copied into the model (what ``train_step`` does after AdamW), the next
     MXFP8 forward must equal one with explicitly refreshed TE weight casts. Fails while the learner leaves
     TE's ``is_first_microbatch`` False (stale casts from the first forward). Never run on hardware yet."""
-    from pipeline.engines_megatron.learner import MegatronLearner
-    from pipeline.models import get_preset
+    from pipeline.engines.megatron.learner import MegatronLearner
+    from pipeline.model.presets import get_preset
 
     if torch.cuda.get_device_capability(0) < BLACKWELL:
         pytest.skip("MXFP8 needs SM 10.x")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines_megatron.weights import (
+from pipeline.engines.megatron.weights import (
     AttentionShape,
     hf_to_megatron,
     megatron_to_hf,

@@ -1,4 +1,4 @@
-"""MXFP8 bytes from pipeline.mxfp8 equal the independent integer reference, for all three scale rules."""
+"""MXFP8 bytes from pipeline.quant equal the independent integer reference, for all three scale rules."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_mxfp8_reference import (
     ref_quantize_rows,
 )
 
-from pipeline.mxfp8 import MXFP8Tensor, dequantize_mxfp8, quantize_mxfp8, quantize_mxfp8_along
+from pipeline.quant import MXFP8Tensor, dequantize_mxfp8, quantize_mxfp8, quantize_mxfp8_along
 from pipeline.quant.e4m3 import decode_e4m3, encode_e4m3
 
 RULES = ("te", "te212", "floor")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.mxfp8 import quantize_mxfp8, swizzle_mxfp8_scales, unswizzle_mxfp8_scales
+from pipeline.quant import quantize_mxfp8, swizzle_mxfp8_scales, unswizzle_mxfp8_scales
 from pipeline.quant.swizzle import swizzled_index
 
 

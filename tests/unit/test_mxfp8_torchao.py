@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_mxfp8_reference import all_positive_finite_bf16, bits_f32, f32_bits
 
-from pipeline.mxfp8 import quantize_mxfp8
+from pipeline.quant import quantize_mxfp8
 
 pytestmark = pytest.mark.slow  # importing torchao takes ~10-20 s on this machine
 

@@ -9,10 +9,10 @@ import pytest
 
 from perfmodel.inputs import check_fittable, load_inputs, read_csv_table
 from perfmodel.simulate import simulate_sweep
-from tracing import store
-from tracing.errors import InputError
-from tracing.manifest import OutputDir
-from tracing.schema import MICROBATCH_COLUMNS
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
+from tracing.outputs.manifest import OutputDir
+from tracing.outputs.schema import MICROBATCH_COLUMNS
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "perfmodel"
 

@@ -13,8 +13,8 @@ from perfmodel.inputs import FitInputs
 from perfmodel.report import render_report
 from perfmodel.results import analyze, entries_frame, load_fits
 from perfmodel.simulate import simulate_sweep
-from tracing import store
-from tracing.errors import InputError
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
 
 
 @pytest.fixture(scope="module")

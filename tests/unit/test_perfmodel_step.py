@@ -18,7 +18,7 @@ from perfmodel.step import (
     step_costs,
     weight_quant_seconds,
 )
-from tracing.errors import InputError
+from tracing.outputs.errors import InputError
 
 
 @pytest.fixture(scope="module")

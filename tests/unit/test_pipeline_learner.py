@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines import LearnerBackend, scale_name
-from pipeline.grpo import GRPOBatch, GRPOConfig, group_advantages, pack_microbatches, token_loss
-from pipeline.learner import HFLearner
-from pipeline.models import build_model, get_preset
-from tracing.errors import InputError
-from tracing.ranges import RangeLog
+from pipeline.interfaces import LearnerBackend, scale_name
+from pipeline.learner.engine import HFLearner
+from pipeline.learner.grpo import GRPOBatch, GRPOConfig, group_advantages, pack_microbatches, token_loss
+from pipeline.model.presets import build_model, get_preset
+from tracing.capture.ranges import RangeLog
+from tracing.outputs.errors import InputError
 
 
 def _batch(b: int = 8, t: int = 12, seed: int = 0) -> GRPOBatch:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pipeline.metrics import METRIC_NAMES, mismatch_metrics
+from pipeline.experiments.mismatch import METRIC_NAMES, mismatch_metrics
 
 
 def test_identical_logprobs_give_zero_kl_and_unit_error():
@@ -49,7 +49,7 @@ def test_no_valid_token_gives_nan_and_bad_shapes_raise():
 
 
 def test_rollout_tensors_put_sampler_logprobs_where_the_learner_scores_response_tokens():
-    from pipeline.rollouts import pad_sequences, place_logprobs
+    from pipeline.learner.rollouts import pad_sequences, place_logprobs
 
     prompts, responses = [[5, 6, 7], [8]], [[9, 10], [11, 12, 13]]
     ids, am, rm = pad_sequences(prompts, responses, pad_id=0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.models import PRESETS, build_model, count_params, flops_per_token, get_preset
-from tracing.errors import InputError
+from pipeline.model.presets import PRESETS, build_model, count_params, flops_per_token, get_preset
+from tracing.outputs.errors import InputError
 
 
 @pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe"])

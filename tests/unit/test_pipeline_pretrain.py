@@ -7,10 +7,10 @@ import json
 import torch
 
 from mxperf.cli import main
-from pipeline.models import get_preset
-from pipeline.pretrain import PretrainConfig, config_hash, warm_start
-from pipeline.session import build_tokenizer
-from pipeline.task import AdditionTask
+from pipeline.experiments.session import build_tokenizer
+from pipeline.model.presets import get_preset
+from pipeline.model.pretrain import PretrainConfig, config_hash, warm_start
+from pipeline.model.task import AdditionTask
 
 
 def test_warm_start_lowers_the_loss_and_is_cached_by_config(tmp_path, monkeypatch):

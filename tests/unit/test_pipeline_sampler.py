@@ -8,11 +8,11 @@ import time
 import pytest
 import torch
 
-from pipeline.engines import SamplerEngine, SamplingParams
-from pipeline.learner import HFLearner
-from pipeline.models import build_config, build_model, get_preset
-from pipeline.sampler import EngineFailedError, Sampler
-from pipeline.weight_sync import WeightSync
+from pipeline.interfaces import SamplerEngine, SamplingParams
+from pipeline.learner.engine import HFLearner
+from pipeline.model.presets import build_config, build_model, get_preset
+from pipeline.sampler.engine import EngineFailedError, Sampler
+from pipeline.sync.weight_sync import WeightSync
 
 PROMPTS = [[5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [11, 12, 13]]
 

@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 
-from pipeline.sweep import gpu_columns
-from tracing.ingest_kineto import load_kineto_events
+from pipeline.experiments.sweep import gpu_columns
+from tracing.ingest.kineto import load_kineto_events
 
 
 def _x(cat, name, ts, dur, *, pid=1, tid=1, **args):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.task import AdditionTask, Problem
-from pipeline.tokenizer import load_tokenizer, train_tokenizer
+from pipeline.model.task import AdditionTask, Problem
+from pipeline.model.tokenizer import load_tokenizer, train_tokenizer
 
 
 def test_reward_is_one_for_exact_partial_for_some_digits_zero_without_digits():

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from pipeline.mxfp8 import (
+from pipeline.quant import (
     MXFP8Linear,
     PrecisionPolicy,
     QuantExperts,

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.mxfp8 import (
+from pipeline.quant import (
     MXFP8Linear,
     QuantLinear,
     dequantize,

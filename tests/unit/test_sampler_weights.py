@@ -8,15 +8,15 @@ import torch
 import torch.nn.functional as F
 from weight_sync_helpers import tiny_config, tiny_learner, train_a_little
 
-import pipeline.mxfp8 as mx
-from pipeline.engines import scale_name
-from pipeline.sampler_weights import (
+import pipeline.quant as mx
+from pipeline.interfaces import pack_weights, scale_name
+from pipeline.sampler.weights import (
     IncompleteLoadError,
     SamplerWeights,
     grid_layers,
     sampler_layout,
 )
-from pipeline.weight_sync import pack_weights, send_quantized_for
+from pipeline.sync.weight_sync import send_quantized_for
 
 
 def _push(learner, store: SamplerWeights, version: int = 0) -> None:

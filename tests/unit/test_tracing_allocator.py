@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPET = (
-    "import pyarrow as pa; from tracing.store import use_system_allocator; "
+    "import pyarrow as pa; from tracing.outputs.store import use_system_allocator; "
     "before = pa.default_memory_pool().backend_name; print(before, use_system_allocator())"
 )
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tracing.errors import TraceFormatError
-from tracing.ingest import load_trace
-from tracing.ingest_kineto import load_kineto_events
+from tracing.ingest.detect import load_trace
+from tracing.ingest.kineto import load_kineto_events
+from tracing.outputs.errors import TraceFormatError
 
 REAL = Path(__file__).parent.parent / "data" / "real"
 RANK0 = REAL / "hta_sampled_2rank" / "rank-0.json.gz"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tracing import attribution, store
-from tracing.capture import Capture, CaptureConfig
-from tracing.ingest_kineto import load_kineto_events
-from tracing.ranges import RangeLog
+from tracing.analysis import attribution
+from tracing.capture.profiler import Capture, CaptureConfig
+from tracing.capture.ranges import RangeLog
+from tracing.ingest.kineto import load_kineto_events
+from tracing.outputs import store
 
 torch = pytest.importorskip("torch")
 
@@ -42,7 +43,7 @@ def test_capture_writes_one_trace_per_rank_with_range_names(tmp_path):
 
 def _bracket(cfg, steps):
     """The cudaProfilerStart/Stop calls a capture makes over ``steps`` steps, as (step, action)."""
-    from tracing.capture import bracket_action
+    from tracing.capture.profiler import bracket_action
 
     calls, on = [], False
     for step in range(steps + 1):  # the last check is the one __exit__ closes with
@@ -66,7 +67,7 @@ def test_nsys_bracket_opens_at_the_first_active_step_and_closes_after_the_last()
 
 
 def test_cuda_activity_asked_for_without_cuda_is_a_clear_error(tmp_path):
-    from tracing.errors import InputError
+    from tracing.outputs.errors import InputError
 
     with pytest.raises(InputError, match="needs CUDA for CUPTI"), Capture(tmp_path, CaptureConfig(cuda=True)):
         pass
@@ -81,8 +82,8 @@ def test_nsys_bracket_without_cuda_is_ignored_with_a_warning(tmp_path):
 
 
 def test_run_schedule_parsing():
-    from pipeline.profiling import parse_trace_steps, with_nsys
-    from tracing.errors import InputError
+    from pipeline.experiments.profiling import parse_trace_steps, with_nsys
+    from tracing.outputs.errors import InputError
 
     assert parse_trace_steps(None, 7) == CaptureConfig(wait=0, warmup=0, active=7)
     assert parse_trace_steps("2,1,3", 6) == CaptureConfig(wait=2, warmup=1, active=3)

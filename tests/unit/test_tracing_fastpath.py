@@ -1,4 +1,4 @@
-"""The msgspec batch decoder (``tracing.kineto_fast``) gives exactly the table of the ``json``-only path.
+"""The msgspec batch decoder (``tracing.ingest.kineto_fast``) gives exactly the table of the ``json``-only path.
 
 Each test loads the same file twice -- ``_load(fast=True)`` and ``_load(fast=False)`` (json only, the
 reference) -- and compares every column, the category order, dtypes and meta; for bad input, the errors must
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracing import kineto_fast
-from tracing.errors import TraceFormatError
-from tracing.ingest_kineto import _load, load_kineto_events
-from tracing.jsonstream import ChromeTraceReader
+from tracing.ingest import kineto_fast
+from tracing.ingest.jsonstream import ChromeTraceReader
+from tracing.ingest.kineto import _load, load_kineto_events
+from tracing.outputs.errors import TraceFormatError
 
 pytestmark = pytest.mark.skipif(not kineto_fast.AVAILABLE, reason="msgspec not installed")
 
@@ -243,7 +243,7 @@ def test_random_field_values_give_the_same_outcome(tmp_path, ts, dur, pid, devic
 def test_env_switch_forces_the_json_only_path_with_the_same_table():
     path = DATA / "real" / "hta_sampled_2rank" / "rank-0.json.gz"
     code = (
-        "import sys, hashlib; from tracing import kineto_fast; from tracing.ingest_kineto import load_kineto_events;"
+        "import sys, hashlib; from tracing.ingest import kineto_fast; from tracing.ingest.kineto import load_kineto_events;"
         f"ev = load_kineto_events({str(path)!r}).events;"
         "print(kineto_fast.AVAILABLE, int(ev['start_ns'].sum()), int(ev['dur_ns'].sum()), len(ev),"
         " hashlib.sha256('\\n'.join(ev['name'].cat.categories).encode()).hexdigest())"

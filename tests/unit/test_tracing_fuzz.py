@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracing import attribution, metrics
-from tracing.errors import TraceFormatError
-from tracing.ingest_kineto import load_kineto_events
-from tracing.ingest_nsys import load_nsys_events
+from tracing.analysis import attribution, metrics
+from tracing.ingest.kineto import load_kineto_events
+from tracing.ingest.nsys import load_nsys_events
+from tracing.outputs.errors import TraceFormatError
 
 REAL = Path(__file__).parent.parent / "data" / "real"
 _TEXT = gzip.decompress((REAL / "hta_sampled_2rank" / "rank-0.json.gz").read_bytes())

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from tracing_helpers import GPU_CATS, load_json
 
-from tracing import jsonstream, schema
-from tracing.ingest_kineto import load_kineto_events, us_text_to_ns
+from tracing.ingest import jsonstream
+from tracing.ingest.kineto import load_kineto_events, us_text_to_ns
+from tracing.outputs import schema
 
 REAL = Path(__file__).parent.parent / "data" / "real"
 A100 = REAL / "hta_a100_ddp_rank0_hostbound.json.gz"

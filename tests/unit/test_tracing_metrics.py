@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 from tracing_helpers import reference_gpu_intervals, reference_union
 
-from tracing import metrics, schema
-from tracing.ingest_kineto import load_kineto_events
-from tracing.ingest_nsys import load_nsys_events
-from tracing.trace import events_frame
+from tracing.analysis import metrics
+from tracing.ingest.kineto import load_kineto_events
+from tracing.ingest.nsys import load_nsys_events
+from tracing.ingest.trace import events_frame
+from tracing.outputs import schema
 
 REAL = Path(__file__).parent.parent / "data" / "real"
 A100 = REAL / "hta_a100_ddp_rank0_hostbound.json.gz"

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracing import metrics, schema
-from tracing.errors import TraceFormatError
-from tracing.ingest_nsys import decode_global_tid, load_nsys_events
+from tracing.analysis import metrics
+from tracing.ingest.nsys import decode_global_tid, load_nsys_events
+from tracing.outputs import schema
+from tracing.outputs.errors import TraceFormatError
 
 NSYS = Path(__file__).parent.parent / "data" / "real" / "nsysai_h100x2_mfu_before.sqlite"
 

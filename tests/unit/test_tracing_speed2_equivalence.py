@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracing import attribution, kernel_classes, metrics, schema
-from tracing.ingest import load_trace
-from tracing.kineto_time import us_text_to_ns, us_values_to_ns
+from tracing.analysis import attribution, kernel_classes, metrics
+from tracing.ingest.detect import load_trace
+from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
+from tracing.outputs import schema
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TRACES = [

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracing import attribution, kernel_classes, metrics, schema
-from tracing.ingest import load_trace
+from tracing.analysis import attribution, kernel_classes, metrics
+from tracing.ingest.detect import load_trace
+from tracing.outputs import schema
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 TRACES = [

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracing import ingest_nsys, sqlite_bulk
-from tracing.errors import TraceFormatError
+from tracing.ingest import nsys as ingest_nsys
+from tracing.ingest import sqlite_bulk
+from tracing.outputs.errors import TraceFormatError
 
 DATA = Path(__file__).parent.parent / "data"
 NSYS = DATA / "real" / "nsysai_h100x2_mfu_before.sqlite"

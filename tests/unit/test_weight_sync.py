@@ -6,9 +6,9 @@ import pytest
 import torch
 from weight_sync_helpers import tiny_config, tiny_learner, tiny_sampler
 
-from pipeline.engines import SamplingParams
-from pipeline.sampler_weights import SamplerWeights
-from pipeline.weight_sync import SyncError, WeightSync, pack_weights, send_quantized_for, unpack_weights
+from pipeline.interfaces import SamplingParams, pack_weights, unpack_weights
+from pipeline.sampler.weights import SamplerWeights
+from pipeline.sync.weight_sync import SyncError, WeightSync, send_quantized_for
 
 
 def test_pack_unpack_roundtrip_carries_version_and_grid_and_copies_data():

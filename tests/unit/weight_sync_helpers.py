@@ -35,7 +35,7 @@ def tiny_config(moe: bool = False, tie: bool = False) -> Any:
 def tiny_learner(precision: str = "mxfp8", moe: bool = False, seed: int = 0, tie: bool = False) -> Any:
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-    from pipeline.learner import HFLearner
+    from pipeline.learner.engine import HFLearner
 
     torch.manual_seed(seed)
     cfg = tiny_config(moe, tie)
@@ -56,6 +56,6 @@ def train_a_little(learner: Any, seed: int = 1, lr: float = 5e-3) -> None:
 
 
 def tiny_sampler(learner: Any, mode: str = "mxfp8", **kw: Any) -> Any:
-    from pipeline.sampler import Sampler
+    from pipeline.sampler.engine import Sampler
 
     return Sampler(learner.model.config, mode, eos_id=1, pad_id=0, **kw)

@@ -30,15 +30,15 @@ def _batch(seed: int):
 
 def main(out_path: str, full: bool) -> None:
     torch.set_num_threads(1)
-    from pipeline.engines_megatron.learner import MegatronLearner
-    from pipeline.engines_megatron.model import attention_shape, build_gpt_model, forward_logits
-    from pipeline.engines_megatron.weights import megatron_to_hf
-    from pipeline.grpo import GRPOBatch
-    from pipeline.models import build_model, get_preset
+    from pipeline.engines.megatron.learner import MegatronLearner
+    from pipeline.engines.megatron.model import attention_shape, build_gpt_model, forward_logits
+    from pipeline.engines.megatron.weights import megatron_to_hf
+    from pipeline.learner.grpo import GRPOBatch
+    from pipeline.model.presets import build_model, get_preset
 
     preset = get_preset("tiny-dense")
     res: dict[str, object] = {}
-    from pipeline.engines_megatron.compat import apply_cpu_compat, init_single_process_group
+    from pipeline.engines.megatron.compat import apply_cpu_compat, init_single_process_group
 
     res["compat_patches"] = apply_cpu_compat()
     init_single_process_group()
@@ -105,8 +105,8 @@ def main(out_path: str, full: bool) -> None:
     res["advantage_weighted_lp_change"] = float(((after_lp - old) * resp * adv[:, None]).sum())
     # 4. MXFP8 learner (emulated MXFP8 linears in the local spec): the exported bytes per HF name are the
     # rowwise quantization of that name's BF16 weight (row ops commute with 1x32 blocks along K).
-    from pipeline.engines import scale_name
-    from pipeline.mxfp8 import quantize_mxfp8
+    from pipeline.interfaces import scale_name
+    from pipeline.quant import quantize_mxfp8
 
     mx = MegatronLearner(preset, "mxfp8", seed=3)
     sent = mx.export_weights(lambda name: True)

@@ -15,11 +15,11 @@ import torch
 
 def main(out_path: str, steps: int, fault: str | None, precision: str = "bf16") -> None:
     torch.set_num_threads(1)
-    from pipeline.engines_factory import make_learner_backend
-    from pipeline.engines_megatron.checks import check_sync_megatron
-    from pipeline.grpo import GRPOConfig
-    from pipeline.loop import RLLoop
-    from pipeline.session import RunConfig, Session
+    from pipeline.engines.factory import make_learner_backend
+    from pipeline.engines.megatron.checks import check_sync_megatron
+    from pipeline.experiments.loop import RLLoop
+    from pipeline.experiments.session import RunConfig, Session
+    from pipeline.learner.grpo import GRPOConfig
 
     # A short warm start gives partial rewards, so the GRPO steps have non-zero advantages.
     cfg = RunConfig(

@@ -3,7 +3,7 @@
 
 Usage: python tests/integration/megatron_child/sampler_agreement.py OUT.json
 
-The two forwards are different code (Megatron's GPTModel vs ``pipeline.sampler_forward`` over weights that
+The two forwards are different code (Megatron's GPTModel vs ``pipeline.sampler.forward`` over weights that
 crossed the safetensors byte boundary), but on CPU they run the same BF16 op sequence: BF16 parameters and
 residual stream, fp32 softmax, attention scale 1/8 (exact), the same BF16 GEMMs on row-permuted fused weights.
 The one rounding that differs is RMSNorm: ``torch.nn.RMSNorm`` (Megatron's local spec) rounds ``x * rstd * w``
@@ -39,11 +39,11 @@ def _next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tenso
 
 def main(out_path: str) -> None:
     torch.set_num_threads(1)
-    from pipeline.engines_megatron.learner import MegatronLearner
-    from pipeline.models import build_config, build_model, get_preset
-    from pipeline.sampler import Sampler
-    from pipeline.sampler_forward import KVCache, forward
-    from pipeline.weight_sync import WeightSync
+    from pipeline.engines.megatron.learner import MegatronLearner
+    from pipeline.model.presets import build_config, build_model, get_preset
+    from pipeline.sampler.engine import Sampler
+    from pipeline.sampler.forward import KVCache, forward
+    from pipeline.sync.weight_sync import WeightSync
 
     preset = get_preset("tiny-dense")
     config = build_config(preset)

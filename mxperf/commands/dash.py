@@ -1,0 +1,65 @@
+"""``mxperf dash RUNS_DIR``: open the dashboard over a folder of output directories.
+
+Runs ``streamlit run dashboards/app.py`` headless, bound to 127.0.0.1 by default (the dashboard serves
+files from RUNS_DIR; exposing it on another interface is an explicit choice with ``--address``). RUNS_DIR is
+passed in the environment (``MXPERF_RUNS_DIR``); the app reads nothing outside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tracing.outputs.errors import InputError
+
+HELP = "Open the Streamlit dashboard (BF16 vs MXFP8 side by side) over a folder of mxperf outputs."
+APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "runs_dir", metavar="RUNS_DIR", help="folder holding run/sweep/ingest/fit output dirs"
+    )
+    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    parser.add_argument(
+        "--address", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
+    )
+
+
+def streamlit_command(runs_dir: Path, port: int, address: str) -> list[str]:
+    """The ``streamlit run`` command line (headless, no usage stats, no file watcher on RUNS_DIR)."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.headless=true",
+        f"--server.address={address}",
+        f"--server.port={port}",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+        "--server.runOnSave=false",
+        "--global.developmentMode=false",
+        "--client.toolbarMode=minimal",
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    runs_dir = Path(args.runs_dir).expanduser().resolve()
+    if not runs_dir.is_dir():
+        raise InputError(f"{args.runs_dir}: not a directory; pass the folder that holds your mxperf outputs")
+    if not 0 < args.port < 65536:
+        raise InputError(f"--port {args.port}: must be between 1 and 65535")
+    env = {**os.environ, "MXPERF_RUNS_DIR": str(runs_dir)}
+    print(f"mxperf dash: serving {runs_dir} at http://{args.address}:{args.port}", file=sys.stderr)
+    proc = subprocess.Popen(streamlit_command(runs_dir, args.port, args.address), env=env)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=10)
+        raise

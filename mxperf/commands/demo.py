@@ -1,0 +1,122 @@
+"""``mxperf demo``: the main job end to end on this machine, in a few minutes on 2 CPU cores.
+
+1. ``sweep``: tiny-dense learner updates in bf16 and mxfp8 on identical data over a grid of micro-batch sizes
+   (``DIR/sweep``);
+2. ``fit``: fixed + per-token cost per precision, the breakeven size and its interval (``DIR/fit``), through
+   ``mxperf.commands.fit`` -- the same code path as ``mxperf fit``;
+3. ``consistency``: sampler-learner KL for every precision pairing at fixed weights (``DIR/consistency``);
+4. prints the verdict, where the results are, and the ``mxperf dash`` command.
+
+On a CPU the MXFP8 learner is an emulation (quantize + dequantize around BF16 GEMMs), so it can only add cost:
+the verdict says what was measured, never what a GPU would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HELP = "run the main job: sweep tiny-dense bf16 vs mxfp8, fit the cost model, print the verdict"
+
+DEMO_SIZES = "64,128,192,256,384,512,768,1024"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", default="runs/demo", help="demo directory (sweep/, fit/, consistency/)")
+    p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")
+    p.add_argument("--tokens-per-microbatch", default=DEMO_SIZES, help="sweep sizes")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--skip-consistency", action="store_true", help="only sweep + fit")
+    p.add_argument("--force", action="store_true", help="replace a non-empty demo directory")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+
+
+def _fit(sweep_dir: Path, fit_dir: Path, force: bool) -> int:
+    """Run ``mxperf fit`` on the sweep, as the command would."""
+    from mxperf.commands import fit as cli_fit
+
+    parser = argparse.ArgumentParser(prog="mxperf fit")
+    cli_fit.add_arguments(parser)
+    argv = [str(sweep_dir), "-o", str(fit_dir), *(["--force"] if force else [])]
+    return int(cli_fit.run(parser.parse_args(argv)) or 0)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from mxperf.commands.sweep import _ints
+    from pipeline.experiments.sweep import SweepConfig
+    from pipeline.experiments.sweep_run import execute_sweep
+    from tracing.outputs.errors import OutputExistsError
+
+    torch.set_num_threads(1)
+    out = Path(args.output)
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise OutputExistsError(f"{out}: demo directory is not empty; choose another -o or pass --force")
+    t0 = time.monotonic()
+    sizes = _ints(args.tokens_per_microbatch)
+    cfg = SweepConfig(
+        model=args.model,
+        precisions=("bf16", "mxfp8"),
+        sizes=sizes,
+        repeats=args.repeats,
+        seq_len=args.seq_len,
+        global_tokens=max(sizes),
+    )
+    print(f"[1/3] sweep {args.model} bf16 vs mxfp8, sizes {sizes}, {args.repeats} repeats", file=sys.stderr)
+    sweep = execute_sweep(
+        cfg, out / "sweep", force=args.force, log=lambda m: print(f"  {m}", file=sys.stderr)
+    )
+    print("[2/3] fit fixed + per-token cost, breakeven", file=sys.stderr)
+    fit_rc = _fit(out / "sweep", out / "fit", args.force)
+    consistency = None
+    if not args.skip_consistency:
+        print("[3/3] consistency: KL of every precision pairing at fixed weights", file=sys.stderr)
+        consistency = _consistency(args.model, out / "consistency", args.force)
+    elapsed = time.monotonic() - t0
+    print(
+        f"\nresults in {out}/ (sweep/microbatches.parquet, fit/report.md, consistency/) after {elapsed:.0f} s"
+    )
+    mxperf = "mxperf" if shutil.which("mxperf") else str(Path(sys.executable).parent / "mxperf")
+    print(f"open the dashboard: {mxperf} dash {out}")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "run_dir": str(out),
+                    "status": "complete",
+                    "sweep": sweep["run_dir"],
+                    "fit": str(out / "fit") if fit_rc == 0 else None,
+                    "consistency": consistency,
+                    "seconds": elapsed,
+                }
+            )
+        )
+    return 0
+
+
+def _consistency(model: str, out: Path, force: bool) -> str:
+    from dataclasses import asdict
+
+    from pipeline.experiments.consistency import ConsistencyConfig, format_table, run_consistency
+    from tracing.outputs import store
+    from tracing.outputs.manifest import OutputDir
+
+    cfg = ConsistencyConfig(model=model)  # the same batch as `mxperf consistency` (README's table)
+    with OutputDir(
+        out,
+        kind="run",
+        config={"tool": "consistency", **asdict(cfg)},
+        compute_dtype=cfg.compute_dtype,
+        force=force,
+    ) as od:
+        df = run_consistency(cfg)
+        store.write_table(df, od.path / store.CONSISTENCY)
+    print(format_table(df))
+    return str(out)

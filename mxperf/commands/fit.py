@@ -1,0 +1,172 @@
+"""``mxperf fit``: fixed + per-token fits, breakeven against a baseline, host-stall share, step predictions.
+
+    mxperf fit SWEEP_DIR [INGEST_DIR... RUN_DIR... FILE.csv...] -o OUT/ [--json] [--baseline bf16] [--force]
+               [--min-tokens N] [--global-batch N] [--mem-cap-bytes B] [--what-if k=v]... [--other-phase k=s]...
+
+Writes OUT/fits.json, OUT/report.md and PNG plots (manifest kind "fit"), prints one verdict per comparison,
+and with ``--json`` ends stdout with the fits.json document on one line. Inputs are validated before the
+output directory is touched, so bad input never leaves (or overwrites) a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "Fit fixed + per-token cost per micro-batch, find the breakeven size vs a baseline, write a report."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="sweep / labelled ingest / run directories, CSV files, microbatches.parquet",
+    )
+    parser.add_argument(
+        "-o", "--out", required=True, type=Path, help="output directory (must be new or empty)"
+    )
+    parser.add_argument("--json", action="store_true", help="print fits.json as the last stdout line")
+    parser.add_argument("--baseline", default="bf16", help="precision id to compare against (default bf16)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    parser.add_argument(
+        "--min-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fit only micro-batch sizes >= N tokens (drop an under-filled small end)",
+    )
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens per step for step-level predictions (default: from the data)",
+    )
+    parser.add_argument(
+        "--mem-cap-bytes",
+        type=float,
+        default=None,
+        metavar="B",
+        help="peak memory cap per micro-batch for the recommendation",
+    )
+    parser.add_argument(
+        "--what-if",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="fixed_scale=S | weight_quant=per_step | weight_quant_s=SECONDS (repeatable)",
+    )
+    parser.add_argument(
+        "--other-phase",
+        action="append",
+        default=[],
+        metavar="PHASE=SECONDS",
+        help="seconds per step of a phase that does not scale with n (e.g. generate=1.2)",
+    )
+    parser.add_argument("--phase", action="append", default=None, help="fit only these phases (repeatable)")
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+
+
+def _other_phases(items: list[str]) -> dict[str, float]:
+    from tracing.outputs.errors import InputError
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise InputError(f"--other-phase {item!r}: expected PHASE=SECONDS") from None
+        if not sep or not name.strip() or out[name.strip()] < 0:
+            raise InputError(f"--other-phase {item!r}: expected PHASE=SECONDS with SECONDS >= 0")
+    return out
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from tracing.outputs.errors import InputError, OutputExistsError
+
+    if args.min_tokens < 0 or args.bootstrap < 0:
+        raise InputError("--min-tokens and --bootstrap must be >= 0")
+    if args.global_batch is not None and args.global_batch <= 0:
+        raise InputError("--global-batch must be a positive number of tokens")
+    if args.mem_cap_bytes is not None and args.mem_cap_bytes <= 0:
+        raise InputError("--mem-cap-bytes must be positive")
+    out = args.out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
+        raise OutputExistsError(f"{out}: output directory is not empty; choose another -o or pass --force")
+
+
+def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
+    from perfmodel import plots
+
+    written: dict[str, dict[str, str]] = {}
+    for e in doc["models"]:
+        stem = plots.plot_stem(e)
+        figs = {
+            "time vs tokens per micro-batch": ("time_vs_tokens", plots.time_vs_tokens_figure(e)),
+            "host-stall fraction vs tokens": ("host_stall", plots.host_stall_figure(e)),
+            "predicted step time": ("step_time", plots.step_time_figure(e, doc["global_batch_tokens"])),
+        }
+        for title, (kind, fig) in figs.items():
+            if fig is None:
+                continue
+            name = f"{kind}_{stem}.png"
+            tmp = out / f".{name}.tmp.png"
+            fig.savefig(tmp)
+            plots.close(fig)
+            tmp.replace(out / name)
+            written.setdefault(stem, {})[title] = name
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfmodel.inputs import check_fittable, load_inputs
+    from perfmodel.report import render_report
+    from perfmodel.results import analyze
+    from perfmodel.step import parse_what_if
+    from tracing.outputs import store
+    from tracing.outputs.manifest import OutputDir
+
+    _check_args(args)
+    knobs = parse_what_if(args.what_if)
+    other = _other_phases(args.other_phase)
+    inputs = load_inputs(args.inputs)
+    if args.phase:
+        inputs.microbatches = inputs.microbatches[inputs.microbatches["phase"].isin(args.phase)]
+        if inputs.microbatches.empty:
+            from tracing.outputs.errors import InputError
+
+            raise InputError(f"no micro-batches in phase(s) {', '.join(args.phase)}")
+    inputs.other_phases_s.update(other)
+    check_fittable(inputs.microbatches, args.baseline, args.min_tokens)
+    doc = analyze(
+        inputs,
+        baseline=args.baseline,
+        min_tokens=args.min_tokens,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+        global_tokens=args.global_batch,
+        mem_cap_bytes=args.mem_cap_bytes,
+        knobs=knobs,
+    )
+    config = {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")
+    }
+    with OutputDir(args.out, kind="fit", config=config, force=args.force) as od:
+        store.write_json(doc, od.path / store.FITS)
+        plots = _write_plots(doc, od.path)
+        store.write_text(render_report(doc, plots), od.path / store.REPORT)
+        od.update(models=len(doc["models"]), plots=sorted(p for v in plots.values() for p in v.values()))
+    stream = sys.stdout
+    for e in doc["models"]:
+        print(e["verdict"], file=stream)
+    print(f"wrote {args.out / store.FITS} and {args.out / store.REPORT}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(doc, allow_nan=False, separators=(",", ":")), file=stream)
+    return 0

@@ -1,0 +1,112 @@
+"""``mxperf run``: an instrumented GRPO run (learner and sampler precisions, weight sync checks)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mxperf.commands.trace_flags import add_trace_arguments, trace_config
+
+HELP = "run GRPO steps with a BF16/MXFP8 learner and sampler; write metrics, ranges, sync checks"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")
+    p.add_argument("--learner", default="bf16", help="learner precision: bf16 | mxfp8")
+    p.add_argument(
+        "--sampler", default="bf16", help="sampler precision id (bf16, mxfp8, mxfp8-floor, fp8-tensor, ...)"
+    )
+    p.add_argument(
+        "--grid-fraction", type=float, default=1.0, help="fraction of layers on the sampler's grid"
+    )
+    p.add_argument("--kv-cache", default="bf16", help="sampler KV cache: bf16 | fp8")
+    p.add_argument(
+        "--sampler-engine",
+        default="native",
+        help="native | vllm (vLLM in its own process; `make vllm` first)",
+    )
+    p.add_argument(
+        "--learner-engine", default="native", help="native (transformers) | megatron (megatron-core)"
+    )
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompts-per-step", type=int, default=8)
+    p.add_argument("--samples-per-prompt", type=int, default=4, help="GRPO group size n")
+    p.add_argument("--max-new-tokens", type=int, default=5)
+    p.add_argument(
+        "--tokens-per-microbatch", type=int, default=128, help="padded token budget per micro-batch"
+    )
+    p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--compute-dtype", default="bfloat16", help="bfloat16 | float32 (learner autocast dtype)")
+    p.add_argument(
+        "--pretrain-steps",
+        type=int,
+        default=300,
+        help="supervised warm-start steps, cached in $MXPERF_CACHE (0: random init, zero reward)",
+    )
+    p.add_argument("--async", dest="async_mode", action="store_true", help="overlap generation with the sync")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
+    p.add_argument("--check-sync", default="every", help="every sync | first (the initial push only) | off")
+    p.add_argument("--strict", action="store_true", help="stop with an error at the first failed sync check")
+    add_trace_arguments(p, what="steps", steps=True)
+    p.add_argument("-o", "--output", default="runs/run", help="run directory")
+    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    from pipeline.experiments.loop import SyncCheckFailedError
+    from pipeline.experiments.run import execute_run
+    from pipeline.experiments.session import RunConfig
+
+    trace = trace_config(args, args.steps, torch.cuda.is_available())
+
+    cfg = RunConfig(
+        model=args.model,
+        learner=args.learner,
+        sampler=args.sampler,
+        grid_fraction=args.grid_fraction,
+        kv_cache=args.kv_cache,
+        steps=args.steps,
+        seed=args.seed,
+        prompts_per_step=args.prompts_per_step,
+        samples_per_prompt=args.samples_per_prompt,
+        max_new_tokens=args.max_new_tokens,
+        tokens_per_microbatch=args.tokens_per_microbatch,
+        lr=args.lr,
+        compute_dtype=args.compute_dtype,
+        pretrain_steps=args.pretrain_steps,
+        async_mode=args.async_mode,
+        sampler_engine=args.sampler_engine,
+        learner_engine=args.learner_engine,
+    )
+    try:
+        summary = execute_run(
+            cfg,
+            args.output,
+            trace=trace,
+            check_sync=args.check_sync,
+            strict=args.strict,
+            force=args.force,
+            command=["mxperf", *sys.argv[1:]],
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+    except SyncCheckFailedError as exc:
+        if args.json:
+            print(
+                json.dumps(
+                    {"schema_version": 1, "run_dir": args.output, "status": "failed", "error": str(exc)}
+                )
+            )
+        raise
+    print(
+        f"run complete: {summary['steps']} steps, {summary['checks_failed']} failed checks -> {summary['run_dir']}",
+        file=sys.stderr,
+    )
+    if args.json:
+        print(json.dumps(summary))
+    return 0

@@ -1,0 +1,1 @@
+"""What runs the engines: session, the instrumented RL loop, run / sweep / consistency / fault runs, profiling."""

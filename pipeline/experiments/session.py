@@ -1,0 +1,185 @@
+"""Everything one RL run needs, built from a :class:`RunConfig`: task, tokenizer, (warm-started) model,
+learner, sampler, the range log, and the fixed evaluation batch.
+
+``RunConfig`` validates itself (unknown ids, budget, grid fraction) and raises ``InputError`` with the fix,
+so the CLI fails in one line before any work starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.interfaces import SamplingParams
+from pipeline.learner.grpo import GRPOConfig
+from pipeline.model.presets import ModelPreset, build_config, get_preset, require_trainable
+from pipeline.model.pretrain import PretrainConfig, warm_start
+from pipeline.model.task import AdditionTask, Problem
+from pipeline.model.tokenizer import TaskTokenizer, train_tokenizer
+from pipeline.sampler.layout import SAMPLER_MODES
+from tracing.capture.ranges import RangeLog
+from tracing.outputs.errors import InputError
+
+LEARNER_PRECISIONS = ("bf16", "mxfp8")
+TOKENIZER_SEED = 12345  # the tokenizer depends on the task only, never on the run seed
+TOKENIZER_CORPUS = 4000
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = "tiny-dense"
+    learner: str = "bf16"
+    sampler: str = "bf16"
+    grid_fraction: float = 1.0
+    kv_cache: str = "bf16"
+    steps: int = 3
+    seed: int = 0
+    prompts_per_step: int = 8
+    samples_per_prompt: int = 4
+    max_new_tokens: int = 5
+    temperature: float = 1.0
+    top_p: float = 1.0
+    tokens_per_microbatch: int = 128
+    compute_dtype: str = "bfloat16"
+    lr: float = 3e-5
+    tis_cap: float | None = 2.0
+    min_digits: int = 1
+    max_digits: int = 2
+    pretrain_steps: int = 0
+    eval_prompts: int = 16
+    async_mode: bool = False
+    sampler_engine: str = "native"  # native | vllm (pipeline.engines.factory)
+    learner_engine: str = "native"  # native | megatron
+
+    def __post_init__(self) -> None:
+        from pipeline.engines.factory import LEARNER_ENGINES, SAMPLER_ENGINES
+
+        require_trainable(get_preset(self.model))  # InputError on an unknown or shape-only id
+        if self.sampler_engine not in SAMPLER_ENGINES:
+            raise InputError(
+                f"unknown --sampler-engine {self.sampler_engine!r}; choose one of {', '.join(SAMPLER_ENGINES)}"
+            )
+        if self.learner_engine not in LEARNER_ENGINES:
+            raise InputError(
+                f"unknown --learner-engine {self.learner_engine!r}; choose one of {', '.join(LEARNER_ENGINES)}"
+            )
+        if self.learner not in LEARNER_PRECISIONS:
+            raise InputError(
+                f"unknown --learner {self.learner!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
+            )
+        if self.sampler not in SAMPLER_MODES:
+            raise InputError(f"unknown --sampler {self.sampler!r}; choose one of {', '.join(SAMPLER_MODES)}")
+        if not 0.0 <= self.grid_fraction <= 1.0:
+            raise InputError(f"--grid-fraction must be in [0, 1], got {self.grid_fraction}")
+        if self.kv_cache not in ("bf16", "fp8"):
+            raise InputError(f"unknown --kv-cache {self.kv_cache!r}; choose bf16 or fp8")
+        if self.compute_dtype not in ("bfloat16", "float32"):
+            raise InputError(f"unknown --compute-dtype {self.compute_dtype!r}; choose bfloat16 or float32")
+        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "eval_prompts"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.pretrain_steps < 0:
+            raise InputError(f"--pretrain-steps must be >= 0, got {self.pretrain_steps}")
+        longest = self.max_sequence_tokens
+        if self.tokens_per_microbatch < longest:
+            raise InputError(
+                f"--tokens-per-microbatch {self.tokens_per_microbatch} is smaller than one sequence "
+                f"(up to {longest} tokens: prompt + {self.max_new_tokens} new); use at least {longest}"
+            )
+
+    @property
+    def task(self) -> AdditionTask:
+        return AdditionTask(self.min_digits, self.max_digits)
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """Upper bound of prompt + response tokens (digits are one token each: see pipeline.model.tokenizer)."""
+        return 2 * self.max_digits + 2 + self.max_new_tokens
+
+
+def build_tokenizer(task: AdditionTask) -> TaskTokenizer:
+    return train_tokenizer(task.corpus(TOKENIZER_CORPUS, TOKENIZER_SEED))
+
+
+class Session:
+    """The objects of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        ranges: RangeLog | None = None,
+        progress: Any = None,
+        sampler_profile_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``sampler_profile_dir``: where a sampler in its own process (vLLM) writes its profiler traces, when
+        the run is traced (an in-process sampler is in the run's own trace)."""
+        from pipeline.engines.factory import make_learner_backend, make_sampler_engine
+
+        self.cfg = cfg
+        self.preset: ModelPreset = get_preset(cfg.model)
+        self.task = cfg.task
+        self.tokenizer = build_tokenizer(self.task)
+        self.pad_id = self.tokenizer.pad_id
+        self.ranges = ranges or RangeLog()
+        model, self.warm_start_meta = warm_start(
+            self.preset,
+            self.task,
+            self.tokenizer,
+            PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed),
+            progress=progress,
+        )
+        self.learner = make_learner_backend(
+            cfg.learner_engine,
+            model=model,
+            preset=self.preset,
+            precision=cfg.learner,
+            compute_dtype=cfg.compute_dtype,
+            config=GRPOConfig(lr=cfg.lr, tis_cap=cfg.tis_cap),
+            ranges=self.ranges,
+        )
+        self.eval_problems = self.task.problems(cfg.eval_prompts, seed=10_000_019 + cfg.seed)
+        engine_options: dict[str, Any] = {
+            "grid_fraction": cfg.grid_fraction,
+            "kv_cache": cfg.kv_cache,
+            "calibration_prompts": [self.tokenizer.encode(p.prompt) for p in self.eval_problems],
+        }
+        if cfg.sampler_engine == "vllm":
+            engine_options.update(initial_weights=model.state_dict(), seed=cfg.seed)
+            if sampler_profile_dir is not None:
+                engine_options["profile_dir"] = sampler_profile_dir
+        self.sampler = make_sampler_engine(
+            cfg.sampler_engine,
+            config=build_config(self.preset),
+            mode=cfg.sampler,
+            eos_id=self.tokenizer.eos_id,
+            pad_id=self.pad_id,
+            **engine_options,
+        )
+
+    def engine_info(self) -> dict[str, Any]:
+        """What the manifest records about the engines (e.g. vLLM's weight-only grid on CPU)."""
+        info: dict[str, Any] = {
+            "sampler_engine": self.cfg.sampler_engine,
+            "learner_engine": self.cfg.learner_engine,
+        }
+        manifest_info = getattr(self.sampler, "manifest_info", None)
+        if callable(manifest_info):
+            info["sampler"] = manifest_info()
+        return info
+
+    def step_prompts(self, step: int) -> tuple[list[Problem], list[list[int]]]:
+        """The step's problems, each repeated ``samples_per_prompt`` times (contiguous GRPO groups)."""
+        n = self.cfg.samples_per_prompt
+        base = self.task.problems(self.cfg.prompts_per_step, seed=self.cfg.seed * 1_000_003 + step)
+        problems = [p for p in base for _ in range(n)]
+        return problems, [self.tokenizer.encode(p.prompt) for p in problems]
+
+    def sampling_params(self, step: int) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=self.cfg.max_new_tokens,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            seed=self.cfg.seed * 7919 + step,
+        )

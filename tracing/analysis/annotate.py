@@ -1,0 +1,190 @@
+"""Add mxperf's view as tracks to a trace that opens in Perfetto / chrome://tracing.
+
+For every (process, device) the output gains one process ``mxperf: GPU <d> (pid <p>)`` with three threads:
+
+- ``GPU busy``: the busy union (kernel, memcpy, memset over all streams), one slice per busy interval;
+- ``host stall``: the part of each idle gap the GPU waited for the host (launch-end rule, ``metrics.py``);
+- ``idle (other)``: the rest of each gap (dependencies, syncs, unattributed launches).
+
+A Kineto input is copied event by event (the exact JSON text of each event, so nothing is lost or rounded)
+and the tracks are appended, in the file's own time base (µs relative to ``baseTimeNanoseconds``). An nsys
+export becomes a new Chrome trace with its kernels, memory ops, CUDA API calls and NVTX ranges plus the tracks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis import metrics
+from tracing.ingest.detect import detect_format
+from tracing.ingest.jsonstream import ChromeTraceReader
+from tracing.ingest.kineto import load_kineto_events
+from tracing.ingest.nsys import load_nsys_events
+from tracing.outputs import schema, store
+from tracing.outputs.errors import InputError
+
+OVERLAY_PID_BASE = 2_000_000_000  # far above real pids, so the overlay processes never collide
+TRACKS = ("GPU busy", "host stall", "idle (other)")
+
+
+def _us(ns: int) -> str:
+    """ns -> the µs text Kineto writes (3 decimals, exact)."""
+    sign = "-" if ns < 0 else ""
+    q, r = divmod(abs(int(ns)), 1000)
+    return f"{sign}{q}.{r:03d}"
+
+
+def overlay_events(timelines: Iterable[metrics.DeviceTimeline], base_ns: int = 0) -> Iterator[str]:
+    """Chrome-trace event texts (JSON objects) for the busy / host stall / other-idle tracks."""
+    for i, t in enumerate(timelines):
+        pid = OVERLAY_PID_BASE + i
+        label = f"mxperf: GPU {t.device} (pid {t.pid})"
+        yield json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
+        yield json.dumps(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
+        )
+        for tid, name in enumerate(TRACKS):
+            yield json.dumps(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+            )
+        gap_s, gap_e = t.busy_end[:-1], t.busy_start[1:]
+        other_s, other_e = _subtract(gap_s, gap_e, t.stall_start, t.stall_end)
+        for tid, (starts, ends, name) in enumerate(
+            (
+                (t.busy_start, t.busy_end, "busy"),
+                (t.stall_start, t.stall_end, "host stall"),
+                (other_s, other_e, "idle"),
+            )
+        ):
+            for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+                yield (
+                    f'{{"ph": "X", "cat": "mxperf", "name": "{name}", "pid": {pid}, "tid": {tid}, '
+                    f'"ts": {_us(s - base_ns)}, "dur": {_us(e - s)}}}'
+                )
+
+
+def _subtract(
+    a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals a minus intervals b, where each b lies inside one a and starts at that a's start."""
+    out_s, out_e = [], []
+    j = 0
+    for s, e in zip(a_s.tolist(), a_e.tolist(), strict=True):
+        cut = s
+        while j < len(b_s) and b_s[j] < e:
+            if b_s[j] >= s:
+                cut = max(cut, int(b_e[j]))
+            j += 1
+        if cut < e:
+            out_s.append(cut)
+            out_e.append(e)
+    return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
+
+
+def _open_atomic(dst: Path) -> tuple[IO[str], str]:
+    fd, tmp = store.atomic_target(dst)  # beside dst, with the mode a plain open would give
+    os.close(fd)
+    opener = gzip.open if dst.name.endswith(".gz") else open
+    return opener(tmp, "wt", encoding="utf-8"), tmp  # type: ignore[operator]
+
+
+def _write_trace(dst: Path, events: Iterable[str], meta: dict[str, str]) -> None:
+    fh, tmp = _open_atomic(dst)
+    try:
+        with fh:
+            fh.write('{"traceEvents": [\n')
+            first = True
+            for text in events:
+                fh.write(text if first else ",\n" + text)
+                first = False
+            fh.write("\n]")
+            for key, text in meta.items():
+                fh.write(f",\n{json.dumps(key)}: {text}")
+            fh.write("\n}\n")
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def annotate_kineto(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
+    trace = load_kineto_events(src)
+    timelines = metrics.device_timelines(trace.events)
+    base = int(trace.meta.get("base_time_ns") or 0)
+    reader = ChromeTraceReader(src, raw=True)
+
+    def events() -> Iterator[str]:
+        for _, text in reader.events():
+            yield text
+        yield from overlay_events(timelines, base)
+
+    # reader.meta_raw fills up while the events stream; _write_trace reads it only after the last event.
+    _write_trace(dst, events(), reader.meta_raw)
+    return timelines
+
+
+# Event kind -> the Kineto category, so the output re-ingests as a Kineto trace with the same numbers.
+KINETO_CATEGORY = {
+    schema.KERNEL: "kernel",
+    schema.MEMCPY: "gpu_memcpy",
+    schema.MEMSET: "gpu_memset",
+    schema.SYNC: "cuda_sync",
+    schema.RUNTIME: "cuda_runtime",
+    schema.DRIVER: "cuda_driver",
+    schema.RANGE: "user_annotation",
+}
+
+
+def _nsys_events(ev: pd.DataFrame) -> Iterator[str]:
+    names = ev["name"].astype(str).to_numpy()
+    kinds = ev["kind"].astype(str).to_numpy()
+    cols = {
+        c: ev[c].to_numpy() for c in ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
+    }
+    for i in range(len(ev)):
+        cat = KINETO_CATEGORY.get(kinds[i])
+        if cat is None:
+            continue
+        args: dict[str, int] = {}
+        if cols["device"][i] >= 0:  # GPU rows: pid = device, tid = stream, as Kineto writes them
+            pid, tid = int(cols["device"][i]), int(cols["stream"][i])
+            args = {"device": pid, "stream": tid}
+        else:
+            pid, tid = int(cols["pid"][i]), int(cols["tid"][i])
+        if cols["correlation"][i] >= 0:  # nsys ids are per process; Kineto's are per file: make them unique
+            args["correlation"] = (int(cols["pid"][i]) << 32) | int(cols["correlation"][i])
+        head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})[
+            :-1
+        ]
+        yield f'{head}, "ts": {_us(cols["start_ns"][i])}, "dur": {_us(cols["dur_ns"][i])}}}'
+
+
+def annotate_nsys(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
+    trace = load_nsys_events(src)
+    timelines = metrics.device_timelines(trace.events)
+
+    def events() -> Iterator[str]:
+        yield from _nsys_events(trace.events)
+        yield from overlay_events(timelines, 0)
+
+    _write_trace(dst, events(), {"displayTimeUnit": json.dumps("ms"), "mxperf_source": json.dumps(str(src))})
+    return timelines
+
+
+def annotate(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[metrics.DeviceTimeline]:
+    """Write ``dst`` (.json or .json.gz): ``src`` plus busy / host-stall / other-idle tracks per device."""
+    src, dst = Path(src), Path(dst)
+    fmt = detect_format(src)
+    if fmt == "nsys":
+        return annotate_nsys(src, dst)
+    if fmt == "kineto":
+        return annotate_kineto(src, dst)
+    raise InputError(f"{src}: an mxperf range log has no GPU activity to annotate")

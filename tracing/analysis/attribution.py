@@ -1,0 +1,403 @@
+"""Per-range GPU work: which kernels did a range (NVTX, user annotation, range log) cause, and what did they cost?
+
+A range is a host-side interval [start, end] on one thread. GPU work is attributed through the launch calls,
+by correlation id, two ways (never through Kineto's ``gpu_user_annotation``, which is a per-stream span
+of the ops whose *innermost* annotation on the *launching thread* is that range):
+
+- ``thread_*``: ops whose launch call started inside the range **on the same thread** (Nsight's
+  ``nvtx_gpu_proj_trace`` rule);
+- ``window_*``: ops whose launch call started inside the range's time window **on any thread of the
+  process** -- autograd runs backward on its own thread, so ``## backward ##`` launches almost nothing
+  itself.
+
+For each: the op count, ``busy`` (|union| of the ops' intervals, which may run after the range ended) and
+``span`` (first op start -> last op end). Two time-clipped columns obey time conservation -- each is at
+most the range's wall time, and so is their sum, since stalls lie in gaps of the busy union:
+
+- ``busy_in_window_ns``: the device busy union inside [start, end];
+- ``host_stall_ns``: the device host-stall intervals (launch-end rule, ``metrics.py``) inside [start, end].
+
+With several devices in one process the per-device intervals are merged first (time *some* device was busy
+or stalled). A trace without GPU ops leaves all GPU columns null with ``gpu_reason`` set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis import metrics
+from tracing.analysis.phases import PhaseMap, default_phase_map
+from tracing.ingest.trace import Trace
+from tracing.outputs import schema
+
+_ENCODED = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<attrs>[^\[\]]*)\]$")
+NO_GPU_REASON = "trace has no GPU ops (kernel/memcpy/memset)"
+RANGELOG_REASON = "mxperf range log: host clock only, no GPU activity recorded"
+
+
+def split_encoded_name(name: str) -> tuple[str, dict[str, object]]:
+    """``update/microbatch[step=3,microbatch=1]`` -> ("update/microbatch", {"step": 3, "microbatch": 1}).
+
+    The range helper encodes attributes this way when ``encode_attrs`` is on; numbers are decoded.
+    """
+    m = _ENCODED.match(name)
+    if not m or "=" not in m.group("attrs"):
+        return name, {}
+    attrs: dict[str, object] = {}
+    for part in m.group("attrs").split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            return name, {}
+        attrs[key.strip()] = _number(value.strip())
+    return m.group("name"), attrs
+
+
+def _number(text: str) -> object:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
+    """The ranges of a trace with nesting (parent_id, depth) and canonical phase; no GPU columns yet."""
+    phase_map = phase_map or default_phase_map()
+    if trace.range_log is not None:
+        log = trace.range_log
+        df = pd.DataFrame(
+            {
+                "source": "rangelog",
+                "range_id": log["range_id"].astype("int64"),
+                "parent_id": log["parent_id"].astype("int64"),
+                "depth": log["depth"].astype("int64"),
+                "name": log["name"].astype(str),
+                "domain": "",
+                "pid": np.int64(schema.NO_ID),
+                "tid": log["tid"].astype("int64"),
+                "start_ns": log["start_ns"].astype("int64"),
+                "end_ns": log["end_ns"].astype("int64"),
+                "attrs": log["attrs"].astype(str),
+            }
+        )
+    else:
+        ev = trace.events[metrics.kind_mask(trace.events, (schema.RANGE,))]
+        names, attrs = [], []
+        for raw in ev["name"].astype(str):
+            name, a = split_encoded_name(raw)
+            names.append(name)
+            attrs.append(json.dumps(a, sort_keys=True))
+        df = pd.DataFrame(
+            {
+                "source": "nvtx" if trace.format == "nsys" else "user_annotation",
+                "name": names,
+                "domain": ev["domain"].astype(str).to_numpy(),
+                "pid": ev["pid"].to_numpy(),
+                "tid": ev["tid"].to_numpy(),
+                "start_ns": ev["start_ns"].to_numpy(),
+                "end_ns": (ev["start_ns"] + ev["dur_ns"]).to_numpy(),
+                "attrs": attrs,
+            }
+        )
+        df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(
+            drop=True
+        )
+        df.insert(1, "range_id", np.arange(len(df), dtype=np.int64))
+        parent, depth = _nesting(df)
+        df.insert(2, "parent_id", parent)
+        df.insert(3, "depth", depth)
+    df["wall_ns"] = df["end_ns"] - df["start_ns"]
+    df["phase"] = [phase_map.phase_of(n) for n in df["name"]]
+    return df
+
+
+def _nesting(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Parent and depth per range: ranges nest per (pid, tid) by containment (input sorted by start)."""
+    return _nesting_arrays(
+        df["pid"].to_numpy(), df["tid"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    )
+
+
+def _nesting_arrays(
+    pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_nesting` on arrays (sorted by start, then end descending)."""
+    parent = np.full(len(pid), schema.NO_ID, np.int64)
+    depth = np.zeros(len(pid), np.int64)
+    stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i, (p, t, s0, e0) in enumerate(
+        zip(
+            np.asarray(pid).tolist(),
+            np.asarray(tid).tolist(),
+            np.asarray(start).tolist(),
+            np.asarray(end).tolist(),
+            strict=True,
+        )
+    ):
+        stack = stacks.setdefault((p, t), [])
+        while stack and (stack[-1][1] <= s0 or stack[-1][1] < e0):
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1][0]
+            depth[i] = len(stack)
+        stack.append((i, e0))
+    return parent, depth
+
+
+def attribute_ranges(
+    trace: Trace,
+    phase_map: PhaseMap | None = None,
+    *,
+    ops: pd.DataFrame | None = None,
+    timelines: list[metrics.DeviceTimeline] | None = None,
+) -> pd.DataFrame:
+    """The range table (``schema.RANGE_COLUMNS`` without trace/rank) with GPU work attributed.
+
+    ``ops`` / ``timelines`` (from ``metrics.gpu_ops`` / ``metrics.device_timelines``) may be passed to reuse them.
+    """
+    ops = metrics.gpu_ops(trace.events) if ops is None else ops
+    if trace.range_log is None and len(ops) > 0:
+        cols = _range_columns(trace, phase_map)
+        if cols is not None:
+            timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
+            return _attributed_frame(cols, ops, timelines)
+    df = range_frame(trace, phase_map)
+    gpu_cols = [c for c, t in schema.RANGE_COLUMNS.items() if t == "Int64"]
+    for col in gpu_cols:
+        df[col] = pd.array([pd.NA] * len(df), dtype="Int64")
+    if trace.range_log is not None or len(ops) == 0:
+        df["gpu_reason"] = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
+        return _ordered(df)
+    df["gpu_reason"] = ""
+    timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
+    launched = ops[ops["launch_start_ns"] != schema.NO_ID]
+    for prefix, by, keys in (("thread", ["pid", "launch_tid"], ["pid", "tid"]), ("window", ["pid"], ["pid"])):
+        counts = _attribute(
+            [df[k].to_numpy(np.int64) for k in keys],
+            df["start_ns"].to_numpy(np.int64),
+            df["end_ns"].to_numpy(np.int64),
+            {c: launched[c].to_numpy(np.int64) for c in (*by, "launch_start_ns", "start_ns", "end_ns")},
+            by,
+        )
+        for suffix, values in zip(("ops", "busy_ns", "span_ns"), counts, strict=True):
+            df[f"{prefix}_{suffix}"] = pd.array(values, dtype="Int64")
+    busy, stall = _clipped_device_time(
+        df["pid"].to_numpy(np.int64), df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), timelines
+    )
+    df["busy_in_window_ns"] = pd.array(busy, dtype="Int64")
+    df["host_stall_ns"] = pd.array(stall, dtype="Int64")
+    return _ordered(df)
+
+
+def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any] | None:
+    """The event-based ranges as arrays, in ``range_frame``'s order and values; None for unusual names.
+
+    Names are split, JSON-encoded and mapped to phases once per distinct name (category code), not per row.
+    """
+    phase_map = phase_map or default_phase_map()
+    events = trace.events
+    mask = metrics.kind_mask(events, (schema.RANGE,))
+    name_codes = events["name"].cat.codes.to_numpy()[mask]
+    dom_codes = events["domain"].cat.codes.to_numpy()[mask]
+    if (name_codes < 0).any() or (dom_codes < 0).any():
+        return None
+    name_cats, dom_cats = events["name"].cat.categories, events["domain"].cat.categories
+    split: dict[int, tuple[str, str, str]] = {}
+    for code in np.unique(name_codes).tolist():
+        name, attrs = split_encoded_name(str(name_cats[code]))
+        split[code] = (name, json.dumps(attrs, sort_keys=True), phase_map.phase_of(name))
+    start = events["start_ns"].to_numpy()[mask]
+    end = start + events["dur_ns"].to_numpy()[mask]
+    order = np.lexsort((-end, start))  # start ascending, end descending, stable (as range_frame's sort)
+    pid, tid = events["pid"].to_numpy()[mask][order], events["tid"].to_numpy()[mask][order]
+    start, end = start[order], end[order]
+    codes = name_codes[order].tolist()
+    parent, depth = _nesting_arrays(pid, tid, start, end)
+    return {
+        "source": ["nvtx" if trace.format == "nsys" else "user_annotation"] * len(codes),
+        "range_id": np.arange(len(codes), dtype=np.int64),
+        "parent_id": parent,
+        "depth": depth,
+        "name": [split[c][0] for c in codes],
+        "domain": [str(dom_cats[c]) for c in dom_codes[order].tolist()],
+        "phase": [split[c][2] for c in codes],
+        "pid": pid,
+        "tid": tid,
+        "start_ns": start,
+        "end_ns": end,
+        "wall_ns": end - start,
+        "attrs": [split[c][1] for c in codes],
+    }
+
+
+def _attributed_frame(
+    cols: dict[str, Any], ops: pd.DataFrame, timelines: list[metrics.DeviceTimeline]
+) -> pd.DataFrame:
+    """:func:`attribute_ranges`' table from :func:`_range_columns`, built once with its final dtypes."""
+    keep = ops["launch_start_ns"].to_numpy() != schema.NO_ID
+    launched = {
+        c: ops[c].to_numpy(np.int64)[keep]
+        for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
+    }
+    pid, tid = cols["pid"], cols["tid"]
+    start, end = cols["start_ns"], cols["end_ns"]
+    out = dict(cols)
+    for prefix, by, keys in (("thread", ["pid", "launch_tid"], [pid, tid]), ("window", ["pid"], [pid])):
+        counts = _attribute(keys, start, end, launched, by)
+        for suffix, values in zip(("ops", "busy_ns", "span_ns"), counts, strict=True):
+            out[f"{prefix}_{suffix}"] = values
+    out["busy_in_window_ns"], out["host_stall_ns"] = _clipped_device_time(pid, start, end, timelines)
+    out["gpu_reason"] = [""] * len(start)
+    data = {}
+    for c, dtype in schema.RANGE_COLUMNS.items():
+        if c in ("trace", "rank"):
+            continue
+        data[c] = np.asarray(out[c], np.int64) if dtype == "int64" else pd.array(out[c], dtype=dtype)
+    return pd.DataFrame(data, copy=False)
+
+
+def _clipped_device_time(
+    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per range: the process's device busy union and host-stall intervals clipped to [start, end]."""
+    busy = np.zeros(len(pid), np.int64)
+    stall = np.zeros(len(pid), np.int64)
+    empty = [np.zeros(0, np.int64)]
+    for p in np.unique(pid).tolist():
+        idx = np.flatnonzero(pid == p)
+        mine = [t for t in timelines if t.pid == p]
+        lo, hi = start[idx], end[idx]
+        busy_s, busy_e = metrics.union_intervals(
+            np.concatenate([t.busy_start for t in mine] or empty),
+            np.concatenate([t.busy_end for t in mine] or empty),
+        )
+        stall_s, stall_e = metrics.union_intervals(
+            np.concatenate([t.stall_start for t in mine] or empty),
+            np.concatenate([t.stall_end for t in mine] or empty),
+        )
+        busy[idx] = metrics.clipped_measure(busy_s, busy_e, lo, hi)
+        stall[idx] = metrics.clipped_measure(stall_s, stall_e, lo, hi)
+    return busy, stall
+
+
+def _attribute(
+    range_keys: list[np.ndarray],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    launched: dict[str, np.ndarray],
+    by: list[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ops launched in each range (same ``by`` key, launch start in [start, end]): count, busy, span.
+
+    Vectorized: ops sorted by (group, launch start); each range's ops are one contiguous slice [lo, hi) of
+    that order (searchsorted per group); span by ``reduceat`` over the slice bounds; busy by
+    :func:`_slice_measures`.
+    """
+    n = len(starts)
+    ops_n = np.zeros(n, np.int64)
+    busy = np.zeros(n, np.int64)
+    span = np.zeros(n, np.int64)
+    op_keys = [launched[k] for k in by]
+    ls = launched["launch_start_ns"]
+    order = np.lexsort((ls, *reversed(op_keys)))
+    ls = ls[order]
+    s_all = launched["start_ns"][order]
+    e_all = launched["end_ns"][order]
+    op_keys = [k[order] for k in op_keys]
+    new_group = np.zeros(len(ls), bool)
+    if len(ls):
+        new_group[0] = True
+        for k in op_keys:
+            new_group[1:] |= k[1:] != k[:-1]
+    bounds = np.append(np.flatnonzero(new_group), len(ls))
+    group_of = {tuple(int(k[b]) for k in op_keys): (int(b), int(e)) for b, e in itertools.pairwise(bounds)}
+    lo = np.zeros(n, np.int64)
+    hi = np.zeros(n, np.int64)
+    keys = zip(*(np.asarray(c, np.int64).tolist() for c in range_keys), strict=True)
+    gid = np.array([group_of.get(key, (-1, -1))[0] for key in keys], dtype=np.int64)
+    for g0, g1 in group_of.values():
+        mine = np.flatnonzero(gid == g0)
+        if len(mine):
+            lo[mine] = g0 + np.searchsorted(ls[g0:g1], starts[mine], side="left")
+            hi[mine] = g0 + np.searchsorted(ls[g0:g1], ends[mine], side="right")
+    hit = np.flatnonzero(hi > lo)
+    if len(hit):
+        ops_n[hit] = hi[hit] - lo[hit]
+        span[hit] = _slice_reduce(np.maximum, e_all, lo[hit], hi[hit]) - _slice_reduce(
+            np.minimum, s_all, lo[hit], hi[hit]
+        )
+        busy[hit] = _slice_measures(s_all, e_all, lo[hit], hi[hit])
+    return ops_n, busy, span
+
+
+def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(values[lo[i]:hi[i]])`` per i (every slice non-empty), in one ``reduceat`` call."""
+    padded = np.append(values, values[:1])  # so hi == len(values) is a valid index
+    idx = np.empty(2 * len(lo), np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    return ufunc.reduceat(padded, idx)[0::2]
+
+
+_SLICE_CHUNK = 1 << 21  # ops gathered per vectorized step: bounds the memory of nested wide ranges
+
+
+def _slice_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """|union of [start, end)| over each slice [lo[i], hi[i]) (non-empty), equal to ``metrics.measure``.
+
+    Per slice, sorted by start with M_j the running max of ends: |union| = sum_j (M_j - max(s_j, M_{j-1})),
+    which telescopes to the sum of (block end - block start) over ``metrics.union_intervals``' blocks.
+    The slices are gathered in chunks of ~``_SLICE_CHUNK`` ops; a slice longer than a chunk is measured
+    alone with ``metrics.measure``.
+    """
+    out = np.zeros(len(lo), np.int64)
+    lengths = hi - lo
+    i = 0
+    while i < len(lo):
+        if lengths[i] >= _SLICE_CHUNK:
+            out[i] = metrics.measure(start[lo[i] : hi[i]], end[lo[i] : hi[i]])
+            i += 1
+            continue
+        j = i + max(1, int(np.searchsorted(np.cumsum(lengths[i:]), _SLICE_CHUNK, side="right")))
+        j = min(j, len(lo))
+        big = np.flatnonzero(lengths[i:j] >= _SLICE_CHUNK)
+        if len(big):
+            j = i + int(big[0])
+        out[i:j] = _gathered_measures(start, end, lo[i:j], lengths[i:j])
+        i = j
+    return out
+
+
+def _gathered_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    seg = np.repeat(np.arange(len(lo)), lengths)
+    first = np.cumsum(lengths) - lengths
+    idx = np.arange(int(lengths.sum())) - np.repeat(first, lengths) + np.repeat(lo, lengths)
+    s, e = start[idx], end[idx]
+    order = np.lexsort((s, seg))
+    s, e = s[order], e[order]
+    # running max of ends that restarts at each slice: shift each slice so it lies above the previous one
+    base = np.minimum(s.min(), e.min())
+    width = int(np.maximum(s.max(), e.max())) - int(base) + 1
+    if width * (len(lo) + 1) >= 2**62:
+        return np.array(
+            [metrics.measure(s[a : a + n], e[a : a + n]) for a, n in zip(first, lengths, strict=True)],
+            dtype=np.int64,
+        )
+    shift = seg * np.int64(width)
+    run = np.maximum.accumulate(e - base + shift) - shift + base
+    prev = np.empty_like(run)
+    prev[1:] = run[:-1]
+    prev[first] = np.iinfo(np.int64).min
+    gain = run - np.maximum(s, prev)  # no clamp: telescopes to union_intervals' block sums exactly
+    return np.add.reduceat(gain, first)
+
+
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in schema.RANGE_COLUMNS if c not in ("trace", "rank")]
+    return df.loc[:, cols].astype({c: schema.RANGE_COLUMNS[c] for c in cols})

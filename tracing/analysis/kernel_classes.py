@@ -1,0 +1,255 @@
+"""GPU op classes by name pattern, so "time spent quantizing" or "time in NCCL" is one number.
+
+Classes: ``communication``, ``attention``, ``gemm``, ``quantize`` (quantize / cast / transpose / amax / scale
+kernels, the overhead low precision adds), ``elementwise``, ``other``; memcpy and memset ops are classed by
+their kind. Rules are tried in order, first match wins: communication and attention come before GEMM (flash
+attention kernels contain MMA loops), GEMM before quantize (an FP8 GEMM's name mentions e4m3 too).
+Extend with :func:`with_rules` (your rules are tried first).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracing.outputs import schema
+
+CLASSES: tuple[str, ...] = (
+    "communication",
+    "attention",
+    "gemm",
+    "quantize",
+    "elementwise",
+    "other",
+    "memcpy",
+    "memset",
+)
+
+# Written for the regex engine's literal scan: every branch starts with a literal ("msccl(?<=\bmsccl)" is
+# "\bmsccl" checked after the literal matched; a leading "\b" makes the search try every position), and no
+# branch is implied by another ("ncclDevKernel" contains "nccl"; "sm90_...gemm" contains "gemm").
+DEFAULT_RULES: tuple[tuple[str, str], ...] = (
+    (
+        "communication",
+        r"nccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|msccl(?<=\bmsccl)|rccl(?<=\brccl)|nvshmem",
+    ),
+    (
+        "attention",
+        r"flash|fmha|attention|attn|sdpa|xformers|paged_?attention|mha_|flashinfer|efficient_attention",
+    ),
+    (
+        "gemm",
+        r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|mma(?<=\bmma)|sm\d+_.*tensorop|ampere_|volta_|turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm",
+    ),
+    (
+        "quantize",
+        r"quantiz|dequant|cast|transpose|fp8|e4m3|e5m2|e8m0|mxfp|nvfp4|amax|scale|to_mx|float8|convert",
+    ),
+    (
+        "elementwise",
+        r"elementwise|vectorized|unrolled|pointwise|reduce_kernel|reduction|softmax|layer_?norm|rms_?norm|batch_?norm|bn_|dropout|relu|gelu|silu|swiglu|add|mul|copy|fill|index|gather|scatter|embedding|rotary|cat_|triton_poi|triton_red|triton_per",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class KernelClassifier:
+    """Ordered (class, case-insensitive regex) rules; first match wins, else ``other``.
+
+    Speed: a case-insensitive search cannot use the regex engine's literal-prefix scan, so it is ~4x slower
+    than a case-sensitive one on long C++ kernel names. For an ASCII name and a rule whose pattern text is
+    ASCII and all lower case, ``IGNORECASE`` search on the name equals case-sensitive search on
+    ``name.lower()`` (every literal and class then folds the same way), so such rules also keep a
+    case-sensitive twin used on the lowered name. Results are memoized per name.
+    """
+
+    rules: tuple[tuple[str, re.Pattern[str]], ...]
+    _lower_twins: tuple[re.Pattern[str] | None, ...] = field(init=False, repr=False, compare=False)
+    _memo: dict[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        twins = tuple(_lower_twin(p.pattern) for _, p in self.rules)
+        object.__setattr__(self, "_lower_twins", twins)
+
+    def classify(self, name: str) -> str:
+        cls = self._memo.get(name)
+        if cls is None:
+            cls = self._classify(name)
+            if len(self._memo) >= _MEMO_MAX:
+                self._memo.clear()
+            self._memo[name] = cls
+        return cls
+
+    def _classify(self, name: str) -> str:
+        lowered = name.lower() if name.isascii() else None
+        for (cls, pattern), twin in zip(self.rules, self._lower_twins, strict=True):
+            hit = twin.search(lowered) if twin is not None and lowered is not None else pattern.search(name)
+            if hit:
+                return cls
+        return "other"
+
+    def classify_ops(self, kinds: pd.Series | np.ndarray, names: pd.Series | np.ndarray) -> np.ndarray:
+        """Class per op: memcpy/memset by kind, kernels by name (each distinct name matched once)."""
+        names = np.asarray(names, dtype=object)
+        codes, uniques = pd.factorize(names)
+        out = np.array([self.classify(str(n)) for n in uniques], dtype=object)[codes]
+        kinds = np.asarray(kinds, dtype=object)
+        out[kinds == schema.MEMCPY] = "memcpy"
+        out[kinds == schema.MEMSET] = "memset"
+        return out
+
+
+_MEMO_MAX = 100_000
+
+
+def _lower_twin(pattern: str) -> re.Pattern[str] | None:
+    """A case-sensitive pattern that matches a lowered ASCII name iff ``pattern`` (IGNORECASE) matches it.
+
+    That is the pattern itself when it is ASCII lower case, or the pattern with upper-case letters lowered
+    when every such letter is a plain literal (``ncclDevKernel``): not escaped (``\\D``, ``\\A``), not in a
+    character class (``[A-z]`` != ``[a-z]``) and not in a ``(?...)`` group header. Else None (use
+    IGNORECASE on the name).
+    """
+    if not pattern.isascii():
+        return None
+    if pattern == pattern.lower():
+        return re.compile(pattern)
+    if "(?" in pattern:
+        return None
+    escaped = in_class = False
+    for ch in pattern:
+        if escaped:
+            if ch.isupper():
+                return None
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            if ch.isupper():
+                return None
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+    try:
+        return re.compile(pattern.lower())
+    except re.error:  # pragma: no cover -- e.g. a class opened by "[]" whose letters became a bad range
+        return None
+
+
+def _compile(rules: Iterable[tuple[str, str]]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in rules)
+
+
+DEFAULT = KernelClassifier(_compile(DEFAULT_RULES))
+
+
+def with_rules(extra: Iterable[tuple[str, str]]) -> KernelClassifier:
+    """A classifier whose ``extra`` (class, regex) rules are tried before the defaults."""
+    return KernelClassifier(_compile(extra) + DEFAULT.rules)
+
+
+def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
+    """One row per (device, kind, name): count, total/mean/max duration, class (``schema.KERNEL_COLUMNS``).
+
+    Rows: device ascending, then total time descending, ties by (kind, name) in code-point order. Grouping
+    runs on integer codes (each string column factorized once, its uniques ranked in sorted order), then a
+    stable sort by the combined key and ``reduceat`` -- exact int64 sums, no string groupby.
+    """
+    cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
+    if len(ops) == 0:
+        return schema.empty_frame({c: schema.KERNEL_COLUMNS[c] for c in cols})
+    dev_codes, dev_uniq = _sorted_codes(ops["device"].to_numpy(np.int64))
+    kind_codes, kind_uniq = _sorted_codes(ops["kind"].to_numpy(object))
+    name_codes, name_uniq = _sorted_codes(ops["name"].to_numpy(object))
+    dur = ops["dur_ns"].to_numpy(np.int64)
+    keep = (kind_codes >= 0) & (name_codes >= 0)  # like groupby's dropna: a missing key drops the op
+    if not keep.all():
+        dev_codes, kind_codes, name_codes, dur = (a[keep] for a in (dev_codes, kind_codes, name_codes, dur))
+        if len(dur) == 0:
+            return schema.empty_frame({c: schema.KERNEL_COLUMNS[c] for c in cols})
+    key = (dev_codes * len(kind_uniq) + kind_codes) * len(name_uniq) + name_codes
+    order = np.argsort(key, kind="stable")
+    key, dur = key[order], dur[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    count = np.diff(np.r_[first, len(key)])
+    total = np.add.reduceat(dur, first)
+    gkey = key[first]
+    name_i = gkey % len(name_uniq)
+    kind_i = (gkey // len(name_uniq)) % len(kind_uniq)
+    dev_i = gkey // (len(name_uniq) * len(kind_uniq))
+    kinds, names = kind_uniq[kind_i], name_uniq[name_i]
+    rows = np.lexsort((-total, dev_i))  # stable: equal totals keep (kind, name) order
+    kinds, names, count, total = kinds[rows], names[rows], count[rows].astype(np.int64), total[rows]
+    values = {
+        "device": dev_uniq[dev_i][rows],
+        "kind": kinds,
+        "name": names,
+        "kernel_class": classifier.classify_ops(kinds, names),
+        "count": count,
+        "total_ns": total,
+        "mean_ns": total / count,
+        "max_ns": np.maximum.reduceat(dur, first)[rows],
+    }
+    dtypes = {c: schema.KERNEL_COLUMNS[c] for c in cols}
+    return pd.DataFrame(  # numeric columns are int64 / float64 already (schema.KERNEL_COLUMNS)
+        {c: pd.array(values[c], dtype="string") if dtypes[c] == "string" else values[c] for c in cols},
+        copy=False,
+    )
+
+
+def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes whose order is the values' sorted order (-1 = missing), and the sorted uniques."""
+    codes, uniques = pd.factorize(values)
+    uniques = np.asarray(uniques, dtype=values.dtype if values.dtype != object else object)
+    if values.dtype == object:
+        uniques = np.array([str(u) for u in uniques], dtype=object)
+    rank = np.empty(len(uniques), np.int64)
+    by_value = np.argsort(uniques, kind="stable")
+    rank[by_value] = np.arange(len(uniques))
+    return np.append(rank, -1)[codes], uniques[by_value]  # code -1 picks the appended -1
+
+
+def class_totals(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Total time per (device, class) from a kernel table, with the share of all GPU-op time.
+
+    Rows: device ascending, then total time descending (ties by class name). Grouped on integer codes
+    (exact int64 sums); an empty table, a missing class or non-int64 device / total columns take the pandas
+    groupby path, which gives the same table.
+    """
+    classes = kernels["kernel_class"]
+    plain = kernels["device"].dtype == np.int64 and kernels["total_ns"].dtype == np.int64
+    if len(kernels) == 0 or not plain or classes.isna().any():
+        return _class_totals_groupby(kernels)
+    dev_codes, dev_uniq = _sorted_codes(kernels["device"].to_numpy(np.int64))
+    cls_codes, cls_uniq = _sorted_codes(classes.to_numpy(object))
+    key = dev_codes * len(cls_uniq) + cls_codes
+    total_ns = kernels["total_ns"].to_numpy(np.int64)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    total = np.add.reduceat(total_ns[order], first)
+    dev_i, cls_i = key[first] // len(cls_uniq), key[first] % len(cls_uniq)
+    device_total = np.zeros(len(dev_uniq), np.int64)
+    np.add.at(device_total, dev_i, total)
+    rows = np.lexsort((-total, dev_i))  # stable: equal totals keep class order
+    with np.errstate(divide="ignore", invalid="ignore"):  # a device with zero time: NaN, as pandas gives
+        share = total[rows] / device_total[dev_i][rows]
+    return pd.DataFrame(
+        {
+            "device": dev_uniq[dev_i][rows],
+            "kernel_class": pd.array(cls_uniq[cls_i][rows], dtype=classes.dtype),
+            "total_ns": total[rows],
+            "share": share,
+        }
+    )
+
+
+def _class_totals_groupby(kernels: pd.DataFrame) -> pd.DataFrame:
+    """:func:`class_totals` by a pandas groupby (the reference)."""
+    t = kernels.groupby(["device", "kernel_class"], observed=True)["total_ns"].sum().reset_index()
+    t["share"] = t["total_ns"] / t.groupby("device")["total_ns"].transform("sum")
+    return t.sort_values(["device", "total_ns"], ascending=[True, False]).reset_index(drop=True)

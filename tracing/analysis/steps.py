@@ -1,0 +1,161 @@
+"""Seconds per step and phase: from a trace's step / phase ranges, or from a run's per-step metrics.
+
+A step is a ``ProfilerStep#N`` range (torch.profiler), an mxperf ``step`` range, or a range whose canonical
+phase is ``step``. A phase's time in a step is the union of that step's ranges mapped to the phase (the phase
+map: verl ``update_actor``, NeMo RL ``policy_training``, ... -> ``update``) on the step's process, so nested
+ranges of one phase count once. ``other`` is step wall time outside the named phases (host work between
+phases, logging), clipped at zero. Steps are per process: a 2-rank trace set has two rows per step and phase,
+never one summed row (what a job waits for is the slowest rank).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis.metrics import measure
+from tracing.outputs import schema
+
+STEP_PHASES: tuple[str, ...] = ("generate", "logprob", "update", "sync", "other")
+PHASES: tuple[str, ...] = STEP_PHASES[:-1]
+# Accepted column spellings for a phase's seconds in a run's metrics.parquet, most specific first.
+_PHASE_COLUMN_PATTERNS: tuple[str, ...] = ("{p}_s", "{p}_seconds", "seconds_{p}", "time_{p}_s")
+_STEP_COLUMNS: tuple[str, ...] = ("step_s", "step_seconds", "seconds", "wall_s")
+_STEP_RANGE = r"^(?:ProfilerStep#(\d+)|step)$"
+
+
+def _phase_column(columns: Sequence[str], phase: str) -> str | None:
+    for pattern in _PHASE_COLUMN_PATTERNS:
+        name = pattern.format(p=phase)
+        if name in columns:
+            return name
+    return None
+
+
+def _phase_order(col: pd.Series) -> pd.Series:
+    if col.name == "phase":
+        return col.map({p: i for i, p in enumerate(STEP_PHASES)}).fillna(len(STEP_PHASES))
+    return col
+
+
+def _with_other(
+    wide: pd.DataFrame, step_seconds: pd.Series | np.ndarray | None, keys: Sequence[str]
+) -> pd.DataFrame:
+    wide = wide.fillna({p: 0.0 for p in PHASES})
+    phase_sum = wide[list(PHASES)].sum(axis=1)
+    if step_seconds is not None:
+        total = pd.to_numeric(pd.Series(np.asarray(step_seconds)), errors="coerce").to_numpy()
+        wide["other"] = (total - phase_sum.to_numpy()).clip(min=0)
+    else:
+        wide["other"] = 0.0
+    long = wide.melt(id_vars=list(keys), value_vars=list(STEP_PHASES), var_name="phase", value_name="seconds")
+    return long.sort_values([*keys, "phase"], key=_phase_order, ignore_index=True)
+
+
+def step_phase_table(metrics: pd.DataFrame | None, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A run's long table ``step, phase, seconds`` (phases from :data:`STEP_PHASES`).
+
+    Uses the per-phase seconds in ``metrics`` when present; otherwise the range log (``step`` ranges and
+    their direct children named after a phase). Raises ValueError when neither has per-phase times.
+    """
+    if metrics is not None and "step" in metrics.columns:
+        cols = {p: _phase_column(list(metrics.columns), p) for p in PHASES}
+        if any(cols.values()):
+            wide = pd.DataFrame({"step": metrics["step"].astype("int64")})
+            for phase, col in cols.items():
+                wide[phase] = pd.to_numeric(metrics[col], errors="coerce") if col else 0.0
+            step_col = next((c for c in _STEP_COLUMNS if c in metrics.columns), None)
+            return _with_other(wide, metrics[step_col] if step_col else None, ["step"])
+    if ranges is not None and len(ranges):
+        return _phase_table_from_range_log(ranges)
+    raise ValueError("no per-phase times: metrics.parquet has no <phase>_s columns and there is no range log")
+
+
+def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
+    steps = ranges[ranges["name"] == "step"]
+    if steps.empty:
+        raise ValueError("the range log has no 'step' ranges")
+    step_no = steps["attrs"].map(lambda a: json.loads(a).get("step") if isinstance(a, str) and a else None)
+    step_no = step_no.where(step_no.notna(), pd.Series(range(len(steps)), index=steps.index))
+    step_of = dict(zip(steps["range_id"], step_no.astype("int64"), strict=True))
+    children = ranges[ranges["parent_id"].isin(step_of) & ranges["name"].isin(PHASES)]
+    wide = pd.DataFrame({"step": sorted(set(step_of.values()))})
+    if not children.empty:
+        sums = (
+            children.assign(step=children["parent_id"].map(step_of), seconds=children["dur_ns"] / 1e9)
+            .pivot_table(index="step", columns="name", values="seconds", aggfunc="sum")
+            .reindex(columns=list(PHASES))
+        )
+        wide = wide.merge(sums, left_on="step", right_index=True, how="left")
+    for phase in PHASES:
+        if phase not in wide:
+            wide[phase] = 0.0
+    step_total = steps.assign(step=steps["range_id"].map(step_of)).groupby("step")["dur_ns"].sum() / 1e9
+    return _with_other(wide, wide["step"].map(step_total), ["step"])
+
+
+def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
+    """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``).
+
+    One row per (trace, rank, process, step, phase); empty when the trace has no step ranges.
+    """
+    if ranges.empty:
+        return schema.empty_frame(schema.STEP_COLUMNS)
+    names = ranges["name"].astype(str)
+    phase_col = ranges["phase"] if "phase" in ranges else pd.Series("", index=ranges.index)
+    is_step = names.str.match(_STEP_RANGE) | (phase_col == "step")
+    steps = ranges[is_step]
+    if steps.empty:
+        return schema.empty_frame(schema.STEP_COLUMNS)
+    found = names[is_step].str.extract(_STEP_RANGE)[0]
+    steps = steps.assign(step_no=pd.to_numeric(found, errors="coerce")).sort_values("start_ns")
+    keys = ["trace", "rank", "pid"]
+    steps = steps.assign(**{k: steps.get(k) for k in ("trace", "rank")})
+    # Unnumbered steps count up per process, in time order.
+    fallback = steps.groupby(["trace", "pid"], dropna=False).cumcount()
+    steps["step_no"] = steps["step_no"].fillna(fallback).astype("int64")
+    phased = ranges[phase_col.isin(PHASES)]
+    rows = []
+    for st in steps.itertuples(index=False):
+        inside = phased[
+            (phased["pid"] == st.pid)
+            & (phased["start_ns"] >= st.start_ns)
+            & (phased["end_ns"] <= st.end_ns)
+            & ((phased["trace"] == st.trace) if "trace" in phased else True)
+        ]
+        wide: dict[str, object] = {
+            "trace": st.trace,
+            "rank": st.rank,
+            "pid": int(st.pid),
+            "step": int(st.step_no),
+        }
+        for phase in PHASES:
+            sel = inside[inside["phase"] == phase]
+            wide[phase] = (
+                measure(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy()) / 1e9 if len(sel) else 0.0
+            )
+        wide["_wall"] = (st.end_ns - st.start_ns) / 1e9
+        rows.append(wide)
+    wide_df = pd.DataFrame(rows).groupby([*keys, "step"], as_index=False, dropna=False).sum()
+    long = _with_other(wide_df.drop(columns="_wall"), wide_df["_wall"].to_numpy(), [*keys, "step"])
+    return schema.conform(long, schema.STEP_COLUMNS, "steps")
+
+
+def one_process(steps: pd.DataFrame) -> pd.DataFrame:
+    """``step, phase, seconds`` for the step time a job waits for: per step, the slowest process's row.
+
+    The slowest process of a step is the one with the longest step (sum over its phases); its phase split
+    is kept whole, so the phases still add up to that step.
+    """
+    if steps.empty:
+        return pd.DataFrame({"step": [], "phase": [], "seconds": []})
+    keys = [k for k in ("trace", "rank", "pid") if k in steps]
+    totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
+    slowest = totals.sort_values("seconds", ascending=False).drop_duplicates("step")
+    picked = steps.merge(slowest[[*keys, "step"]], on=[*keys, "step"])
+    return picked[["step", "phase", "seconds"]].sort_values(
+        ["step", "phase"], key=_phase_order, ignore_index=True
+    )

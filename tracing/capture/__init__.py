@@ -1,0 +1,1 @@
+"""Runtime capture: the range helper (NVTX + record_function + range log) and the profiler / nsys bracket."""

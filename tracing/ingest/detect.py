@@ -1,0 +1,78 @@
+"""Which reader a path needs (Kineto JSON, nsys SQLite, mxperf range log) and the one call that reads it.
+
+detect_format(path) -> "kineto" | "nsys" | "rangelog";  expand_inputs(paths) -> [(file, format)]
+load_trace(path) -> Trace (events in the one schema of ``tracing.outputs.schema``)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tracing.ingest.kineto import load_kineto_events
+from tracing.ingest.nsys import load_nsys_events
+from tracing.ingest.rangelog import is_run_dir, load_range_log
+from tracing.ingest.trace import Trace
+from tracing.outputs import store
+from tracing.outputs.errors import InputError, TraceFormatError
+
+FORMATS = ("kineto", "nsys", "rangelog")
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+_TRACE_GLOBS = ("*.json", "*.json.gz", "*.sqlite", "*.nsys-rep")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """kineto | nsys | rangelog, from what the file is (not only its name)."""
+    p = Path(path)
+    if is_run_dir(p) or p.name == store.RANGES:
+        return "rangelog"
+    if not p.exists():
+        raise TraceFormatError(p, "no such file")
+    if p.suffix in NSYS_REPORT_SUFFIXES or p.suffix in (".sqlite", ".sqlite3", ".db"):
+        return "nsys"  # by name too: a .sqlite that is not SQLite gets the nsys reader's error, not Kineto's
+    if p.is_file():
+        with open(p, "rb") as fh:
+            if fh.read(16) == b"SQLite format 3\x00":
+                return "nsys"
+    return "kineto"
+
+
+def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+    """Paths -> (file, format). A run directory gives its range log plus its traces (``trace/rank-*.json.gz``
+    and a sampler process's ``trace/sampler/*.json.gz``); another directory gives the traces in it."""
+    out: list[tuple[Path, str]] = []
+    for raw in paths:
+        p = Path(raw)
+        if is_run_dir(p):
+            out.append((p, "rangelog"))
+            traces = sorted((p / store.TRACE_DIR).glob("rank-*.json*"))
+            traces += sorted((p / store.TRACE_DIR / store.SAMPLER_TRACE_DIR).glob("*.json*"))
+            out.extend((t, "kineto") for t in traces)
+        elif p.is_dir():
+            found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
+            if not found:
+                raise InputError(
+                    f"{p}: directory holds no traces (*.json, *.json.gz, *.sqlite) and no {store.RANGES}"
+                )
+            out.extend((f, detect_format(f)) for f in found)
+        else:
+            out.append((p, detect_format(p)))
+    return out
+
+
+def load_trace(
+    path: str | os.PathLike[str],
+    fmt: str | None = None,
+    *,
+    rank: int | None = None,
+    include_python: bool = False,
+) -> Trace:
+    """Read any supported trace into a :class:`Trace` (``include_python``: keep Kineto ``python_function``)."""
+    fmt = fmt or detect_format(path)
+    if fmt == "kineto":
+        return load_kineto_events(path, rank=rank, include_python=include_python)
+    if fmt == "nsys":
+        return load_nsys_events(path, rank=rank)
+    if fmt == "rangelog":
+        return load_range_log(path, rank=rank)
+    raise InputError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -1,0 +1,174 @@
+"""Kineto (torch.profiler) Chrome-trace JSON -> the normalized event table. A pure function of one file.
+
+What the format guarantees (pytorch/kineto ``output_json.cpp``):
+
+- ``ts``/``dur`` are **microseconds** with up to 3 decimals (ns resolution) whatever ``displayTimeUnit`` says;
+  with ``baseTimeNanoseconds`` they are relative to it: absolute ns = base + ts*1000. They are parsed from
+  the number's text, so ``4458676522690.655`` becomes exactly ``...690655`` ns (a double cannot hold it).
+- ``ph: "X"`` events carry a ``cat``: kernel / gpu_memcpy / gpu_memset / cuda_sync on GPU rows (``pid`` =
+  device, ``tid`` = stream; ``args.device`` / ``args.stream`` win when present); cuda_runtime / cuda_driver
+  launch calls; cpu_op; user_annotation (record_function, ``ProfilerStep#N``); gpu_user_annotation.
+- A GPU op joins its launch call on ``args.correlation``. ``ac2g`` flow events repeat that and are skipped,
+  as are metadata (``M``), instants and ``python_function`` (unless ``include_python``).
+
+Memory stays far below the decoded-JSON size: events are parsed in ~256 KB batches (``jsonstream``) and only
+int64 columns (``array('q')``) plus interned names are kept.
+
+    file --(jsonstream: batches)--> kineto_rows (kineto_time: exact ns) --> columns --(_finish)--> Trace
+
+Three paths give the same table (:mod:`tracing.ingest.kineto_rows`): batches decoded by msgspec into records
+(``kineto_fast``), batches decoded by ``json`` into dicts, and, for any batch either meets something unusual
+in, event by event, which names the bad event and field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracing.ingest import kineto_fast
+from tracing.ingest.jsonstream import ChromeTraceReader
+from tracing.ingest.kineto_rows import (
+    CATEGORY_KIND,
+    KIND_CODE,
+    Columns,
+    Slow,
+    append_rows,
+    as_int,
+    batch_rows,
+    event_row,
+)
+from tracing.ingest.kineto_time import us_text_to_ns
+from tracing.ingest.trace import Trace, events_frame, rank_from_name
+from tracing.outputs import schema
+from tracing.outputs.errors import TraceFormatError
+
+__all__ = ["CATEGORY_KIND", "load_kineto_events", "us_text_to_ns"]
+
+
+def load_kineto_events(
+    path: str | os.PathLike[str], *, rank: int | None = None, include_python: bool = False
+) -> Trace:
+    """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`.
+
+    ``rank`` is used when the file has no ``distributedInfo.rank`` and its name has no ``rank-N``.
+    Raises :class:`TraceFormatError` naming the file and the problem (offset, event index, field).
+    Batches of events are decoded with list comprehensions; a batch with anything unusual is redone event by
+    event, which gives the same table or the exact error (event index and field).
+    """
+    return _load(Path(path), rank, include_python, fast=kineto_fast.AVAILABLE)
+
+
+def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> Trace:
+    """:func:`load_kineto_events`; ``fast=False`` decodes with ``json`` only (the reference for tests)."""
+    reader = ChromeTraceReader(path)
+    c = Columns()
+    skipped = 0
+    first = 0
+    for batch in reader.batches(kineto_fast.decode_batch if fast else None):
+        try:
+            kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
+            append_rows(c, kinds, names, cols)
+            skipped += n_skipped
+        except (Slow, AttributeError, TypeError, ValueError, OverflowError):
+            skipped += _slow_batch(path, batch, first, c, include_python)
+        first += len(batch)
+    return _finish(path, reader.meta, c, rank, skipped)
+
+
+def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:
+    if kineto_fast.is_event_batch(batch):
+        batch = [kineto_fast.as_dict(ev) for ev in batch]
+    rows, skipped = [], 0
+    for i, ev in enumerate(batch):
+        try:
+            row = event_row(ev, c, include_python)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TraceFormatError(path, f"traceEvents[{first + i}]: {exc}") from None
+        if row is None:
+            skipped += 1 if type(ev) is dict and ev.get("ph") == "X" else 0
+        else:
+            rows.append(row)
+    if rows:
+        cols = [list(col) for col in zip(*rows, strict=True)]
+        try:
+            append_rows(c, cols[0], cols[1], cols[2:])
+        except OverflowError:
+            raise TraceFormatError(
+                path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64"
+            ) from None
+    return skipped
+
+
+def _finish(path: Path, meta: dict[str, Any], c: Columns, rank: int | None, skipped: int) -> Trace:
+    base = meta.get("baseTimeNanoseconds")
+    base_ns = 0
+    if base is not None:
+        try:
+            base_ns = as_int(base)
+        except (TypeError, ValueError):
+            raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}") from None
+    columns: dict[str, Any] = {
+        k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, np.int64) for k, v in c.cols.items()
+    }
+    if base_ns:
+        columns["start_ns"] = columns["start_ns"] + np.int64(base_ns)
+    columns["name"] = np.frombuffer(c.name, dtype=np.int32) if len(c.name) else np.zeros(0, np.int32)
+    columns["kind"] = np.frombuffer(c.kind, dtype=np.int8) if len(c.kind) else np.zeros(0, np.int8)
+    events = events_frame(columns, list(c.names), list(schema.EVENT_KINDS), [""])
+    _assign_gpu_pids(events)
+    dist = meta.get("distributedInfo")
+    file_rank = dist.get("rank") if isinstance(dist, dict) else None
+    if not isinstance(file_rank, int):
+        file_rank = None
+    resolved = file_rank if file_rank is not None else rank_from_name(path)
+    if resolved is None:
+        resolved = rank
+    props = meta.get("deviceProperties")
+    gpu_names = (
+        {int(p["id"]): p.get("name") for p in props if isinstance(p, dict) and isinstance(p.get("id"), int)}
+        if isinstance(props, list)
+        else {}
+    )
+    info = {
+        "base_time_ns": base_ns,
+        "clock": "epoch_ns" if base_ns else "kineto_us_as_ns",
+        "distributed_info": dist if isinstance(dist, dict) else None,
+        "gpu_names": gpu_names,
+        "skipped_events": skipped,
+        "display_time_unit": meta.get("displayTimeUnit"),
+    }
+    return Trace(str(path), "kineto", events, rank=resolved, meta=info)
+
+
+def _assign_gpu_pids(events: Any) -> None:
+    """Give each GPU row the pid of the process whose runtime/driver call launched it (by correlation).
+
+    Rows without a launch record take the pid that launched most of the other ops on their device (Kineto
+    writes one process per file, so this is that process), else the file's most common launching pid.
+    """
+    kind = events["kind"].cat.codes.to_numpy()
+    corr = events["correlation"].to_numpy()
+    launch_codes = [KIND_CODE[k] for k in schema.LAUNCH_KINDS]
+    is_launch = np.isin(kind, launch_codes) & (corr >= 0)
+    g_idx = np.flatnonzero(events["device"].to_numpy() >= 0)
+    if len(g_idx) == 0 or not is_launch.any():
+        return
+    pids = events["pid"].to_numpy().copy()
+    l_corr, l_pid = corr[is_launch], pids[is_launch]
+    order = np.argsort(l_corr, kind="stable")
+    l_corr, l_pid = l_corr[order], l_pid[order]
+    pos = np.minimum(np.searchsorted(l_corr, corr[g_idx]), len(l_corr) - 1)
+    found = l_corr[pos] == corr[g_idx]
+    pids[g_idx] = np.where(found, l_pid[pos], schema.NO_ID)
+    if not found.all():
+        devices = events["device"].to_numpy()[g_idx]
+        matched = pd.Series(pids[g_idx][found]).groupby(devices[found]).agg(lambda s: s.mode().iloc[0])
+        overall = pd.Series(l_pid).mode().iloc[0]
+        fill = pd.Series(devices[~found]).map(matched).fillna(overall).to_numpy(np.int64)
+        pids[g_idx[~found]] = fill
+    events["pid"] = pids

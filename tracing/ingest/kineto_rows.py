@@ -1,0 +1,295 @@
+"""Kineto events (``json`` dicts or ``kineto_fast`` records) -> growable int64 columns of the event table.
+
+Three paths give the same columns: batches decoded by msgspec into records (:func:`record_rows`), batches
+decoded by ``json`` into dicts (:func:`batch_rows`), and, for any batch either meets something unusual in
+(they raise :class:`Slow`), event by event (:func:`event_row`), which names the bad field.
+"""
+
+from __future__ import annotations
+
+from array import array
+from decimal import Decimal, InvalidOperation
+from itertools import compress
+from typing import Any
+
+import numpy as np
+
+from tracing.ingest import kineto_fast
+from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
+from tracing.outputs import schema
+
+# Kineto category -> event kind (older Kineto builds used capitalised names).
+CATEGORY_KIND: dict[str, str] = {
+    "kernel": schema.KERNEL,
+    "Kernel": schema.KERNEL,
+    "gpu_memcpy": schema.MEMCPY,
+    "Memcpy": schema.MEMCPY,
+    "gpu_memset": schema.MEMSET,
+    "Memset": schema.MEMSET,
+    "cuda_sync": schema.SYNC,
+    "cuda_runtime": schema.RUNTIME,
+    "Runtime": schema.RUNTIME,
+    "cuda_driver": schema.DRIVER,
+    "Driver": schema.DRIVER,
+    "cpu_op": schema.CPU_OP,
+    "Operator": schema.CPU_OP,
+    "user_annotation": schema.RANGE,
+    "gpu_user_annotation": schema.GPU_RANGE,
+    "python_function": schema.PYTHON,
+}
+KIND_CODE = {k: i for i, k in enumerate(schema.EVENT_KINDS)}
+_GPU_CODES = frozenset(
+    KIND_CODE[k] for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET, schema.SYNC, schema.GPU_RANGE)
+)
+
+
+_KIND_CODE_OF_CAT = {cat: KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()}
+_EMPTY: dict[str, Any] = {}
+_KIND_CODE_OF_CAT_NO_PY = {cat: k for cat, k in _KIND_CODE_OF_CAT.items() if k != KIND_CODE[schema.PYTHON]}
+_GPU_CODE_LIST = sorted(_GPU_CODES)
+_EMPTY_ARGS = kineto_fast.KinetoArgs() if kineto_fast.AVAILABLE else None
+
+
+def as_int(value: Any) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, str):  # a float's text, e.g. "7.0"
+        try:
+            d = Decimal(value)
+            if d.is_finite() and d == d.to_integral_value():
+                return int(d)
+        except InvalidOperation:
+            pass
+    raise TypeError(f"expected an integer, got {value!r}")
+
+
+class Columns:
+    """Growable int64 columns plus interned names: the whole per-event state of the parser."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, array] = {
+            c: array("q") for c in schema.EVENT_COLUMNS if c not in ("name", "kind", "domain")
+        }
+        self.name = array("i")
+        self.kind = array("b")
+        self.names: dict[str, int] = {}
+        self.text_ids: dict[str, int] = {}  # non-integer pid/tid values (e.g. "Spans") -> negative ids
+
+    def name_code(self, name: str) -> int:
+        code = self.names.get(name)
+        if code is None:
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TypeError("name is not valid Unicode (lone surrogate escape)") from None
+            code = self.names[name] = len(self.names)
+        return code
+
+    def id_of(self, value: Any) -> int:
+        if type(value) is int:
+            return value
+        if isinstance(value, str):
+            if value.lstrip("-").isdigit():
+                return int(value)
+            return self.text_ids.setdefault(value, -2 - len(self.text_ids))
+        raise TypeError(f"pid/tid must be an integer or a string, got {type(value).__name__}")
+
+
+_ROW_COLUMNS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation", "external_id", "bytes")
+
+
+class Slow(Exception):
+    """The fast batch path met something unusual; redo the batch event by event (exact errors)."""
+
+
+def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | None:
+    """One event -> (kind, name, pid, tid, device, stream, start, dur, corr, ext, bytes), or None if skipped."""
+    if type(ev) is not dict:
+        raise TypeError(f"event is a {type(ev).__name__}, not an object")
+    if ev.get("ph") != "X":
+        return None
+    kind = CATEGORY_KIND.get(ev.get("cat"))  # type: ignore[arg-type]
+    if kind is None or (kind == schema.PYTHON and not include_python):
+        return None
+    code = KIND_CODE[kind]
+    ts, dur = ev.get("ts"), ev.get("dur", 0)
+    start = us_text_to_ns(ts)
+    dur_ns = us_text_to_ns(dur)
+    if dur_ns < 0:
+        raise ValueError(f"negative duration {dur} us")
+    args = ev.get("args")
+    if args is None:
+        args = {}
+    elif type(args) is not dict:
+        raise TypeError("args is not an object")
+    name = ev.get("name")
+    if type(name) is not str:
+        raise TypeError(f"name is {type(name).__name__}, not a string")
+    pid, tid = c.id_of(ev.get("pid")), c.id_of(ev.get("tid"))
+    if code in _GPU_CODES:
+        dev, stream = as_int(args.get("device", pid)), as_int(args.get("stream", tid))
+        pid = tid = schema.NO_ID
+    else:
+        dev = stream = schema.NO_ID
+    corr = as_int(args.get("correlation", -1))
+    ext = as_int(args.get("External id", -1))
+    nbytes = as_int(args.get("bytes", -1))
+    return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes)
+
+
+def _ints_or_slow(values: list[Any]) -> list[Any]:
+    for v in values:
+        if v.__class__ is not int:
+            raise Slow
+    return values
+
+
+def batch_rows(
+    batch: list[Any], c: Columns, include_python: bool
+) -> tuple[list[int], list[int], list[list[int]], int]:
+    """The fast path: column lists for a batch of events by list comprehensions; raises Slow on anything odd."""
+    if kineto_fast.is_event_batch(batch):
+        return record_rows(batch, c, include_python)
+    phs = [e.get("ph") for e in batch]  # AttributeError on a non-object -> slow path
+    xs = [e for e, ph in zip(batch, phs, strict=True) if ph == "X"]
+    codes = [_KIND_CODE_OF_CAT.get(e.get("cat"), -1) for e in xs]
+    py = KIND_CODE[schema.PYTHON]
+    keep = [(e, k) for e, k in zip(xs, codes, strict=True) if k >= 0 and (k != py or include_python)]
+    skipped = len(xs) - len(keep)
+    evs = [e for e, _ in keep]
+    kinds = [k for _, k in keep]
+    names = [e.get("name") for e in evs]
+    ts = [e.get("ts") for e in evs]
+    du = [e.get("dur", 0) for e in evs]
+    args = [e.get("args") for e in evs]
+    args = [_EMPTY if a is None else a for a in args]
+    for a in args:
+        if a.__class__ is not dict:
+            raise Slow
+    pids = [e.get("pid") for e in evs]
+    tids = [e.get("tid") for e in evs]
+    gpu = [k in _GPU_CODES for k in kinds]
+    no = schema.NO_ID
+    devs = [a.get("device", p) if g else no for a, p, g in zip(args, pids, gpu, strict=True)]
+    streams = [a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)]
+    corr = [a.get("correlation", -1) for a in args]
+    ext = [a.get("External id", -1) for a in args]
+    nbytes = [a.get("bytes", -1) for a in args]
+    name_codes, cols = _convert(c, names, ts, du, pids, tids, gpu, devs, streams, corr, ext, nbytes, True)
+    return kinds, name_codes, cols, skipped
+
+
+def _name_codes(c: Columns, names: list[str]) -> list[int]:
+    """Codes of ``names``; names new to ``c`` are interned in order of first appearance (as one by one)."""
+    get = c.names.get
+    codes = [get(n) for n in names]
+    if None in codes:
+        for n in dict.fromkeys(compress(names, [x is None for x in codes])):
+            c.name_code(n)
+        codes = [get(n) for n in names]
+    return codes
+
+
+def record_rows(
+    batch: list[Any], c: Columns, include_python: bool
+) -> tuple[list[int], list[int], list[Any], int]:
+    """:func:`batch_rows` for ``kineto_fast`` records: same values, same Slow cases, numpy columns.
+
+    msgspec already typed the integer fields (a record holds an int there, or None when the key is absent),
+    so only names, ts/dur and absent pids need checks here.
+    """
+    lut = _KIND_CODE_OF_CAT if include_python else _KIND_CODE_OF_CAT_NO_PY
+    codes = [lut.get(e.cat, -1) if e.ph == "X" else -2 for e in batch]  # -1: an X event we skip
+    evs = list(compress(batch, [k >= 0 for k in codes]))
+    kinds = [k for k in codes if k >= 0]
+    names = [e.name for e in evs]
+    for n in names:
+        if n.__class__ is not str:
+            raise Slow
+    name_codes = _name_codes(c, names)
+    pids = _ints_or_slow([e.pid for e in evs])  # text ("Spans") or absent -> the exact path
+    tids = _ints_or_slow([e.tid for e in evs])
+    start = us_values_to_ns([e.ts for e in evs])
+    dur = us_values_to_ns([e.dur for e in evs])
+    if len(dur) and dur.min() < 0:
+        raise Slow
+    args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
+    n = len(evs)
+    gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)
+    g_idx = np.flatnonzero(gpu).tolist()
+    no = schema.NO_ID
+    dev, stream = np.full(n, no, np.int64), np.full(n, no, np.int64)
+    if g_idx:  # GPU rows: args.device / args.stream, else pid / tid
+        g_args = [args[i] for i in g_idx]
+        g_pids, g_tids = [pids[i] for i in g_idx], [tids[i] for i in g_idx]
+        dev[g_idx] = [p if a.device is None else a.device for a, p in zip(g_args, g_pids, strict=True)]
+        stream[g_idx] = [t if a.stream is None else a.stream for a, t in zip(g_args, g_tids, strict=True)]
+    pid = np.array(pids, np.int64)
+    tid = np.array(tids, np.int64)
+    pid[gpu] = no
+    tid[gpu] = no
+    corr = np.array([a.correlation for a in args], np.int64)
+    ext = np.array([a.external_id for a in args], np.int64)
+    nbytes = np.array([a.bytes for a in args], np.int64)
+    return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes], codes.count(-1)
+
+
+def _convert(
+    c: Columns,
+    names: list[Any],
+    ts: list[Any],
+    du: list[Any],
+    pids: list[int],
+    tids: list[int],
+    gpu: list[bool],
+    devs: list[Any],
+    streams: list[Any],
+    corr: list[Any],
+    ext: list[Any],
+    nbytes: list[Any],
+    check_ints: bool,
+) -> tuple[list[int], list[list[int]]]:
+    """Raw field values of the kept events -> (name codes, int columns); raises Slow on anything odd."""
+    for n in names:
+        if n.__class__ is not str:
+            raise Slow
+    name_codes = _name_codes(c, names)
+    # "4458676522690.655" -> int("4458676522690" + "655"): exact, and a ValueError (-> slow path) on
+    # anything that is not a plain 3-decimal number; other forms go through us_text_to_ns.
+    starts = [
+        t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)
+        for t in ts
+    ]
+    durs = [
+        d * 1000 if d.__class__ is int else int(d[:-4] + d[-3:]) if d[-4:-3] == "." else us_text_to_ns(d)
+        for d in du
+    ]
+    if durs and min(durs) < 0:
+        raise Slow
+    if check_ints:  # json values may be bool/str/float; msgspec records hold ints (or None: TypeError below)
+        pids, tids, devs, streams = map(_ints_or_slow, (pids, tids, devs, streams))
+        corr, ext, nbytes = map(_ints_or_slow, (corr, ext, nbytes))
+    no = schema.NO_ID
+    pids = [no if g else p for p, g in zip(pids, gpu, strict=True)]
+    tids = [no if g else t for t, g in zip(tids, gpu, strict=True)]
+    cols = [pids, tids, devs, streams, starts, durs, corr, ext, nbytes]
+    return name_codes, cols
+
+
+def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
+    typed = [_int64s(col) for col in cols]  # OverflowError here leaves the columns untouched
+    c.kind.extend(array("b", kinds))
+    c.name.extend(array("i", names))
+    for key, col in zip(_ROW_COLUMNS, typed, strict=True):
+        c.cols[key].extend(col)
+    c.cols["end_tid"].extend(array("q", [schema.NO_ID]) * len(kinds))
+
+
+def _int64s(col: Any) -> array:
+    if isinstance(col, np.ndarray):
+        out = array("q")
+        out.frombytes(col.astype(np.int64, copy=False).tobytes())
+        return out
+    return array("q", col)

@@ -1,0 +1,81 @@
+"""mxperf's own run directory (``ranges.parquet`` from ``tracing.capture.ranges.RangeLog``) -> a :class:`Trace`.
+
+The range log has host wall times only (``time.monotonic_ns`` of the writing process, thread idents from
+``threading.get_ident``), so per-range wall times and the micro-batch table come out, and every GPU metric
+is null with a reason. When the run was traced, its ``trace/rank-<r>.json.gz`` files are ingested as Kineto
+traces alongside (``ingest.expand_inputs``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracing.ingest.trace import Trace, events_frame
+from tracing.outputs import schema, store
+from tracing.outputs.errors import InputError, TraceFormatError
+from tracing.outputs.schema import RANGE_LOG_COLUMNS
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    return Path(path).is_dir() and (Path(path) / store.RANGES).is_file()
+
+
+def run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run's manifest config (empty when there is no manifest)."""
+    mpath = Path(path) / store.MANIFEST
+    if not mpath.is_file():
+        return {}
+    try:
+        cfg = store.read_json(mpath).get("config") or {}
+    except InputError:
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def load_range_log(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
+    """Read ``PATH/ranges.parquet`` (a run directory) or a ranges.parquet file itself."""
+    path = Path(path)
+    table = path / store.RANGES if path.is_dir() else path
+    try:
+        log = store.read_table(table)
+    except InputError as exc:
+        raise TraceFormatError(table, str(exc).split(": ", 1)[-1]) from None
+    missing = [c for c in RANGE_LOG_COLUMNS if c not in log.columns]
+    if missing:
+        raise TraceFormatError(table, f"not an mxperf range log: missing column(s) {', '.join(missing)}")
+    try:
+        log = log.loc[:, list(RANGE_LOG_COLUMNS)].astype(RANGE_LOG_COLUMNS)
+    except (TypeError, ValueError) as exc:
+        raise TraceFormatError(table, f"range log column has the wrong type ({exc})") from None
+    if (log["end_ns"] < log["start_ns"]).any():
+        raise TraceFormatError(table, "a range ends before it starts (negative duration)")
+    for i, text in enumerate(log["attrs"]):
+        try:
+            if not isinstance(json.loads(text), dict):
+                raise ValueError
+        except (ValueError, TypeError):
+            raise TraceFormatError(table, f"row {i}: attrs is not a JSON object") from None
+    names = list(pd.unique(log["name"]))
+    code = {n: i for i, n in enumerate(names)}
+    n = len(log)
+    columns = {
+        c: np.full(n, schema.NO_ID, np.int64)
+        for c in schema.EVENT_COLUMNS
+        if c not in ("kind", "name", "domain")
+    }
+    columns["kind"] = np.full(n, schema.EVENT_KINDS.index(schema.RANGE), np.int8)
+    columns["name"] = np.fromiter((code[x] for x in log["name"]), np.int32, count=n)
+    columns["domain"] = np.zeros(n, np.int32)
+    columns["tid"] = log["tid"].to_numpy(np.int64)
+    columns["start_ns"] = log["start_ns"].to_numpy(np.int64)
+    columns["dur_ns"] = log["dur_ns"].to_numpy(np.int64)
+    events = events_frame(columns, names, list(schema.EVENT_KINDS), [""])
+    cfg = run_config(path) if path.is_dir() else {}
+    meta = {"clock": "monotonic_ns", "config": cfg}
+    return Trace(str(path), "rangelog", events, rank=rank, meta=meta, range_log=log.reset_index(drop=True))

@@ -1,0 +1,205 @@
+"""Every table the tracing side produces: column names, dtypes and units, written once.
+
+Times are int64 nanoseconds from ingest on. Kineto times are absolute epoch ns (``baseTimeNanoseconds +
+ts*1000``); Nsight Systems times are ns since the session start (its ``utcEpochNs`` is in the trace meta);
+mxperf range logs use the writing process's monotonic clock. Times are only compared within one trace.
+
+Tables (one module, so producers and readers cannot drift apart):
+
+- ``EVENT_COLUMNS``: the normalized event table, one row per event, ``events/rank-<r>.parquet``.
+  ``kind`` is one of ``EVENT_KINDS``; GPU rows have ``device``/``stream`` >= 0, CPU rows have -1 there.
+  ``correlation`` joins a GPU op to its launching runtime/driver call (CUPTI correlation id; -1 = none).
+- ``DEVICE_COLUMNS``: one row per (trace, process, device): span, busy, idle, host stall ... (``metrics.py``).
+- ``STREAM_COLUMNS``: HTA-style idle classification per (device, stream), for comparison.
+- ``RANGE_COLUMNS``: one row per range (user annotation, NVTX, range log) with attributed GPU work.
+- ``KERNEL_COLUMNS``: one row per (trace, device, kernel name): count, total time, class.
+- ``STEP_COLUMNS``: seconds per (trace, rank, process, step, phase) from a trace's step and phase ranges.
+- ``MICROBATCH_COLUMNS``: the shared micro-batch contract read by ``perfmodel`` (sweeps and labelled ingests).
+- ``RANGE_LOG_COLUMNS``: mxperf's own range log (``tracing.capture.ranges``), as a run writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from tracing.outputs.errors import InputError
+
+# Canonical phases of an RL step (the ``phase`` column of ranges, steps and micro-batches).
+PHASES: tuple[str, ...] = ("generate", "logprob", "update", "sync", "reward", "other")
+
+# Event kinds (the ``kind`` column). GPU ops that count as "busy" are GPU_OP_KINDS.
+KERNEL, MEMCPY, MEMSET, SYNC = "kernel", "memcpy", "memset", "sync"
+RUNTIME, DRIVER = "runtime", "driver"
+CPU_OP, RANGE, GPU_RANGE, PYTHON = "cpu_op", "range", "gpu_range", "python"
+EVENT_KINDS: tuple[str, ...] = (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    SYNC,
+    RUNTIME,
+    DRIVER,
+    CPU_OP,
+    RANGE,
+    GPU_RANGE,
+    PYTHON,
+)
+GPU_OP_KINDS: tuple[str, ...] = (KERNEL, MEMCPY, MEMSET)
+LAUNCH_KINDS: tuple[str, ...] = (RUNTIME, DRIVER)
+
+NO_ID = -1  # integer columns use -1 for "absent" (no correlation, CPU row has no device, ...)
+
+EVENT_COLUMNS: dict[str, str] = {
+    "kind": "category",  # EVENT_KINDS
+    "name": "category",  # kernel / API / op / range name
+    "domain": "category",  # NVTX domain ("" for Kineto)
+    "pid": "int64",  # OS process id (GPU ops: the launching process when known, else -1)
+    "tid": "int64",  # OS thread id (GPU ops: -1)
+    "device": "int64",  # GPU index; -1 on CPU rows
+    "stream": "int64",  # CUDA stream; -1 on CPU rows
+    "start_ns": "int64",
+    "dur_ns": "int64",
+    "correlation": "int64",  # CUPTI correlation id; -1 = none
+    "external_id": "int64",  # Kineto "External id" (links a kernel to its ATen op); -1 = none
+    "bytes": "int64",  # memcpy / memset size; -1 = n/a
+    "end_tid": "int64",  # NVTX start/end ranges that end on another thread; -1 = same thread / n/a
+}
+
+DEVICE_COLUMNS: dict[str, str] = {
+    "trace": "string",  # the input path
+    "format": "string",  # kineto | nsys | rangelog
+    "rank": "Int64",  # null when unknown
+    "pid": "Int64",
+    "device": "int64",
+    "first_ns": "int64",  # first GPU op start
+    "last_ns": "int64",  # last GPU op end
+    "span_ns": "int64",  # last_ns - first_ns
+    "busy_ns": "int64",  # |union of kernel, memcpy, memset over all streams|
+    "idle_ns": "int64",  # span - busy
+    "host_stall_ns": "int64",  # launch-end rule (SPEC.md)
+    "host_stall_ambiguous_ns": "int64",  # part of host stall whose launch call began before the gap
+    "unattributed_ns": "int64",  # gaps whose next op has no launch record (counted in other_idle_ns)
+    "other_idle_ns": "int64",  # idle - host_stall
+    "host_stall_fraction": "float64",  # host_stall / span
+    "num_kernels": "int64",
+    "num_memcpy": "int64",
+    "num_memset": "int64",
+    "num_streams": "int64",
+    "same_stream_overlap_ns": "int64",  # overlap of consecutive ops on one stream (PDL), counted once
+}
+
+STREAM_COLUMNS: dict[str, str] = {
+    "trace": "string",
+    "rank": "Int64",
+    "pid": "Int64",
+    "device": "int64",
+    "stream": "int64",
+    "num_ops": "int64",
+    "span_ns": "int64",
+    "busy_ns": "int64",  # sum of op durations (same-stream overlaps counted once)
+    "idle_ns": "int64",  # sum of gaps between consecutive ops (negative gaps clamped to 0)
+    "host_wait_ns": "int64",  # HTA rule: launch call started (or ended, rule="end") after the previous op ended
+    "kernel_wait_ns": "int64",  # gap < kernel_wait_threshold_ns
+    "other_wait_ns": "int64",
+    "host_wait_share": "float64",  # host_wait / idle
+    "negative_gaps": "int64",  # consecutive ops that overlap on the same stream
+}
+
+RANGE_COLUMNS: dict[str, str] = {
+    "trace": "string",
+    "rank": "Int64",
+    "source": "string",  # user_annotation | nvtx | rangelog
+    "range_id": "int64",
+    "parent_id": "int64",  # -1 at the top
+    "depth": "int64",
+    "name": "string",
+    "domain": "string",
+    "phase": "string",  # canonical phase from phase_map.toml
+    "pid": "int64",
+    "tid": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "wall_ns": "int64",
+    "attrs": "string",  # JSON text
+    # GPU work launched inside the range on the same thread ...
+    "thread_ops": "Int64",
+    "thread_busy_ns": "Int64",
+    "thread_span_ns": "Int64",
+    # ... and inside its time window from any thread of the process.
+    "window_ops": "Int64",
+    "window_busy_ns": "Int64",
+    "window_span_ns": "Int64",
+    "busy_in_window_ns": "Int64",  # device busy union clipped to [start, end]
+    "host_stall_ns": "Int64",  # device host-stall intervals clipped to [start, end]
+    "gpu_reason": "string",  # why GPU columns are null ("" when they are set)
+}
+
+KERNEL_COLUMNS: dict[str, str] = {
+    "trace": "string",
+    "rank": "Int64",
+    "device": "int64",
+    "kind": "string",
+    "name": "string",
+    "kernel_class": "string",
+    "count": "int64",
+    "total_ns": "int64",
+    "mean_ns": "float64",
+    "max_ns": "int64",
+}
+
+STEP_COLUMNS: dict[str, str] = {
+    "trace": "string",
+    "rank": "Int64",
+    "pid": "int64",
+    "step": "int64",
+    "phase": "string",  # generate | logprob | update | sync | other (step wall time outside named phases)
+    "seconds": "float64",  # union of the step's ranges of this phase on this process
+}
+
+# Column -> dtype of the range log (times are int64 ns, monotonic clock of the writing process).
+RANGE_LOG_COLUMNS: dict[str, str] = {
+    "range_id": "int64",
+    "name": "string",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "dur_ns": "int64",
+    "tid": "int64",
+    "depth": "int64",
+    "parent_id": "int64",
+    "attrs": "string",
+}
+
+MICROBATCH_COLUMNS: dict[str, str] = {
+    "model": "string",
+    "precision": "string",  # SPEC.md precision id
+    "phase": "string",  # canonical phase
+    "tokens_per_microbatch": "int64",  # the budget / label
+    "num_tokens": "int64",  # actual tokens in this micro-batch
+    "repeat": "int64",
+    "step": "int64",
+    "microbatch": "int64",  # index within the step
+    "seconds": "float64",  # wall
+    "gpu_busy_seconds": "Float64",  # null without a GPU trace
+    "host_stall_seconds": "Float64",
+    "peak_mem_bytes": "Float64",
+    "flops": "Float64",
+    "source": "string",  # sweep | trace | csv
+}
+
+
+def empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:
+    """A zero-row table with the given schema."""
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
+
+
+def conform(df: pd.DataFrame, columns: Mapping[str, str], table: str) -> pd.DataFrame:
+    """Return ``df`` with exactly ``columns`` in order and dtype; a missing column raises InputError."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise InputError(f"{table}: missing column(s) {', '.join(missing)}")
+    out = df.loc[:, list(columns)]
+    try:
+        return out.astype(dict(columns))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{table}: a column has the wrong type ({exc})") from None

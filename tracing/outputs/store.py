@@ -1,0 +1,181 @@
+"""Every file mxperf writes or reads in an output directory: names, atomic writes, schema_version.
+
+The only module that touches Parquet. Tables are written to a temporary name in the same directory and
+renamed when complete, so a crash never leaves a half-written table under its real name. Every table
+carries ``schema_version`` in its Parquet key-value metadata; every JSON file carries it as a key.
+
+Output directory layout (SPEC.md, "Run directories"):
+
+    run/      manifest.json metrics.parquet ranges.parquet sync_checks.parquet eval_fixed_weights.parquet
+              trace/rank-<r>.json.gz trace/capture-rank-<r>.json [trace/sampler/*.pt.trace.json.gz]
+    sweep/    manifest.json microbatches.parquet (+ the run files)
+    ingest/   manifest.json events/rank-<r>.parquet devices.parquet ranges.parquet kernels.parquet
+    fit/      manifest.json fits.json report.md *.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracing.outputs.errors import InputError
+
+SCHEMA_VERSION = 1
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def use_system_allocator() -> str:
+    """Send Arrow's allocations to the C library's ``malloc`` (the ``mxperf`` command does this at start-up).
+
+    Why: pyarrow's default pool (mimalloc in the wheels) reserves ~9 MB the first time pandas builds a
+    ``str`` column -- more than a whole per-rank ingest of a small trace needs, and paid again by every
+    pool worker. mxperf's Arrow use is small (string categories, Parquet I/O), where ``malloc`` is as fast.
+    A pool chosen with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone. Returns the backend now in use.
+    """
+    if not os.environ.get(ARROW_POOL_ENV):
+        pa.set_memory_pool(pa.system_memory_pool())
+    return pa.default_memory_pool().backend_name
+
+
+# File names, named once.
+MANIFEST = "manifest.json"
+METRICS = "metrics.parquet"
+RANGES = "ranges.parquet"
+SYNC_CHECKS = "sync_checks.parquet"
+EVAL_FIXED_WEIGHTS = "eval_fixed_weights.parquet"
+MICROBATCHES = "microbatches.parquet"
+DEVICES = "devices.parquet"
+KERNELS = "kernels.parquet"
+EVENTS_DIR = "events"
+TRACE_DIR = "trace"
+SAMPLER_TRACE_DIR = "sampler"  # trace/sampler/: a sampler process's own profiler traces (vLLM)
+FITS = "fits.json"
+REPORT = "report.md"
+FAULT_MATRIX = "fault_matrix.parquet"
+CONSISTENCY = "consistency.parquet"
+STREAMS = "streams.parquet"  # ingest: HTA-style idle breakdown per (device, stream)
+STEPS = "steps.parquet"  # ingest: seconds per (rank, process, step, phase)
+
+
+def trace_path(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / TRACE_DIR / f"rank-{rank}.json.gz"
+
+
+def events_path(out_dir: Path, rank: int | str) -> Path:
+    return Path(out_dir) / EVENTS_DIR / f"rank-{rank}.parquet"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def atomic_target(path: Path) -> tuple[int, str]:
+    """A temp file beside ``path`` (same filesystem, so the final rename is atomic), with the mode a
+    plain ``open`` would give (mkstemp's 0600 would make shared result folders unreadable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _FILE_MODE)
+    return fd, tmp
+
+
+def write_table(
+    df: pd.DataFrame, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``df`` to Parquet atomically, with ``schema_version`` (and ``meta``) in the file metadata."""
+    path = Path(path)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    kv = dict(table.schema.metadata or {})
+    kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
+    if meta:
+        kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
+    table = table.replace_schema_metadata(kv)
+    fd, tmp = atomic_target(path)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a table mxperf wrote; a missing, corrupt or newer-schema file raises InputError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such table")
+    try:
+        pf = pq.ParquetFile(path)
+        version = (pf.schema_arrow.metadata or {}).get(b"schema_version")
+        table = pf.read(columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{path}: not a readable Parquet table ({exc})") from None
+    if version is None:
+        raise InputError(f"{path}: no schema_version in the Parquet metadata; not written by mxperf")
+    if int(version) > SCHEMA_VERSION:
+        raise InputError(
+            f"{path}: schema_version {int(version)} is newer than this mxperf ({SCHEMA_VERSION})"
+        )
+    return table.to_pandas()
+
+
+def table_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``meta`` mapping stored by :func:`write_table` (empty when none)."""
+    raw = (pq.read_schema(path).metadata or {}).get(b"mxperf")
+    return json.loads(raw) if raw else {}
+
+
+def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write JSON atomically; ``schema_version`` is added when missing."""
+    path = Path(path)
+    data = {"schema_version": SCHEMA_VERSION, **obj}
+    fd, tmp = atomic_target(path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, default=str, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(text: str, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    fd, tmp = atomic_target(path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object at the top level")
+    return data
