@@ -1,8 +1,10 @@
 """Range names -> canonical RL phases (generate, logprob, update, sync, reward, other).
 
-mxperf, verl and NeMo RL name the same phases differently (``update/microbatch``, ``update_actor``,
-``policy_training``). The mapping is data, in ``phase_map.toml`` next to this module: ordered rules of
-(regular expression, phase), first match wins, no match -> ``other``. Users extend it with their own file.
+mxperf, verl, NeMo RL, Megatron and vLLM name the same phases differently (``update/microbatch``,
+``update_actor``, ``megatron_policy_worker/train``, ``policy_training``). The mapping is data, in
+``phase_map.toml`` next to this module: ordered rules of (regular expression, phase), first match wins, no
+match -> ``other``; each rule may say which ``framework`` it is for and carry a ``note``, and ``[[source]]``
+entries record the repository and commit its names were read from. Users pass their own file.
 """
 
 from __future__ import annotations
@@ -20,22 +22,33 @@ from tracing.outputs.schema import PHASES
 DEFAULT_PHASE_MAP = Path(__file__).with_name("phase_map.toml")
 
 
+_RULE_KEYS = frozenset({"pattern", "phase", "framework", "note"})
+
+
 @dataclass(frozen=True)
 class PhaseMap:
-    """Ordered (compiled pattern, phase) rules."""
+    """Ordered (compiled pattern, phase) rules; ``frameworks[i]`` names the framework rule ``i`` is for ("" =
+    generic); ``sources`` are the file's ``[[source]]`` tables (where the names were read)."""
 
     rules: tuple[tuple[re.Pattern[str], str], ...]
+    frameworks: tuple[str, ...] = ()
+    sources: tuple[tuple[tuple[str, str], ...], ...] = ()
 
     def phase_of(self, name: str) -> str:
         return _cached_phase(self, name)
 
+    def rule_for(self, name: str) -> int | None:
+        """Index of the rule that decides ``name`` (None: no rule matches, so ``other``)."""
+        for i, (pattern, _) in enumerate(self.rules):
+            if pattern.search(name):
+                return i
+        return None
+
 
 @functools.lru_cache(maxsize=65536)
 def _cached_phase(pm: PhaseMap, name: str) -> str:
-    for pattern, phase in pm.rules:
-        if pattern.search(name):
-            return phase
-    return "other"
+    i = pm.rule_for(name)
+    return "other" if i is None else pm.rules[i][1]
 
 
 def load_phase_map(path: str | os.PathLike[str]) -> PhaseMap:
@@ -47,8 +60,15 @@ def load_phase_map(path: str | os.PathLike[str]) -> PhaseMap:
         raise InputError(f"{path}: no such phase map") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
-    rules = []
+    rules, frameworks = [], []
     for i, rule in enumerate(data.get("rule", [])):
+        if not isinstance(rule, dict):
+            raise InputError(f"{path}: rule {i} is not a table ([[rule]] pattern = '...' phase = '...')")
+        unknown = sorted(set(rule) - _RULE_KEYS)
+        if unknown:
+            raise InputError(
+                f"{path}: rule {i} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_RULE_KEYS))}"
+            )
         pattern, phase = rule.get("pattern"), rule.get("phase")
         if not isinstance(pattern, str) or phase not in PHASES:
             raise InputError(f"{path}: rule {i} needs a string 'pattern' and a 'phase' in {PHASES}")
@@ -58,7 +78,11 @@ def load_phase_map(path: str | os.PathLike[str]) -> PhaseMap:
             raise InputError(
                 f"{path}: rule {i} pattern {pattern!r} is not a regular expression ({exc})"
             ) from None
-    return PhaseMap(tuple(rules))
+        frameworks.append(str(rule.get("framework", "")))
+    sources = tuple(
+        tuple((str(k), str(v)) for k, v in s.items()) for s in data.get("source", []) if isinstance(s, dict)
+    )
+    return PhaseMap(tuple(rules), tuple(frameworks), sources)
 
 
 @functools.cache
