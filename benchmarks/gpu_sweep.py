@@ -356,6 +356,11 @@ class Manifest:
                 "compute_dtype": "bfloat16",
             }
 
+    @property
+    def path(self) -> Path:
+        """Where to write while the block runs (OutputDir builds in a temp folder and swaps it in at the end)."""
+        return self._impl.path if self._impl is not None else self.out
+
     def __enter__(self) -> Manifest:
         if self._impl is not None:
             self._impl.__enter__()
@@ -477,14 +482,14 @@ def main(argv: list[str] | None = None) -> int:
                 not_run.append(f"{n}")
                 continue
             for prec in precisions:
-                trace_dir = None if args.no_trace else args.out / "traces"
+                trace_dir = None if args.no_trace else man.path / "traces"
                 rows += measure(shape, weights, prec, n, args.repeats, args.warmup, device, trace_dir)
                 med = sorted(r["seconds"] for r in rows[-args.repeats :])[args.repeats // 2]
                 print(f"[gpu_sweep] {prec:12s} {n:6d} tokens  median {med * 1e3:9.3f} ms", file=sys.stderr)
-        files = write_microbatches(rows, args.out)
+        files = write_microbatches(rows, man.path)
         man.update(
             sizes_not_run=not_run,
-            files=[str(f.relative_to(args.out)) for f in files],
+            files=[str(f.relative_to(man.path)) for f in files],
             wall_s=time.perf_counter() - t_start,
         )
     print(

@@ -1,57 +1,155 @@
-"""The ``mxperf`` command line: a thin dispatcher over subcommand modules.
+"""The ``mxperf`` command line: a thin dispatcher over subcommand modules, with one rule for errors.
 
-Each subcommand is one thin module in ``mxperf.commands`` exposing ``HELP: str``,
-``add_arguments(parser) -> None`` and ``run(args) -> int`` (parse, validate, call the library, print). Those
-modules import their heavy dependencies (torch, transformers) inside ``run`` so that ``mxperf ingest`` or
-``mxperf fit`` work without a training stack. The library packages never import this one.
+Each subcommand is one module in ``mxperf.commands`` exposing ``add_arguments(parser)`` and ``run(args) -> int``
+(parse, validate, call the library, print); its one-line help lives here, so ``mxperf --help`` imports no
+command and only the chosen command's parser is built (heavy imports happen inside ``run``).
 
-Bad input raises ``tracing.outputs.errors.MxperfError`` (or a subclass); the dispatcher prints one line and
-exits 2. Anything else is a bug and keeps its traceback.
+The error rule: bad input (:class:`tracing.outputs.errors.MxperfError`), any OSError (missing, unreadable or
+unwritable file, read-only or full disk), a ValueError from validation, a decode error or a missing optional
+package prints one line ``mxperf CMD: error: ...`` and exits 2; Ctrl-C exits 130, SIGTERM 143. Anything else
+is a bug and keeps its traceback; ``MXPERF_DEBUG=1`` shows the traceback of every error.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from tracing.outputs.version import __version__
 
-# name -> module. Order is the order shown in --help (the user journeys: run, sweep, fit, dash, ingest).
-COMMANDS: dict[str, str] = {
-    name: f"mxperf.commands.{name}"
-    for name in (
-        "demo",
-        "run",
-        "sweep",
-        "pretrain",
-        "consistency",
-        "faults",
-        "fit",
-        "dash",
-        "ingest",
-        "ranges",
-        "annotate",
-    )
+TRAIN = ("torch", "transformers", "tokenizers")  # the `train` extra: what the RL pipeline imports
+INSTALL_TRAIN = "pip install 'mxperf[train]' (torch 2.13 CPU first: see README, Set up)"
+
+# name -> (help, packages the command needs beyond the base install). Order: the user journeys.
+COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "demo": (
+        "run the main job: sweep tiny-dense bf16 vs mxfp8, fit the cost model, print the verdict",
+        TRAIN,
+    ),
+    "run": (
+        "run GRPO steps with a BF16/MXFP8 learner and sampler; write metrics, ranges, sync checks",
+        TRAIN,
+    ),
+    "sweep": (
+        "time learner updates on identical data across micro-batch sizes and precisions (microbatches.parquet)",
+        TRAIN,
+    ),
+    "pretrain": ("supervised warm-start on the task (cached under $MXPERF_CACHE or ~/.cache/mxperf)", TRAIN),
+    "consistency": (
+        "compare sampler-learner mismatch (KL) for every precision pairing at fixed weights",
+        TRAIN,
+    ),
+    "faults": (
+        "inject each weight-sync fault into a live run; print which invariant caught it and what it cost",
+        TRAIN,
+    ),
+    "fit": (
+        "fit fixed + per-token cost per micro-batch, find the breakeven size vs a baseline, write a report",
+        (),
+    ),
+    "dash": ("open the Streamlit dashboard (BF16 vs MXFP8 side by side) over a folder of mxperf outputs", ()),
+    "ingest": (
+        "ingest Kineto / Nsight Systems traces or an mxperf run: events, GPU busy, host stall, per-range time",
+        (),
+    ),
+    "ranges": ("per-range wall time, attributed GPU busy and host stall from an ingest directory", ()),
+    "annotate": (
+        "add GPU busy / host stall tracks per device to a trace (opens in Perfetto or chrome://tracing)",
+        (),
+    ),
 }
+# A missing module -> what to install (the extras in pyproject.toml).
+EXTRA_OF = {
+    "torch": INSTALL_TRAIN,
+    "transformers": INSTALL_TRAIN,
+    "tokenizers": INSTALL_TRAIN,
+    "safetensors": INSTALL_TRAIN,
+    "nvtx": INSTALL_TRAIN,
+    "megatron": "pip install 'mxperf[megatron]'",
+    "ray": "pip install 'mxperf[ray]'",
+    "vllm": "make vllm (vLLM lives in its own venv, .venv-vllm)",
+    "transformer_engine": "a CUDA machine with Transformer Engine (the `gpu` extra)",
+}
+DEBUG_ENV = "MXPERF_DEBUG"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def missing_packages(names: Sequence[str]) -> list[str]:
+    """The packages among ``names`` that this install cannot import (found without importing them)."""
+    out = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(name)
+    return out
+
+
+def needs_line(command: str, missing: Sequence[str]) -> str:
+    return f"mxperf {command} needs {', '.join(missing)}, which this install lacks: {INSTALL_TRAIN}"
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append ``(default: X)`` to every option whose help does not already state its default."""
+    for action in parser._actions:
+        d = action.default
+        if (
+            not action.option_strings
+            or action.required
+            or d is None
+            or d is False
+            or d is argparse.SUPPRESS
+            or d == []
+            or action.help is argparse.SUPPRESS
+        ):
+            continue
+        text = action.help or ""
+        if "default" in text.lower():
+            continue
+        action.help = f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s options are built (its module is imported), the rest list their help."""
     parser = argparse.ArgumentParser(
         prog="mxperf",
         description="Profile BF16 vs MXFP8 RL runs, fit the breakeven micro-batch size, check weight syncs.",
+        epilog="`mxperf COMMAND --help` for a command's options. Bad input: one line, exit 2 "
+        f"({DEBUG_ENV}=1 for a traceback).",
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"mxperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod_name in COMMANDS.items():
-        mod = importlib.import_module(mod_name)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
-        p.set_defaults(_module=mod)
+    for name, (text, needs) in COMMANDS.items():
+        missing = missing_packages(needs) if needs else []
+        listed = f"{text} [needs {INSTALL_TRAIN.split(' (')[0]}]" if missing else text
+        p = sub.add_parser(name, help=listed, description=text, formatter_class=_Formatter)
+        if name == command and not missing:
+            mod = importlib.import_module(f"mxperf.commands.{name}")
+            mod.add_arguments(p)
+            show_defaults(p)
+            p.set_defaults(_module=mod)
     return parser
 
 
@@ -67,12 +165,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from tracing.outputs.store import use_system_allocator
 
-    use_system_allocator()  # a smaller footprint per process (its docstring says why); forked workers inherit it
+    use_system_allocator()  # a smaller footprint per process (its docstring says why); workers inherit it
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return _dispatch(argv)
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:  # `mxperf ranges ... | head`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -82,28 +180,74 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _dispatch(argv: Sequence[str] | None) -> int:
-    from tracing.outputs.errors import MxperfError
-
-    parser = build_parser()
+def _dispatch(argv: list[str]) -> int:
+    command = _chosen(argv)
+    if command in COMMANDS:
+        missing = missing_packages(COMMANDS[command][1])
+        if missing:
+            print(f"mxperf {command}: error: {needs_line(command, missing)}", file=sys.stderr)
+            return 2
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if getattr(args, "_module", None) is None:
         parser.print_help(sys.stderr)
         return 2
     try:
         return int(args._module.run(args) or 0)
-    except MxperfError as exc:
-        print(f"mxperf {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        print(f"mxperf {args.command}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
-        return 2
     except Terminated:
         print(f"mxperf {args.command}: terminated", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
         print(f"mxperf {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
+    except Exception as exc:
+        line = one_line(exc)
+        if line is None or os.environ.get(DEBUG_ENV):
+            raise
+        print(f"mxperf {args.command}: error: {line}", file=sys.stderr)
+        return 2
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The one line an error prints, or None for a bug (which keeps its traceback)."""
+    from tracing.outputs.errors import MxperfError
+
+    if isinstance(exc, MxperfError):
+        return str(exc)
+    if isinstance(exc, ModuleNotFoundError):
+        top = (exc.name or "").split(".")[0]
+        how = EXTRA_OF.get(top, f"pip install {top}" if top else "check the install")
+        return f"needs the Python package '{top or exc}', which this install lacks: {how}"
+    if isinstance(exc, OSError):
+        what = exc.strerror or str(exc)
+        if exc.filename is None:
+            return what
+        where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
+        return f"{where}: {what}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    sqlite3 = sys.modules.get("sqlite3")
+    zlib = sys.modules.get("zlib")
+    decode = (EOFError, *(t for t in (getattr(sqlite3, "Error", None), getattr(zlib, "error", None)) if t))
+    if isinstance(exc, (ValueError, *decode)):
+        text = str(exc).strip() or type(exc).__name__
+        return f"{text} ({_raised_at(exc)}; {DEBUG_ENV}=1 for the traceback)"
+    return None
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``package/module.py:LINE`` of the innermost mxperf frame an error passed through."""
+    root = Path(__file__).resolve().parents[1]
+    where = type(exc).__name__
+    tb = exc.__traceback__
+    while tb is not None:
+        path = Path(tb.tb_frame.f_code.co_filename)
+        if path.is_relative_to(root) and ".venv" not in path.parts:
+            where = f"{type(exc).__name__} at {path.relative_to(root)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 if __name__ == "__main__":

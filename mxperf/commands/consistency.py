@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-HELP = "compare sampler-learner mismatch (KL) for every precision pairing at fixed weights"
+from tracing.outputs.placement import FORCE_HELP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-dtype", default="bfloat16", help="learner autocast dtype: bfloat16 | float32")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("-o", "--output", default=None, help="directory for consistency.parquet + manifest")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--json", action="store_true", help="print the table as JSON on the last line")
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tracing.outputs.errors import InputError
 
-HELP = "Open the Streamlit dashboard (BF16 vs MXFP8 side by side) over a folder of mxperf outputs."
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 
 
@@ -48,12 +47,34 @@ def streamlit_command(runs_dir: Path, port: int, address: str) -> list[str]:
     ]
 
 
+def check_port_free(address: str, port: int) -> None:
+    """One clear line when ``address:port`` cannot be served (taken, or not an address of this machine),
+    before anything says it is serving; binds the way the server does (SO_REUSEADDR)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise InputError(f"--address {address}: not an address here ({exc.strerror})") from None
+    family, kind, proto, _, where = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(where)
+        except OSError as exc:
+            raise InputError(
+                f"--port {port}: {address}:{port} cannot be served ({exc.strerror}; another server, perhaps "
+                "an earlier mxperf dash, may hold it); pass another --port"
+            ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     runs_dir = Path(args.runs_dir).expanduser().resolve()
     if not runs_dir.is_dir():
         raise InputError(f"{args.runs_dir}: not a directory; pass the folder that holds your mxperf outputs")
     if not 0 < args.port < 65536:
         raise InputError(f"--port {args.port}: must be between 1 and 65535")
+    check_port_free(args.address, args.port)
     env = {**os.environ, "MXPERF_RUNS_DIR": str(runs_dir)}
     print(f"mxperf dash: serving {runs_dir} at http://{args.address}:{args.port}", file=sys.stderr)
     proc = subprocess.Popen(streamlit_command(runs_dir, args.port, args.address), env=env)

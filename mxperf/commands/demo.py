@@ -14,13 +14,16 @@ the verdict says what was measured, never what a GPU would do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-HELP = "run the main job: sweep tiny-dense bf16 vs mxfp8, fit the cost model, print the verdict"
+from tracing.outputs.placement import FORCE_HELP
 
 DEMO_SIZES = "64,128,192,256,384,512,768,1024"
 
@@ -32,18 +35,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--skip-consistency", action="store_true", help="only sweep + fit")
-    p.add_argument("--force", action="store_true", help="replace a non-empty demo directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 
-def _fit(sweep_dir: Path, fit_dir: Path, force: bool) -> int:
+def _fit(sweep_dir: Path, fit_dir: Path) -> int:
     """Run ``mxperf fit`` on the sweep, as the command would."""
     from mxperf.commands import fit as cli_fit
 
     parser = argparse.ArgumentParser(prog="mxperf fit")
     cli_fit.add_arguments(parser)
-    argv = [str(sweep_dir), "-o", str(fit_dir), *(["--force"] if force else [])]
-    return int(cli_fit.run(parser.parse_args(argv)) or 0)
+    return int(cli_fit.run(parser.parse_args([str(sweep_dir), "-o", str(fit_dir)])) or 0)
+
+
+@contextlib.contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    """Work from ``folder`` so that what the fit records (its inputs, its report) reads ``sweep``, not the
+    temp folder the demo is built in."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,12 +66,10 @@ def run(args: argparse.Namespace) -> int:
     from mxperf.commands.sweep import _ints
     from pipeline.experiments.sweep import SweepConfig
     from pipeline.experiments.sweep_run import execute_sweep
-    from tracing.outputs.errors import OutputExistsError
+    from tracing.outputs.manifest import OutputDir
 
     torch.set_num_threads(1)
     out = Path(args.output)
-    if out.is_dir() and any(out.iterdir()) and not args.force:
-        raise OutputExistsError(f"{out}: demo directory is not empty; choose another -o or pass --force")
     t0 = time.monotonic()
     sizes = _ints(args.tokens_per_microbatch)
     cfg = SweepConfig(
@@ -68,19 +80,32 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         global_tokens=max(sizes),
     )
-    print(f"[1/3] sweep {args.model} bf16 vs mxfp8, sizes {sizes}, {args.repeats} repeats", file=sys.stderr)
-    sweep = execute_sweep(
-        cfg, out / "sweep", force=args.force, log=lambda m: print(f"  {m}", file=sys.stderr)
-    )
-    print("[2/3] fit fixed + per-token cost, breakeven", file=sys.stderr)
-    fit_rc = _fit(out / "sweep", out / "fit", args.force)
-    consistency = None
-    if not args.skip_consistency:
-        print("[3/3] consistency: KL of every precision pairing at fixed weights", file=sys.stderr)
-        consistency = _consistency(args.model, out / "consistency", args.force)
+    config = {
+        "model": args.model,
+        "tokens_per_microbatch": list(sizes),
+        "repeats": args.repeats,
+        "seq_len": args.seq_len,
+        "consistency": not args.skip_consistency,
+    }
+    # One output: sweep/, fit/ and consistency/ are built inside the demo's temp folder and appear together.
+    with OutputDir(out, kind="demo", config=config, compute_dtype=cfg.compute_dtype, force=args.force) as od:
+        print(
+            f"[1/3] sweep {args.model} bf16 vs mxfp8, sizes {sizes}, {args.repeats} repeats", file=sys.stderr
+        )
+        sweep = execute_sweep(cfg, od.path / "sweep", log=lambda m: print(f"  {m}", file=sys.stderr))
+        print("[2/3] fit fixed + per-token cost, breakeven", file=sys.stderr)
+        with _inside(od.path):
+            fit_rc = _fit(Path("sweep"), Path("fit"))
+        consistency = None
+        if not args.skip_consistency:
+            print("[3/3] consistency: KL of every precision pairing at fixed weights", file=sys.stderr)
+            _consistency(args.model, od.path / "consistency")
+            consistency = str(out / "consistency")
+        od.update(parts=["sweep", "fit", *([] if args.skip_consistency else ["consistency"])])
     elapsed = time.monotonic() - t0
     print(
-        f"\nresults in {out}/ (sweep/microbatches.parquet, fit/report.md, consistency/) after {elapsed:.0f} s"
+        f"\nresults in {out}/ (sweep/microbatches.parquet, fit/report.md"
+        f"{'' if args.skip_consistency else ', consistency/'}) after {elapsed:.0f} s"
     )
     mxperf = "mxperf" if shutil.which("mxperf") else str(Path(sys.executable).parent / "mxperf")
     print(f"open the dashboard: {mxperf} dash {out}")
@@ -91,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                     "schema_version": 1,
                     "run_dir": str(out),
                     "status": "complete",
-                    "sweep": sweep["run_dir"],
+                    "sweep": str(out / "sweep") if sweep else None,
                     "fit": str(out / "fit") if fit_rc == 0 else None,
                     "consistency": consistency,
                     "seconds": elapsed,
@@ -101,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _consistency(model: str, out: Path, force: bool) -> str:
+def _consistency(model: str, out: Path) -> None:
     from dataclasses import asdict
 
     from pipeline.experiments.consistency import ConsistencyConfig, format_table, run_consistency
@@ -110,13 +135,8 @@ def _consistency(model: str, out: Path, force: bool) -> str:
 
     cfg = ConsistencyConfig(model=model)  # the same batch as `mxperf consistency` (README's table)
     with OutputDir(
-        out,
-        kind="run",
-        config={"tool": "consistency", **asdict(cfg)},
-        compute_dtype=cfg.compute_dtype,
-        force=force,
+        out, kind="run", config={"tool": "consistency", **asdict(cfg)}, compute_dtype=cfg.compute_dtype
     ) as od:
         df = run_consistency(cfg)
         store.write_table(df, od.path / store.CONSISTENCY)
     print(format_table(df))
-    return str(out)

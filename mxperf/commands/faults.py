@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-HELP = "inject each weight-sync fault into a live run; print which invariant caught it and what it cost"
+from tracing.outputs.placement import FORCE_HELP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o", "--output", default=None, help="directory for fault_matrix.parquet + sync_checks.parquet"
     )
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "Fit fixed + per-token cost per micro-batch, find the breakeven size vs a baseline, write a report."
+from tracing.outputs.placement import FORCE_HELP, OUT_HELP
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,12 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="INPUT",
         help="sweep / labelled ingest / run directories, CSV files, microbatches.parquet",
     )
-    parser.add_argument(
-        "-o", "--out", required=True, type=Path, help="output directory (must be new or empty)"
-    )
+    parser.add_argument("-o", "--out", required=True, type=Path, help=OUT_HELP)
     parser.add_argument("--json", action="store_true", help="print fits.json as the last stdout line")
     parser.add_argument("--baseline", default="bf16", help="precision id to compare against (default bf16)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     parser.add_argument(
         "--min-tokens",
         type=int,
@@ -89,17 +87,18 @@ def _other_phases(items: list[str]) -> dict[str, float]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from tracing.outputs.errors import InputError, OutputExistsError
+    from tracing.outputs.errors import InputError
+    from tracing.outputs.placement import check_target
 
-    if args.min_tokens < 0 or args.bootstrap < 0:
-        raise InputError("--min-tokens and --bootstrap must be >= 0")
+    if args.min_tokens < 0:
+        raise InputError(f"--min-tokens {args.min_tokens}: must be >= 0 (0 fits every size)")
+    if args.bootstrap < 0:
+        raise InputError(f"--bootstrap {args.bootstrap}: must be >= 0 resamples")
     if args.global_batch is not None and args.global_batch <= 0:
         raise InputError("--global-batch must be a positive number of tokens")
     if args.mem_cap_bytes is not None and args.mem_cap_bytes <= 0:
         raise InputError("--mem-cap-bytes must be positive")
-    out = args.out
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
-        raise OutputExistsError(f"{out}: output directory is not empty; choose another -o or pass --force")
+    check_target(args.out, kind="fit", force=args.force, inputs=args.inputs)
 
 
 def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
@@ -158,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     config = {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")
     }
-    with OutputDir(args.out, kind="fit", config=config, force=args.force) as od:
+    with OutputDir(args.out, kind="fit", config=config, force=args.force, inputs=args.inputs) as od:
         store.write_json(doc, od.path / store.FITS)
         plots = _write_plots(doc, od.path)
         store.write_text(render_report(doc, plots), od.path / store.REPORT)

@@ -25,9 +25,9 @@ from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 from tracing.outputs.labels import Labels, parse_labels, sidecar_labels
 from tracing.outputs.manifest import OutputDir
+from tracing.outputs.placement import FORCE_HELP, OUT_HELP
 from tracing.outputs.precisions import PRECISION_IDS
 
-HELP = "ingest Kineto / Nsight Systems traces or an mxperf run: events, GPU busy, host stall, per-range time"
 STAGING = ".staging"
 
 
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="Kineto .json(.gz), nsys .sqlite, mxperf run dir, or a dir of traces",
     )
-    p.add_argument("-o", "--out", required=True, type=Path, help="output directory (must be new or empty)")
+    p.add_argument("-o", "--out", required=True, type=Path, help=OUT_HELP)
     p.add_argument(
         "--json", action="store_true", help="print the SPEC.md ingest JSON as the last stdout line"
     )
@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep Kineto python_function events (with_stack traces) in the event table (skipped by default)",
     )
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
 
 
 def _events_name(r: FileResult, taken: set[str], index: int) -> str:
@@ -80,13 +80,39 @@ def _events_name(r: FileResult, taken: set[str], index: int) -> str:
 
 def _run_dir_of(r: FileResult) -> Path | None:
     """The mxperf run/sweep directory a result comes from (its range log, or a trace under its trace/)."""
-    p = Path(r.path)
-    if r.format == "rangelog":
+    return _run_dir_of_path(Path(r.path), r.format)
+
+
+def _run_dir_of_path(p: Path, fmt: str) -> Path | None:
+    if fmt == "rangelog":
         return p if p.is_dir() else p.parent
     for parent in (p.parent, p.parent.parent):  # trace/rank-0.json.gz, trace/sampler/<vllm trace>
         if parent.name == store.TRACE_DIR and is_run_dir(parent.parent):
             return parent.parent
     return None
+
+
+def unfinished_run_notes(items: list[tuple[Path, str]]) -> list[str]:
+    """Refuse an mxperf run / sweep folder whose manifest does not say ``complete`` (its tables hold only
+    what it finished); a trace file inside one is ingested as it is, with a note that says so."""
+    notes = []
+    for path, fmt in items:
+        run_dir = _run_dir_of_path(path, fmt)
+        if run_dir is None or not (run_dir / store.MANIFEST).is_file():
+            continue
+        manifest = store.read_json(run_dir / store.MANIFEST)
+        status, kind = manifest.get("status"), manifest.get("kind", "run")
+        if status == "complete":
+            continue
+        if fmt == "rangelog":
+            raise InputError(
+                f"{run_dir}: an mxperf {kind} whose manifest says '{status}', not complete (its tables hold "
+                f"only what it finished); rerun it, or ingest its trace files alone ({run_dir / store.TRACE_DIR})"
+            )
+        note = f"{path}: a trace of an mxperf {kind} that ended '{status}'; ingested as it is"
+        if note not in notes:
+            notes.append(note)
+    return notes
 
 
 def _is_sweep(run_dir: Path | None) -> bool:
@@ -106,7 +132,7 @@ def _labels_for(r: FileResult, cli: Labels) -> Labels:
         cfg = run_config(run_dir)
         model = cfg.get("model") or cfg.get("model_name")
         size = cfg.get("tokens_per_microbatch") or cfg.get("microbatch_tokens")
-        prec = cfg.get("precision")
+        prec = cfg.get("precision") or cfg.get("learner")  # a run's learner precision is its trace's
         base = Labels(
             model=str(model) if model else None,
             precision=prec if isinstance(prec, str) and prec in PRECISION_IDS else None,
@@ -132,8 +158,8 @@ def _microbatches(
         if not labels.complete:
             if labels.as_dict():
                 missing = labels.missing()
-                if r.format == "rangelog" and missing == ["precision"]:
-                    pass  # the range log's attributes carry the precision
+                if missing == ["precision"] and (r.format == "rangelog" or run_dir is not None):
+                    pass  # mxperf's own range log and traces: the ranges' attributes carry the precision
                 else:
                     raise InputError(
                         f"{r.path}: labels incomplete, missing {', '.join(missing)} (--label or {Path(r.path).parent / 'mxperf.toml'})"
@@ -205,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise InputError(f"--workers {args.workers}: must be >= 1")
     items = expand_inputs(args.paths)
+    unfinished = unfinished_run_notes(items)
     config = {
         "paths": [str(p) for p in args.paths],
         "labels": cli_labels.as_dict(),
@@ -213,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
         "phase_map": args.phase_map,
         "python_functions": args.python_functions,
     }
-    with OutputDir(args.out, kind="ingest", config=config, force=args.force) as od:
+    inputs = [*args.paths, *([args.phase_map] if args.phase_map else [])]
+    with OutputDir(args.out, kind="ingest", config=config, force=args.force, inputs=inputs) as od:
         stage = od.path / STAGING
         stage.mkdir()
         try:
@@ -237,8 +265,10 @@ def run(args: argparse.Namespace) -> int:
         traces = spec_json(results)["traces"]
         for t, r in zip(traces, results, strict=True):  # the machine that made the trace, where it says
             t["gpu_names"] = sorted({str(n) for n in (r.meta.get("gpu_names") or {}).values() if n})
-        od.update(traces=traces, microbatches=0 if microbatches is None else len(microbatches))
-    for line in [*summary_lines(results), *notes]:
+        od.update(
+            traces=traces, microbatches=0 if microbatches is None else len(microbatches), notes=unfinished
+        )
+    for line in [*summary_lines(results), *unfinished, *notes]:
         print(line, file=sys.stderr)
     if microbatches is not None:
         print(f"{len(microbatches)} micro-batches -> {od.path / store.MICROBATCHES}", file=sys.stderr)

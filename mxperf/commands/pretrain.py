@@ -6,8 +6,6 @@ import argparse
 import json
 import sys
 
-HELP = "supervised warm-start on the task (cached under $MXPERF_CACHE or ~/.cache/mxperf)"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")

@@ -24,7 +24,6 @@ from tracing.outputs.schema import PHASES
 # `emit_nvtx` / nsys append to every op (aten::to, seq = 12, op_id = 999599 -> aten::to, seq = *, op_id = *).
 _NUMBERED = re.compile(r"#\d+$")
 _OP_ID = re.compile(r"((?:op_id|seq)\s*=\s*)\d+")
-HELP = "per-range wall time, attributed GPU busy and host stall from an ingest directory"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,7 +100,7 @@ def _outermost_of_phase(df: pd.DataFrame) -> pd.Series:
                 outermost = False
                 break
         keep.append(outermost)
-    return pd.Series(keep, index=df.index)
+    return pd.Series(keep, index=df.index, dtype=bool)  # bool even when empty (else a column selection)
 
 
 def render(table: pd.DataFrame) -> str:
@@ -122,6 +121,11 @@ def render(table: pd.DataFrame) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out.is_file():
+        raise InputError(
+            f"{args.out}: a file; `mxperf ranges` reads the folder `mxperf ingest` writes: "
+            f"mxperf ingest {args.out} -o DIR, then mxperf ranges DIR"
+        )
     manifest = read_manifest(args.out)
     if manifest["kind"] != "ingest":
         raise InputError(

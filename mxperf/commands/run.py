@@ -7,8 +7,7 @@ import json
 import sys
 
 from mxperf.commands.trace_flags import add_trace_arguments, trace_config
-
-HELP = "run GRPO steps with a BF16/MXFP8 learner and sampler; write metrics, ranges, sync checks"
+from tracing.outputs.placement import FORCE_HELP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true", help="stop with an error at the first failed sync check")
     add_trace_arguments(p, what="steps", steps=True)
     p.add_argument("-o", "--output", default="runs/run", help="run directory")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 

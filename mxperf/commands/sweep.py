@@ -7,8 +7,7 @@ import json
 import sys
 
 from mxperf.commands.trace_flags import add_trace_arguments, trace_config
-
-HELP = "time learner updates on identical data across micro-batch sizes and precisions (microbatches.parquet)"
+from tracing.outputs.placement import FORCE_HELP
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -38,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
     add_trace_arguments(p, what="sweep", steps=False)
     p.add_argument("-o", "--output", default="runs/sweep", help="sweep directory")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 

@@ -139,8 +139,8 @@ def _make_run_dir(path: Path) -> None:
                     "update/microbatch", step=step, microbatch=mb, tokens=100 + mb, precision="mxfp8"
                 ):
                     sum(range(1000))
-    with OutputDir(path, kind="run", config={"model": "tiny-qwen3", "tokens_per_microbatch": 128}):
-        store.write_table(log.to_frame(), path / store.RANGES)
+    with OutputDir(path, kind="run", config={"model": "tiny-qwen3", "tokens_per_microbatch": 128}) as od:
+        store.write_table(log.to_frame(), od.path / store.RANGES)
 
 
 def test_run_dir_range_log_ingests_with_null_gpu_metrics(tmp_path, capsys):
@@ -269,13 +269,13 @@ def test_traced_run_dir_ingests_range_log_and_its_kineto_trace(tmp_path, capsys)
     run = tmp_path / "run"
     log = RangeLog(emit_nvtx=False)
     layer = torch.nn.Linear(8, 8)
-    with OutputDir(run, kind="run", config={"model": "tiny", "tokens_per_microbatch": 64}):
-        with Capture(run, CaptureConfig(wait=0, warmup=1, active=2), rank=0) as cap:
+    with OutputDir(run, kind="run", config={"model": "tiny", "tokens_per_microbatch": 64}) as od:
+        with Capture(od.path, CaptureConfig(wait=0, warmup=1, active=2), rank=0) as cap:
             for step in range(3):
                 with log.range("update/microbatch", step=step, microbatch=0, tokens=60, precision="bf16"):
                     layer(torch.randn(2, 8)).sum().backward()
                 cap.step()
-        store.write_table(log.to_frame(), run / store.RANGES)
+        store.write_table(log.to_frame(), od.path / store.RANGES)
     out = tmp_path / "out"
     assert main(["ingest", str(run), "-o", str(out), "--json"]) == 0
     doc = _json_line(capsys.readouterr().out)

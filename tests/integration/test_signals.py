@@ -36,7 +36,9 @@ def test_sigterm_marks_a_run_interrupted_and_exits_143(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = ["run", "--steps", "500", "--pretrain-steps", "0", "--check-sync", "off", "-o", str(run)]
     proc = subprocess.Popen([*MXPERF, *args], env=ENV, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: (run / "tokenizer.json").exists())  # the run is under way
+    # the run is under way, in its temp folder beside the output (the output appears when it ends)
+    _wait_for(lambda: any(tmp_path.glob(".run.*/tokenizer.json")))
+    assert not run.exists()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143

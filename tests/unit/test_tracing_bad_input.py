@@ -54,7 +54,7 @@ def test_truncated_json_text_is_reported(tmp_path):
         ('{"traceEvents": [7]}', r"traceEvents\[0\]: event is a int"),
         (
             '{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":"abc","dur":2}]}',
-            r"traceEvents\[0\]: not a finite number",
+            r"traceEvents\[0\]: 'ts': not a finite number",
         ),
         (
             '{"traceEvents": [{"ph":"X","cat":"kernel","name":5,"pid":0,"tid":7,"ts":1,"dur":2}]}',

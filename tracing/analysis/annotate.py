@@ -99,7 +99,7 @@ def _open_atomic(dst: Path) -> tuple[IO[str], str]:
 def _write_trace(dst: Path, events: Iterable[str], meta: dict[str, str]) -> None:
     fh, tmp = _open_atomic(dst)
     try:
-        with fh:
+        with store.writing(dst), fh:  # a full disk names dst, not the temp file
             fh.write('{"traceEvents": [\n')
             first = True
             for text in events:
@@ -109,7 +109,8 @@ def _write_trace(dst: Path, events: Iterable[str], meta: dict[str, str]) -> None
             for key, text in meta.items():
                 fh.write(f",\n{json.dumps(key)}: {text}")
             fh.write("\n}\n")
-        os.replace(tmp, dst)
+        with store.writing(dst):
+            os.replace(tmp, dst)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

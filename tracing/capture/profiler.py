@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
+from tracing.outputs.manifest import status_of
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ class Capture:
                 "steps": self.steps,
                 "files": [os.path.relpath(f, self.out_dir) for f in self.files],
                 "companion_files": self.companion_files,
-                "status": "complete" if exc_type is None else "failed",
+                "status": status_of(exc_type),  # interrupted (Ctrl-C, SIGTERM) is not failed
             },
             self.out_dir / store.TRACE_DIR / f"capture-rank-{self.rank}.json",
         )

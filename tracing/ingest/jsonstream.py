@@ -73,10 +73,23 @@ class ChromeTraceReader:
         fh.seek(0)
         return gzip.GzipFile(fileobj=fh, mode="rb") if magic == b"\x1f\x8b" else fh  # type: ignore[return-value]
 
-    def _fill(self) -> bool:
-        """Append the next chunk of text to the buffer (dropping what was consumed); False at EOF."""
+    def _fill(self, min_chars: int = 0) -> bool:
+        """Append the next chunk of text to the buffer (dropping what was consumed); False at EOF.
+
+        ``min_chars``: keep reading until at least that much text was added (one join: a value longer than
+        a chunk grows the buffer geometrically, so a large value is scanned O(log n) times, not O(n))."""
         if self._eof:
             return False
+        parts, added, more = [], 0, True
+        while more and (not parts or added < min_chars):
+            more = self._read_chunk(parts)
+            added += len(parts[-1])
+        self._buf = self._buf[self._pos :] + "".join(parts)
+        self._base += self._pos
+        self._pos = 0
+        return more
+
+    def _read_chunk(self, parts: list[str]) -> bool:
         assert self._fh is not None
         try:
             data = self._fh.read(CHUNK_BYTES)
@@ -89,16 +102,25 @@ class ChromeTraceReader:
             text = self._utf8.decode(data, final=not data)
         except UnicodeDecodeError as exc:
             offset = self._bytes_read + exc.start
+            if self._bytes_read == 0 and not data[: exc.start].lstrip().startswith((b"{", b"[")):
+                raise TraceFormatError(self.path, self._binary_problem()) from None
             raise TraceFormatError(
                 self.path, f"not UTF-8 text at byte {offset} of the JSON text (a name with invalid bytes?)"
             ) from None
         self._bytes_read += len(data)
         if not data:
             self._eof = True
-        self._buf = self._buf[self._pos :] + text
-        self._base += self._pos
-        self._pos = 0
+        parts.append(text)
         return bool(data)
+
+    def _binary_problem(self) -> str:
+        """What a file that starts with binary data is (not JSON at all, rather than a bad byte in a name)."""
+        gzipped = isinstance(self._fh, gzip.GzipFile)
+        if gzipped:
+            return "gzip-compressed, but what it holds is binary data, not JSON text: not a Kineto trace"
+        if self.path.name.endswith(".gz"):
+            return "named .gz but not gzip-compressed, and not JSON text (binary data): not a Kineto trace"
+        return "binary data, not JSON text: not a Kineto / Chrome trace"
 
     def _peek(self) -> str:
         while True:
@@ -136,7 +158,7 @@ class ChromeTraceReader:
                 return obj, (self._buf[start:end] if self.raw else "")
             if self._eof or len(self._buf) - start > MAX_VALUE_CHARS:
                 raise self._fail(err if end == -1 else "truncated JSON", self._base + start)
-            self._fill()
+            self._fill(min_chars=len(self._buf) - start)  # double what is held of this value
 
     # -- structure -------------------------------------------------------------------------------------
     def events(self) -> Iterator[Any]:

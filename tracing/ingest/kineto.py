@@ -69,7 +69,9 @@ def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> 
     c = Columns()
     skipped = 0
     first = 0
+    saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
     for batch in reader.batches(kineto_fast.decode_batch if fast else None):
+        saw_event = saw_event or any(_has_phase(ev) for ev in batch)
         try:
             kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
             append_rows(c, kinds, names, cols)
@@ -77,7 +79,17 @@ def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> 
         except (Slow, AttributeError, TypeError, ValueError, OverflowError):
             skipped += _slow_batch(path, batch, first, c, include_python)
         first += len(batch)
+    if first and not saw_event:
+        raise TraceFormatError(
+            path, f"none of the {first} items in the event list is a trace event (no 'ph'): not a trace"
+        )
     return _finish(path, reader.meta, c, rank, skipped)
+
+
+def _has_phase(ev: Any) -> bool:
+    if type(ev) is dict:
+        return "ph" in ev
+    return getattr(ev, "ph", None) is not None  # a msgspec record; anything else fails the batch anyway
 
 
 def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:

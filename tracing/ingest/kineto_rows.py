@@ -104,6 +104,17 @@ class Slow(Exception):
     """The fast batch path met something unusual; redo the batch event by event (exact errors)."""
 
 
+def _field_ns(ev: dict[str, Any], key: str, default: Any) -> int:
+    """``ev[key]`` (microseconds) in ns; an error names the field (``'ts' is missing``)."""
+    value = ev.get(key, default)
+    if value is None:
+        raise ValueError(f"'{key}' is missing (microseconds expected)")
+    try:
+        return us_text_to_ns(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"'{key}': {exc}") from None
+
+
 def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | None:
     """One event -> (kind, name, pid, tid, device, stream, start, dur, corr, ext, bytes), or None if skipped."""
     if type(ev) is not dict:
@@ -114,9 +125,9 @@ def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | No
     if kind is None or (kind == schema.PYTHON and not include_python):
         return None
     code = KIND_CODE[kind]
-    ts, dur = ev.get("ts"), ev.get("dur", 0)
-    start = us_text_to_ns(ts)
-    dur_ns = us_text_to_ns(dur)
+    start = _field_ns(ev, "ts", None)
+    dur = ev.get("dur", 0)
+    dur_ns = _field_ns(ev, "dur", 0)
     if dur_ns < 0:
         raise ValueError(f"negative duration {dur} us")
     args = ev.get("args")

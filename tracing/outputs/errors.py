@@ -25,3 +25,8 @@ class TraceFormatError(InputError):
 
 class OutputExistsError(MxperfError):
     """The output directory already holds results; never overwritten without --force."""
+
+
+class OutputWriteError(MxperfError, OSError):
+    """An output that cannot be written (read-only or full disk, no permission); names the file mxperf meant
+    to write, never an internal temp name."""

@@ -1,9 +1,9 @@
 """manifest.json: what made an output directory, on what machine, and how it ended.
 
-Lifecycle (SPEC.md): written first with ``status: running``; rewritten atomically at the end with
-``complete``, ``failed`` (an exception, its message recorded) or ``interrupted`` (Ctrl-C). A reader that
-finds ``running`` knows the directory is half-written (or its writer died) and must not present it as
-complete. An existing output directory is never overwritten unless the caller passes ``force``.
+Lifecycle (docs/contracts.md, "Output directories"): the output is built in a hidden sibling folder whose
+manifest says ``running``; at the end the manifest is rewritten atomically with ``complete``, ``failed`` (the
+error recorded) or ``interrupted`` (Ctrl-C, SIGTERM) and the files it lists, and the folder is put in place
+(:mod:`tracing.outputs.placement`). A folder that still says ``running`` is half-written or its writer died.
 
     with OutputDir(out, kind="run", command=argv, config=cfg, compute_dtype="bfloat16") as od:
         store.write_table(df, od.path / store.METRICS)
@@ -24,11 +24,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tracing.outputs import store
-from tracing.outputs.errors import InputError, OutputExistsError
+from tracing.outputs import placement, store
+from tracing.outputs.errors import InputError, OutputWriteError
 from tracing.outputs.version import __version__
 
-KINDS = ("run", "sweep", "ingest", "fit")
+KINDS = ("run", "sweep", "ingest", "fit", "demo")  # demo: the top folder of `mxperf demo`
 STATUSES = ("running", "complete", "failed", "interrupted")
 
 
@@ -91,8 +91,18 @@ def now_iso() -> str:
 
 
 def read_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    path = Path(out_dir) / store.MANIFEST
-    if Path(out_dir).is_dir() and not path.exists():
+    """The manifest of an mxperf output folder; a file, a missing folder or a foreign folder is one clear
+    :class:`InputError`."""
+    out = Path(out_dir)
+    path = out / store.MANIFEST
+    if out.is_file():
+        raise InputError(
+            f"{out_dir}: a file, not an mxperf output folder; pass the folder mxperf run / sweep / ingest / "
+            "fit wrote (-o)"
+        )
+    if not out.exists():
+        raise InputError(f"{out_dir}: no such folder")
+    if not path.exists():
         raise InputError(
             f"{out_dir}: not an mxperf output directory (no {store.MANIFEST}); pass a folder written by "
             "mxperf run / sweep / ingest / fit"
@@ -104,8 +114,22 @@ def read_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+def status_of(exc_type: type[BaseException] | None) -> str:
+    """How a block ended: ``complete``, ``interrupted`` (Ctrl-C, SIGTERM) or ``failed``."""
+    if exc_type is None:
+        return "complete"
+    return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+
+
 class OutputDir:
-    """Context manager owning one output directory and its manifest."""
+    """Context manager owning one output directory and its manifest.
+
+    The output is built in a sibling temp folder (``od.path`` inside the block) and put in place when the
+    block ends (``od.path`` is then the folder asked for). An old output there is replaced only when the
+    block succeeds; a failed or interrupted attempt goes to the folder when it was free, else beside it
+    (``<name>.failed-<time>``, when it holds anything but its manifest). Where the output may go (``force``,
+    ``inputs``) is checked when the object is made, before any work: :func:`tracing.outputs.placement.check_target`.
+    """
 
     def __init__(
         self,
@@ -116,12 +140,18 @@ class OutputDir:
         config: Mapping[str, Any] | None = None,
         compute_dtype: str | None = None,
         force: bool = False,
+        inputs: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        self.path = Path(path)
+        self.target = Path(path)
+        self.path = self.target
         self.kind = kind
         self.force = force
+        self.inputs = tuple(inputs)
+        self.kept_at: Path | None = None  # where a failed / interrupted attempt went (None: discarded)
+        placement.check_target(self.target, kind=kind, force=force, inputs=self.inputs)
+        self._tmp: Path | None = None
         self._data: dict[str, Any] = {
             "kind": kind,
             "status": "running",
@@ -136,17 +166,6 @@ class OutputDir:
         if self._data["command"] is None:
             self._data["command"] = ["mxperf", *sys.argv[1:]]
 
-    def _claim(self) -> None:
-        if self.path.exists() and not self.path.is_dir():
-            raise OutputExistsError(f"{self.path}: exists and is not a directory")
-        if self.path.is_dir() and any(self.path.iterdir()):
-            if not self.force:
-                raise OutputExistsError(
-                    f"{self.path}: output directory is not empty; choose another -o or pass --force"
-                )
-            shutil.rmtree(self.path)
-        self.path.mkdir(parents=True, exist_ok=True)
-
     def update(self, **fields: Any) -> None:
         """Add fields to the manifest (written at the end, or now with :meth:`flush`)."""
         self._data.update(fields)
@@ -159,19 +178,36 @@ class OutputDir:
         store.write_json(self._data, self.path / store.MANIFEST)
 
     def __enter__(self) -> OutputDir:
-        self._claim()
+        placement.check_target(self.target, kind=self.kind, force=self.force, inputs=self.inputs)
+        try:
+            self._tmp = placement.make_temp_sibling(self.target)
+        except OSError as exc:
+            raise OutputWriteError(
+                f"{self.target}: cannot create the output folder ({exc.strerror or exc})"
+            ) from None
+        self.path = self._tmp
         self.flush()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc_type is None:
-            self._data["status"] = "complete"
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self._data["status"] = "interrupted"
-        else:
-            self._data["status"] = "failed"
-            self._data["error"] = f"{exc_type.__name__}: {exc}"
+        assert self._tmp is not None, "OutputDir.__exit__ without __enter__"
+        status = status_of(exc_type)
+        self._data["status"] = status
+        if status == "failed":
+            self._data["error"] = f"{exc_type.__name__}: {exc}" if exc_type else None
         self._data["finished"] = now_iso()
+        self._data["files"] = placement.file_listing(self._tmp)
         self.flush()
+        if status == "complete":
+            placement.check_target(self.target, kind=self.kind, force=self.force, inputs=self.inputs)
+            placement.swap_in(self._tmp, self.target)
+        else:
+            self.kept_at = placement.keep_attempt(self._tmp, self.target, status)
+            if self.kept_at is not None and self.kept_at != self.target:
+                print(
+                    f"mxperf: {self.target} is unchanged; this {status} attempt is in {self.kept_at}",
+                    file=sys.stderr,
+                )
+        self.path = self.target

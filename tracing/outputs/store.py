@@ -4,7 +4,7 @@ The only module that touches Parquet. Tables are written to a temporary name in 
 renamed when complete, so a crash never leaves a half-written table under its real name. Every table
 carries ``schema_version`` in its Parquet key-value metadata; every JSON file carries it as a key.
 
-Output directory layout (SPEC.md, "Run directories"):
+Output directory layout (docs/contracts.md, "Output directories"):
 
     run/      manifest.json metrics.parquet ranges.parquet sync_checks.parquet eval_fixed_weights.parquet
               trace/rank-<r>.json.gz trace/capture-rank-<r>.json [trace/sampler/*.pt.trace.json.gz]
@@ -15,18 +15,19 @@ Output directory layout (SPEC.md, "Run directories"):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from tracing.outputs.errors import InputError, OutputWriteError
 
-from tracing.outputs.errors import InputError
+if TYPE_CHECKING:  # pandas / pyarrow load when a table is read or written, not when a manifest is
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
@@ -38,10 +39,17 @@ def use_system_allocator() -> str:
     Why: pyarrow's default pool (mimalloc in the wheels) reserves ~9 MB the first time pandas builds a
     ``str`` column -- more than a whole per-rank ingest of a small trace needs, and paid again by every
     pool worker. mxperf's Arrow use is small (string categories, Parquet I/O), where ``malloc`` is as fast.
-    A pool chosen with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone. Returns the backend now in use.
+    A pool chosen with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone; before pyarrow loads, the choice is made
+    through that variable (no import, and worker processes inherit it). Returns the backend chosen.
     """
-    if not os.environ.get(ARROW_POOL_ENV):
-        pa.set_memory_pool(pa.system_memory_pool())
+    if os.environ.get(ARROW_POOL_ENV):
+        return os.environ[ARROW_POOL_ENV]
+    if "pyarrow" not in sys.modules:  # not loaded yet: Arrow reads the choice from the environment, for free
+        os.environ[ARROW_POOL_ENV] = "system"
+        return "system"
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
     return pa.default_memory_pool().backend_name
 
 
@@ -82,12 +90,27 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError inside (read-only or full disk, no permission) becomes :class:`OutputWriteError` naming
+    ``path`` -- the file meant, not a temp name."""
+    try:
+        yield
+    except OutputWriteError:
+        raise
+    except OSError as exc:
+        raise OutputWriteError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
 def atomic_target(path: Path) -> tuple[int, str]:
     """A temp file beside ``path`` (same filesystem, so the final rename is atomic), with the mode a
     plain ``open`` would give (mkstemp's 0600 would make shared result folders unreadable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, _FILE_MODE)
+    with writing(path):
+        if path.is_dir():
+            raise OutputWriteError(f"{path}: is a directory; give a file name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, _FILE_MODE)
     return fd, tmp
 
 
@@ -95,6 +118,9 @@ def write_table(
     df: pd.DataFrame, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
 ) -> Path:
     """Write ``df`` to Parquet atomically, with ``schema_version`` (and ``meta``) in the file metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = Path(path)
     table = pa.Table.from_pandas(df, preserve_index=False)
     kv = dict(table.schema.metadata or {})
@@ -105,8 +131,9 @@ def write_table(
     fd, tmp = atomic_target(path)
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        with writing(path):
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -115,6 +142,9 @@ def write_table(
 
 def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -> pd.DataFrame:
     """Read a table mxperf wrote; a missing, corrupt or newer-schema file raises InputError naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such table")
@@ -135,6 +165,8 @@ def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -
 
 def table_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``meta`` mapping stored by :func:`write_table` (empty when none)."""
+    import pyarrow.parquet as pq
+
     raw = (pq.read_schema(path).metadata or {}).get(b"mxperf")
     return json.loads(raw) if raw else {}
 
@@ -145,10 +177,11 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     data = {"schema_version": SCHEMA_VERSION, **obj}
     fd, tmp = atomic_target(path)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, default=str, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
+        with writing(path):
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, indent=2, default=str, allow_nan=False)
+                fh.write("\n")
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -159,9 +192,10 @@ def write_text(text: str, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     fd, tmp = atomic_target(path)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        with writing(path):
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
