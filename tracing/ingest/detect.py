@@ -1,6 +1,7 @@
-"""Which reader a path needs (Kineto JSON, nsys SQLite, mxperf range log) and the one call that reads it.
+"""Which reader a path needs (Kineto JSON, nsys SQLite, mxperf range log, verl / NeMo RL metric log) and the
+one call that reads a trace.
 
-detect_format(path) -> "kineto" | "nsys" | "rangelog";  expand_inputs(paths) -> [(file, format)]
+detect_format(path) -> "kineto" | "nsys" | "rangelog" | "metric_log";  expand_inputs(paths) -> [(file, format)]
 load_trace(path) -> Trace (events in the one schema of ``tracing.outputs.schema``)
 """
 
@@ -10,19 +11,20 @@ import os
 from pathlib import Path
 
 from tracing.ingest.kineto import load_kineto_events
+from tracing.ingest.metric_logs import METRIC_LOG, is_metric_log, looks_like_metric_lines
 from tracing.ingest.nsys import load_nsys_events
 from tracing.ingest.rangelog import is_run_dir, load_range_log
 from tracing.ingest.trace import Trace
 from tracing.outputs import store
 from tracing.outputs.errors import InputError, TraceFormatError
 
-FORMATS = ("kineto", "nsys", "rangelog")
+FORMATS = ("kineto", "nsys", "rangelog", METRIC_LOG)
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 _TRACE_GLOBS = ("*.json", "*.json.gz", "*.sqlite", "*.nsys-rep")
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """kineto | nsys | rangelog, from what the file is (not only its name)."""
+    """kineto | nsys | rangelog | metric_log, from what the file is (not only its name)."""
     p = Path(path)
     if is_run_dir(p) or p.name == store.RANGES:
         return "rangelog"
@@ -34,6 +36,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         with open(p, "rb") as fh:
             if fh.read(16) == b"SQLite format 3\x00":
                 return "nsys"
+    if is_metric_log(p):  # verl / NeMo RL per-step metrics (.jsonl, or .json that starts like one)
+        return METRIC_LOG
     return "kineto"
 
 
@@ -50,9 +54,11 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
             out.extend((t, "kineto") for t in traces)
         elif p.is_dir():
             found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
+            # JSON lines with a step (verl's file logger), not other JSON lines (NeMo RL's per-sample dumps)
+            found += sorted(f for f in p.glob("*.jsonl") if f.is_file() and looks_like_metric_lines(f))
             if not found:
                 raise InputError(
-                    f"{p}: directory holds no traces (*.json, *.json.gz, *.sqlite) and no {store.RANGES}"
+                    f"{p}: directory holds no traces (*.json, *.json.gz, *.sqlite), no metric logs (*.jsonl) and no {store.RANGES}"
                 )
             out.extend((f, detect_format(f)) for f in found)
         else:
@@ -75,4 +81,8 @@ def load_trace(
         return load_nsys_events(path, rank=rank)
     if fmt == "rangelog":
         return load_range_log(path, rank=rank)
+    if fmt == METRIC_LOG:
+        raise InputError(
+            f"{path}: a metric log (per-step numbers), not a trace; ingest it with mxperf ingest"
+        )
     raise InputError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -71,6 +71,7 @@ FAULT_MATRIX = "fault_matrix.parquet"
 CONSISTENCY = "consistency.parquet"
 STREAMS = "streams.parquet"  # ingest: HTA-style idle breakdown per (device, stream)
 STEPS = "steps.parquet"  # ingest: seconds per (rank, process, step, phase)
+MISMATCH = "mismatch.parquet"  # ingest of a metric log: sampler/learner mismatch metrics per step
 
 
 def trace_path(out_dir: Path, rank: int) -> Path:

@@ -1,0 +1,274 @@
+"""verl / NeMo RL metric logs -> per-step numbers, for phase times and sampler/learner mismatch without a trace.
+
+Layouts read (the files the frameworks' own loggers write; keys as their sources log them):
+
+- verl ``FileLogger`` (``trainer.logger=[..., file]``, verl/utils/tracking.py): JSON lines
+  ``{"step": N, "data": {"timing_s/gen": 12.3, "rollout_corr/kl": 1e-4, ...}}`` in
+  ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` (or ``$VERL_FILE_LOGGER_PATH``);
+- flat JSON lines ``{"step": N, "<key>": value, ...}`` (``_step`` too, as a wandb history export has it);
+- NeMo RL's metrics JSON, ``{"<tag>": {"<step>": value}}``: what its ``tests/json_dump_tb_logs.py`` makes of
+  the TensorBoard logs (``logger.tensorboard_enabled``), as its own test suites do.
+
+The keys each framework logs (:data:`FRAMEWORKS`) decide which file is which; a file with none of them, a
+line that is not JSON (truncated), a line without a step, or a timer that is not a number is an
+:class:`InputError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracing.outputs.errors import InputError
+
+METRIC_LOG = "metric_log"  # the format name (tracing.ingest.detect)
+_SNIFF_BYTES = 1 << 16
+_JSON_LINE_START = re.compile(rb'^\s*\{\s*"(?:step|_step)"\s*:\s*-?\d')  # verl FileLogger / flat lines
+_TAG_STEP_START = re.compile(rb'^\s*\{\s*"[^"]*"\s*:\s*\{\s*"\d+"\s*:')  # NeMo RL {"tag": {"1": ...}}
+
+
+@dataclass(frozen=True)
+class FrameworkKeys:
+    """How one framework logs per-step timers and mismatch metrics (read from its sources)."""
+
+    name: str
+    timing_prefix: str  # timer key = prefix + timer name
+    step_total: str  # the timer around the whole step
+    nested: re.Pattern[str]  # timers that run inside another logged timer (summing them counts twice)
+    not_seconds: re.Pattern[str]  # keys under the timing prefix that are not durations
+    mismatch: dict[str, str]  # logged key -> metric name (mxperf's name where the formula is the same)
+    mismatch_prefix: str  # every key under it is a mismatch metric, named without the prefix
+
+    def timer(self, key: str) -> str | None:
+        """The timer name of a timing key (``timing_s/gen`` -> ``gen``), None for any other key."""
+        if not key.startswith(self.timing_prefix):
+            return None
+        name = key[len(self.timing_prefix) :]
+        while name.startswith(self.timing_prefix):  # verl's fully-async trainer times "timing_s/param_sync"
+            name = name[len(self.timing_prefix) :]
+        return None if self.not_seconds.search(name) else name
+
+    def mismatch_metric(self, key: str) -> str | None:
+        if key in self.mismatch:
+            return self.mismatch[key]
+        if self.mismatch_prefix and key.startswith(self.mismatch_prefix):
+            return key[len(self.mismatch_prefix) :]
+        return None
+
+
+FRAMEWORKS: dict[str, FrameworkKeys] = {
+    # verl-project/verl 1dda039: verl/trainer/ppo/metric_utils.py compute_timing_metrics ("timing_s/" + every
+    # marked_timer of the trainer; "step" wraps the step). The rollout worker's own timers come back into
+    # timing_raw inside "gen": generate_sequences (fsdp/megatron workers), generation_timing/*, agent_loop/*.
+    # Mismatch: verl/utils/debug/metrics.py (|p_actor - p_rollout|, probability space) and
+    # verl/trainer/ppo/rollout_corr_helper.py (rollout_corr/kl = mean(lp_rollout - lp_old): mxperf kl_k1;
+    # rollout_corr/k3_kl = mean(e^r - r - 1), r = lp_old - lp_rollout: mxperf kl_k3).
+    "verl": FrameworkKeys(
+        name="verl",
+        timing_prefix="timing_s/",
+        step_total="step",
+        nested=re.compile(r"/|^generate_sequences$"),
+        not_seconds=re.compile(r"(?!)"),
+        mismatch={
+            "training/rollout_probs_diff_mean": "prob_abs_diff_mean",
+            "training/rollout_probs_diff_max": "prob_abs_diff_max",
+            "training/rollout_probs_diff_std": "prob_abs_diff_std",
+            "training/rollout_actor_probs_pearson_corr": "rollout_actor_probs_pearson_corr",
+            "rollout_corr/kl": "kl_k1",
+            "rollout_corr/k3_kl": "kl_k3",
+        },
+        mismatch_prefix="rollout_corr/",
+    ),
+    # NVIDIA-NeMo/RL 7ea279a: nemo_rl/algorithms/grpo.py logs Timer labels under "timing/train" (sum per
+    # step; "total_step_time" wraps the step) and the loss function's metrics under "train"
+    # (nemo_rl/algorithms/loss/loss_functions.py: token_mult_prob_error = mean exp(|lp_gen - lp_train|), as
+    # mxperf's; gen_kl_error = KL(P_gen || P_train) with loss_fn.reference_policy_kl_type, k3 by default).
+    # Labels "<group>/<part>" time a part of another timer (get_logprobs/shard_data inside
+    # policy_and_reference_logprobs, prepare_for_generation/transfer_and_update_weights inside
+    # prepare_for_generation/total); "idle/*" are the async trainer's own top-level waits.
+    "nemo_rl": FrameworkKeys(
+        name="nemo_rl",
+        timing_prefix="timing/train/",
+        step_total="total_step_time",
+        nested=re.compile(r"^(?!idle/)(?!.*/total$).*/"),
+        not_seconds=re.compile(r"per_sec|_pct$"),
+        mismatch={
+            f"train/{k}": k
+            for k in (
+                "token_mult_prob_error",
+                "gen_kl_error",
+                "policy_kl_error",
+                "js_divergence_error",
+                "sampling_importance_ratio",
+                "max_seq_mult_prob_error",
+                "mean_seq_mult_prob_error",
+                "min_seq_mult_prob_error",
+                "max_seq_mult_prob_error_after_mask",
+                "mean_seq_mult_prob_error_after_mask",
+                "min_seq_mult_prob_error_after_mask",
+            )
+        },
+        mismatch_prefix="",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class MetricLog:
+    """One metric log: ``steps[step][key]`` = value (numbers only; a logged null is NaN)."""
+
+    path: str
+    framework: str  # a key of FRAMEWORKS
+    layout: str  # verl_file_logger | json_lines | nemo_rl_json
+    steps: dict[int, dict[str, float]]
+
+    @property
+    def keys(self) -> FrameworkKeys:
+        return FRAMEWORKS[self.framework]
+
+
+def is_metric_log(path: str | os.PathLike[str]) -> bool:
+    """True when the file starts like one of the layouts above (a ``.jsonl`` always counts)."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    if p.suffix == ".jsonl":
+        return True
+    if p.suffix != ".json":
+        return False
+    with open(p, "rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    return bool(_JSON_LINE_START.match(head) or _TAG_STEP_START.match(head))
+
+
+def looks_like_metric_lines(path: str | os.PathLike[str]) -> bool:
+    """True when a ``.jsonl`` file's first record has a step (a directory may also hold other JSON lines:
+    NeMo RL's per-sample ``train_data_step<N>.jsonl``)."""
+    with open(path, "rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    return bool(_JSON_LINE_START.match(head))
+
+
+def load_metric_log(path: str | os.PathLike[str]) -> MetricLog:
+    """Read a verl / NeMo RL metric log (any layout above)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not UTF-8 text, so not a verl / NeMo RL metric log") from None
+    if not text.strip():
+        raise InputError(f"{p}: empty metric log")
+    if _TAG_STEP_START.match(text.encode()[:_SNIFF_BYTES]):
+        steps, layout, first = _tag_steps(p, text), "nemo_rl_json", "its first tag"
+    else:
+        steps, layout, first = _line_steps(p, text)
+    return MetricLog(str(p), _framework_of(p, steps, first), layout, steps)
+
+
+def _line_steps(p: Path, text: str) -> tuple[dict[int, dict[str, float]], str, str]:
+    steps: dict[int, dict[str, float]] = {}
+    layout, first = "json_lines", ""
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}: line {lineno}: not JSON ({exc.msg}); truncated or corrupt") from None
+        if not isinstance(rec, dict):
+            raise InputError(f"{p}: line {lineno}: a JSON {type(rec).__name__}, not an object with a step")
+        step_key = "step" if "step" in rec else "_step" if "_step" in rec else None
+        if step_key is None:
+            raise InputError(
+                f'{p}: line {lineno}: no \'step\' (verl\'s file logger writes {{"step": N, "data": {{...}}}})'
+            )
+        step = _step_number(rec[step_key])
+        if step is None:
+            raise InputError(f"{p}: line {lineno}: step {rec[step_key]!r} is not a whole number >= 0")
+        data = rec.get("data") if "data" in rec and len(rec) == 2 else None
+        if data is not None:
+            layout = "verl_file_logger"
+            if not isinstance(data, dict):
+                raise InputError(f"{p}: line {lineno}: 'data' is not an object of metrics")
+        else:
+            data = {k: v for k, v in rec.items() if k != step_key}
+        first = first or f"line {lineno}"
+        steps.setdefault(step, {}).update(_numbers(p, f"line {lineno}", data))
+    return steps, layout, first
+
+
+def _tag_steps(p: Path, text: str) -> dict[int, dict[str, float]]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: line {exc.lineno}: not JSON ({exc.msg}); truncated or corrupt") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{p}: not a JSON object of {{tag: {{step: value}}}}")
+    steps: dict[int, dict[str, float]] = {}
+    for tag, series in doc.items():
+        if not isinstance(series, dict):
+            raise InputError(f"{p}: tag {tag!r}: not an object of {{step: value}}")
+        for raw_step, value in series.items():
+            step = _step_number(raw_step)
+            if step is None:
+                raise InputError(f"{p}: tag {tag!r}: step {raw_step!r} is not a whole number >= 0")
+            steps.setdefault(step, {}).update(_numbers(p, f"tag {tag!r} step {step}", {tag: value}))
+    return steps
+
+
+def _step_number(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def _numbers(p: Path, where: str, data: dict[str, Any]) -> dict[str, float]:
+    """The numeric values of ``data``; a timer or mismatch key with another value is an error."""
+    out: dict[str, float] = {}
+    for key, value in data.items():
+        known = [fw for fw in FRAMEWORKS.values() if fw.timer(key) is not None or fw.mismatch_metric(key)]
+        if value is None:
+            out[key] = math.nan  # verl's orjson writes NaN as null
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+            if known and any(fw.timer(key) is not None for fw in known) and number < 0:
+                raise InputError(f"{p}: {where}: {key} = {value!r} s is a negative duration")
+            out[key] = number
+        elif known:
+            raise InputError(f"{p}: {where}: {key} = {value!r} is not a number")
+    return out
+
+
+def _framework_of(p: Path, steps: dict[int, dict[str, float]], first: str) -> str:
+    counts = {name: 0 for name in FRAMEWORKS}
+    seen: list[str] = []
+    for values in steps.values():
+        for key in values:
+            for name, fw in FRAMEWORKS.items():
+                counts[name] += fw.timer(key) is not None or fw.mismatch_metric(key) is not None
+            if len(seen) < 6 and key not in seen:
+                seen.append(key)
+    best = max(counts.values())
+    if best == 0:
+        raise InputError(
+            f"{p}: {first}: no verl (timing_s/*, rollout_corr/*, training/rollout_probs_diff_*) or NeMo RL "
+            f"(timing/train/*, train/token_mult_prob_error, train/gen_kl_error) key in any step"
+            + (f" (keys seen: {', '.join(seen)})" if seen else " (no numeric values)")
+        )
+    winners = [name for name, n in counts.items() if n == best]
+    if len(winners) > 1:
+        raise InputError(f"{p}: as many verl as NeMo RL keys; cannot tell which framework wrote it")
+    return winners[0]
