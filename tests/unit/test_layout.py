@@ -27,7 +27,13 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
     (
         "perfmodel.compare",
         12,
-        ("perfmodel.breakeven", "perfmodel.paired", "perfmodel.hoststall", "perfmodel.step"),
+        (
+            "perfmodel.breakeven",
+            "perfmodel.paired",
+            "perfmodel.hoststall",
+            "perfmodel.step",
+            "perfmodel.step_interval",
+        ),
     ),
     ("perfmodel.results", 13, ("perfmodel.results",)),
     ("perfmodel.render", 14, ("perfmodel.report", "perfmodel.plots")),

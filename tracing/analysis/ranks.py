@@ -1,0 +1,157 @@
+"""Across ranks: per-rank step times, the slowest rank of each step (stragglers), and what the job waits for.
+
+Input is the per-process step table (``schema.STEP_COLUMNS``: one row per trace, rank, process, step and
+phase; never summed over ranks). A synchronous data-parallel step ends when its slowest rank ends, so the
+job's step time is the *maximum* over ranks, never a sum or a mean; the straggler is that slowest rank and
+its lag is how much longer it took than the median rank of the same step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+_KEYS = ("trace", "rank", "pid")
+
+
+def process_label(rank: object, pid: object) -> str:
+    """``rank 3``, or ``pid 4037`` when the trace names no rank (a null rank is never shown as 'None')."""
+    if rank is not None and not pd.isna(rank):
+        return f"rank {int(rank)}"
+    if pid is not None and not pd.isna(pid):
+        return f"pid {int(pid)}"
+    return "unknown process"
+
+
+def process_labels(df: pd.DataFrame) -> np.ndarray:
+    """:func:`process_label` per row; when one label covers several (trace, rank, pid) -- two traces that
+    both call themselves rank 0 -- the trace's file name (its whole path when the names collide too, and
+    the pid when one trace holds both) is added so they stay apart."""
+    keys = [k for k in _KEYS if k in df.columns]
+    if df.empty:
+        return np.asarray([], dtype=object)
+    ident = df[keys].drop_duplicates() if keys else pd.DataFrame(index=[0])
+    recs = ident.to_dict("records")
+    base = [process_label(r.get("rank"), r.get("pid")) for r in recs]
+    groups: dict[str, list[int]] = {}
+    for i, label in enumerate(base):
+        groups.setdefault(label, []).append(i)
+    names = list(base)
+    for label, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        traces = [str(recs[i].get("trace") or "") for i in idx]
+        shorts = [t.rsplit("/", 1)[-1] for t in traces]
+        for i, trace, short in zip(idx, traces, shorts, strict=True):
+            extra = trace if shorts.count(short) > 1 else short
+            if traces.count(trace) > 1 and "pid" in recs[i] and not label.startswith("pid"):
+                extra = f"{extra} pid {recs[i]['pid']}".strip()
+            names[i] = f"{label} ({extra})"
+    if not keys:
+        return np.asarray(names * len(df), dtype=object)
+    lookup = ident.assign(_label=names)
+    merged = df[keys].merge(lookup, on=keys, how="left")
+    return merged["_label"].to_numpy(dtype=object)
+
+
+def step_totals(steps: pd.DataFrame) -> pd.DataFrame:
+    """Seconds per (process, step): the sum over that process's phases (they partition its step).
+
+    Columns ``process, trace, rank, pid, step, seconds``; ``process`` is :func:`process_label`.
+    """
+    keys = [k for k in _KEYS if k in steps.columns]
+    if steps.empty:
+        return pd.DataFrame(columns=["process", *keys, "step", "seconds"])
+    totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
+    totals.insert(0, "process", process_labels(totals))
+    return totals
+
+
+def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per step: the slowest and fastest process, the median, and the slowest one's lag.
+
+    ``job_seconds`` (= ``slowest_seconds``) is the step time the job waits for. ``lag_seconds`` = slowest -
+    median over processes; ``spread_pct`` = (slowest - fastest) / fastest. ``processes`` counts the processes
+    that ran the step (a step missing on some rank is visible here).
+    """
+    totals = step_totals(steps)
+    cols = [
+        "step",
+        "processes",
+        "slowest",
+        "slowest_seconds",
+        "fastest",
+        "fastest_seconds",
+        "median_seconds",
+        "lag_seconds",
+        "spread_pct",
+        "job_seconds",
+    ]
+    if totals.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for step, grp in totals.groupby("step", sort=True):
+        slow = grp.loc[grp["seconds"].idxmax()]
+        fast = grp.loc[grp["seconds"].idxmin()]
+        med = float(grp["seconds"].median())
+        rows.append(
+            {
+                "step": int(step),
+                "processes": len(grp),
+                "slowest": slow["process"],
+                "slowest_seconds": float(slow["seconds"]),
+                "fastest": fast["process"],
+                "fastest_seconds": float(fast["seconds"]),
+                "median_seconds": med,
+                "lag_seconds": float(slow["seconds"]) - med,
+                "spread_pct": 100 * (float(slow["seconds"]) / float(fast["seconds"]) - 1)
+                if fast["seconds"] > 0
+                else np.nan,
+                "job_seconds": float(slow["seconds"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def rank_summary(steps: pd.DataFrame, skip_steps: tuple[int, ...] = ()) -> pd.DataFrame:
+    """One row per process: steps seen, median step seconds with its quartiles, and how often it was the
+    slowest (the straggler count). ``skip_steps`` are left out (e.g. the warm-up step)."""
+    totals = step_totals(steps)
+    totals = totals[~totals["step"].isin(skip_steps)] if len(totals) else totals
+    cols = ["process", "steps", "median_s", "q1_s", "q3_s", "slowest_in"]
+    if totals.empty:
+        return pd.DataFrame(columns=cols)
+    slow = stragglers(steps)
+    slow = slow[~slow["step"].isin(skip_steps)]
+    slow_count = slow[slow["processes"] > 1]["slowest"].value_counts()
+    g = totals.groupby("process", sort=False)["seconds"]
+    out = pd.DataFrame(
+        {
+            "steps": g.size(),
+            "median_s": g.median(),
+            "q1_s": g.quantile(0.25),
+            "q3_s": g.quantile(0.75),
+        }
+    )
+    out["slowest_in"] = slow_count.reindex(out.index).fillna(0).astype(int)
+    return out.reset_index().rename(columns={"index": "process"})[cols]
+
+
+def one_rank(steps: pd.DataFrame, process: str) -> pd.DataFrame:
+    """``step, phase, seconds`` of one process (by :func:`process_label`)."""
+    if steps.empty:
+        return pd.DataFrame({"step": [], "phase": [], "seconds": []})
+    sel = steps[process_labels(steps) == process]
+    return sel[["step", "phase", "seconds"]].reset_index(drop=True)
+
+
+def processes(steps: pd.DataFrame) -> list[str]:
+    """The processes of a step table, ranks first in rank order, then pids."""
+    totals = step_totals(steps)
+    if totals.empty:
+        return []
+    order = totals.drop_duplicates("process").assign(
+        _r=lambda d: pd.to_numeric(d.get("rank"), errors="coerce").astype("float64").fillna(np.inf),
+        _p=lambda d: pd.to_numeric(d.get("pid"), errors="coerce").astype("float64").fillna(np.inf),
+    )
+    return list(order.sort_values(["_r", "_p"])["process"])
