@@ -143,15 +143,27 @@ def is_metric_log(path: str | os.PathLike[str]) -> bool:
         return False
     with open(p, "rb") as fh:
         head = fh.read(_SNIFF_BYTES)
-    return bool(_JSON_LINE_START.match(head) or _TAG_STEP_START.match(head))
+    return bool(_TAG_STEP_START.match(head)) or _has_step(head)
 
 
 def looks_like_metric_lines(path: str | os.PathLike[str]) -> bool:
-    """True when a ``.jsonl`` file's first record has a step (a directory may also hold other JSON lines:
+    """True when a file's first record is an object with a step (a directory may also hold other JSON lines:
     NeMo RL's per-sample ``train_data_step<N>.jsonl``)."""
     with open(path, "rb") as fh:
-        head = fh.read(_SNIFF_BYTES)
-    return bool(_JSON_LINE_START.match(head))
+        return _has_step(fh.read(_SNIFF_BYTES))
+
+
+def _has_step(head: bytes) -> bool:
+    if _JSON_LINE_START.match(head):
+        return True
+    line, newline, _ = head.partition(b"\n")
+    if not newline and len(head) == _SNIFF_BYTES:
+        return False  # a first line longer than the sniff (a one-line Kineto trace): not a metric record
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(rec, dict) and ("step" in rec or "_step" in rec) and "traceEvents" not in rec
 
 
 def load_metric_log(path: str | os.PathLike[str]) -> MetricLog:
