@@ -78,6 +78,7 @@ EXTRA_OF = {
     "transformer_engine": "a CUDA machine with Transformer Engine (the `gpu` extra)",
 }
 DEBUG_ENV = "MXPERF_DEBUG"
+OWN_PACKAGES = ("mxperf", "tracing", "perfmodel", "pipeline", "dashboards")
 
 
 def missing_packages(names: Sequence[str]) -> list[str]:
@@ -206,7 +207,9 @@ def _dispatch(argv: list[str]) -> int:
         line = one_line(exc)
         if line is None or os.environ.get(DEBUG_ENV):
             raise
-        print(f"mxperf {args.command}: error: {line}", file=sys.stderr)
+        from tracing.outputs.placement import shown
+
+        print(f"mxperf {args.command}: error: {shown(line)}", file=sys.stderr)  # the output, not its temp
         return 2
 
 
@@ -218,6 +221,8 @@ def one_line(exc: BaseException) -> str | None:
         return str(exc)
     if isinstance(exc, ModuleNotFoundError):
         top = (exc.name or "").split(".")[0]
+        if top in OWN_PACKAGES:
+            return f"'{top}' is part of mxperf but not importable here: reinstall it (make install, or pip install -e .)"
         how = EXTRA_OF.get(top, f"pip install {top}" if top else "check the install")
         return f"needs the Python package '{top or exc}', which this install lacks: {how}"
     if isinstance(exc, OSError):

@@ -147,7 +147,12 @@ PRESETS: dict[str, Callable[[], ModelPreset]] = {
 def get_preset(name: str) -> ModelPreset:
     """The preset called ``name``; an unknown id raises InputError listing the known ones."""
     if name not in PRESETS:
-        raise InputError(f"unknown model {name!r}; choose one of {', '.join(PRESETS)}")
+        runs = [n for n, make in PRESETS.items() if not make().shape_only]
+        shapes = [n for n in PRESETS if n not in runs]
+        raise InputError(
+            f"unknown model {name!r}; runs and sweeps take {' or '.join(runs)} "
+            f"({', '.join(shapes)}: shape-only, for FLOP and parameter counts)"
+        )
     return PRESETS[name]()
 
 

@@ -46,6 +46,42 @@ def test_sigterm_marks_a_run_interrupted_and_exits_143(tmp_path: Path) -> None:
     assert _status(run) == "interrupted"
 
 
+def test_sigterm_during_a_forced_rerun_keeps_the_old_output_and_sets_the_attempt_aside(
+    tmp_path: Path,
+) -> None:
+    import pandas as pd
+
+    from tracing.outputs import store
+    from tracing.outputs.manifest import OutputDir
+
+    run = tmp_path / "run"
+    with OutputDir(run, kind="run", command=["earlier"]) as od:
+        store.write_table(pd.DataFrame({"step": [0]}), od.path / store.METRICS)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    args = [
+        "run",
+        "--steps",
+        "500",
+        "--pretrain-steps",
+        "0",
+        "--check-sync",
+        "off",
+        "-o",
+        str(run),
+        "--force",
+    ]
+    proc = subprocess.Popen([*MXPERF, *args], env=ENV, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: any(tmp_path.glob(".run.*/tokenizer.json")))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # the old output, untouched
+    (aside,) = tmp_path.glob("run.interrupted-*")
+    assert _status(aside) == "interrupted" and (aside / "tokenizer.json").exists()
+    assert f"{run} is unchanged; this interrupted attempt is in {aside}" in err
+    assert not list(tmp_path.glob(".run.*"))
+
+
 def test_sigterm_to_mxperf_dash_stops_the_streamlit_server(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

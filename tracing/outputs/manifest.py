@@ -185,8 +185,13 @@ class OutputDir:
             raise OutputWriteError(
                 f"{self.target}: cannot create the output folder ({exc.strerror or exc})"
             ) from None
+        placement.building(self._tmp, self.target)
         self.path = self._tmp
-        self.flush()
+        try:
+            self.flush()
+        except OutputWriteError:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
         return self
 
     def __exit__(
@@ -199,7 +204,10 @@ class OutputDir:
             self._data["error"] = f"{exc_type.__name__}: {exc}" if exc_type else None
         self._data["finished"] = now_iso()
         self._data["files"] = placement.file_listing(self._tmp)
-        self.flush()
+        try:
+            self.flush()
+        except OutputWriteError as flush_error:
+            self._abandon(exc if isinstance(exc, OSError) else flush_error)
         if status == "complete":
             placement.check_target(self.target, kind=self.kind, force=self.force, inputs=self.inputs)
             placement.swap_in(self._tmp, self.target)
@@ -211,3 +219,17 @@ class OutputDir:
                     file=sys.stderr,
                 )
         self.path = self.target
+
+    def _abandon(self, error: BaseException) -> None:
+        """The attempt cannot even record how it ended (a full or read-only disk): drop it when an old output
+        is there (which stays, and the space comes back), else leave it where it is, and say which."""
+        assert self._tmp is not None
+        message = placement.shown(error)
+        if self.target.is_dir() and any(self.target.iterdir()):
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            fate = f"{self.target} is unchanged"
+        else:
+            placement.forget(self._tmp)
+            fate = f"what was written is in {self._tmp}"
+        self.path = self.target
+        raise OutputWriteError(f"{message}; {fate}") from None

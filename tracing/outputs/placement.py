@@ -48,6 +48,29 @@ LEGACY_PATTERNS = (
 )
 
 
+_BUILDING: dict[
+    str, str
+] = {}  # temp folder -> the output it becomes (messages name the output, not the temp)
+
+
+def building(tmp: Path, target: Path) -> None:
+    """Record that ``tmp`` is being built to become ``target`` (see :func:`shown`)."""
+    _BUILDING[str(tmp)] = str(target)
+
+
+def forget(tmp: Path) -> None:
+    """Stop naming ``tmp`` as its output (it is left as it is, under its own name)."""
+    _BUILDING.pop(str(tmp), None)
+
+
+def shown(text: str | os.PathLike[str]) -> str:
+    """``text`` with every temp folder of an output being built replaced by that output's own path."""
+    out = str(text)
+    for tmp, target in _BUILDING.items():
+        out = out.replace(tmp, target)
+    return out
+
+
 def is_mxperf_manifest(data: Mapping[str, Any]) -> bool:
     """A manifest mxperf wrote: a kind, a known status and the mxperf version."""
     from tracing.outputs.manifest import KINDS, STATUSES
@@ -121,6 +144,9 @@ def check_target(
     t = Path(target)
     if t.exists() and not t.is_dir():
         raise OutputExistsError(f"{t}: exists and is not a directory; choose another -o")
+    blocker = next((p for p in t.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise OutputExistsError(f"{t}: {blocker} is a file, not a folder; choose another -o")
     held = held_input(t, inputs)
     if held is not None:
         what = "is" if Path(held).resolve() == t.resolve() else "holds"

@@ -16,6 +16,7 @@ Output directory layout (docs/contracts.md, "Output directories"):
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -100,7 +101,9 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     except OutputWriteError:
         raise
     except OSError as exc:
-        raise OutputWriteError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        from tracing.outputs.placement import shown
+
+        raise OutputWriteError(f"{shown(path)}: cannot write ({exc.strerror or exc})") from None
 
 
 def atomic_target(path: Path) -> tuple[int, str]:
@@ -108,7 +111,7 @@ def atomic_target(path: Path) -> tuple[int, str]:
     plain ``open`` would give (mkstemp's 0600 would make shared result folders unreadable)."""
     with writing(path):
         if path.is_dir():
-            raise OutputWriteError(f"{path}: is a directory; give a file name")
+            raise IsADirectoryError(errno.EISDIR, "is a directory; give a file name", str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, _FILE_MODE)
