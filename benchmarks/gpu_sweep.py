@@ -9,7 +9,7 @@ full-sequence forward). Dense presets only (an MoE preset's MLP is not one ``gat
 weights are drawn once per run on the CPU and copied to the device for every (precision, size), so the
 sweep's time goes to the GPU, not to the CPU random-number generator.
 
-Precisions (SPEC ids; Hopper has no MXFP8 tensor cores, so no ``mxfp8`` here):
+Precisions (precision ids; Hopper has no MXFP8 tensor cores, so no ``mxfp8`` here):
 
 - ``bf16``: ``x @ W.T`` in BF16.
 - ``fp8-tensor``: ``torch._scaled_mm`` on E4M3 operands, one fp32 scale per tensor (amax / 448, current
@@ -327,7 +327,7 @@ def finalize(out: Path) -> Path:
 
 
 class Manifest:
-    """manifest.json (SPEC run-directory fields) written first as ``running``, rewritten at the end. Uses
+    """manifest.json (docs/contracts.md output-folder fields) written first as ``running``, rewritten at the end. Uses
     tracing.outputs.manifest.OutputDir when importable (it needs pandas), else writes the same fields itself."""
 
     def __init__(self, out: Path, config: dict[str, Any], force: bool) -> None:

@@ -1,7 +1,7 @@
 """Plotly figures for the dashboard: pure functions from small tables to ``go.Figure``.
 
 No Streamlit and no file access here, so the tests build every figure directly. Colours are fixed per phase
-and per precision id (SPEC.md ids are the labels), so bf16 and mxfp8 look the same on every page.
+and per precision id (docs/contracts.md ids are the labels), so bf16 and mxfp8 look the same on every page.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 What a page says in words comes from here, so it is tested without Streamlit:
 
 * :func:`pair_runs` -- for each model, the newest complete BF16 run (learner ``bf16``) and the newest
-  complete low-precision run (learner ``mxfp8`` first, else another SPEC id) of the same kind;
+  complete low-precision run (learner ``mxfp8`` first, else another precision id) of the same kind;
 * :func:`phase_medians` -- median seconds per phase over the per-step tables that ``tracing.analysis.steps``
   builds (a run's metrics, an ingest's ``steps.parquet``);
 * :func:`phase_change_words` -- "mxfp8 vs bf16: update -12 %, generate -24 %, step +5 %", the relative change of

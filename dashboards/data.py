@@ -1,7 +1,7 @@
 """Finding and reading the output directories under RUNS_DIR: the dashboard's only door to the disk.
 
 The dashboard never computes anything from raw traces; it reads the finished files that ``mxperf run``,
-``sweep``, ``ingest`` and ``fit`` write (SPEC.md, "Run directories"). This module:
+``sweep``, ``ingest`` and ``fit`` write (docs/contracts.md, "Output directories"). This module:
 
 * discovers output directories (any folder under RUNS_DIR holding a ``manifest.json``) and summarises each
   manifest into an :class:`OutputEntry` (kind, model, precisions, steps, date, status) for the Runs table;

@@ -4,7 +4,7 @@ Data flow (one public verb per module):
 
     inputs.load_inputs        sweep / labelled ingest / run dirs, CSV -> one micro-batch table
     fit.fit_cost_model        per (model, phase, precision): OLS + HC3, bootstrap, lack of fit, hold-out
-    breakeven.find_breakeven  SPEC.md case table, n* = d_fixed / d_tok, Fieller + bootstrap intervals
+    breakeven.find_breakeven  docs/contracts.md case table, n* = d_fixed / d_tok, Fieller + bootstrap intervals
     hoststall.host_stall_share  share of the added fixed cost that is host stall
     step.recommend            step time for a global batch, memory cap, what-if knobs
     results.analyze           -> the fits.json document (results.load_fits reads it back)

@@ -1,9 +1,9 @@
-"""Breakeven micro-batch size against a baseline: the SPEC.md case table and Fieller's interval.
+"""Breakeven micro-batch size against a baseline: the docs/contracts.md case table and Fieller's interval.
 
 With ``d_fixed = fixed_low - fixed_base`` and ``d_tok = per_token_base - per_token_low`` the low precision is
 faster at size n exactly when ``d_tok * n > d_fixed``. Each difference is "significantly > 0", "significantly
 < 0" or "not significant" by its two-sided 95 % t interval (HC3 variances of the two independent fits add;
-Welch-Satterthwaite degrees of freedom). The seven rows (SPEC.md):
+Welch-Satterthwaite degrees of freedom). The seven rows (docs/contracts.md):
 
     d_tok sig > 0, d_fixed sig > 0      faster_above       n* = d_fixed / d_tok
     d_tok sig > 0, d_fixed not > 0      always_faster
@@ -106,7 +106,7 @@ def _sign(ci: tuple[float, float]) -> int:
 
 
 def classify_case(tok_sign: int, fixed_sign: int) -> str:
-    """The SPEC.md case from the significance signs (+1 / -1 / 0) of d_tok and d_fixed."""
+    """The docs/contracts.md case from the significance signs (+1 / -1 / 0) of d_tok and d_fixed."""
     if tok_sign > 0:
         return "faster_above" if fixed_sign > 0 else "always_faster"
     if tok_sign < 0:

@@ -1,6 +1,6 @@
 """Share of the added fixed cost that is the GPU waiting for the host.
 
-Per micro-batch, host stall (SPEC.md launch-end rule: for each gap in the GPU busy union, the part before the
+Per micro-batch, host stall (docs/contracts.md launch-end rule: for each gap in the GPU busy union, the part before the
 next op's launch call ended) is fitted like the time, ``stall(n) = stall_fixed + stall_per_token * n``. The
 intercepts say how much stall each micro-batch carries regardless of size, so::
 

@@ -18,7 +18,7 @@ MXFP8 typically *adds* fixed cost (quantize/cast/transpose kernels, host stalls 
     time_low(n) < time_base(n)  <=>  d_tok * n > d_fixed
 
 so with both positive the low precision pays off above the breakeven size ``n* = d_fixed / d_tok``.
-Which of the seven cases of SPEC.md applies is decided by 95 % significance of the two differences
+Which of the seven cases of docs/contracts.md applies is decided by 95 % significance of the two differences
 (:mod:`perfmodel.breakeven`); the interval of ``n*`` is Fieller's (a ratio of two noisy estimates).
 
 ``n`` is the number of tokens a micro-batch actually processed (``num_tokens``); it equals the swept budget
@@ -27,7 +27,7 @@ still contributes a correct point. The budget labels the *sizes* (grid points) u
 splits and the "measured range" of ``extrapolated``. CSV inputs without ``num_tokens`` use the budget.
 
 The fixed cost per micro-batch splits further into time the GPU computes and time it waits for the host
-(host stall, SPEC.md launch-end rule). Fitting ``host_stall_seconds`` the same way gives a stall intercept per
+(host stall, docs/contracts.md launch-end rule). Fitting ``host_stall_seconds`` the same way gives a stall intercept per
 precision; ``(stall_fixed_low - stall_fixed_base) / d_fixed`` is the share of the added fixed cost that is the
 GPU waiting for the host -- the paper's "most of the added time is host stall".
 

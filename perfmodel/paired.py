@@ -2,14 +2,14 @@
 
 A sweep interleaves precisions: within a repeat, for each size, every precision runs back to back. Slow drift
 of a shared machine (clock, co-tenants) then hits both precisions of a (size, repeat) cell alike, while it
-moves whole repeats up and down by tens of percent. Fitting each precision alone (the SPEC.md breakeven)
+moves whole repeats up and down by tens of percent. Fitting each precision alone (the docs/contracts.md breakeven)
 keeps that drift in both lines; fitting the per-cell difference cancels the shared part::
 
     diff(n) = time_low(n) - time_base(n) = d_fixed - d_tok * n        (one point per matched (size, repeat))
 
 The intercept is d_fixed, minus the slope is d_tok, both from one fit (HC3; their covariance enters
 Fieller's interval directly), and the same case table applies. Multiplicative drift scales diff but leaves
-its zero, the breakeven, in place. This is reported next to the SPEC.md result as a cross-check; it needs
+its zero, the breakeven, in place. This is reported next to the docs/contracts.md result as a cross-check; it needs
 repeats in both precisions at the same sizes (``None`` otherwise).
 """
 

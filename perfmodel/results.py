@@ -1,10 +1,10 @@
-"""From a micro-batch table to the ``fits.json`` document (SPEC.md shape plus extra keys), and back.
+"""From a micro-batch table to the ``fits.json`` document (docs/contracts.md shape plus extra keys), and back.
 
 ``analyze`` is pure: it fits every (model, phase, precision), compares each low precision with the baseline
 (breakeven, host-stall share), predicts step times and applies what-if knobs, and returns a JSON-ready dict.
 ``load_fits`` reads and validates a ``fits.json`` for the report and the dashboard.
 
-Per entry, beyond SPEC.md: ``verdict`` (one sentence), ``breakeven`` extras (``tokens_estimate``, ``ci_shape``,
+Per entry, beyond docs/contracts.md: ``verdict`` (one sentence), ``breakeven`` extras (``tokens_estimate``, ``ci_shape``,
 ``ci_excluded``, ``bootstrap_ci``, ``d_fixed_s``/``d_tok_s`` with CIs, ``measured_tokens``), per-precision
 extras (``cov``, ``dof``, bootstrap CIs, ``lack_of_fit``, ``holdout``, size means, ``host_stall`` and
 ``memory`` lines), ``host_stall`` details and ``step`` (recommendation and what-if).
@@ -311,7 +311,7 @@ REQUIRED_ENTRY_KEYS = (
 
 
 def validate_fits(doc: dict[str, Any], origin: str = "fits.json") -> dict[str, Any]:
-    """Check the SPEC.md shape; InputError naming the first problem."""
+    """Check the docs/contracts.md shape; InputError naming the first problem."""
     if int(doc.get("schema_version", 0)) != SCHEMA_VERSION:
         raise InputError(f"{origin}: schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}")
     if not isinstance(doc.get("models"), list):

@@ -104,7 +104,7 @@ class Rollout:
 class SamplerEngine(Protocol):
     """A generation engine with its own copy of the weights."""
 
-    mode: str  # SPEC precision id of the sampler's weights ("bf16", "mxfp8", "mxfp8-floor", ...)
+    mode: str  # the precision id of the sampler's weights (bf16, mxfp8, mxfp8-floor, ...)
 
     @property
     def weight_version(self) -> int: ...
@@ -128,7 +128,7 @@ class SamplerEngine(Protocol):
 class LearnerBackend(Protocol):
     """A policy being trained: log-probs, GRPO updates over micro-batches, and weight export."""
 
-    precision: str  # "bf16" | "mxfp8" (SPEC ids)
+    precision: str  # "bf16" | "mxfp8" (precision ids, docs/contracts.md)
 
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-token log-prob of each next token, [B, T-1], in the learner's full-sequence forward."""

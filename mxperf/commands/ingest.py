@@ -1,8 +1,8 @@
-"""``mxperf ingest PATH... -o OUT/``: traces -> event tables, per-device and per-range metrics (SPEC.md).
+"""``mxperf ingest PATH... -o OUT/``: traces -> event tables, per-device and per-range metrics (docs/contracts.md).
 
 Writes ``OUT/manifest.json`` (kind ingest), ``events/rank-<r>.parquet``, ``devices.parquet``,
 ``streams.parquet``, ``ranges.parquet``, ``kernels.parquet`` and, when labelled, ``microbatches.parquet``.
-A human summary goes to stderr; with ``--json`` the last stdout line is the SPEC.md ingest JSON.
+A human summary goes to stderr; with ``--json`` the last stdout line is the docs/contracts.md ingest JSON.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-o", "--out", required=True, type=Path, help=OUT_HELP)
     p.add_argument(
-        "--json", action="store_true", help="print the SPEC.md ingest JSON as the last stdout line"
+        "--json", action="store_true", help="print the docs/contracts.md ingest JSON as the last stdout line"
     )
     p.add_argument("--label", help="model=M,precision=P,tokens_per_microbatch=N[,phase=update][,repeat=R]")
     p.add_argument(

@@ -3,7 +3,7 @@
 For each learner precision {bf16, mxfp8} (same starting weights) and each sampler variant (weights synced
 from that learner through the real byte path, ``pipeline.sync.weight_sync``), the sampler scores a fixed batch of
 responses with its own prefill + incremental decode, and the learner with its full-sequence forward; the
-table holds the SPEC mismatch metrics per pairing, as absolute values plus the ratio to the same learner's
+table holds the mismatch metrics of docs/contracts.md per pairing, as absolute values plus the ratio to the same learner's
 BF16 sampler.
 
 The fixed batch: ``eval_prompts`` task prompts, one response each, sampled once by the BF16 sampler paired

@@ -1,4 +1,4 @@
-"""Sampler-vs-learner mismatch metrics over valid response tokens (formulas from SPEC.md).
+"""Sampler-vs-learner mismatch metrics over valid response tokens (formulas from docs/contracts.md).
 
 With lp_s the sampler's and lp_l the learner's log-prob of each sampled token and r = lp_l - lp_s, over
 the valid (masked-in) response tokens of a batch, token-mean:

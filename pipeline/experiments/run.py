@@ -1,4 +1,4 @@
-"""``mxperf run``: an instrumented GRPO run written to a run directory (SPEC.md "Run directories").
+"""``mxperf run``: an instrumented GRPO run written to a run directory (docs/contracts.md, "Output directories").
 
     manifest.json               kind run, status running -> complete | failed | interrupted, config, machine
     tokenizer.json              the run's tokenizer

@@ -1,7 +1,7 @@
 """Low-precision numerics: TE-exact MXFP8, FP8 grids, emulated quantized linears and the precision policy.
 
 Modules: ``e4m3`` (element/scale bits), ``mxfp8`` (1x32 E8M0 blocks, TE rules), ``fp8`` (fp32-scaled grids),
-``precisions`` (SPEC ids -> quantizers), ``swizzle`` (GEMM scale layout), ``linear`` / ``experts`` (emulated
+``precisions`` (precision ids -> quantizers), ``swizzle`` (GEMM scale layout), ``linear`` / ``experts`` (emulated
 quantized GEMMs with TE's rowwise/columnwise usage), ``policy`` (which modules stay BF16).
 """
 

@@ -146,7 +146,7 @@ def _check_features(in_features: int, out_features: int, precision: str) -> None
 
 
 class QuantLinear(nn.Linear):
-    """``nn.Linear`` whose GEMMs see quantized operands on the grid of ``precision`` (a SPEC id).
+    """``nn.Linear`` whose GEMMs see quantized operands on the grid of ``precision`` (a precision id).
 
     MXFP8 ids run :class:`MXFP8LinearFunction` (TE usage in fprop, dgrad and wgrad). FP8 grids quantize the
     fprop operands (weights per :func:`quantize_weight`, activations per :func:`fake_quantize`) with a

@@ -5,7 +5,7 @@ axis, one shared E8M0 scale byte ``b`` meaning 2^(b - 127). The value of an elem
 
 The scale rule decides which grid a tensor lands on. Three rules are implemented (per block, amax = max |x|):
 
-``rule="te"`` -- Transformer Engine >= 2.13 (the learner on Blackwell; SPEC id ``mxfp8``). Sources:
+``rule="te"`` -- Transformer Engine >= 2.13 (the learner on Blackwell; precision id ``mxfp8``). Sources:
 TE ``common/cast/mxfp8/quantize_mxfp8.cuh`` (rowwise/colwise kernels), ``common/util/ptx_arch_spec.cuh``
 (``float_to_e8m0``), ``common/util/ptx.cuh`` (``exp2f_rcp``, ``mul_cvt_2x``), TE PR #2647 (commit 71971e3, v2.13):
 
@@ -21,11 +21,11 @@ TE ``common/cast/mxfp8/quantize_mxfp8.cuh`` (rowwise/colwise kernels), ``common/
 4. elements = E4M3 RNE of fp32(x * 2^(127 - byte)) with saturation: the reciprocal is built from bits (byte 254
    -> 2^-127). NaN -> 0x7F; Inf -> +-448 (its finite block peers become 0).
 
-``rule="te212"`` -- TE <= 2.12 (SPEC id ``mxfp8-te212``): same scale bytes, but the reciprocal of byte 0 is 1.0
+``rule="te212"`` -- TE <= 2.12 (precision id ``mxfp8-te212``): same scale bytes, but the reciprocal of byte 0 is 1.0
 (so non-zero blocks with amax <= 448 * 2^-127 ~= 2.6e-36 flush to zero) and of byte 254 is 0.0 (so an Inf
 element becomes 0 * Inf = NaN).
 
-``rule="floor"`` -- the OCP MX v1.0 reference conversion (SPEC id ``mxfp8-floor``): scale 2^(floor(log2 amax) - 8)
+``rule="floor"`` -- the OCP MX v1.0 reference conversion (precision id ``mxfp8-floor``): scale 2^(floor(log2 amax) - 8)
 from the exponent bits of amax (8 = emax of E4M3), clamped to bytes [0, 254]; elements RNE + saturation, so block
 maxima in (448, 512) * scale clip to 448. Writing amax = 1.m * 2^n, FLOOR = TE exactly when 1.m <= 1.75 and one
 byte below TE when 1.m > 1.75. Special values follow the TE rule (NaN skipped, Inf -> byte 254).

@@ -37,7 +37,7 @@ _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 
 @dataclass(frozen=True)
 class PrecisionPolicy:
-    """``precision`` (a SPEC id) for eligible GEMMs, BF16 for the rest (see the module docstring).
+    """``precision`` (a precision id) for eligible GEMMs, BF16 for the rest (see the module docstring).
 
     ``num_layers`` (decoder layer count) is needed only when ``bf16_last_layers > 0``; :func:`convert_linears`
     fills it from ``model.config.num_hidden_layers``.

@@ -1,4 +1,4 @@
-"""Precision ids (SPEC) -> quantizers: one entry point for weights, activations and dequantization.
+"""Precision ids (docs/contracts.md) -> quantizers: one entry point for weights, activations and dequantization.
 
 | id             | weights (``quantize_weight``)          | activations (``fake_quantize``)          |
 |----------------|----------------------------------------|------------------------------------------|
@@ -30,7 +30,7 @@ MXFP8_RULE = {"mxfp8": "te", "mxfp8-te212": "te212", "mxfp8-floor": "floor"}
 
 
 def check_precision(precision: object) -> str:
-    """Return ``precision`` if it is a SPEC precision id, else raise ValueError listing the valid ids."""
+    """Return ``precision`` if it is a precision id (docs/contracts.md), else raise ValueError listing the valid ids."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid ids: {', '.join(PRECISIONS)}")
     return precision  # type: ignore[return-value]

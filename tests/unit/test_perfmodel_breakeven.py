@@ -1,4 +1,4 @@
-"""The SPEC.md case table row by row, Fieller's interval shapes, and its 95 % coverage on simulations."""
+"""The docs/contracts.md case table row by row, Fieller's interval shapes, and its 95 % coverage on simulations."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _fits(low: tuple[float, float]):
     return fits[("m", "update", "bf16")], fits[("m", "update", "mxfp8")]
 
 
-# (low fixed, low per-token) -> expected case; one dataset per row of the SPEC.md table.
+# (low fixed, low per-token) -> expected case; one dataset per row of the docs/contracts.md table.
 CASE_ROWS = [
     ((0.019, 2e-6), "faster_above"),  # d_tok > 0, d_fixed > 0
     ((0.010, 2e-6), "always_faster"),  # d_tok > 0, d_fixed n.s.

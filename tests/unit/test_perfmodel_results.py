@@ -1,4 +1,4 @@
-"""fits.json: the SPEC.md shape, JSON-safe numbers, and load_fits refusing malformed documents."""
+"""fits.json: the docs/contracts.md shape, JSON-safe numbers, and load_fits refusing malformed documents."""
 
 from __future__ import annotations
 

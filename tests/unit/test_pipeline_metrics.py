@@ -1,4 +1,4 @@
-"""SPEC mismatch formulas on hand-computed values."""
+"""The mismatch formulas of docs/contracts.md on hand-computed values."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Busy and idle (per process and device, over [first GPU op start, last GPU op end
 Only kernels, memcpys and memsets count (not cuda_sync, not gpu_user_annotation); ops that overlap on one
 stream (programmatic dependent launch) are counted once by the union.
 
-Host stall, the **launch-end rule** (SPEC.md; the default here)::
+Host stall, the **launch-end rule** (docs/contracts.md; the default here)::
 
     host   ..[launch k]......                   L_end(k): the launch call returned
     GPU    ==k-1==|     gap      |==k==

@@ -6,7 +6,7 @@ or, next to the trace, ``mxperf.toml``::
 
     [labels]                # (or the same keys at top level)
     model = "qwen3-8b"
-    precision = "mxfp8"     # a SPEC.md precision id
+    precision = "mxfp8"     # a docs/contracts.md precision id
     tokens_per_microbatch = 4096
     phase = "update"        # optional: canonical phase of the micro-batch ranges
     repeat = 0              # optional

@@ -77,7 +77,7 @@ DEVICE_COLUMNS: dict[str, str] = {
     "span_ns": "int64",  # last_ns - first_ns
     "busy_ns": "int64",  # |union of kernel, memcpy, memset over all streams|
     "idle_ns": "int64",  # span - busy
-    "host_stall_ns": "int64",  # launch-end rule (SPEC.md)
+    "host_stall_ns": "int64",  # launch-end rule (docs/contracts.md)
     "host_stall_ambiguous_ns": "int64",  # part of host stall whose launch call began before the gap
     "unattributed_ns": "int64",  # gaps whose next op has no launch record (counted in other_idle_ns)
     "other_idle_ns": "int64",  # idle - host_stall
@@ -172,7 +172,7 @@ RANGE_LOG_COLUMNS: dict[str, str] = {
 
 MICROBATCH_COLUMNS: dict[str, str] = {
     "model": "string",
-    "precision": "string",  # SPEC.md precision id
+    "precision": "string",  # docs/contracts.md precision id
     "phase": "string",  # canonical phase
     "tokens_per_microbatch": "int64",  # the budget / label
     "num_tokens": "int64",  # actual tokens in this micro-batch

@@ -6,7 +6,7 @@ weight layout. Weights leave through ``export_weights`` in HF names (``pipeline.
 the query-group interleave of ``linear_qkv`` and splits ``linear_fc1`` into gate / up), so the weight sync and
 invariant checks treat it exactly like the HF learner.
 
-Precision (SPEC ids):
+Precision (precision ids, docs/contracts.md):
 - ``bf16`` on CPU: the model holds bf16 parameters (``TransformerConfig(bf16=True)``; forward and backward in
   bf16, as Megatron's Float16Module runs) and the optimizer fp32 master copies, as Megatron's mixed-precision
   optimizer does: micro-batch gradients accumulate in fp32 (Megatron's ``main_grad``), AdamW updates the

@@ -5,7 +5,7 @@ safetensors), starts ``python -m pipeline.engines.vllm.server`` with the vLLM ve
 made by ``scripts/make_vllm_venv.sh``; override with ``MXPERF_VLLM_PYTHON``), and talks to it over a unix
 socket with an authkey (JSON headers + raw bytes, see ``server.py``). Weights cross as safetensors bytes.
 
-Modes (SPEC ids) on the CPU build, which has no FP8 GEMM:
+Modes (precision ids, docs/contracts.md) on the CPU build, which has no FP8 GEMM:
 
 - ``bf16``: vLLM holds BF16 weights, the learner sends BF16 (a bit-exact copy of its BF16 forward weights).
 - ``mxfp8`` -- **weight-only grid**: the learner sends its MXFP8 fprop bytes + E8M0 scales; the client
