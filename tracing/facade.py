@@ -54,7 +54,7 @@ class TraceTables:
 
             self._trace = load_trace(self.path)
             pm = load_phase_map(self.phase_map) if self.phase_map else default_phase_map()
-            self._tables = analyze(self._trace, pm)
+            self._tables = analyze(self._trace, pm, self.labels)
         return self._tables
 
     def _table(self, key: str, name: str, columns: dict[str, str] | None) -> pd.DataFrame:
@@ -83,12 +83,9 @@ class TraceTables:
         return self._table("steps", store.STEPS, schema.STEP_COLUMNS)
 
     def microbatches(self) -> pd.DataFrame:
-        """The micro-batch table (``schema.MICROBATCH_COLUMNS``) the cost model fits."""
-        if self.is_folder:
-            return self._folder_table(store.MICROBATCHES, schema.MICROBATCH_COLUMNS)
-        from tracing.analysis.microbatches import microbatch_table
-
-        return microbatch_table(self.ranges(), self.labels)
+        """The micro-batch table (``schema.MICROBATCH_COLUMNS``) the cost model fits: for a trace file, the
+        micro-batches found in it (explicit ranges, else detected; ``labels`` fill what it cannot say)."""
+        return self._table("microbatches", store.MICROBATCHES, schema.MICROBATCH_COLUMNS)
 
     def events(self) -> pd.DataFrame:
         """The normalized event table (``schema.EVENT_COLUMNS``); a folder's ranks concatenated."""

@@ -20,11 +20,14 @@ from typing import Any
 import pandas as pd
 
 from tracing.analysis import attribution, kernel_classes, metrics, steps
+from tracing.analysis.colocated import shared_device_time
+from tracing.analysis.microbatches import MicrobatchResult, find_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
 from tracing.ingest.detect import load_trace
 from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import store
 from tracing.outputs.errors import InputError, MxperfError
+from tracing.outputs.labels import Labels
 
 
 @dataclass
@@ -43,20 +46,46 @@ class FileResult:
     steps: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     gpu_reason: str = ""
+    microbatches: MicrobatchResult | None = None  # detected / explicit micro-batches and their notes
+    timelines: list[metrics.DeviceTimeline] = field(default_factory=list)  # busy / stall intervals
 
 
-def analyze(trace: Trace, phase_map: PhaseMap | None = None) -> dict[str, pd.DataFrame]:
-    """All per-trace tables: devices, streams, ranges, kernels, steps (pure; no I/O)."""
+@dataclass
+class Analysis:
+    """Every per-trace table, plus the micro-batch notes and device timelines that go with them."""
+
+    tables: dict[str, pd.DataFrame]
+    microbatches: MicrobatchResult
+    timelines: list[metrics.DeviceTimeline]
+
+
+def analyze_trace(
+    trace: Trace,
+    phase_map: PhaseMap | None = None,
+    labels: Labels | None = None,
+    pattern: str | None = None,
+) -> Analysis:
+    """All per-trace tables: devices, streams, ranges, kernels, steps, microbatches (pure; no I/O)."""
     ops = metrics.gpu_ops(trace.events)
     timelines = metrics.device_timelines(trace.events, ops)
     ranges = attribution.attribute_ranges(trace, phase_map, ops=ops, timelines=timelines)
-    return {
+    mb = find_microbatches(trace, ranges, labels, pattern=pattern, ops=ops, timelines=timelines)
+    tables = {
         "devices": metrics.device_metrics(trace.events, timelines),
         "streams": metrics.stream_breakdown(trace.events, ops=ops),
         "ranges": ranges,
         "kernels": kernel_classes.kernel_table(ops),
         "steps": steps.trace_step_phases(_with_trace_cols(ranges, trace)),
+        "microbatches": mb.table,
     }
+    return Analysis(tables, mb, timelines)
+
+
+def analyze(
+    trace: Trace, phase_map: PhaseMap | None = None, labels: Labels | None = None
+) -> dict[str, pd.DataFrame]:
+    """All per-trace tables (:func:`analyze_trace`'s ``tables``)."""
+    return analyze_trace(trace, phase_map, labels).tables
 
 
 def _with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
@@ -78,11 +107,17 @@ def ingest_file(
     index: int,
     phase_map_path: str | None = None,
     include_python: bool = False,
+    labels: Labels | None = None,
+    pattern: str | None = None,
 ) -> FileResult:
-    """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given."""
+    """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given.
+
+    ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
+    micro-batch ranges (``--microbatch-range``)."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
     trace = load_trace(path, fmt, rank=rank, include_python=include_python)
-    tables = analyze(trace, phase_map)
+    analysis = analyze_trace(trace, phase_map, labels, pattern)
+    tables = analysis.tables
     staged = None
     if stage_dir is not None:
         staged = str(Path(stage_dir) / f".events-{index}.parquet")
@@ -107,7 +142,62 @@ def ingest_file(
         steps=tables["steps"],
         meta=trace.meta,
         gpu_reason=reason,
+        microbatches=analysis.microbatches,
+        timelines=analysis.timelines,
     )
+
+
+def combine_microbatches(results: list[FileResult]) -> pd.DataFrame:
+    """The micro-batch tables of several files as one (``schema.MICROBATCH_COLUMNS`` + extras + ``trace``).
+
+    ``repeat`` becomes one traced step of one rank across the set: a dense index over (trace, rank, process,
+    step), so the bootstrap resamples whole steps.
+    """
+    tables = [
+        r.microbatches.table.assign(trace=r.path)
+        for r in results
+        if r.microbatches is not None and len(r.microbatches.table)
+    ]
+    if not tables:
+        return pd.DataFrame()
+    df = pd.concat(tables, ignore_index=True)
+    keys = [df["trace"], df["rank"].fillna(-1), df["pid"], df["step"]]
+    df["repeat"] = pd.Series(pd.MultiIndex.from_arrays(keys).factorize(sort=True)[0], dtype="int64")
+    return df
+
+
+def clock_offset_ns(result: FileResult) -> int | None:
+    """Offset that puts a file's times on the Unix epoch (None: its clock cannot be aligned with others')."""
+    clock = result.meta.get("clock")
+    if clock == "epoch_ns":
+        return 0
+    if clock == "nsys_session_ns" and result.meta.get("session_start_utc_ns") is not None:
+        return int(result.meta["session_start_utc_ns"])
+    return None
+
+
+def share_devices(results: list[FileResult]) -> list[str]:
+    """Colocated processes across files (``mxperf ingest --colocated``): recompute each device row's
+    ``device_*`` columns over every file's processes on that device index, on the epoch clock. Returns notes
+    (files whose clock cannot be aligned keep their own view)."""
+    entries, notes = [], []
+    for k, r in enumerate(results):
+        off = clock_offset_ns(r)
+        if not r.timelines:
+            continue
+        if off is None:
+            notes.append(
+                f"{r.path}: its clock cannot be aligned with other files ({r.meta.get('clock')}); not colocated"
+            )
+            continue
+        entries += [(k, i, t, off) for i, t in enumerate(r.timelines)]
+    if len({k for k, *_ in entries}) < 2:
+        return notes
+    shared = shared_device_time([t for *_, t, _ in entries], [o for *_, o in entries])
+    for (k, i, _, _), cols in zip(entries, shared, strict=True):
+        for c, v in cols.items():
+            results[k].devices.loc[results[k].devices.index[i], c] = v
+    return notes
 
 
 def _rank_hint(path: Path, fmt: str, rank: int | None, many: bool) -> int | None:
@@ -126,12 +216,27 @@ def ingest_many(
     ray_address: str | None = None,
     phase_map_path: str | None = None,
     include_python: bool = False,
+    labels: list[Labels] | None = None,
+    pattern: str | None = None,
 ) -> list[FileResult]:
-    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray."""
+    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray.
+
+    ``labels[i]`` are item i's labels (command line, sidecar, run config)."""
     many = len(items) > 1
+    per_item = labels if labels is not None else [None] * len(items)
     jobs = [
-        (str(p), fmt, _rank_hint(p, fmt, rank, many), stage_dir, i, phase_map_path, include_python)
-        for i, (p, fmt) in enumerate(items)
+        (
+            str(p),
+            fmt,
+            _rank_hint(p, fmt, rank, many),
+            stage_dir,
+            i,
+            phase_map_path,
+            include_python,
+            lab,
+            pattern,
+        )
+        for i, ((p, fmt), lab) in enumerate(zip(items, per_item, strict=True))
     ]
     if ray_address is not None:
         return _ingest_ray(jobs, ray_address)

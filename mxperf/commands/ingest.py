@@ -1,8 +1,9 @@
-"""``mxperf ingest PATH... -o OUT/``: traces -> event tables, per-device and per-range metrics (docs/contracts.md).
+"""``mxperf ingest PATH... -o OUT/``: traces -> event tables, per-device and per-range metrics (SPEC.md).
 
 Writes ``OUT/manifest.json`` (kind ingest), ``events/rank-<r>.parquet``, ``devices.parquet``,
-``streams.parquet``, ``ranges.parquet``, ``kernels.parquet`` and, when labelled, ``microbatches.parquet``.
-A human summary goes to stderr; with ``--json`` the last stdout line is the docs/contracts.md ingest JSON.
+``streams.parquet``, ``ranges.parquet``, ``kernels.parquet`` and ``microbatches.parquet`` whenever
+micro-batches were found (explicit ranges or detected; labels fill what a trace cannot say).
+A human summary goes to stderr; with ``--json`` the last stdout line is the SPEC.md ingest JSON.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
-from tracing.analysis.microbatches import microbatch_table
+from tracing.analysis.metrics import measure
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.rangelog import is_run_dir, run_config
-from tracing.jobs import FileResult, ingest_many
+from tracing.jobs import FileResult, combine_microbatches, ingest_many, share_devices
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 from tracing.outputs.labels import Labels, parse_labels, sidecar_labels
@@ -40,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-o", "--out", required=True, type=Path, help=OUT_HELP)
     p.add_argument(
-        "--json", action="store_true", help="print the docs/contracts.md ingest JSON as the last stdout line"
+        "--json", action="store_true", help="print the SPEC.md ingest JSON as the last stdout line"
     )
     p.add_argument("--label", help="model=M,precision=P,tokens_per_microbatch=N[,phase=update][,repeat=R]")
     p.add_argument(
@@ -53,7 +55,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="map files over a Ray cluster ('local' starts one); needs mxperf[ray]",
     )
     p.add_argument(
-        "--microbatch-range", metavar="PATTERN", help="regex (full match) naming the micro-batch range"
+        "--microbatch-range",
+        metavar="PATTERN",
+        help="regex (full match) naming your micro-batch ranges (default: found from the trace's structure)",
+    )
+    p.add_argument(
+        "--colocated",
+        action="store_true",
+        help="the inputs are processes of one machine sharing GPUs by device index (sampler + learner): "
+        "union each device's busy time over all of them",
     )
     p.add_argument(
         "--phase-map", metavar="FILE", help="phase-map TOML replacing tracing/analysis/phase_map.toml"
@@ -124,7 +134,8 @@ def _is_sweep(run_dir: Path | None) -> bool:
         return False
 
 
-def _labels_for(r: FileResult, cli: Labels) -> Labels:
+def _labels_for(r: FileResult | Any, cli: Labels) -> Labels:
+    """Labels of one input (anything with ``path`` and ``format``): run config < sidecar < command line."""
     p = Path(r.path)
     run_dir = _run_dir_of(r)
     base = Labels()
@@ -141,11 +152,14 @@ def _labels_for(r: FileResult, cli: Labels) -> Labels:
     return base.merged(sidecar_labels(p, overridden=cli.as_dict())).merged(cli)
 
 
-def _microbatches(
-    results: list[FileResult], cli: Labels, pattern: str | None
-) -> tuple[pd.DataFrame | None, list[str]]:
-    tables, notes = [], []
+def _microbatches(results: list[FileResult]) -> tuple[pd.DataFrame | None, list[str], list[str]]:
+    """The ingest's micro-batch table (each file's, found at ingest with its labels), its notes (stderr and
+    manifest) and the files it was taken from. A sweep's traces are left out (it holds its own table), and
+    so is a run's own trace when its range log is ingested too (the log has every step, with attributes)."""
+    picked, notes = [], []
     for r in results:
+        if r.microbatches is None:
+            continue
         run_dir = _run_dir_of(r)
         if _is_sweep(run_dir):
             note = f"{run_dir}: a sweep already holds its micro-batch table; fit it directly (mxperf fit {run_dir})"
@@ -154,32 +168,35 @@ def _microbatches(
             continue
         if r.format == "kineto" and run_dir is not None and any(x.format == "rangelog" for x in results):
             continue  # a run's own trace: its micro-batches come from the range log (all steps, with attributes)
-        labels = _labels_for(r, cli)
-        if not labels.complete:
-            if labels.as_dict():
-                missing = labels.missing()
-                if missing == ["precision"] and (r.format == "rangelog" or run_dir is not None):
-                    pass  # mxperf's own range log and traces: the ranges' attributes carry the precision
-                else:
-                    raise InputError(
-                        f"{r.path}: labels incomplete, missing {', '.join(missing)} (--label or {Path(r.path).parent / 'mxperf.toml'})"
-                    )
-            else:
-                continue
-        mb = microbatch_table(r.ranges, labels, pattern=pattern)
-        if len(mb) == 0:
-            notes.append(
-                f"{r.path}: labelled, but no micro-batch ranges found (use --microbatch-range PATTERN)"
-            )
-            continue
-        if mb["precision"].isna().any() or mb["model"].isna().any():
-            raise InputError(
-                f"{r.path}: micro-batches lack a model or precision; pass --label model=...,precision=..."
-            )
-        tables.append(mb.assign(trace=r.path))  # an extra column: whose kernels are whose (perfmodel.inputs)
-    if not tables:
-        return None, notes
-    return pd.concat(tables, ignore_index=True), notes
+        picked.append(r)
+        notes += r.microbatches.lines(r.path)
+    table = combine_microbatches(picked)
+    return (table if len(table) else None), notes, [r.path for r in picked]
+
+
+def _microbatch_manifest(r: FileResult, picked: list[str]) -> dict[str, Any]:
+    """What the manifest records per trace: micro-batches found, per-phase notes, precision evidence."""
+    if r.microbatches is None:
+        return {}
+    mb = r.microbatches
+    return {
+        "microbatches": len(mb.table) if r.path in picked else 0,
+        "microbatch_notes": mb.notes,
+        "precision_evidence": mb.precision.as_dict() if mb.precision else None,
+        "warnings": mb.warnings,
+    }
+
+
+def _phase_seconds(r: FileResult) -> dict[str, float]:
+    """Wall seconds per phase: the union of the phase's ranges on each process, summed over processes."""
+    if not len(r.ranges) or "phase" not in r.ranges:
+        return {}
+    out: dict[str, float] = {}
+    named = r.ranges[r.ranges["phase"].astype(str) != "other"]
+    for (phase, _pid), g in named.groupby([named["phase"].astype(str), named["pid"]], sort=True):
+        start, end = g["start_ns"].to_numpy("int64"), g["end_ns"].to_numpy("int64")
+        out[phase] = out.get(phase, 0.0) + measure(start, end) / 1e9
+    return out
 
 
 def spec_json(results: list[FileResult]) -> dict[str, Any]:
@@ -198,7 +215,11 @@ def spec_json(results: list[FileResult]) -> dict[str, Any]:
             }
             for d in r.devices.itertuples(index=False)
         ]
-        traces.append({"path": r.path, "format": r.format, "devices": devices})
+        entry = {"path": r.path, "format": r.format, "devices": devices}
+        if r.microbatches is not None:  # (v2) micro-batches found and wall seconds per phase
+            entry["microbatches"] = len(r.microbatches.table)
+            entry["phases"] = _phase_seconds(r)
+        traces.append(entry)
     return {"schema_version": store.SCHEMA_VERSION, "traces": traces}
 
 
@@ -239,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         "microbatch_range": args.microbatch_range,
         "phase_map": args.phase_map,
         "python_functions": args.python_functions,
+        "colocated": args.colocated,
     }
     inputs = [*args.paths, *([args.phase_map] if args.phase_map else [])]
     with OutputDir(args.out, kind="ingest", config=config, force=args.force, inputs=inputs) as od:
@@ -253,8 +275,12 @@ def run(args: argparse.Namespace) -> int:
                 ray_address=args.ray,
                 phase_map_path=args.phase_map,
                 include_python=args.python_functions,
+                labels=[_labels_for(SimpleNamespace(path=str(p), format=f), cli_labels) for p, f in items],
+                pattern=args.microbatch_range,
             )
-            microbatches, notes = _microbatches(results, cli_labels, args.microbatch_range)
+            colocated = share_devices(results) if args.colocated else []
+            microbatches, notes, picked = _microbatches(results)
+            notes = [*colocated, *notes]
             _write(od.path, results, microbatches)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
@@ -265,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
         traces = spec_json(results)["traces"]
         for t, r in zip(traces, results, strict=True):  # the machine that made the trace, where it says
             t["gpu_names"] = sorted({str(n) for n in (r.meta.get("gpu_names") or {}).values() if n})
+            t.update(_microbatch_manifest(r, picked))
         od.update(
             traces=traces, microbatches=0 if microbatches is None else len(microbatches), notes=unfinished
         )

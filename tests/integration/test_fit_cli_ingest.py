@@ -36,8 +36,8 @@ def labelled_ingest(tmp_path_factory) -> Path:
 def test_one_labelled_trace_gives_micro_batches_with_host_stall(labelled_ingest: Path) -> None:
     inputs = load_inputs([labelled_ingest])
     mb = inputs.microbatches
-    assert len(mb) == 3  # ProfilerStep#4..6
-    assert (mb["source"] == "trace").all()
+    assert len(mb) == 3  # one forward/backward in each of ProfilerStep#4..6, found from the trace
+    assert (mb["source"] == "detected").all()
     assert mb["host_stall_seconds"].notna().all()
     # The capture is host-bound (README: busy 23.8 % of the span): stall is most of each step.
     assert ((mb["host_stall_seconds"] / mb["seconds"]) > 0.5).all()

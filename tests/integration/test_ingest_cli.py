@@ -79,7 +79,9 @@ def test_ingest_writes_spec_files_and_json(tmp_path, capsys):
         assert list(store.read_table(out / name).columns) == list(cols)
     events = store.read_table(out / "events" / "rank-0.parquet")
     assert list(events.columns) == list(schema.EVENT_COLUMNS) and len(events) == 26932
-    assert not (out / store.MICROBATCHES).exists()  # unlabelled
+    assert not (out / store.MICROBATCHES).exists()  # no shapes, no labels: nothing invented
+    assert [t["microbatches"] for t in doc["traces"]] == [0, 0]
+    assert "sizes could not be read" in captured.err  # the A100 trace: 3 micro-batches found, no shapes
     assert not list(out.glob(".*"))  # staging removed
 
 
@@ -97,10 +99,14 @@ def test_labelled_ingest_writes_the_microbatch_contract(tmp_path, capsys):
     )
     assert rc == 0
     mb = store.read_table(out / store.MICROBATCHES)
-    assert list(mb.columns) == [*schema.MICROBATCH_COLUMNS, "trace"]  # the contract, then whose trace
-    assert set(mb["trace"]) == {str(A100)}
-    assert len(mb) == 3 and set(mb["precision"]) == {"bf16"} and set(mb["source"]) == {"trace"}
+    assert list(mb.columns[: len(schema.MICROBATCH_COLUMNS)]) == list(schema.MICROBATCH_COLUMNS)  # contract
+    assert list(mb.columns)[-1] == "trace" and set(mb["trace"]) == {str(A100)}  # then whose trace
+    # one forward/backward per ProfilerStep, found from the trace's structure, not taken as the step
+    assert len(mb) == 3 and set(mb["precision"]) == {"bf16"} and set(mb["source"]) == {"detected"}
+    assert mb["step"].tolist() == [4, 5, 6] and mb["repeat"].tolist() == [0, 1, 2]
     assert (mb["host_stall_seconds"] > 0).all()
+    # the label says bf16, the kernels are FP32 / TF32 (s1688gemm): said, the label kept
+    assert "label precision=bf16 but the GEMM kernels look fp32" in capsys.readouterr().err
 
 
 def test_sidecar_toml_labels_a_trace_and_cli_overrides(tmp_path):
@@ -150,7 +156,14 @@ def test_run_dir_range_log_ingests_with_null_gpu_metrics(tmp_path, capsys):
     assert main(["ingest", str(run), "-o", str(out), "--json"]) == 0
     captured = capsys.readouterr()
     doc = _json_line(captured.out)
-    assert doc["traces"] == [{"path": str(run), "format": "rangelog", "devices": []}]
+    (entry,) = doc["traces"]
+    assert {k: entry[k] for k in ("path", "format", "devices", "microbatches")} == {
+        "path": str(run),
+        "format": "rangelog",
+        "devices": [],
+        "microbatches": 6,
+    }
+    assert set(entry["phases"]) == {"update"}
     assert "no GPU devices" in captured.err
     ranges = store.read_table(out / store.RANGES)
     assert len(ranges) == 8 and ranges["host_stall_ns"].isna().all()
@@ -162,6 +175,7 @@ def test_run_dir_range_log_ingests_with_null_gpu_metrics(tmp_path, capsys):
     assert set(mb["tokens_per_microbatch"]) == {128}
     assert mb["gpu_busy_seconds"].isna().all() and (mb["seconds"] > 0).all()
     assert mb[["step", "microbatch"]].values.tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    assert set(mb["source"]) == {"range"} and mb["repeat"].tolist() == [0, 0, 0, 1, 1, 1]
 
 
 def test_cpu_only_trace_has_no_devices(tmp_path, capsys):
@@ -198,8 +212,11 @@ def test_missing_file_and_bad_label_exit_2(tmp_path, capsys):
     assert "missing.json: no such file" in capsys.readouterr().err
     assert main(["ingest", str(A100), "-o", str(tmp_path / "o2"), "--label", "precision=fp7"]) == 2
     assert "not a precision id" in capsys.readouterr().err
-    assert main(["ingest", str(A100), "-o", str(tmp_path / "o3"), "--label", "model=m"]) == 2
-    assert "missing precision, tokens_per_microbatch" in capsys.readouterr().err
+    # a partial label is fine: the trace cannot give sizes, so nothing is written and the note says why
+    assert main(["ingest", str(A100), "-o", str(tmp_path / "o3"), "--label", "model=m"]) == 0
+    err = capsys.readouterr().err
+    assert "3 micro-batches left out: sizes could not be read" in err and "record_shapes=True" in err
+    assert not (tmp_path / "o3" / store.MICROBATCHES).exists()
 
 
 def test_existing_output_is_never_overwritten(tmp_path, capsys):

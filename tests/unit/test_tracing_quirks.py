@@ -44,8 +44,9 @@ def test_range_on_main_thread_gets_autograd_thread_kernels_by_window():
     assert (r.thread_ops, r.thread_busy_ns) == (1, 4 * US)
     assert (r.window_ops, r.window_busy_ns, r.window_span_ns) == (3, 39 * US, 51 * US)
     assert r.host_stall_ns == 8 * US
-    assert r.busy_in_window_ns == 34 * US
-    assert r.busy_in_window_ns + r.host_stall_ns <= r.wall_ns
+    assert (r.wall_ns, r.gpu_end_ns, r.time_ns) == (50 * US, 155 * US, 55 * US)  # window [100, 155)
+    assert r.busy_in_window_ns == 39 * US
+    assert r.busy_in_window_ns + r.host_stall_ns <= r.time_ns
 
 
 def test_ns_resolution_timestamps_are_exact():

@@ -2,11 +2,12 @@
 
 Each fast path is checked against a slow reference on every real and quirk trace in ``tests/data``:
 bulk microsecond parsing, the categorical-to-string ``gpu_ops`` columns, array-based stream/device
-grouping, the array-built range table, and the kernel rules rewritten for the regex engine's literal scan.
+grouping, the array-built range table (its pandas reference builder lives here), and the kernel rules rewritten for the regex engine's literal scan.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 
 from tracing.analysis import attribution, kernel_classes, metrics
+from tracing.analysis.phases import default_phase_map
 from tracing.ingest.detect import load_trace
 from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
 from tracing.outputs import schema
@@ -121,12 +123,120 @@ def test_device_timelines_equal_per_group_frames(loaded):
             np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
 
 
-def test_array_built_range_table_equals_frame_built_one(loaded, monkeypatch):
+def _reference_range_table(trace, ops) -> pd.DataFrame:
+    """The range table built the straightforward pandas way (the builder the array one replaced): names
+    split row by row, a DataFrame sort, a Python nesting stack, per-row window ends, one astype at the end."""
+    phase_map = default_phase_map()
+    if trace.range_log is not None:
+        log = trace.range_log
+        df = pd.DataFrame(
+            {
+                "source": "rangelog",
+                "range_id": log["range_id"].astype("int64"),
+                "parent_id": log["parent_id"].astype("int64"),
+                "depth": log["depth"].astype("int64"),
+                "name": log["name"].astype(str),
+                "domain": "",
+                "pid": np.int64(schema.NO_ID),
+                "tid": log["tid"].astype("int64"),
+                "start_ns": log["start_ns"].astype("int64"),
+                "end_ns": log["end_ns"].astype("int64"),
+                "attrs": log["attrs"].astype(str),
+            }
+        )
+    else:
+        ev = trace.events[trace.events["kind"] == schema.RANGE]
+        split = [attribution.split_encoded_name(n) for n in ev["name"].astype(str)]
+        df = pd.DataFrame(
+            {
+                "source": "nvtx" if trace.format == "nsys" else "user_annotation",
+                "name": [n for n, _ in split],
+                "domain": ev["domain"].astype(str).to_numpy(),
+                "pid": ev["pid"].to_numpy(),
+                "tid": ev["tid"].to_numpy(),
+                "start_ns": ev["start_ns"].to_numpy(),
+                "end_ns": (ev["start_ns"] + ev["dur_ns"]).to_numpy(),
+                "attrs": [json.dumps(a, sort_keys=True) for _, a in split],
+            }
+        )
+        df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable")
+        df = df.reset_index(drop=True)
+        df.insert(1, "range_id", np.arange(len(df), dtype=np.int64))
+        parent, depth, stacks = [], [], {}
+        for i, r in enumerate(df.itertuples(index=False)):
+            stack = stacks.setdefault((r.pid, r.tid), [])
+            while stack and (stack[-1][1] <= r.start_ns or stack[-1][1] < r.end_ns):
+                stack.pop()
+            parent.append(stack[-1][0] if stack else schema.NO_ID)
+            depth.append(len(stack))
+            stack.append((i, r.end_ns))
+        df.insert(2, "parent_id", np.array(parent, np.int64))
+        df.insert(3, "depth", np.array(depth, np.int64))
+    df["wall_ns"] = df["end_ns"] - df["start_ns"]
+    df["phase"] = [phase_map.phase_of(n.split(", op_id = ")[0].split(", seq = ")[0]) for n in df["name"]]
+    gpu = [c for c, t in schema.RANGE_COLUMNS.items() if t == "Int64"]
+    df["time_ns"] = df["wall_ns"]
+    if trace.range_log is not None or len(ops) == 0:
+        for col in gpu:
+            df[col] = pd.array([pd.NA] * len(df), dtype="Int64")
+        df["gpu_reason"] = (
+            attribution.RANGELOG_REASON if trace.range_log is not None else attribution.NO_GPU_REASON
+        )
+    else:
+        launched = ops[ops["launch_start_ns"] != schema.NO_ID]
+        for prefix, by, keys in (
+            ("thread", ["pid", "launch_tid"], ["pid", "tid"]),
+            ("window", ["pid"], ["pid"]),
+        ):
+            n_ops, busy, first, last = attribution._attribute(
+                [df[k].to_numpy(np.int64) for k in keys],
+                df["start_ns"].to_numpy(np.int64),
+                df["end_ns"].to_numpy(np.int64),
+                {c: launched[c].to_numpy(np.int64) for c in (*by, "launch_start_ns", "start_ns", "end_ns")},
+                by,
+            )
+            df[f"{prefix}_ops"], df[f"{prefix}_busy_ns"] = n_ops, busy
+            df[f"{prefix}_span_ns"] = np.where(n_ops > 0, last - first, 0)
+            if prefix == "window":
+                df["gpu_end_ns"] = pd.array(
+                    [int(x) if k else pd.NA for x, k in zip(last, n_ops > 0, strict=True)], dtype="Int64"
+                )
+        window_end = [
+            max(e, g) if not pd.isna(g) else e for e, g in zip(df["end_ns"], df["gpu_end_ns"], strict=True)
+        ]
+        df["time_ns"] = np.array(window_end, np.int64) - df["start_ns"].to_numpy()
+        timelines = metrics.device_timelines(trace.events, ops)
+        df["busy_in_window_ns"], df["host_stall_ns"] = attribution.clipped_device_time(
+            df["pid"].to_numpy(), df["start_ns"].to_numpy(), np.array(window_end, np.int64), timelines
+        )
+        df["gpu_reason"] = ""
+    cols = [c for c in schema.RANGE_COLUMNS if c not in ("trace", "rank")]
+    return df.loc[:, cols].astype({c: schema.RANGE_COLUMNS[c] for c in cols})
+
+
+def test_array_built_range_table_equals_frame_built_one(loaded):
     trace, ops = loaded
     fast = attribution.attribute_ranges(trace, ops=ops)
-    monkeypatch.setattr(attribution, "_range_columns", lambda *_: None)  # force the DataFrame path
-    slow = attribution.attribute_ranges(trace, ops=ops)
-    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    pd.testing.assert_frame_equal(fast, _reference_range_table(trace, ops), check_exact=True)
+
+
+def test_range_log_range_table_equals_frame_built_one(tmp_path):
+    from tracing.capture.ranges import RangeLog
+    from tracing.ingest.rangelog import load_range_log
+    from tracing.outputs import store
+
+    log = RangeLog(emit_nvtx=False, emit_profiler=False)
+    with log.range("update", step=0), log.range("update/microbatch", step=0, microbatch=0, tokens=12):
+        pass
+    store.write_table(log.to_frame(), tmp_path / store.RANGES)
+    trace = load_range_log(tmp_path)
+    ops = metrics.gpu_ops(trace.events)
+    table = attribution.attribute_ranges(trace, ops=ops)
+    assert (
+        table["name"].tolist() == ["update", "update/microbatch"]
+        and (table["time_ns"] == table["wall_ns"]).all()
+    )
+    pd.testing.assert_frame_equal(table, _reference_range_table(trace, ops), check_exact=True)
 
 
 OLD_RULES = (

@@ -11,11 +11,21 @@ of the ops whose *innermost* annotation on the *launching thread* is that range)
   itself.
 
 For each: the op count, ``busy`` (|union| of the ops' intervals, which may run after the range ended) and
-``span`` (first op start -> last op end). Two time-clipped columns obey time conservation -- each is at
-most the range's wall time, and so is their sum, since stalls lie in gaps of the busy union:
+``span`` (first op start -> last op end).
 
-- ``busy_in_window_ns``: the device busy union inside [start, end];
-- ``host_stall_ns``: the device host-stall intervals (launch-end rule, ``metrics.py``) inside [start, end].
+One time basis (docs/contracts.md, v2), shared with the micro-batch table: a range's **window** runs from its start to the
+later of its end and ``gpu_end_ns``, the end of the last GPU op launched inside it (``window_*`` rule);
+``time_ns`` is its length. GPU work launched in a range runs asynchronously, often after the host moved on,
+so host wall time alone (``wall_ns``) can be far shorter than the work it caused. Two columns measured
+inside the window obey time conservation -- each is at most ``time_ns``, and so is their sum, since stalls
+lie in gaps of the busy union::
+
+    host   [== range ==]                  wall_ns
+    GPU         |==k1==|    |===k2===|    (launched inside the range)
+           [============ window ========] time_ns = max(end, gpu_end) - start
+
+- ``busy_in_window_ns``: the device busy union inside the window;
+- ``host_stall_ns``: the device host-stall intervals (launch-end rule, ``metrics.py``) inside the window.
 
 With several devices in one process the per-device intervals are merged first (time *some* device was busy
 or stalled). A trace without GPU ops leaves all GPU columns null with ``gpu_reason`` set.
@@ -31,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import metrics
+from tracing.analysis import metrics, shapes
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
@@ -69,66 +79,34 @@ def _number(text: str) -> object:
 
 def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
     """The ranges of a trace with nesting (parent_id, depth) and canonical phase; no GPU columns yet."""
-    phase_map = phase_map or default_phase_map()
-    if trace.range_log is not None:
-        log = trace.range_log
-        df = pd.DataFrame(
-            {
-                "source": "rangelog",
-                "range_id": log["range_id"].astype("int64"),
-                "parent_id": log["parent_id"].astype("int64"),
-                "depth": log["depth"].astype("int64"),
-                "name": log["name"].astype(str),
-                "domain": "",
-                "pid": np.int64(schema.NO_ID),
-                "tid": log["tid"].astype("int64"),
-                "start_ns": log["start_ns"].astype("int64"),
-                "end_ns": log["end_ns"].astype("int64"),
-                "attrs": log["attrs"].astype(str),
-            }
-        )
-    else:
-        ev = trace.events[metrics.kind_mask(trace.events, (schema.RANGE,))]
-        names, attrs = [], []
-        for raw in ev["name"].astype(str):
-            name, a = split_encoded_name(raw)
-            names.append(name)
-            attrs.append(json.dumps(a, sort_keys=True))
-        df = pd.DataFrame(
-            {
-                "source": "nvtx" if trace.format == "nsys" else "user_annotation",
-                "name": names,
-                "domain": ev["domain"].astype(str).to_numpy(),
-                "pid": ev["pid"].to_numpy(),
-                "tid": ev["tid"].to_numpy(),
-                "start_ns": ev["start_ns"].to_numpy(),
-                "end_ns": (ev["start_ns"] + ev["dur_ns"]).to_numpy(),
-                "attrs": attrs,
-            }
-        )
-        df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(
-            drop=True
-        )
-        df.insert(1, "range_id", np.arange(len(df), dtype=np.int64))
-        parent, depth = _nesting(df)
-        df.insert(2, "parent_id", parent)
-        df.insert(3, "depth", depth)
-    df["wall_ns"] = df["end_ns"] - df["start_ns"]
-    df["phase"] = [phase_map.phase_of(n) for n in df["name"]]
-    return df
-
-
-def _nesting(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Parent and depth per range: ranges nest per (pid, tid) by containment (input sorted by start)."""
-    return _nesting_arrays(
-        df["pid"].to_numpy(), df["tid"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    cols = _range_columns(trace, phase_map)
+    return pd.DataFrame({c: cols[c] for c in _FRAME_COLUMNS}).astype(
+        {c: schema.RANGE_COLUMNS[c] for c in _FRAME_COLUMNS}
     )
+
+
+_FRAME_COLUMNS = (
+    "source",
+    "range_id",
+    "parent_id",
+    "depth",
+    "name",
+    "domain",
+    "pid",
+    "tid",
+    "start_ns",
+    "end_ns",
+    "attrs",
+    "wall_ns",
+    "phase",
+)
 
 
 def _nesting_arrays(
     pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_nesting` on arrays (sorted by start, then end descending)."""
+    """Parent and depth per range: ranges nest per (pid, tid) by containment (sorted by start, then end
+    descending)."""
     parent = np.full(len(pid), schema.NO_ID, np.int64)
     depth = np.zeros(len(pid), np.int64)
     stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -162,60 +140,57 @@ def attribute_ranges(
 
     ``ops`` / ``timelines`` (from ``metrics.gpu_ops`` / ``metrics.device_timelines``) may be passed to reuse them.
     """
+    cols = _range_columns(trace, phase_map)
     ops = metrics.gpu_ops(trace.events) if ops is None else ops
-    if trace.range_log is None and len(ops) > 0:
-        cols = _range_columns(trace, phase_map)
-        if cols is not None:
-            timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
-            return _attributed_frame(cols, ops, timelines)
-    df = range_frame(trace, phase_map)
-    gpu_cols = [c for c, t in schema.RANGE_COLUMNS.items() if t == "Int64"]
-    for col in gpu_cols:
-        df[col] = pd.array([pd.NA] * len(df), dtype="Int64")
     if trace.range_log is not None or len(ops) == 0:
-        df["gpu_reason"] = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
-        return _ordered(df)
-    df["gpu_reason"] = ""
+        reason = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
+        return _frame(cols, reason)
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
-    launched = ops[ops["launch_start_ns"] != schema.NO_ID]
-    for prefix, by, keys in (("thread", ["pid", "launch_tid"], ["pid", "tid"]), ("window", ["pid"], ["pid"])):
-        counts = _attribute(
-            [df[k].to_numpy(np.int64) for k in keys],
-            df["start_ns"].to_numpy(np.int64),
-            df["end_ns"].to_numpy(np.int64),
-            {c: launched[c].to_numpy(np.int64) for c in (*by, "launch_start_ns", "start_ns", "end_ns")},
-            by,
-        )
-        for suffix, values in zip(("ops", "busy_ns", "span_ns"), counts, strict=True):
-            df[f"{prefix}_{suffix}"] = pd.array(values, dtype="Int64")
-    busy, stall = _clipped_device_time(
-        df["pid"].to_numpy(np.int64), df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), timelines
-    )
-    df["busy_in_window_ns"] = pd.array(busy, dtype="Int64")
-    df["host_stall_ns"] = pd.array(stall, dtype="Int64")
-    return _ordered(df)
+    keep = ops["launch_start_ns"].to_numpy() != schema.NO_ID
+    launched = {
+        c: ops[c].to_numpy(np.int64)[keep]
+        for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
+    }
+    pid, tid = cols["pid"], cols["tid"]
+    start, end = cols["start_ns"], cols["end_ns"]
+    gpu_end = None
+    for prefix, by, keys in (("thread", ["pid", "launch_tid"], [pid, tid]), ("window", ["pid"], [pid])):
+        n_ops, busy, first, last = _attribute(keys, start, end, launched, by)
+        cols[f"{prefix}_ops"], cols[f"{prefix}_busy_ns"] = n_ops, busy
+        cols[f"{prefix}_span_ns"] = np.where(n_ops > 0, last - first, 0)
+        gpu_end = last if prefix == "window" else gpu_end
+    assert gpu_end is not None
+    launched_any = cols["window_ops"] > 0
+    window_end = np.where(launched_any, np.maximum(end, gpu_end), end)
+    cols["gpu_end_ns"] = pd.array(np.where(launched_any, gpu_end, 0), dtype="Int64")
+    cols["gpu_end_ns"][~launched_any] = pd.NA
+    cols["time_ns"] = window_end - start
+    cols["busy_in_window_ns"], cols["host_stall_ns"] = _clipped_device_time(pid, start, window_end, timelines)
+    return _frame(cols, "")
 
 
-def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any] | None:
-    """The event-based ranges as arrays, in ``range_frame``'s order and values; None for unusual names.
+def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any]:
+    """The ranges (events of kind range, or the range log) as arrays, sorted by (start, -end), with nesting.
 
     Names are split, JSON-encoded and mapped to phases once per distinct name (category code), not per row.
     """
     phase_map = phase_map or default_phase_map()
+    if trace.range_log is not None:
+        return _range_log_columns(trace.range_log, phase_map)
     events = trace.events
     mask = metrics.kind_mask(events, (schema.RANGE,))
     name_codes = events["name"].cat.codes.to_numpy()[mask]
     dom_codes = events["domain"].cat.codes.to_numpy()[mask]
-    if (name_codes < 0).any() or (dom_codes < 0).any():
-        return None
-    name_cats, dom_cats = events["name"].cat.categories, events["domain"].cat.categories
+    name_cats = [*map(str, events["name"].cat.categories), ""]  # code -1 (a missing name) -> ""
+    dom_cats = [*map(str, events["domain"].cat.categories), ""]
     split: dict[int, tuple[str, str, str]] = {}
     for code in np.unique(name_codes).tolist():
-        name, attrs = split_encoded_name(str(name_cats[code]))
-        split[code] = (name, json.dumps(attrs, sort_keys=True), phase_map.phase_of(name))
+        name, attrs = split_encoded_name(name_cats[code])
+        phase = phase_map.phase_of(shapes.base_op_name(name))  # emit_nvtx suffixes ", op_id = 7" too
+        split[code] = (name, json.dumps(attrs, sort_keys=True), phase)
     start = events["start_ns"].to_numpy()[mask]
     end = start + events["dur_ns"].to_numpy()[mask]
-    order = np.lexsort((-end, start))  # start ascending, end descending, stable (as range_frame's sort)
+    order = np.lexsort((-end, start))  # start ascending, end descending, stable
     pid, tid = events["pid"].to_numpy()[mask][order], events["tid"].to_numpy()[mask][order]
     start, end = start[order], end[order]
     codes = name_codes[order].tolist()
@@ -226,7 +201,7 @@ def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any] |
         "parent_id": parent,
         "depth": depth,
         "name": [split[c][0] for c in codes],
-        "domain": [str(dom_cats[c]) for c in dom_codes[order].tolist()],
+        "domain": [dom_cats[c] for c in dom_codes[order].tolist()],
         "phase": [split[c][2] for c in codes],
         "pid": pid,
         "tid": tid,
@@ -237,30 +212,54 @@ def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any] |
     }
 
 
-def _attributed_frame(
-    cols: dict[str, Any], ops: pd.DataFrame, timelines: list[metrics.DeviceTimeline]
-) -> pd.DataFrame:
-    """:func:`attribute_ranges`' table from :func:`_range_columns`, built once with its final dtypes."""
-    keep = ops["launch_start_ns"].to_numpy() != schema.NO_ID
-    launched = {
-        c: ops[c].to_numpy(np.int64)[keep]
-        for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
+def _range_log_columns(log: pd.DataFrame, phase_map: PhaseMap) -> dict[str, Any]:
+    """mxperf's range log as range columns (its own ids, nesting and attributes)."""
+    names = log["name"].astype(str).tolist()
+    phases = {n: phase_map.phase_of(n) for n in set(names)}
+    start = log["start_ns"].to_numpy(np.int64)
+    end = log["end_ns"].to_numpy(np.int64)
+    return {
+        "source": ["rangelog"] * len(log),
+        "range_id": log["range_id"].to_numpy(np.int64),
+        "parent_id": log["parent_id"].to_numpy(np.int64),
+        "depth": log["depth"].to_numpy(np.int64),
+        "name": names,
+        "domain": [""] * len(log),
+        "phase": [phases[n] for n in names],
+        "pid": np.full(len(log), schema.NO_ID, np.int64),
+        "tid": log["tid"].to_numpy(np.int64),
+        "start_ns": start,
+        "end_ns": end,
+        "wall_ns": end - start,
+        "attrs": log["attrs"].astype(str).tolist(),
     }
-    pid, tid = cols["pid"], cols["tid"]
-    start, end = cols["start_ns"], cols["end_ns"]
-    out = dict(cols)
-    for prefix, by, keys in (("thread", ["pid", "launch_tid"], [pid, tid]), ("window", ["pid"], [pid])):
-        counts = _attribute(keys, start, end, launched, by)
-        for suffix, values in zip(("ops", "busy_ns", "span_ns"), counts, strict=True):
-            out[f"{prefix}_{suffix}"] = values
-    out["busy_in_window_ns"], out["host_stall_ns"] = _clipped_device_time(pid, start, end, timelines)
-    out["gpu_reason"] = [""] * len(start)
+
+
+def _frame(cols: dict[str, Any], gpu_reason: str) -> pd.DataFrame:
+    """The range table from its columns, built once with its final dtypes; GPU columns absent -> null."""
+    n = len(cols["start_ns"])
     data = {}
     for c, dtype in schema.RANGE_COLUMNS.items():
         if c in ("trace", "rank"):
             continue
-        data[c] = np.asarray(out[c], np.int64) if dtype == "int64" else pd.array(out[c], dtype=dtype)
+        if c == "gpu_reason":
+            data[c] = pd.array([gpu_reason] * n, dtype=dtype)
+        elif c == "time_ns" and c not in cols:
+            data[c] = np.asarray(cols["wall_ns"], np.int64)
+        elif c not in cols:
+            data[c] = pd.array([pd.NA] * n, dtype=dtype)
+        elif dtype == "int64":
+            data[c] = np.asarray(cols[c], np.int64)
+        else:
+            data[c] = pd.array(cols[c], dtype=dtype)
     return pd.DataFrame(data, copy=False)
+
+
+def clipped_device_time(
+    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per window [start, end) of process ``pid``: its devices' busy union and host stall inside it (ns)."""
+    return _clipped_device_time(np.asarray(pid, np.int64), np.asarray(start), np.asarray(end), timelines)
 
 
 def _clipped_device_time(
@@ -293,17 +292,19 @@ def _attribute(
     ends: np.ndarray,
     launched: dict[str, np.ndarray],
     by: list[str],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ops launched in each range (same ``by`` key, launch start in [start, end]): count, busy, span.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ops launched in each range (same ``by`` key, launch start in [start, end]): count, busy, first op
+    start and last op end (0 where none).
 
     Vectorized: ops sorted by (group, launch start); each range's ops are one contiguous slice [lo, hi) of
-    that order (searchsorted per group); span by ``reduceat`` over the slice bounds; busy by
+    that order (searchsorted per group); first/last by ``reduceat`` over the slice bounds; busy by
     :func:`_slice_measures`.
     """
     n = len(starts)
     ops_n = np.zeros(n, np.int64)
     busy = np.zeros(n, np.int64)
-    span = np.zeros(n, np.int64)
+    first = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
     op_keys = [launched[k] for k in by]
     ls = launched["launch_start_ns"]
     order = np.lexsort((ls, *reversed(op_keys)))
@@ -330,11 +331,10 @@ def _attribute(
     hit = np.flatnonzero(hi > lo)
     if len(hit):
         ops_n[hit] = hi[hit] - lo[hit]
-        span[hit] = _slice_reduce(np.maximum, e_all, lo[hit], hi[hit]) - _slice_reduce(
-            np.minimum, s_all, lo[hit], hi[hit]
-        )
+        last[hit] = _slice_reduce(np.maximum, e_all, lo[hit], hi[hit])
+        first[hit] = _slice_reduce(np.minimum, s_all, lo[hit], hi[hit])
         busy[hit] = _slice_measures(s_all, e_all, lo[hit], hi[hit])
-    return ops_n, busy, span
+    return ops_n, busy, first, last
 
 
 def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -396,8 +396,3 @@ def _gathered_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, lengt
     prev[first] = np.iinfo(np.int64).min
     gain = run - np.maximum(s, prev)  # no clamp: telescopes to union_intervals' block sums exactly
     return np.add.reduceat(gain, first)
-
-
-def _ordered(df: pd.DataFrame) -> pd.DataFrame:
-    cols = [c for c in schema.RANGE_COLUMNS if c not in ("trace", "rank")]
-    return df.loc[:, cols].astype({c: schema.RANGE_COLUMNS[c] for c in cols})

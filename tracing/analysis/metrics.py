@@ -234,11 +234,16 @@ def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
 
 
 def device_metrics(events: pd.DataFrame, timelines: list[DeviceTimeline] | None = None) -> pd.DataFrame:
-    """Per (process, device): span, busy, idle, host stall (launch-end rule), unattributed, counts.
+    """Per (process, device): span, busy, idle, host stall (launch-end rule), unattributed, counts, and
+    the device seen by every process of the trace (:mod:`tracing.analysis.colocated`).
 
     A trace without GPU ops gives zero rows (GPU metrics are then null with a reason, never a CPU stand-in).
     """
-    rows = [t.row for t in (device_timelines(events) if timelines is None else timelines)]
+    from tracing.analysis.colocated import shared_device_time  # it builds on this module
+
+    timelines = device_timelines(events) if timelines is None else timelines
+    shared = shared_device_time(timelines)  # processes of this trace that share a device
+    rows = [{**t.row, **s} for t, s in zip(timelines, shared, strict=True)]
     cols = [c for c in schema.DEVICE_COLUMNS if c not in ("trace", "format", "rank")]
     if not rows:
         return schema.empty_frame({c: schema.DEVICE_COLUMNS[c] for c in cols})

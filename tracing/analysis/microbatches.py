@@ -1,79 +1,320 @@
-"""The micro-batch table (``schema.MICROBATCH_COLUMNS``) of one ingested trace, for the cost model.
+"""The micro-batch table (``schema.MICROBATCH_COLUMNS``, docs/contracts.md, v2) of one trace, for the cost model.
 
-Each micro-batch is one occurrence of the micro-batch range:
+Rows come from :mod:`tracing.analysis.mbdetect` (explicit micro-batch ranges, ``source = "range"``, else
+micro-batches cut from the forward/backward structure, ``source = "detected"``); labels fill only what
+the trace cannot say and never override what it measured:
 
-1. mxperf's ``update/microbatch`` (its attributes carry step, microbatch, tokens, precision, peak memory);
-2. else the ranges matching ``--microbatch-range PATTERN`` (a regular expression, full match);
-3. else each ``ProfilerStep#N`` (torch.profiler's step; the step number is N).
+- ``tokens_per_microbatch``: ``--label tokens_per_microbatch`` (the budget asked for), else the tokens
+  read from the op shapes; ``num_tokens``: the tokens read (range attributes, embedding indices, first
+  GEMM), else the label. With neither, the micro-batch is left out and the note says why.
+- ``precision``: range attributes, else ``--label precision``, else the GEMM kernel names
+  (:mod:`tracing.analysis.precision`); a label the kernels contradict is kept with a warning naming both.
+- ``model``: ``--label model``, else the embedding table's shape (``unlabelled-v<vocab>-h<hidden>``), else
+  ``unlabelled``. ``phase``: the enclosing phase range, else ``--label phase``, else ``update`` for
+  micro-batches with a backward pass.
+- ``step``: range attributes, else the enclosing ``ProfilerStep#N``, else the phase range's ordinal on its
+  process; ``microbatch``: the index within (process, phase, step); ``repeat``: one traced step of one
+  rank (a dense index over (rank, process, step)).
 
-``seconds`` is the range's wall time; ``gpu_busy_seconds`` the busy union of the GPU work launched in its
-window from any thread (autograd launches backward kernels on its own thread); ``host_stall_seconds`` the
-device host-stall time inside the window (launch-end rule). Both are null without GPU ops.
+One time basis (docs/contracts.md, v2): ``seconds`` runs from the micro-batch's first host op to the later of its last
+host op and the end of the last GPU op it launched (any thread of its process); ``gpu_busy_seconds`` and
+``host_stall_seconds`` are the device busy union and host stall (``metrics.py``) inside that window.
 """
 
 from __future__ import annotations
 
-import json
-import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from tracing.analysis import attribution, mbdetect, metrics
+from tracing.analysis.mbsignals import Signals, gather_signals
+from tracing.analysis.precision import PrecisionEvidence, detect_precision, reconcile
+from tracing.ingest.trace import Trace
 from tracing.outputs import schema
 from tracing.outputs.labels import Labels
 
-MXPERF_MICROBATCH = "update/microbatch"
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+EXTRA_COLUMNS: dict[str, str] = {
+    "pid": "int64",
+    "start_ns": "int64",  # the window (docs/contracts.md, v2 time basis), trace clock
+    "end_ns": "int64",
+    "tokens_from": "string",  # attrs | embedding | gemm | label
+    # part of the window that overlaps an earlier micro-batch's window on the same process: with no sync
+    # between micro-batches the host runs ahead and the window includes waiting for that earlier GPU work
+    "overlap_seconds": "float64",
+}
+SIZES_HELP = (
+    "Kineto: torch.profiler record_shapes=True (verl: profiler tool_config.torch.contents [cpu, cuda, shapes]); "
+    "nsys: torch.autograd.profiler.emit_nvtx(record_shapes=True) (Megatron-LM --profile --record-shapes)"
+)
 
 
-def select_microbatch_ranges(ranges: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame:
-    """The rows of a range table that are micro-batches (see the module docstring for the order)."""
-    names = ranges["name"].astype(str)
-    if pattern:
-        rx = re.compile(pattern)
-        return ranges[names.map(lambda n: rx.fullmatch(n) is not None).to_numpy(dtype=bool)]
-    mine = ranges[names == MXPERF_MICROBATCH]
-    if len(mine):
-        return mine
-    return ranges[names.str.match(_PROFILER_STEP.pattern).to_numpy(dtype=bool)]
+@dataclass
+class MicrobatchResult:
+    """The table plus what people need to trust it: per (process, phase) notes and the precision evidence."""
+
+    table: pd.DataFrame
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    precision: PrecisionEvidence | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def lines(self, path: str) -> list[str]:
+        """Human lines for stderr."""
+        out = [f"{path}: {w}" for w in self.warnings]
+        for n in self.notes:
+            head = f"{path}: pid {n['pid']} {n['phase']}: {n['microbatches']} micro-batches ({n['source']})"
+            out.append(head + (f"; {'; '.join(n['problems'])}" if n["problems"] else ""))
+        return out
 
 
-def microbatch_table(ranges: pd.DataFrame, labels: Labels, *, pattern: str | None = None) -> pd.DataFrame:
-    """One row per micro-batch range; ``labels`` fill what the trace lacks (attributes win where present)."""
-    sel = select_microbatch_ranges(ranges, pattern).sort_values("start_ns", kind="stable")
-    rows = []
-    index_in_step: dict[int, int] = {}
-    for i, r in enumerate(sel.itertuples(index=False)):
-        attrs = json.loads(r.attrs) if r.attrs else {}
-        m = _PROFILER_STEP.match(str(r.name))
-        step = int(attrs.get("step", int(m.group(1)) if m else i))
-        mb = int(attrs["microbatch"]) if "microbatch" in attrs else index_in_step.get(step, 0)
-        index_in_step[step] = mb + 1
-        size = labels.tokens_per_microbatch
-        tokens = attrs.get("tokens", attrs.get("num_tokens", size))
-        busy, stall = r.window_busy_ns, r.host_stall_ns
-        rows.append(
-            {
-                "model": labels.model,
-                "precision": str(attrs["precision"]) if "precision" in attrs else labels.precision,
-                "phase": labels.phase or (r.phase if r.phase != "other" else "update"),
-                "tokens_per_microbatch": size,
-                "num_tokens": int(tokens) if tokens is not None else size,
-                "repeat": labels.repeat or 0,
-                "step": step,
-                "microbatch": mb,
-                "seconds": r.wall_ns / 1e9,
-                "gpu_busy_seconds": None if pd.isna(busy) else busy / 1e9,
-                "host_stall_seconds": None if pd.isna(stall) else stall / 1e9,
-                "peak_mem_bytes": attrs.get("peak_mem_bytes"),
-                "flops": attrs.get("flops"),
-                "source": "trace",
-            }
+def find_microbatches(
+    trace: Trace,
+    ranges: pd.DataFrame,
+    labels: Labels | None = None,
+    *,
+    pattern: str | None = None,
+    ops: pd.DataFrame | None = None,
+    timelines: list[metrics.DeviceTimeline] | None = None,
+) -> MicrobatchResult:
+    """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``)."""
+    labels = labels or Labels()
+    ops = metrics.gpu_ops(trace.events) if ops is None else ops
+    timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
+    sig = gather_signals(trace.events, ops)
+    evidence = detect_precision(ops)
+    precision, warning = reconcile(labels.precision, evidence)
+    findings = _findings(sig, ranges, pattern, trace.range_log is not None)
+    rows, notes = _rows(findings, ranges, labels, precision, evidence)
+    table = _table(rows, sig, trace, timelines, len(ops) > 0)
+    _note_overlaps(table, notes)
+    return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
+
+
+def _note_overlaps(table: pd.DataFrame, notes: list[dict[str, Any]]) -> None:
+    """Say where micro-batch windows overlap (no sync between micro-batches): their seconds then include
+    waiting for earlier GPU work, so they over-state a micro-batch's own cost."""
+    for n in notes:
+        mine = table[(table["pid"] == n["pid"]) & (table["phase"] == n["phase"])]
+        k = int((mine["overlap_seconds"] > 0.05 * mine["seconds"]).sum())
+        if k:
+            n["problems"].append(
+                f"{k} of {len(mine)} start while an earlier micro-batch's GPU work still runs (no sync between "
+                "them): their seconds include that wait (overlap_seconds)"
+            )
+
+
+def microbatch_table(
+    trace: Trace, labels: Labels | None = None, *, pattern: str | None = None
+) -> pd.DataFrame:
+    """:func:`find_microbatches`' table for a trace alone (notebooks: ``tracing.open(path).microbatches()``)."""
+    return find_microbatches(trace, attribution.attribute_ranges(trace), labels, pattern=pattern).table
+
+
+def _findings(
+    sig: Signals, ranges: pd.DataFrame, pattern: str | None, ranges_only: bool = False
+) -> list[mbdetect.Finding]:
+    regions, explicit, whole = mbdetect.find_regions(ranges, pattern)
+    found: list[mbdetect.Finding] = []
+    inside: set[int] = set()
+    for r in explicit.itertuples(index=False):
+        host = _enclosing(regions, int(r.pid), int(r.start_ns), int(r.end_ns))
+        own = str(r.phase) if str(r.phase) in mbdetect.MICROBATCH_PHASES else None
+        found.append(mbdetect.explicit_cut(sig, r, host.phase if host else own))
+        if host is not None:
+            inside.add(regions.index(host))
+    if pattern is not None or ranges_only:
+        # --microbatch-range names the micro-batches; an mxperf range log has no ops to cut with
+        if pattern is not None and len(explicit) == 0:
+            found.append(mbdetect.Finding(_NO_REGION, [], f"no range matches --microbatch-range {pattern!r}"))
+        return [_with_steps(f, regions, mbdetect.profiler_steps(ranges)) for f in found]
+    # a range with explicit micro-batch ranges inside is cut by them
+    found += [mbdetect.cut_region(sig, g) for k, g in enumerate(regions) if k not in inside]
+    has_ranges = set(ranges["pid"].tolist())
+    for pid in sorted((set(sig.processes) - has_ranges) | set(whole)):  # no ranges, or only op ranges
+        region = mbdetect.whole_process_region(sig, pid)
+        if region is not None:
+            found.append(mbdetect.cut_region(sig, region))
+    steps = mbdetect.profiler_steps(ranges)
+    return [_with_steps(f, regions, steps) for f in found]
+
+
+_NO_REGION = mbdetect.Region(-1, -1, None, 0, 0, -1, "")
+
+
+def _enclosing(regions: list[mbdetect.Region], pid: int, lo: int, hi: int) -> mbdetect.Region | None:
+    best = None
+    for r in regions:
+        inside = r.pid == pid and r.start_ns <= lo and hi <= r.end_ns
+        if inside and (best is None or r.end_ns - r.start_ns < best.end_ns - best.start_ns):
+            best = r
+    return best
+
+
+def _with_steps(f: mbdetect.Finding, regions: list[mbdetect.Region], steps: pd.DataFrame) -> mbdetect.Finding:
+    """Step of each cut: attributes, else the enclosing ProfilerStep#N, else the region's ordinal."""
+    same = [r for r in regions if r.pid == f.region.pid and r.phase == f.region.phase]
+    ordinal = next((i for i, r in enumerate(same) if r.start_ns <= f.region.start_ns <= r.end_ns), 0)
+    mine = steps[steps["pid"] == f.region.pid]
+    cuts = []
+    for c in f.cuts:
+        step = c.step
+        if step < 0:
+            hit = mine[(mine["start_ns"] <= c.start_ns) & (c.start_ns <= mine["end_ns"])]
+            step = int(hit["step"].iloc[0]) if len(hit) else ordinal
+        cuts.append(replace(c, step=step))
+    return mbdetect.Finding(f.region, cuts, f.reason)
+
+
+def _rows(
+    findings: list[mbdetect.Finding],
+    ranges: pd.DataFrame,
+    labels: Labels,
+    precision: str | None,
+    evidence: PrecisionEvidence,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows: list[dict[str, Any]] = []
+    notes: dict[tuple[int, str], dict[str, Any]] = {}
+    for f in findings:
+        for c in f.cuts:
+            phase = c.phase or labels.phase or ("update" if c.backward else None)
+            note = _note(notes, c.pid, phase or "unknown phase")
+            note["sources"][c.source] += 1
+            tokens = c.tokens if c.tokens else None
+            size = labels.tokens_per_microbatch or tokens
+            prec = str(c.attrs["precision"]) if "precision" in c.attrs else precision
+            missing = []
+            if size is None:
+                missing.append("sizes could not be read")
+            if prec is None:
+                missing.append("precision unknown")
+            if phase is None:
+                missing.append("phase unknown")
+            if missing:
+                for m in missing:
+                    note["dropped"][m] += 1
+                continue
+            note["microbatches"] += 1
+            rows.append(
+                {
+                    "model": labels.model or c.model or "unlabelled",
+                    "precision": prec,
+                    "phase": phase,
+                    "tokens_per_microbatch": int(size),
+                    "num_tokens": int(tokens or size),
+                    "step": c.step,
+                    "microbatch": c.microbatch,
+                    "source": c.source,
+                    "pid": c.pid,
+                    "start_ns": c.start_ns,
+                    "host_end_ns": c.host_end_ns,
+                    "tokens_from": c.tokens_from if tokens else "label",
+                    "peak_mem_bytes": c.attrs.get("peak_mem_bytes"),
+                    "flops": c.attrs.get("flops"),
+                }
+            )
+        if f.reason:
+            _note(notes, f.region.pid, f.region.phase or labels.phase or "unknown phase")["ambiguous"].append(
+                f"{f.region.name or 'whole process'} @ {f.region.start_ns}: {f.reason}"
+            )
+    return rows, [_finish_note(n, evidence, labels) for n in notes.values()]
+
+
+def _note(notes: dict[tuple[int, str], dict[str, Any]], pid: int, phase: str) -> dict[str, Any]:
+    return notes.setdefault(
+        (pid, phase),
+        {
+            "pid": pid,
+            "phase": phase,
+            "microbatches": 0,
+            "sources": Counter(),
+            "dropped": Counter(),
+            "ambiguous": [],
+        },
+    )
+
+
+def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, labels: Labels) -> dict[str, Any]:
+    problems = []
+    for what, k in n["dropped"].items():
+        fix = {
+            "sizes could not be read": f"enable shapes ({SIZES_HELP}) or pass --label tokens_per_microbatch=N",
+            "precision unknown": f"{evidence.reason}; pass --label precision=ID",
+            "phase unknown": "no phase range encloses them; pass --label phase=PHASE",
+        }[what]
+        problems.append(f"{k} micro-batches left out: {what} ({fix})")
+    if n["ambiguous"]:
+        problems.append(
+            f"{len(n['ambiguous'])} range(s) not cut, no micro-batches guessed: " + " | ".join(n["ambiguous"])
         )
+    return {
+        "pid": n["pid"],
+        "phase": n["phase"],
+        "microbatches": n["microbatches"],
+        "source": "+".join(sorted(n["sources"])) or "none",
+        "dropped": dict(n["dropped"]),
+        "ambiguous": n["ambiguous"],
+        "problems": problems,
+    }
+
+
+def _table(
+    rows: list[dict[str, Any]], sig: Signals, trace: Trace, timelines: list[Any], has_gpu: bool
+) -> pd.DataFrame:
+    cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
-        return schema.empty_frame(schema.MICROBATCH_COLUMNS)
-    df = pd.DataFrame(rows, columns=list(schema.MICROBATCH_COLUMNS))
-    for col in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
-        df[col] = pd.array([np.nan if v is None else float(v) for v in df[col]], dtype="Float64")
-        df[col] = df[col].mask(df[col].isna(), pd.NA)
-    return schema.conform(df, schema.MICROBATCH_COLUMNS, "microbatches")
+        return schema.empty_frame(cols)
+    df = pd.DataFrame(rows)
+    start = df["start_ns"].to_numpy(np.int64)
+    host_end = df["host_end_ns"].to_numpy(np.int64)
+    pid = df["pid"].to_numpy(np.int64)
+    gpu_end = np.array(
+        [_gpu_end(sig, int(p), int(a), int(b)) for p, a, b in zip(pid, start, host_end, strict=True)],
+        np.int64,
+    )
+    end = np.maximum(host_end, gpu_end)
+    df["end_ns"] = end
+    df["seconds"] = (end - start) / 1e9
+    if has_gpu:
+        busy, stall = attribution.clipped_device_time(pid, start, end, timelines)
+        df["gpu_busy_seconds"] = busy / 1e9
+        df["host_stall_seconds"] = stall / 1e9
+    else:
+        df["gpu_busy_seconds"] = df["host_stall_seconds"] = None
+    df["rank"] = trace.rank
+    df = df.sort_values(["pid", "start_ns"], kind="stable", ignore_index=True)
+    df["overlap_seconds"] = (
+        _overlaps(df["pid"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()) / 1e9
+    )
+    df = df.sort_values(["pid", "phase", "step", "start_ns"], kind="stable", ignore_index=True)
+    given = df["microbatch"].notna()
+    index = df.groupby(["pid", "phase", "step"], sort=False).cumcount()
+    df["microbatch"] = np.where(given, df["microbatch"].fillna(0), index).astype(np.int64)
+    df["repeat"] = df.groupby(["pid", "step"], sort=True).ngroup().astype(np.int64)
+    for c in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
+        df[c] = pd.array([None if v is None or pd.isna(v) else float(v) for v in df[c]], dtype="Float64")
+    df["rank"] = pd.array([trace.rank] * len(df), dtype="Int64")
+    return schema.conform(df, cols, "microbatches")
+
+
+def _overlaps(pid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per window (sorted by process, then start): ns of it that an earlier window of its process covers."""
+    out = np.zeros(len(start), np.int64)
+    reach: dict[int, int] = {}
+    for i, (p, s0, e0) in enumerate(zip(pid.tolist(), start.tolist(), end.tolist(), strict=True)):
+        if p in reach:
+            out[i] = max(0, min(e0, reach[p]) - s0)
+        reach[p] = max(reach.get(p, e0), e0)
+    return out
+
+
+def _gpu_end(sig: Signals, pid: int, lo: int, hi: int) -> int:
+    """End of the last GPU op launched in [lo, hi] by the process (any thread); ``lo`` when none."""
+    p = sig.processes.get(pid)
+    if p is None or len(p.l_start) == 0:
+        return lo
+    a = np.searchsorted(p.l_start, lo, side="left")
+    b = np.searchsorted(p.l_start, hi, side="right")
+    return int(p.op_end[a:b].max()) if b > a else lo

@@ -131,7 +131,8 @@ def _finish(path: Path, meta: dict[str, Any], c: Columns, rank: int | None, skip
         columns["start_ns"] = columns["start_ns"] + np.int64(base_ns)
     columns["name"] = np.frombuffer(c.name, dtype=np.int32) if len(c.name) else np.zeros(0, np.int32)
     columns["kind"] = np.frombuffer(c.kind, dtype=np.int8) if len(c.kind) else np.zeros(0, np.int8)
-    events = events_frame(columns, list(c.names), list(schema.EVENT_KINDS), [""])
+    columns["shapes"] = np.frombuffer(c.shape, dtype=np.int32) if len(c.shape) else np.zeros(0, np.int32)
+    events = events_frame(columns, list(c.names), list(schema.EVENT_KINDS), [""], list(c.shapes))
     _assign_gpu_pids(events)
     dist = meta.get("distributedInfo")
     file_rank = dist.get("rank") if isinstance(dist, dict) else None

@@ -7,6 +7,8 @@ decoded by ``json`` into dicts (:func:`batch_rows`), and, for any batch either m
 
 from __future__ import annotations
 
+import json
+import re
 from array import array
 from decimal import Decimal, InvalidOperation
 from itertools import compress
@@ -65,17 +67,50 @@ def as_int(value: Any) -> int:
     raise TypeError(f"expected an integer, got {value!r}")
 
 
+_PLAIN_DIMS = re.compile(rb"[\[\]0-9, \t\n\r]*")  # Input Dims of non-negative ints: canonical = no whitespace
+_WHITESPACE = re.compile(rb"[ \t\n\r]+")
+
+
+def shape_text(value: Any) -> str:
+    """``args["Input Dims"]`` (a decoded JSON value) -> its compact JSON text, the ``shapes`` column value."""
+    if value is None:
+        return ""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 class Columns:
     """Growable int64 columns plus interned names: the whole per-event state of the parser."""
 
     def __init__(self) -> None:
         self.cols: dict[str, array] = {
-            c: array("q") for c in schema.EVENT_COLUMNS if c not in ("name", "kind", "domain")
+            c: array("q") for c in schema.EVENT_COLUMNS if c not in ("name", "kind", "domain", "shapes")
         }
         self.name = array("i")
         self.kind = array("b")
+        self.shape = array("i")
         self.names: dict[str, int] = {}
+        self.shapes: dict[str, int] = {"": 0}  # canonical Input Dims text -> code
+        self._raw_shapes: dict[bytes, int] = {b"": 0}  # raw text (msgspec) -> code
         self.text_ids: dict[str, int] = {}  # non-integer pid/tid values (e.g. "Spans") -> negative ids
+
+    def shape_code(self, value: Any) -> int:
+        """Code of a decoded ``Input Dims`` value (None: absent -> 0)."""
+        if value is None:
+            return 0
+        text = shape_text(value)
+        return self.shapes.setdefault(text, len(self.shapes))
+
+    def raw_shape_code(self, raw: bytes) -> int:
+        """Code of an ``Input Dims`` raw JSON text (msgspec); the same code :meth:`shape_code` gives."""
+        code = self._raw_shapes.get(raw)
+        if code is None:
+            if _PLAIN_DIMS.fullmatch(raw):
+                text = _WHITESPACE.sub(b"", raw).decode("ascii")
+                code = self.shapes.setdefault(text, len(self.shapes))
+            else:
+                code = self.shape_code(json.loads(raw, parse_float=str))
+            self._raw_shapes[raw] = code
+        return code
 
     def name_code(self, name: str) -> int:
         code = self.names.get(name)
@@ -116,7 +151,7 @@ def _field_ns(ev: dict[str, Any], key: str, default: Any) -> int:
 
 
 def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | None:
-    """One event -> (kind, name, pid, tid, device, stream, start, dur, corr, ext, bytes), or None if skipped."""
+    """One event -> (kind, name, pid, tid, device, stream, start, dur, corr, ext, bytes, shape), or None."""
     if type(ev) is not dict:
         raise TypeError(f"event is a {type(ev).__name__}, not an object")
     if ev.get("ph") != "X":
@@ -147,7 +182,8 @@ def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | No
     corr = as_int(args.get("correlation", -1))
     ext = as_int(args.get("External id", -1))
     nbytes = as_int(args.get("bytes", -1))
-    return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes)
+    shape = c.shape_code(args.get("Input Dims"))
+    return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes, shape)
 
 
 def _ints_or_slow(values: list[Any]) -> list[Any]:
@@ -189,6 +225,8 @@ def batch_rows(
     ext = [a.get("External id", -1) for a in args]
     nbytes = [a.get("bytes", -1) for a in args]
     name_codes, cols = _convert(c, names, ts, du, pids, tids, gpu, devs, streams, corr, ext, nbytes, True)
+    dims = [a.get("Input Dims") for a in args]
+    cols.append([0 if d is None else c.shape_code(d) for d in dims])
     return kinds, name_codes, cols, skipped
 
 
@@ -244,7 +282,9 @@ def record_rows(
     corr = np.array([a.correlation for a in args], np.int64)
     ext = np.array([a.external_id for a in args], np.int64)
     nbytes = np.array([a.bytes for a in args], np.int64)
-    return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes], codes.count(-1)
+    raws = [a.input_dims for a in args]
+    shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws]
+    return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape], codes.count(-1)
 
 
 def _convert(
@@ -290,12 +330,14 @@ def _convert(
 
 
 def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
-    typed = [_int64s(col) for col in cols]  # OverflowError here leaves the columns untouched
+    """Append a batch: ``cols`` are the ``_ROW_COLUMNS`` values, then the shape codes."""
+    typed = [_int64s(col) for col in cols[:-1]]  # OverflowError here leaves the columns untouched
     c.kind.extend(array("b", kinds))
     c.name.extend(array("i", names))
     for key, col in zip(_ROW_COLUMNS, typed, strict=True):
         c.cols[key].extend(col)
     c.cols["end_tid"].extend(array("q", [schema.NO_ID]) * len(kinds))
+    c.shape.extend(array("i", cols[-1]))
 
 
 def _int64s(col: Any) -> array:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,7 @@ class _Builder:
         part = {
             c: cols[c] if c in cols else np.full(n, schema.NO_ID, np.int64)
             for c in schema.EVENT_COLUMNS
-            if c not in ("kind", "name", "domain")
+            if c not in ("kind", "name", "domain", "shapes")
         }
         part["kind"] = np.full(n, schema.EVENT_KINDS.index(kind), np.int8)
         part["domain"] = cols["domain"] if "domain" in cols else np.zeros(n, np.int32)
@@ -342,6 +343,32 @@ def _load_nvtx(
     return domains
 
 
+# torch.autograd.profiler.emit_nvtx(record_shapes=True) names: "aten::mm, seq = 3, op_id = 9, sizes = [[4, 8],
+# [8, 2]], input_op_ids = [(7, 0)]" (torch/csrc/profiler/util.cpp getNvtxStr). Shapes hold no parentheses.
+_NVTX_SIZES = re.compile(r", sizes = (\[[\[\]0-9, -]*\])(?:, input_op_ids = |$)")
+
+
+def nvtx_sizes(name: str) -> str:
+    """The compact ``sizes = [...]`` of an emit_nvtx range name ("[[4,8],[8,2]]"), or ""."""
+    m = _NVTX_SIZES.search(name)
+    return m.group(1).replace(" ", "") if m else ""
+
+
+def _emit_nvtx_shapes(columns: dict[str, np.ndarray], names: list[str]) -> tuple[list[str], np.ndarray]:
+    """Shape categories and per-row codes: each distinct range name's ``sizes`` is parsed once."""
+    is_range = columns["kind"] == schema.EVENT_KINDS.index(schema.RANGE)
+    codes = np.zeros(len(columns["kind"]), np.int32)
+    cats: dict[str, int] = {"": 0}
+    uniq = np.unique(columns["name"][is_range])
+    lut = np.zeros(len(names), np.int32)
+    for code in uniq.tolist():
+        if ", sizes = " in names[code]:
+            lut[code] = cats.setdefault(nvtx_sizes(names[code]), len(cats))
+    if len(cats) > 1:
+        codes[is_range] = lut[columns["name"][is_range]]
+    return list(cats), codes
+
+
 def _finish(
     path: Path,
     con: sqlite3.Connection,
@@ -356,7 +383,10 @@ def _finish(
         columns = {c: np.zeros(0, np.int64) for c in schema.EVENT_COLUMNS}
         columns["kind"] = np.zeros(0, np.int8)
         columns["name"] = columns["domain"] = np.zeros(0, np.int32)
-    events = events_frame(columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains))
+    shape_names, columns["shapes"] = _emit_nvtx_shapes(columns, list(b.names))
+    events = events_frame(
+        columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains), shape_names
+    )
     session_start = None
     if (
         "TARGET_INFO_SESSION_START_TIME" in tables

@@ -67,7 +67,7 @@ def load_range_log(path: str | os.PathLike[str], *, rank: int | None = None) -> 
     columns = {
         c: np.full(n, schema.NO_ID, np.int64)
         for c in schema.EVENT_COLUMNS
-        if c not in ("kind", "name", "domain")
+        if c not in ("kind", "name", "domain", "shapes")
     }
     columns["kind"] = np.full(n, schema.EVENT_KINDS.index(schema.RANGE), np.int8)
     columns["name"] = np.fromiter((code[x] for x in log["name"]), np.int32, count=n)

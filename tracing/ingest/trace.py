@@ -41,12 +41,24 @@ def rank_from_name(path: str | Path) -> int | None:
 
 
 def events_frame(
-    columns: dict[str, Any], names: list[str], kinds: list[str], domains: list[str]
+    columns: dict[str, Any],
+    names: list[str],
+    kinds: list[str],
+    domains: list[str],
+    shapes: list[str] | None = None,
 ) -> pd.DataFrame:
-    """Build the event table from int64 arrays and category codes (``name``/``kind``/``domain`` are codes)."""
+    """Build the event table from int64 arrays and category codes (``name``/``kind``/``domain`` are codes).
+
+    ``shapes`` are the categories of the ``shapes`` codes (code 0 must be ""); without it every row is "".
+    """
     data: dict[str, Any] = {}
     for col, dtype in schema.EVENT_COLUMNS.items():
-        if col == "name":
+        if col == "shapes":
+            n = len(data["name"])
+            codes = columns.get("shapes") if shapes is not None else None
+            codes = np.zeros(n, np.int32) if codes is None else np.maximum(np.asarray(codes), 0)
+            data[col] = pd.Categorical.from_codes(codes.astype(np.int32), categories=shapes or [""])
+        elif col == "name":
             data[col] = pd.Categorical.from_codes(
                 np.asarray(columns["name"], dtype=np.int32), categories=names
             )

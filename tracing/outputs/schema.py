@@ -14,7 +14,8 @@ Tables (one module, so producers and readers cannot drift apart):
 - ``RANGE_COLUMNS``: one row per range (user annotation, NVTX, range log) with attributed GPU work.
 - ``KERNEL_COLUMNS``: one row per (trace, device, kernel name): count, total time, class.
 - ``STEP_COLUMNS``: seconds per (trace, rank, process, step, phase) from a trace's step and phase ranges.
-- ``MICROBATCH_COLUMNS``: the shared micro-batch contract read by ``perfmodel`` (sweeps and labelled ingests).
+- ``MISMATCH_COLUMNS``: sampler/learner mismatch metrics per step, as a verl / NeMo RL metric log has them.
+- ``MICROBATCH_COLUMNS``: the shared micro-batch contract read by ``perfmodel`` (sweeps and ingests, v2).
 - ``RANGE_LOG_COLUMNS``: mxperf's own range log (``tracing.capture.ranges``), as a run writes it.
 """
 
@@ -64,6 +65,9 @@ EVENT_COLUMNS: dict[str, str] = {
     "external_id": "int64",  # Kineto "External id" (links a kernel to its ATen op); -1 = none
     "bytes": "int64",  # memcpy / memset size; -1 = n/a
     "end_tid": "int64",  # NVTX start/end ranges that end on another thread; -1 = same thread / n/a
+    # Input shapes of an op as compact JSON ("[[4,512],[32000,4096]]"): Kineto ``args["Input Dims"]``
+    # (record_shapes=True), nsys ``emit_nvtx(record_shapes=True)``'s ``sizes = [...]``; "" when absent.
+    "shapes": "category",
 }
 
 DEVICE_COLUMNS: dict[str, str] = {
@@ -87,6 +91,12 @@ DEVICE_COLUMNS: dict[str, str] = {
     "num_memset": "int64",
     "num_streams": "int64",
     "same_stream_overlap_ns": "int64",  # overlap of consecutive ops on one stream (PDL), counted once
+    # The device seen by every process of the trace set (colocated sampler + learner, MPS), inside this
+    # process's [first_ns, last_ns]; equal to the per-process columns when it is alone on the device.
+    "device_processes": "int64",  # processes of the trace set with GPU ops on this device
+    "device_busy_ns": "int64",  # |union of every process's busy intervals on this device|
+    "device_idle_ns": "int64",  # span - device_busy: idle for the device, not only for this process
+    "device_host_stall_ns": "int64",  # this process's host stall while no process kept the device busy
 }
 
 STREAM_COLUMNS: dict[str, str] = {
@@ -120,8 +130,12 @@ RANGE_COLUMNS: dict[str, str] = {
     "tid": "int64",
     "start_ns": "int64",
     "end_ns": "int64",
-    "wall_ns": "int64",
+    "wall_ns": "int64",  # host wall time: end - start
     "attrs": "string",  # JSON text
+    # One time basis (docs/contracts.md, v2): the range's window runs from its start to the later of its end and the end
+    # of the last GPU op launched inside it (any thread of the process); busy and stall are inside it.
+    "gpu_end_ns": "Int64",  # end of the last GPU op launched inside the range (null: none launched)
+    "time_ns": "int64",  # window length: max(end, gpu_end) - start (= wall_ns without GPU work)
     # GPU work launched inside the range on the same thread ...
     "thread_ops": "Int64",
     "thread_busy_ns": "Int64",
@@ -130,8 +144,8 @@ RANGE_COLUMNS: dict[str, str] = {
     "window_ops": "Int64",
     "window_busy_ns": "Int64",
     "window_span_ns": "Int64",
-    "busy_in_window_ns": "Int64",  # device busy union clipped to [start, end]
-    "host_stall_ns": "Int64",  # device host-stall intervals clipped to [start, end]
+    "busy_in_window_ns": "Int64",  # device busy union inside the window [start, start + time_ns]
+    "host_stall_ns": "Int64",  # device host-stall intervals inside the window
     "gpu_reason": "string",  # why GPU columns are null ("" when they are set)
 }
 
@@ -170,22 +184,26 @@ RANGE_LOG_COLUMNS: dict[str, str] = {
     "attrs": "string",
 }
 
+# (v2) One time basis for seconds, gpu_busy_seconds and host_stall_seconds: the window from the
+# micro-batch's first host op to the later of its last host op and the end of the last GPU op it launched.
 MICROBATCH_COLUMNS: dict[str, str] = {
     "model": "string",
     "precision": "string",  # docs/contracts.md precision id
     "phase": "string",  # canonical phase
-    "tokens_per_microbatch": "int64",  # the budget / label
-    "num_tokens": "int64",  # actual tokens in this micro-batch
-    "repeat": "int64",
+    "tokens_per_microbatch": "int64",  # the size asked for: label, sweep setting, or detected
+    "num_tokens": "int64",  # tokens actually processed in this micro-batch
     "step": "int64",
-    "microbatch": "int64",  # index within the step
-    "seconds": "float64",  # wall
+    "microbatch": "int64",  # index within its step (and phase), 0 = first
+    "repeat": "int64",  # the resampling group: a sweep repeat, or one traced step of one rank
+    "rank": "Int64",  # null when unknown
+    "seconds": "float64",  # the window above
     "gpu_busy_seconds": "Float64",  # null without a GPU trace
     "host_stall_seconds": "Float64",
-    "peak_mem_bytes": "Float64",
-    "flops": "Float64",
-    "source": "string",  # sweep | trace | csv
+    "source": "string",  # MICROBATCH_SOURCES
+    "peak_mem_bytes": "Float64",  # extra: from a sweep / mxperf range attributes
+    "flops": "Float64",  # extra
 }
+MICROBATCH_SOURCES: tuple[str, ...] = ("sweep", "range", "detected")
 
 
 def empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:

@@ -1,0 +1,431 @@
+"""Micro-batches found in a trace without labels: cut inside each phase range from what every transformer
+forward/backward leaves, or taken from explicit micro-batch ranges.
+
+Where to look (per process): each outermost range whose phase is ``update``, ``logprob`` or ``reward``
+(verl ``update_actor`` / ``compute_log_prob``, NeMo RL ``*_policy_worker/train`` / ``get_logprobs``); a
+process with no phase ranges at all is cut per ``ProfilerStep#N``, else as a whole. Explicit micro-batch
+ranges win where present: mxperf's ``update/microbatch[...]`` (attributes encoded in the name), verl's
+``micro_batch<i>``, NeMo RL's ``*/train_microbatch*``, or ``--microbatch-range REGEX``; one that holds
+several forward passes is split.
+
+Inside a range, on the thread F that opened it (``source = "detected"``)::
+
+    F   [emb]=fwd=[loss]   (blocked in backward)    [item] [emb]=fwd=  ...  [Optimizer.step]
+    B                   =====backward======                      =====
+        |<------------- micro-batch 0 ------------------->|
+        start: the forward's first embedding lookup (aten::embedding: one per forward pass), else the first
+        host op on F after the previous micro-batch (optimizer ranges skipped);
+        host end: the backward burst's last launch on the autograd threads B, or the sync on F right after
+        it (loss.item(): cudaStreamSynchronize / aten::_local_scalar_dense); a forward-only range (logprob)
+        ends at the last host op on F before the next forward.
+
+A backward *burst* is the autograd threads' work between two launches from F (F is blocked inside
+``loss.backward()``). Each forward must own one backward (update) or none may (logprob). Anything else --
+forwards without a backward next to forwards with one (a pipeline-parallel 1F1B schedule), a backward
+before the first forward, neither embedding lookups nor backward passes -- is *ambiguous*: the range gets
+a reason and no micro-batches, never a guess.
+
+Tokens: the forward's embedding lookup indices (``[B, S]`` -> B*S, packed ``[1, T]`` -> T), else its first
+GEMM op's rows, else unknown (the caller asks for ``--label tokens_per_microbatch=``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis.mbsignals import Process, Signals
+
+MICROBATCH_PHASES: tuple[str, ...] = ("update", "logprob", "reward")
+EXPLICIT_NAMES = re.compile(
+    r"^(?:update/microbatch|micro_batch\d+|(?:[\w.\-]+/)?train_microbatch(?:_presharded)?)$"
+)
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One micro-batch's host extent and what it processed (times in ns on the trace's clock)."""
+
+    pid: int
+    tid: int
+    phase: str | None  # None: no phase range says (decided by the caller)
+    step: int
+    start_ns: int
+    host_end_ns: int
+    tokens: int | None
+    tokens_from: str  # embedding | gemm | attrs | "" (unknown)
+    source: str  # range | detected
+    backward: bool
+    attrs: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None  # from the embedding table's shape
+    microbatch: int | None = None  # index from explicit attributes
+
+
+@dataclass(frozen=True)
+class Region:
+    pid: int
+    tid: int
+    phase: str | None
+    start_ns: int
+    end_ns: int
+    step: int
+    name: str
+
+
+@dataclass
+class Finding:
+    """What one region gave: cuts, or a reason why none."""
+
+    region: Region
+    cuts: list[Cut]
+    reason: str = ""  # "" = fine; else why the region has no micro-batches
+    by_forwards: bool = False  # cut at forward passes (embedding lookups), not only at backward passes
+
+
+def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region], pd.DataFrame, list[int]]:
+    """Detection regions, explicit micro-batch ranges, and the processes to cut as a whole (ranges only
+    from ``emit_nvtx``), from a range table (``attribution.range_frame``)."""
+    if len(ranges) == 0:
+        return [], ranges.iloc[0:0], []
+    names = ranges["name"].astype(str)
+    explicit_rx = re.compile(pattern) if pattern else EXPLICIT_NAMES
+    explicit = names.map(lambda n: explicit_rx.fullmatch(n) is not None).to_numpy(bool)
+    phase = ranges["phase"].astype(str).to_numpy()
+    in_set = np.isin(phase, MICROBATCH_PHASES) & ~explicit
+    parent = dict(zip(ranges["range_id"].tolist(), ranges["parent_id"].tolist(), strict=True))
+    flagged = dict(zip(ranges["range_id"].tolist(), in_set.tolist(), strict=True))
+    regions: list[Region] = []
+    fallback: list[int] = []
+    covered: set[int] = set()
+    for r, ok in zip(ranges.itertuples(index=False), in_set, strict=True):
+        if not ok or _has_flagged_ancestor(int(r.range_id), parent, flagged):
+            continue
+        regions.append(_region(r, str(r.phase)))
+        covered.add(int(r.pid))
+    # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
+    library = names.str.contains(", op_id = |, seq = |^nccl", regex=True).to_numpy(bool)
+    user = ~library & (ranges["domain"].astype(str).str.upper() != "NCCL").to_numpy(bool)
+    for pid in sorted(set(ranges["pid"].tolist()) - covered):
+        mine = (ranges["pid"] == pid).to_numpy(bool)
+        if np.isin(phase[mine], ("generate", "sync")).any() or explicit[mine].any():
+            continue  # a sampler / sync process, or one marked with explicit ranges: no fallback
+        steps = mine & names.str.fullmatch(_PROFILER_STEP.pattern).to_numpy(bool)
+        if steps.any():
+            regions += [_region(r, None) for r in ranges[steps].itertuples(index=False)]
+        elif not (mine & user).any():
+            fallback.append(int(pid))  # only op ranges: cut the process as a whole
+    return regions, ranges[explicit], fallback
+
+
+def _region(r: Any, phase: str | None) -> Region:
+    return Region(int(r.pid), int(r.tid), phase, int(r.start_ns), int(r.end_ns), -1, str(r.name))
+
+
+def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: dict[int, bool]) -> bool:
+    p = parent.get(rid, -1)
+    while p is not None and p >= 0:
+        if flagged.get(p):
+            return True
+        p = parent.get(p, -1)
+    return False
+
+
+def profiler_steps(ranges: pd.DataFrame) -> pd.DataFrame:
+    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N)."""
+    names = ranges["name"].astype(str)
+    m = names.str.fullmatch(_PROFILER_STEP.pattern)
+    out = ranges.loc[m.to_numpy(bool), ["pid", "start_ns", "end_ns"]].copy()
+    out["step"] = names[m].str.slice(len("ProfilerStep#")).astype("int64")
+    return out
+
+
+def whole_process_region(sig: Signals, pid: int) -> Region | None:
+    """The fallback region of a process with no ranges at all: its host span, on its busiest thread."""
+    p = sig.processes.get(pid)
+    if p is None or len(p.start) == 0:
+        return None
+    tids = p.l_tid if len(p.l_tid) else p.tid
+    values, counts = np.unique(tids, return_counts=True)
+    return Region(pid, int(values[np.argmax(counts)]), None, int(p.start.min()), int(p.end.max()), -1, "")
+
+
+def cut_region(sig: Signals, region: Region) -> Finding:
+    """Micro-batches inside one region (see the module docstring)."""
+    p = sig.processes.get(region.pid)
+    if p is None:
+        return Finding(region, [], "the trace records no ops or launches in the range (ranges only)")
+    r0, r1 = region.start_ns, region.end_ns
+    f_tid = _forward_thread(sig, p, region)
+    host = _window(p.start, r0, r1)
+    h_tid, h_start, h_code = p.tid[host], p.start[host], p.code[host]
+    launches = _window(p.l_start, r0, r1)
+    on_f = h_tid == f_tid
+    anchors = np.flatnonzero(on_f & sig.is_embedding[h_code])
+    l_on_f = p.l_tid[launches] == f_tid
+    f_gemm_times = np.sort(
+        np.concatenate(
+            [
+                p.l_start[launches][l_on_f & p.l_gemm[launches]],
+                h_start[on_f & (sig.gemm_arg[h_code] >= 0)],
+            ]
+        )
+    )
+    interrupts = np.sort(np.concatenate([p.l_start[launches][l_on_f], h_start[anchors]]))
+    bursts = _bursts(sig, p, launches, host, f_tid, interrupts)
+    if len(anchors):
+        groups = _forward_groups(h_start[anchors], f_gemm_times, bursts)
+        return _cuts_from_forwards(sig, p, region, f_tid, host, anchors, groups, bursts)
+    if len(bursts):
+        return _cuts_from_backwards(sig, p, region, f_tid, host, bursts, f_gemm_times)
+    if len(f_gemm_times):
+        return Finding(
+            region,
+            [],
+            "forward passes but no embedding lookups (trace without CPU ops, or nsys without emit_nvtx) and no "
+            "backward passes: micro-batch boundaries cannot be told apart",
+        )
+    return Finding(region, [], "no forward or backward passes in the range")
+
+
+def _window(sorted_start: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Indices of the items starting in [lo, hi] (``sorted_start`` ascending)."""
+    a = np.searchsorted(sorted_start, lo, side="left")
+    b = np.searchsorted(sorted_start, hi, side="right")
+    return np.arange(a, b)
+
+
+def _forward_thread(sig: Signals, p: Process, region: Region) -> int:
+    """The range's own thread when it ran forward work; else the thread with the most embedding lookups,
+    else the one with the most launches (a range opened on one thread for work run on another)."""
+    host = _window(p.start, region.start_ns, region.end_ns)
+    launches = _window(p.l_start, region.start_ns, region.end_ns)
+    tid = region.tid
+    if (p.tid[host] == tid).any() and (
+        (p.l_tid[launches] == tid).any() or (sig.is_embedding[p.code[host]] & (p.tid[host] == tid)).any()
+    ):
+        return tid
+    emb = p.tid[host][sig.is_embedding[p.code[host]]]
+    pool = emb if len(emb) else p.l_tid[launches]
+    if len(pool) == 0:
+        return tid
+    values, counts = np.unique(pool, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _bursts(
+    sig: Signals, p: Process, launches: np.ndarray, host: np.ndarray, f_tid: int, interrupts: np.ndarray
+) -> list[tuple[int, int]]:
+    """(start, end) of each backward burst: work of the autograd threads between two launches from F."""
+    l_tid = p.l_tid[launches]
+    h_tid, h_code = p.tid[host], p.code[host]
+    autograd_tids = set(np.unique(h_tid[sig.is_autograd[h_code] & (h_tid != f_tid)]).tolist())
+    if autograd_tids:
+        b_l = np.isin(l_tid, list(autograd_tids))
+        b_h = np.isin(h_tid, list(autograd_tids))
+    else:  # no op names (nsys without emit_nvtx): any other launching thread
+        b_l = l_tid != f_tid
+        b_h = np.zeros(len(h_tid), bool)
+    starts = np.concatenate([p.l_start[launches][b_l], p.start[host][b_h]])
+    ends = np.concatenate([p.l_end[launches][b_l], p.end[host][b_h]])
+    if len(starts) == 0:
+        return []
+    key = np.searchsorted(interrupts, starts, side="right")
+    out = []
+    for k in np.unique(key).tolist():
+        m = key == k
+        out.append((int(starts[m].min()), int(ends[m].max())))
+    return sorted(out)
+
+
+def _forward_groups(
+    anchor_start: np.ndarray, gemm_times: np.ndarray, bursts: list[tuple[int, int]]
+) -> list[list[int]]:
+    """Embedding lookups of one forward (e.g. GPT-2's token + position embeddings): consecutive lookups
+    with no GEMM and no backward between them."""
+    b_starts = np.array([b[0] for b in bursts], np.int64)
+    groups: list[list[int]] = [[0]] if len(anchor_start) else []
+    for j in range(1, len(anchor_start)):
+        lo, hi = anchor_start[j - 1], anchor_start[j]
+        gemm_between = np.searchsorted(gemm_times, hi) > np.searchsorted(gemm_times, lo, side="right")
+        bwd_between = ((b_starts > lo) & (b_starts < hi)).any()
+        if gemm_between or bwd_between:
+            groups.append([j])
+        else:
+            groups[-1].append(j)
+    return groups
+
+
+def _cuts_from_forwards(
+    sig: Signals,
+    p: Process,
+    region: Region,
+    f_tid: int,
+    host: np.ndarray,
+    anchors: np.ndarray,
+    groups: list[list[int]],
+    bursts: list[tuple[int, int]],
+) -> Finding:
+    h_start, h_end = p.start[host], p.end[host]
+    g_start = np.array([h_start[anchors[g[0]]] for g in groups], np.int64)
+    owner = np.searchsorted(g_start, [b[0] for b in bursts], side="right") - 1
+    if (owner < 0).any():
+        return Finding(region, [], "a backward pass before the range's first forward pass (pipeline stage?)")
+    n_bwd = np.bincount(owner, minlength=len(groups)) if len(bursts) else np.zeros(len(groups), np.int64)
+    if len(bursts) and (n_bwd == 0).any():
+        k = int((n_bwd == 0).sum())
+        return Finding(
+            region,
+            [],
+            f"{k} of {len(groups)} forward passes have no backward pass of their own: forwards and backwards "
+            "interleave (a pipeline-parallel schedule?) or extra forwards run in the range",
+        )
+    cuts = []
+    for i, g in enumerate(groups):
+        start = int(g_start[i])
+        nxt = int(g_start[i + 1]) if i + 1 < len(groups) else region.end_ns
+        mine = [b for b, o in zip(bursts, owner.tolist(), strict=True) if o == i]
+        if mine:
+            end = _after_backward(sig, p, f_tid, max(b[1] for b in mine), nxt)
+        else:
+            f_items = (p.tid[host] == f_tid) & (h_start >= start) & (h_start < nxt)
+            end = int(h_end[f_items].max())
+        idx = [int(host[anchors[j]]) for j in g]
+        tokens = [sig.tokens_of(int(p.code[k]), int(p.shape[k])) for k in idx]
+        known = [t for t in tokens if t]
+        model = next((m for m in (sig.model_of(int(p.code[k]), int(p.shape[k])) for k in idx) if m), None)
+        tokens_i = max(known) if known else _first_gemm_tokens(sig, p, f_tid, start, nxt)
+        cuts.append(
+            _detected(
+                p.pid, f_tid, region, start, end, tokens_i, "embedding" if known else "", bool(mine), model
+            )
+        )
+    return Finding(region, _label_gemm_tokens(cuts), by_forwards=True)
+
+
+def _detected(
+    pid: int,
+    tid: int,
+    region: Region,
+    start: int,
+    end: int,
+    tokens: int | None,
+    tokens_from: str,
+    backward: bool,
+    model: str | None = None,
+) -> Cut:
+    return Cut(
+        pid,
+        tid,
+        region.phase,
+        region.step,
+        start,
+        end,
+        tokens,
+        tokens_from,
+        "detected",
+        backward,
+        model=model,
+    )
+
+
+def _label_gemm_tokens(cuts: list[Cut]) -> list[Cut]:
+    return [c if c.tokens_from or c.tokens is None else replace(c, tokens_from="gemm") for c in cuts]
+
+
+def _after_backward(sig: Signals, p: Process, f_tid: int, burst_end: int, limit: int) -> int:
+    """Host end of a micro-batch whose backward ended at ``burst_end``: the sync F runs right after it
+    (``loss.item()``), if any comes before F launches its next kernel (or ``limit``)."""
+    li = _window(p.l_start, burst_end, limit)
+    f_kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li]]
+    stop = int(p.l_start[f_kernels[0]]) if len(f_kernels) else limit
+    hi = _window(p.start, burst_end, stop)
+    hi = hi[(p.tid[hi] == f_tid) & (p.start[hi] < stop)]
+    syncs = hi[sig.is_sync[p.code[hi]]]
+    return max(burst_end, int(p.end[syncs].max())) if len(syncs) else burst_end
+
+
+def _first_gemm_tokens(sig: Signals, p: Process, f_tid: int, lo: int, hi: int) -> int | None:
+    w = _window(p.start, lo, hi)
+    w = w[(p.tid[w] == f_tid) & (sig.gemm_arg[p.code[w]] >= 0)]
+    for k in w.tolist():
+        t = sig.tokens_of(int(p.code[k]), int(p.shape[k]))
+        if t:
+            return t
+    return None
+
+
+def _cuts_from_backwards(
+    sig: Signals,
+    p: Process,
+    region: Region,
+    f_tid: int,
+    host: np.ndarray,
+    bursts: list[tuple[int, int]],
+    f_gemm_times: np.ndarray,
+) -> Finding:
+    """No embedding lookups: one micro-batch per backward; its forward is F's work since the previous one.
+
+    Bursts with no GEMM launched from F between them are one backward that F interrupted (a hook's launch).
+    """
+    merged = [list(bursts[0])]
+    for b0, b1 in bursts[1:]:
+        prev_end = merged[-1][1]
+        forward_between = np.searchsorted(f_gemm_times, b0) > np.searchsorted(f_gemm_times, prev_end)
+        if forward_between:
+            merged.append([b0, b1])
+        else:
+            merged[-1][1] = max(merged[-1][1], b1)
+    f_items = host[p.tid[host] == f_tid]
+    f_items = f_items[~_inside(p.start[f_items], p.opt_start, p.opt_end)]
+    cuts = []
+    prev_end = region.start_ns
+    for i, (b0, b1) in enumerate(merged):
+        nxt = merged[i + 1][0] if i + 1 < len(merged) else region.end_ns
+        cand = f_items[(p.start[f_items] >= prev_end) & (p.start[f_items] < b0)]
+        start = int(p.start[cand].min()) if len(cand) else b0
+        end = _after_backward(sig, p, f_tid, b1, nxt)
+        tokens = _first_gemm_tokens(sig, p, f_tid, start, b0)
+        cuts.append(_detected(p.pid, f_tid, region, start, end, tokens, "gemm" if tokens else "", True))
+        prev_end = end
+    return Finding(region, cuts)
+
+
+def _inside(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which times fall inside one of the sorted, non-overlapping intervals [lo, hi)."""
+    if len(lo) == 0:
+        return np.zeros(len(t), bool)
+    i = np.searchsorted(lo, t, side="right") - 1
+    return (i >= 0) & (t < hi[np.maximum(i, 0)])
+
+
+def explicit_cut(sig: Signals, r: Any, phase: str | None) -> Finding:
+    """An explicit micro-batch range: one micro-batch, or several when it holds several forwards."""
+    region = Region(int(r.pid), int(r.tid), phase, int(r.start_ns), int(r.end_ns), -1, str(r.name))
+    attrs = json.loads(r.attrs) if isinstance(r.attrs, str) and r.attrs else {}
+    inner = cut_region(sig, region) if region.pid in sig.processes else Finding(region, [])
+    if len(inner.cuts) >= 2 and inner.by_forwards and "tokens" not in attrs:
+        return inner  # several forward passes (embedding lookups) inside one "micro-batch" range: split
+    first = inner.cuts[0] if inner.cuts else None
+    tokens = attrs.get("tokens", attrs.get("num_tokens"))
+    cut = Cut(
+        pid=region.pid,
+        tid=region.tid,
+        phase=phase,
+        step=int(attrs["step"]) if "step" in attrs else -1,
+        start_ns=region.start_ns,
+        host_end_ns=region.end_ns,
+        tokens=int(tokens) if tokens is not None else (first.tokens if first else None),
+        tokens_from="attrs" if tokens is not None else (first.tokens_from if first else ""),
+        source="range",
+        backward=first.backward if first else False,
+        attrs=attrs,
+        model=first.model if first else None,
+        microbatch=int(attrs["microbatch"]) if "microbatch" in attrs else None,
+    )
+    return Finding(region, [cut])

@@ -1,0 +1,150 @@
+"""The host-side signals micro-batch detection reads, gathered once per trace into per-process arrays.
+
+For each process: its host items (Kineto ``cpu_op`` and launch calls; nsys launch calls and
+``emit_nvtx`` op ranges) and its GPU launches (``metrics.gpu_ops`` rows joined to their launch call), each
+sorted by start, with per-name flags computed once per distinct name:
+
+- **embedding**: an ``aten::embedding`` op (one per forward pass of a language model);
+- **gemm**: a GEMM op with shapes (``aten::linear`` / ``mm`` / ``addmm`` / ``matmul``) or a GEMM kernel;
+- **autograd**: the autograd engine's backward ops (``autograd::engine::evaluate_function: ...``,
+  ``*Backward0``), which run on the device's autograd thread on a GPU;
+- **sync**: a host wait for the device (``cudaStreamSynchronize`` & co., ``aten::_local_scalar_dense`` /
+  ``aten::item``: what ``loss.item()`` leaves after each micro-batch);
+- **optimizer**: torch.optim's ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` ranges.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis import metrics, shapes
+from tracing.analysis.kernel_classes import DEFAULT
+from tracing.outputs import schema
+
+_AUTOGRAD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$")
+_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
+_OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
+_EMIT_NVTX = re.compile(r", (?:seq|op_id) = \d")  # an NVTX range emit_nvtx made for an op
+
+
+@dataclass
+class Process:
+    """The signals of one process; every array of a group has one entry per item, sorted by start."""
+
+    pid: int
+    # host items
+    tid: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    code: np.ndarray  # name code into Signals.names
+    shape: np.ndarray  # shape code into Signals.shapes
+    is_launch_call: np.ndarray  # a runtime/driver call (not a cpu op / op range)
+    # launches (GPU ops with a launch record)
+    l_tid: np.ndarray
+    l_start: np.ndarray  # launch call start
+    l_end: np.ndarray  # launch call end
+    op_end: np.ndarray  # GPU op end
+    l_kernel: np.ndarray  # a kernel (not a memcpy / memset)
+    l_gemm: np.ndarray  # a GEMM kernel
+    # optimizer ranges (start, end) of this process
+    opt_start: np.ndarray
+    opt_end: np.ndarray
+
+
+@dataclass
+class Signals:
+    names: list[str]
+    base: list[str]  # name without emit_nvtx suffixes
+    is_embedding: np.ndarray  # per name code
+    gemm_arg: np.ndarray  # per name code: argument index of a GEMM op's activations, -1 = not a GEMM op
+    is_autograd: np.ndarray
+    is_sync: np.ndarray
+    shapes: list[str]
+    processes: dict[int, Process]
+
+    def tokens_of(self, code: int, shape_code: int) -> int | None:
+        """Tokens an embedding or GEMM op processed, from its shapes (None when unknown)."""
+        parsed = shapes.parse_shapes(self.shapes[shape_code])
+        if self.is_embedding[code]:
+            return shapes.embedding_tokens(parsed)
+        return shapes.gemm_tokens(self.base[code], parsed)
+
+    def model_of(self, code: int, shape_code: int) -> str | None:
+        if not self.is_embedding[code]:
+            return None
+        table = shapes.embedding_table(shapes.parse_shapes(self.shapes[shape_code]))
+        return shapes.model_fingerprint(*table) if table else None
+
+
+def gather_signals(events: pd.DataFrame, ops: pd.DataFrame) -> Signals:
+    """Per-process host items and launches of a trace (``ops`` from ``metrics.gpu_ops``)."""
+    names = [str(n) for n in events["name"].cat.categories]
+    base = [shapes.base_op_name(n) for n in names]
+    is_embedding = np.array([b in shapes.EMBEDDING_OPS for b in base], bool)
+    gemm_arg = np.array([shapes.GEMM_OPS.get(b, -1) for b in base], np.int64)
+    is_autograd = np.array([_AUTOGRAD.search(b) is not None for b in base], bool)
+    kind_cats = list(events["kind"].cat.categories)
+    kind = events["kind"].cat.codes.to_numpy()
+    launch_codes = [kind_cats.index(k) for k in schema.LAUNCH_KINDS if k in kind_cats]
+    is_sync = np.array([b in _SYNC_OPS or "Synchronize" in b for b in base], bool)
+    code = events["name"].cat.codes.to_numpy()
+    is_call = np.isin(kind, launch_codes)
+    host = metrics.kind_mask(events, (schema.CPU_OP,)) | is_call
+    is_range = metrics.kind_mask(events, (schema.RANGE,))
+    # nsys + emit_nvtx: op ranges ("aten::mm, seq = 3, op_id = 9") are host items; user ranges (which
+    # emit_nvtx also suffixes with op_id) and Kineto user annotations are not
+    op_range = np.array(
+        [
+            _EMIT_NVTX.search(n) is not None and ("::" in b or _AUTOGRAD.search(b) is not None)
+            for n, b in zip(names, base, strict=True)
+        ],
+        bool,
+    )
+    safe = np.maximum(code, 0)
+    host |= is_range & (code >= 0) & op_range[safe]
+    opt = is_range & (code >= 0) & np.array([_OPTIMIZER.match(b) is not None for b in base], bool)[safe]
+    shape_codes = events["shapes"].cat.codes.to_numpy()
+    start = events["start_ns"].to_numpy()
+    end = start + events["dur_ns"].to_numpy()
+    pid, tid = events["pid"].to_numpy(), events["tid"].to_numpy()
+    procs: dict[int, Process] = {}
+    kernel_gemm = _gemm_kernels(ops)
+    l_mask = ops["launch_start_ns"].to_numpy() != schema.NO_ID
+    lp = ops["pid"].to_numpy()
+    for p in np.unique(np.concatenate([pid[host], lp[l_mask]])).tolist():
+        hm = host & (pid == p) & (code >= 0)
+        order = np.argsort(start[hm], kind="stable")
+        lm = l_mask & (lp == p)
+        lorder = np.argsort(ops["launch_start_ns"].to_numpy()[lm], kind="stable")
+        om = opt & (pid == p)
+        procs[int(p)] = Process(
+            pid=int(p),
+            tid=tid[hm][order],
+            start=start[hm][order],
+            end=end[hm][order],
+            code=code[hm][order].astype(np.int64),
+            shape=np.maximum(shape_codes[hm][order], 0).astype(np.int64),
+            is_launch_call=is_call[hm][order],
+            l_tid=ops["launch_tid"].to_numpy()[lm][lorder],
+            l_start=ops["launch_start_ns"].to_numpy()[lm][lorder],
+            l_end=ops["launch_end_ns"].to_numpy()[lm][lorder],
+            op_end=ops["end_ns"].to_numpy()[lm][lorder],
+            l_kernel=(ops["kind"].to_numpy() == schema.KERNEL)[lm][lorder],
+            l_gemm=kernel_gemm[lm][lorder],
+            opt_start=np.sort(start[om]),
+            opt_end=end[om][np.argsort(start[om], kind="stable")],
+        )
+    shape_cats = [str(s) for s in events["shapes"].cat.categories]
+    return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, shape_cats, procs)
+
+
+def _gemm_kernels(ops: pd.DataFrame) -> np.ndarray:
+    kinds = ops["kind"].to_numpy()
+    if len(ops) == 0:
+        return np.zeros(0, bool)
+    classes = DEFAULT.classify_ops(kinds, ops["name"].astype(str).to_numpy())
+    return classes == "gemm"
