@@ -1,8 +1,8 @@
-"""mxperf dashboard entry point: ``mxperf dash RUNS_DIR`` runs ``streamlit run`` on this file.
+"""mxperf dashboard script: ``mxperf dash RUNS_DIR`` serves it through ``dashboards/serve.py``.
 
 Pages live in ``views/`` and stay thin: they load finished tables through ``dashboards.ui`` (cached,
-RUNS_DIR-confined), compute through ``dashboards.compare``/``summaries`` and draw with ``dashboards.charts``.
-The sidebar's run-pair selector is rendered here so the choice carries across pages.
+RUNS_DIR-confined), compute through ``dashboards.compare``/``summaries``/``fitsview`` and draw with
+``dashboards.charts``. The sidebar's comparison picker and the glossary are rendered here, on every page.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if str(_ROOT) not in sys.path:  # `streamlit run dashboards/app.py` from a check
 
 import streamlit as st  # noqa: E402
 
-from dashboards import ui  # noqa: E402
+from dashboards import glossary, ui  # noqa: E402
 
 # Not "pages/": Streamlit would also serve a sibling pages/ folder as a legacy multipage app, bypassing
 # st.navigation (and the sidebar, the pair selector and RUNS_DIR checks) when a page URL is opened directly.
@@ -28,6 +28,7 @@ PAGES = [
     ("host_stall.py", "Host stall", "host_stall", ":material/hourglass_empty:"),
     ("consistency.py", "Consistency", "consistency", ":material/compare_arrows:"),
     ("weight_sync.py", "Weight sync", "weight_sync", ":material/sync:"),
+    ("add_trace.py", "Add a trace", "add_trace", ":material/upload_file:"),
 ]
 
 st.set_page_config(page_title="mxperf: BF16 vs MXFP8", layout="wide")
@@ -36,4 +37,6 @@ nav = st.navigation(
 )
 st.sidebar.caption(f"Runs directory: `{ui.runs_dir()}`")
 st.session_state[ui.PAIR_KEY] = ui.pair_selector()
+with st.sidebar.expander("Glossary"):
+    st.markdown(glossary.glossary_markdown())
 nav.run()

@@ -18,6 +18,7 @@ PHASE_COLORS: dict[str, str] = {
     "logprob": "#72B7B2",
     "update": "#F58518",
     "sync": "#B279A2",
+    "sync checks": "#E5B8D6",
     "other": "#BAB0AC",
 }
 PRECISION_COLORS: dict[str, str] = {
@@ -60,30 +61,61 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
 
 
 # --------------------------------------------------------------------------------------------- step time
-def step_time_mean_bars(medians: Mapping[str, pd.Series], phases: Sequence[str]) -> go.Figure:
-    """One stacked bar per precision: median seconds per phase (``medians``: label -> Series by phase)."""
-    labels = list(medians)
+def step_time_median_bars(stats: Mapping[str, pd.DataFrame], phases: Sequence[str]) -> go.Figure:
+    """One stacked bar per output: median seconds per phase; the whisker on top is the quartile range of
+    the whole step (``stats``: label -> ``compare.phase_stats`` table)."""
+    labels = list(stats)
     fig = go.Figure()
     for phase in phases:
+        if not any(phase in stats[lbl].index for lbl in labels):
+            continue
         fig.add_bar(
             name=phase,
             x=labels,
-            y=[float(medians[lbl].get(phase, 0.0)) for lbl in labels],
+            y=[float(stats[lbl]["median_s"].get(phase, 0.0)) for lbl in labels],
             marker_color=PHASE_COLORS.get(phase),
-            hovertemplate=f"{phase}: %{{y:.3g}} s<extra>%{{x}}</extra>",
+            hovertemplate=f"{phase}: median %{{y:.3g}} s<extra>%{{x}}</extra>",
         )
-    fig.update_layout(barmode="stack", yaxis_title="median seconds per step", xaxis_title="precision")
-    _layout(fig, "Median step time by phase")
+    totals = [float(stats[lbl]["median_s"].get("step", np.nan)) for lbl in labels]
+    fig.add_scatter(
+        x=labels,
+        y=totals,
+        mode="markers",
+        marker={"color": "black", "size": 6, "symbol": "line-ew-open"},
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": [
+                float(stats[lbl]["q3_s"].get("step", np.nan)) - t
+                for lbl, t in zip(labels, totals, strict=True)
+            ],
+            "arrayminus": [
+                t - float(stats[lbl]["q1_s"].get("step", np.nan))
+                for lbl, t in zip(labels, totals, strict=True)
+            ],
+            "color": "black",
+        },
+        name="step: median and IQR",
+        hovertemplate="step median %{y:.3g} s<extra>%{x}</extra>",
+    )
+    n = ", ".join(f"{lbl}: {int(stats[lbl]['n_steps'].iloc[0])} steps" for lbl in labels if len(stats[lbl]))
+    fig.update_layout(barmode="stack", yaxis_title="median seconds per step", xaxis_title="output")
+    _layout(fig, f"Median step time by phase ({n})")
     fig.update_layout(legend_traceorder="normal")  # plotly reverses stacked legends; keep phase order
     return fig
 
 
-def step_time_per_step_bars(tables: Mapping[str, pd.DataFrame], phases: Sequence[str]) -> go.Figure:
-    """Per step, stacked phases; one panel per precision sharing the y axis (``tables``: long step tables)."""
+def step_time_per_step_bars(
+    tables: Mapping[str, pd.DataFrame], phases: Sequence[str], warmup: Mapping[str, int | None] | None = None
+) -> go.Figure:
+    """Per step, stacked phases; one panel per output sharing the y axis. The warm-up step (left out of
+    the medians) is drawn faded and labelled."""
     labels = list(tables)
     fig = make_subplots(rows=1, cols=max(1, len(labels)), shared_yaxes=True, subplot_titles=labels)
     for col, label in enumerate(labels, start=1):
         wide = tables[label].pivot_table(index="step", columns="phase", values="seconds", aggfunc="sum")
+        first = (warmup or {}).get(label)
+        opacity = [0.35 if s == first else 1.0 for s in wide.index]
         for phase in phases:
             if phase not in wide:
                 continue
@@ -91,51 +123,144 @@ def step_time_per_step_bars(tables: Mapping[str, pd.DataFrame], phases: Sequence
                 name=phase,
                 x=wide.index,
                 y=wide[phase],
-                marker_color=PHASE_COLORS.get(phase),
+                marker={"color": PHASE_COLORS.get(phase), "opacity": opacity},
                 legendgroup=phase,
                 showlegend=col == 1,
                 row=1,
                 col=col,
                 hovertemplate=f"step %{{x}} {phase}: %{{y:.3g}} s<extra>{label}</extra>",
             )
+        if first is not None and first in wide.index:
+            fig.add_annotation(
+                x=first,
+                y=float(wide.loc[first].sum()),
+                text="warm-up<br>(not in medians)",
+                showarrow=False,
+                yshift=18,
+                font={"size": 10},
+                row=1,
+                col=col,
+            )
         fig.update_xaxes(title_text="step", row=1, col=col)
     fig.update_layout(barmode="stack", yaxis_title="seconds")
     return _layout(fig, "Step time by phase, every step")
 
 
+def rank_steps_figure(totals: pd.DataFrame, title: str) -> go.Figure:
+    """Step seconds of every process per step (``ranks.step_totals``), the job's step (max) as a line."""
+    fig = go.Figure()
+    for i, (proc, grp) in enumerate(totals.groupby("process", sort=True)):
+        fig.add_scatter(
+            x=grp["step"],
+            y=grp["seconds"],
+            mode="markers",
+            name=str(proc),
+            marker={"size": 9, "color": _FALLBACK[i % len(_FALLBACK)]},
+            hovertemplate="step %{x}: %{y:.4g} s<extra>" + str(proc) + "</extra>",
+        )
+    job = totals.groupby("step")["seconds"].max()
+    fig.add_scatter(
+        x=job.index,
+        y=job.to_numpy(),
+        mode="lines",
+        name="job step = max over ranks",
+        line={"color": "black", "dash": "dot"},
+    )
+    fig.update_layout(xaxis_title="step", yaxis_title="seconds", xaxis_type="category")
+    return _layout(fig, title, height=340)
+
+
+def range_name_bars(children: pd.DataFrame, title: str) -> go.Figure:
+    """Per step, stacked seconds of the step's own child range names (``step_ranges.top_names``)."""
+    fig = go.Figure()
+    order = children.groupby("name")["seconds"].sum().sort_values(ascending=False).index
+    for i, name in enumerate(order):
+        grp = children[children["name"] == name].groupby("step")["seconds"].sum()
+        fig.add_bar(
+            name=str(name),
+            x=grp.index.astype(str),
+            y=grp.to_numpy(),
+            marker_color=_NAME_COLORS[i % len(_NAME_COLORS)],
+            hovertemplate=f"{name}: %{{y:.3g}} s<extra>step %{{x}}</extra>",
+        )
+    fig.update_layout(barmode="stack", xaxis_title="step", yaxis_title="seconds")
+    return _layout(fig, title, height=400)
+
+
+_NAME_COLORS = (
+    "#4C78A8",
+    "#F58518",
+    "#54A24B",
+    "#E45756",
+    "#72B7B2",
+    "#B279A2",
+    "#FF9DA6",
+    "#9D755D",
+    "#EECA3B",
+    "#BAB0AC",
+)
+
+
 # --------------------------------------------------------------------------------------------- breakeven
+_SOURCE_SYMBOLS = {"sweep": "circle", "range": "square", "detected": "diamond", "trace": "square"}
+
+
 def breakeven_figure(
     points: pd.DataFrame,
     lines: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]],
     n_star: float | None = None,
     n_star_ci: Sequence[float | None] = (None, None),
     title: str = "Time per micro-batch vs tokens",
+    crossing: Sequence[float] | None = None,
+    dashed: Sequence[str] = (),
 ) -> go.Figure:
-    """Measured micro-batch times (``points``: precision, num_tokens, seconds), fitted lines with 95 %
-    bands (``lines``: precision -> (ns, pred, lower|None, upper|None)) and n* with its interval."""
+    """Measured micro-batch times (``points``: precision, num_tokens, seconds[, source]), fitted lines with
+    95 % bands (``lines``: label -> (ns, pred, lower|None, upper|None); a label starts with its precision
+    id; labels in ``dashed`` are an overlaid second fit), n* with its interval and the measured crossing."""
     fig = go.Figure()
-    for i, (prec, (ns, pred, lo, hi)) in enumerate(lines.items()):
-        color = precision_color(prec, i)
+    for i, (label, (ns, pred, lo, hi)) in enumerate(lines.items()):
+        color = precision_color(label, i)
+        dash = "dash" if label in dashed else "solid"
         if lo is not None and hi is not None:
             fig.add_scatter(
                 x=np.concatenate([ns, ns[::-1]]),
                 y=np.concatenate([hi, lo[::-1]]),
                 fill="toself",
                 fillcolor=color,
-                opacity=0.18,
+                opacity=0.10 if label in dashed else 0.18,
                 line={"width": 0},
-                name=f"{prec} 95 % band",
+                name=f"{label} 95 % band",
                 hoverinfo="skip",
             )
-        fig.add_scatter(x=ns, y=pred, mode="lines", line={"color": color, "width": 2}, name=f"{prec} fit")
-    for i, (prec, grp) in enumerate(points.groupby("precision", sort=True)):
+        fig.add_scatter(
+            x=ns, y=pred, mode="lines", line={"color": color, "width": 2, "dash": dash}, name=f"{label} fit"
+        )
+    by = ["precision", "source"] if "source" in points and points["source"].notna().any() else ["precision"]
+    for i, (key, grp) in enumerate(points.groupby(by, sort=True, dropna=False)):
+        key = key if isinstance(key, tuple) else (key,)
+        prec, source = str(key[0]), (str(key[1]) if len(key) > 1 else "")
         x = grp["num_tokens"] if "num_tokens" in grp else grp["tokens_per_microbatch"]
         fig.add_scatter(
             x=x,
             y=grp["seconds"],
             mode="markers",
-            marker={"color": precision_color(str(prec), i), "size": 6, "opacity": 0.7},
-            name=f"{prec} measured",
+            marker={
+                "color": precision_color(prec, i),
+                "size": 6,
+                "opacity": 0.7,
+                "symbol": _SOURCE_SYMBOLS.get(source, "circle"),
+            },
+            name=f"{prec} measured" + (f" ({source})" if source else ""),
+        )
+    if crossing is not None and len(crossing) == 2:
+        fig.add_vrect(
+            x0=crossing[0],
+            x1=crossing[1],
+            fillcolor="#e6c229",
+            opacity=0.18,
+            line_width=0,
+            annotation_text="measured crossing",
+            annotation_position="bottom left",
         )
     if n_star is not None and np.isfinite(n_star):
         lo, hi = ([*list(n_star_ci), None, None])[:2]
@@ -150,17 +275,42 @@ def breakeven_figure(
 
 
 def step_prediction_figure(
-    ns: np.ndarray, predictions: Mapping[str, np.ndarray], chosen_n: float, global_tokens: float
+    ns: np.ndarray,
+    predictions: Mapping[str, np.ndarray],
+    chosen_n: float,
+    global_tokens: float,
+    measured: Sequence[float] | None = None,
 ) -> go.Figure:
-    """Predicted step seconds vs micro-batch size per precision, with the chosen size marked."""
+    """Predicted step seconds vs micro-batch size (n <= N) per precision, the chosen size marked and the
+    sizes outside the measured range shaded as extrapolation."""
     fig = go.Figure()
     for i, (prec, y) in enumerate(predictions.items()):
         fig.add_scatter(
             x=ns, y=y, mode="lines", name=prec, line={"color": precision_color(prec, i), "width": 2}
         )
-    fig.add_vline(x=chosen_n, line_dash="dot", line_color="black")
-    fig.update_layout(xaxis_title="tokens per micro-batch", yaxis_title="predicted seconds per step")
-    return _layout(fig, f"Predicted step time for a global batch of {global_tokens:,.0f} tokens", height=380)
+    # Shapes on a log axis take log10 coordinates.
+    if measured is not None and len(ns):
+        lo, hi = float(measured[0]), float(measured[1])
+        for x0, x1 in ((float(ns[0]), lo), (hi, float(ns[-1]))):
+            if x1 > x0:
+                fig.add_vrect(
+                    x0=np.log10(x0),
+                    x1=np.log10(x1),
+                    fillcolor="#bbb",
+                    opacity=0.2,
+                    line_width=0,
+                    annotation_text="extrapolated",
+                    annotation_position="top left",
+                )
+    fig.add_vline(x=np.log10(chosen_n), line_dash="dot", line_color="black")
+    fig.update_layout(
+        xaxis_title="tokens per micro-batch (log scale)",
+        yaxis_title="predicted seconds per step",
+        xaxis_type="log",
+    )
+    return _layout(
+        fig, f"Predicted step time for a global batch of N = {global_tokens:,.0f} tokens", height=380
+    )
 
 
 # --------------------------------------------------------------------------------------------- host stall
@@ -273,6 +423,8 @@ def fixed_weights_figure(table: pd.DataFrame, metric: str = "kl_k3") -> go.Figur
             hovertemplate="sampler %{x}: %{y:.3g}<extra>learner " + str(learner) + "</extra>",
         )
     fig.update_layout(barmode="group", xaxis_title="sampler", yaxis_title=metric, yaxis_type="log")
+    # One tick per decade, written 1e-4: plotly's default SI ticks read "5, 2, 100µ" on a log axis.
+    fig.update_yaxes(dtick=1, exponentformat="e", showexponent="all", tickformat=".0e")
     return _layout(
         fig, f"{metric} at fixed weights, every pairing (lower = sampler closer to learner)", height=420
     )

@@ -1,13 +1,14 @@
-"""Pairing outputs and putting BF16 and a low precision side by side: pure functions over finished tables.
+"""Pairing outputs and putting two of them side by side: pure functions over finished tables.
 
 What a page says in words comes from here, so it is tested without Streamlit:
 
-* :func:`pair_runs` -- for each model, the newest complete BF16 run (learner ``bf16``) and the newest
-  complete low-precision run (learner ``mxfp8`` first, else another precision id) of the same kind;
-* :func:`phase_medians` -- median seconds per phase over the per-step tables that ``tracing.analysis.steps``
-  builds (a run's metrics, an ingest's ``steps.parquet``);
-* :func:`phase_change_words` -- "mxfp8 vs bf16: update -12 %, generate -24 %, step +5 %", the relative change of
-  the median per-phase time against the baseline.
+* :func:`pair_runs` -- for each model, the newest complete BF16 output (learner ``bf16``) and the newest
+  complete low-precision one (learner ``mxfp8`` first, else another precision id) of the same kind;
+* :func:`with_sync_checks` -- a run's ``sync`` phase split into the weight transfer and the weight-sync checks
+  (``sync_check_s``), which a run times inside its sync;
+* :func:`phase_stats` -- median, quartiles and the number of steps per phase, the warm-up step left out;
+* :func:`phase_change_words` / :func:`change_table` -- the relative change of each phase's median against
+  the baseline, with the spread (IQR) and step counts behind it, flagged when the quartile ranges overlap.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ import numpy as np
 import pandas as pd
 
 from dashboards.data import OutputEntry
-from tracing.analysis.steps import STEP_PHASES
+from tracing.analysis.steps import PHASES, STEP_PHASES
 
 BASELINE = "bf16"
+SYNC_CHECKS = "sync checks"
+# Phases as the dashboard shows them: the run's sync split into the transfer and its checks.
+SHOWN_PHASES: tuple[str, ...] = (*PHASES, SYNC_CHECKS, "other")
 _PREFERRED_LOW: tuple[str, ...] = ("mxfp8", "mxfp8-te212", "mxfp8-floor", "fp8-block128", "fp8-rowwise")
+WITHIN_SPREAD = "within spread"
 
 
 @dataclass(frozen=True)
 class RunPair:
-    """A baseline output and a low-precision output of the same model and kind."""
+    """A baseline output and a compared output (any two, or an automatic BF16 / low-precision pair)."""
 
     model: str
     baseline: OutputEntry
@@ -52,8 +57,8 @@ def pair_runs(entries: Iterable[OutputEntry], kind: str = "run") -> list[RunPair
     """Per model, pair the newest BF16 output with the newest low-precision one (MXFP8 preferred).
 
     A run's precision is its learner's; a run whose sampler matches its learner is preferred (end-to-end
-    BF16 vs end-to-end MXFP8). Models without both sides are left out.
-    """
+    BF16 vs end-to-end MXFP8). Models without both sides are left out. Callers pass only outputs whose
+    tables read (a complete manifest over a corrupt table is not a candidate)."""
     by_model: dict[str, list[OutputEntry]] = {}
     for e in entries:
         if e.usable and e.kind == kind and e.model and _learner_precision(e):
@@ -77,68 +82,150 @@ def pair_runs(entries: Iterable[OutputEntry], kind: str = "run") -> list[RunPair
     return pairs
 
 
-def phase_medians(table: pd.DataFrame, skip_first: bool = True) -> pd.Series:
-    """Median seconds per phase (plus ``step`` = their sum) over steps.
+def with_sync_checks(table: pd.DataFrame, metrics: pd.DataFrame | None) -> pd.DataFrame:
+    """Split each step's ``sync`` into ``sync`` (transfer) and ``sync checks`` from ``metrics.sync_check_s``.
 
-    The first step carries one-time costs (allocation, tokenizer and kernel warm-up), so it is skipped when
-    there are at least three steps.
-    """
+    The checks run inside the timed sync, so without this the sync phase silently includes them. The total
+    per step is unchanged. Without a ``sync_check_s`` column the table comes back as it is."""
+    if metrics is None or "sync_check_s" not in metrics or "step" not in metrics:
+        return table
+    checks = pd.to_numeric(metrics["sync_check_s"], errors="coerce").fillna(0.0)
+    by_step = pd.Series(checks.to_numpy(), index=metrics["step"].astype("int64"))
+    sync = table[table["phase"] == "sync"]
+    check_s = np.minimum(sync["step"].map(by_step).fillna(0.0).to_numpy(), sync["seconds"].to_numpy())
+    out = table.copy()
+    out.loc[sync.index, "seconds"] = sync["seconds"].to_numpy() - check_s
+    extra = pd.DataFrame({"step": sync["step"].to_numpy(), "phase": SYNC_CHECKS, "seconds": check_s})
+    out = pd.concat([out, extra], ignore_index=True)
+    order = {p: i for i, p in enumerate(SHOWN_PHASES)}
+    return out.sort_values(
+        ["step", "phase"], key=lambda c: c.map(order) if c.name == "phase" else c
+    ).reset_index(drop=True)
+
+
+def warmup_step(table: pd.DataFrame) -> int | None:
+    """The first step, when there are at least three (it carries one-time costs: allocation, warm-up)."""
     steps = sorted(table["step"].unique())
-    if skip_first and len(steps) >= 3:
-        table = table[table["step"] != steps[0]]
-    med = table.groupby("phase")["seconds"].median().reindex(list(STEP_PHASES)).fillna(0.0)
-    med["step"] = table.groupby("step")["seconds"].sum().median()
-    return med
+    return int(steps[0]) if len(steps) >= 3 else None
+
+
+def phase_stats(table: pd.DataFrame, skip_first: bool = True) -> pd.DataFrame:
+    """Per phase (plus ``step`` = their sum per step): ``median_s``, ``q1_s``, ``q3_s``, ``n_steps``.
+
+    The warm-up step (:func:`warmup_step`) is left out when ``skip_first``."""
+    first = warmup_step(table) if skip_first else None
+    if first is not None:
+        table = table[table["step"] != first]
+    phases = [p for p in SHOWN_PHASES if p in set(table["phase"])] or list(STEP_PHASES)
+    wide = table.pivot_table(index="step", columns="phase", values="seconds", aggfunc="sum")
+    wide = wide.reindex(columns=phases).fillna(0.0)
+    wide["step"] = wide.sum(axis=1)
+    return pd.DataFrame(
+        {
+            "median_s": wide.median(),
+            "q1_s": wide.quantile(0.25),
+            "q3_s": wide.quantile(0.75),
+            "n_steps": len(wide),
+        }
+    )
+
+
+def phase_medians(table: pd.DataFrame, skip_first: bool = True) -> pd.Series:
+    """Median seconds per phase (plus ``step``) over steps; see :func:`phase_stats`."""
+    return phase_stats(table, skip_first)["median_s"]
 
 
 def relative_change(base: pd.Series, other: pd.Series) -> pd.Series:
     """(other - base) / base per key; NaN where the baseline is zero (no meaningful ratio)."""
     base = base.astype("float64")
     with np.errstate(divide="ignore", invalid="ignore"):
-        change = (other.astype("float64") - base) / base.where(base > 0)
+        change = (other.reindex(base.index).astype("float64") - base) / base.where(base > 0)
     return change
 
 
+def _overlap(base: pd.DataFrame, other: pd.DataFrame, key: str) -> bool:
+    if key not in base.index or key not in other.index:
+        return False
+    b, o = base.loc[key], other.loc[key]
+    return bool(b["q1_s"] <= o["q3_s"] and o["q1_s"] <= b["q3_s"])
+
+
 def phase_change_words(
-    base: pd.Series,
-    other: pd.Series,
+    base: pd.DataFrame,
+    other: pd.DataFrame,
     label: str,
     base_label: str | None = None,
     *,
     min_share: float = 0.01,
     keys: Sequence[str] | None = None,
 ) -> str:
-    """'mxfp8 vs bf16: update -12 %, generate -24 %, step +5 %': relative change of each phase's median.
+    """'mxfp8 vs bf16 (medians of 4 vs 4 steps): update -12 %, generate -24 % (within spread), step +5 %'.
 
-    Phases under ``min_share`` of the baseline step are left out (a +300 % on 1 ms says nothing about the
-    step); ``step`` always comes last."""
-    change = relative_change(base, other)
-    step_base = float(base.get("step", np.nan))
+    ``base`` / ``other`` are :func:`phase_stats` tables. Phases under ``min_share`` of the baseline step are
+    left out (a +300 % on 1 ms says nothing about the step); ``step`` always comes last. A change whose two
+    quartile ranges overlap is marked "within spread": the steps' own variation covers it."""
+    change = relative_change(base["median_s"], other["median_s"])
+    step_base = float(base["median_s"].get("step", np.nan))
     parts = []
-    for key in keys or [*STEP_PHASES, "step"]:
+    for key in keys or [*SHOWN_PHASES, "step"]:
         if key not in change.index:
             continue
-        if key != "step" and not (step_base > 0 and base[key] >= min_share * step_base):
+        if key != "step" and not (step_base > 0 and base.loc[key, "median_s"] >= min_share * step_base):
             continue
         value = change[key]
-        parts.append(f"{key} {_pct(value)}" if np.isfinite(value) else f"{key} n/a")
+        if not np.isfinite(value):
+            parts.append(f"{key} n/a")
+            continue
+        parts.append(f"{key} {_pct(value)}" + (f" ({WITHIN_SPREAD})" if _overlap(base, other, key) else ""))
     head = f"{label} vs {base_label}" if base_label else label
+    n_b, n_o = _steps(base), _steps(other)
+    head += f" (medians of {n_o} vs {n_b} steps)"
     return f"{head}: " + ", ".join(parts) if parts else f"{head}: no comparable phases"
+
+
+def _steps(stats: pd.DataFrame) -> int:
+    return int(stats["n_steps"].iloc[0]) if len(stats) else 0
 
 
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %" if abs(x) >= 0.005 else "±0 %"
 
 
-def change_table(base: pd.Series, other: pd.Series, base_label: str, other_label: str) -> pd.DataFrame:
-    """Per phase: both medians in seconds and the relative change, for the table under the chart."""
-    keys = [k for k in [*STEP_PHASES, "step"] if k in base.index]
-    change = relative_change(base, other)
+def _cell(stats: pd.DataFrame, key: str) -> str:
+    if key not in stats.index:
+        return "n/a"
+    r = stats.loc[key]
+    return f"{r['median_s']:.4g} [{r['q1_s']:.3g} – {r['q3_s']:.3g}]"
+
+
+def change_table(base: pd.DataFrame, other: pd.DataFrame, base_label: str, other_label: str) -> pd.DataFrame:
+    """Per phase: both medians with their quartiles (seconds, ``median [q1 – q3]``), the relative change and
+    whether the quartile ranges overlap. ``base`` / ``other`` are :func:`phase_stats` tables."""
+    keys = [k for k in [*SHOWN_PHASES, "step"] if k in base.index or k in other.index]
+    change = relative_change(base["median_s"].reindex(keys), other["median_s"].reindex(keys))
     return pd.DataFrame(
         {
             "phase": keys,
-            f"{base_label} median s": [float(base[k]) for k in keys],
-            f"{other_label} median s": [float(other.get(k, np.nan)) for k in keys],
+            f"{base_label} s, median [IQR] (n={_steps(base)})": [_cell(base, k) for k in keys],
+            f"{other_label} s, median [IQR] (n={_steps(other)})": [_cell(other, k) for k in keys],
             "change": [_pct(change[k]) if np.isfinite(change[k]) else "n/a" for k in keys],
+            "spread": [WITHIN_SPREAD if _overlap(base, other, k) else "apart" for k in keys],
         }
     )
+
+
+def tokens_per_second(metrics: pd.DataFrame | None, skip_first: bool = True) -> dict[str, float] | None:
+    """Median learner tokens per second of a run: ``update_tokens / update_s`` and per whole step
+    (``update_tokens / step_s``); None when the run does not record its tokens."""
+    if metrics is None or not {"update_tokens", "step"} <= set(metrics.columns):
+        return None
+    m = metrics.sort_values("step")
+    if skip_first and len(m) >= 3:
+        m = m.iloc[1:]
+    tokens = pd.to_numeric(m["update_tokens"], errors="coerce")
+    out: dict[str, float] = {"tokens_per_step": float(tokens.median())}
+    for col, key in (("update_s", "update_tokens_per_s"), ("step_s", "step_tokens_per_s")):
+        if col in m:
+            secs = pd.to_numeric(m[col], errors="coerce")
+            out[key] = float((tokens / secs.where(secs > 0)).median())
+    return out

@@ -24,10 +24,11 @@ from typing import Any
 
 import pandas as pd
 
+from dashboards.provenance import Provenance, combine, provenance
+from dashboards.settings import RUNS_DIR_ENV
 from tracing.outputs import store
 from tracing.outputs.errors import InputError, MxperfError
 
-RUNS_DIR_ENV = "MXPERF_RUNS_DIR"
 MAX_DEPTH = 4  # RUNS_DIR/<group>/<sub>/<dir>/manifest.json is as deep as discovery looks
 # Folders inside an output directory that hold its own pieces, never another output directory.
 _SKIP_DIRS = frozenset({store.EVENTS_DIR, store.TRACE_DIR, "__pycache__", ".git"})
@@ -51,6 +52,7 @@ class OutputEntry:
     steps: int | None = None
     created: str | None = None
     device: str | None = None
+    low_precision: str | None = None
     inputs: str | None = None
     error: str | None = None
     manifest: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -88,7 +90,11 @@ def resolve_inside(runs_dir: Path, rel: str | os.PathLike[str]) -> Path:
     root = Path(runs_dir).resolve()
     target = (root / rel).resolve()
     if target != root and root not in target.parents:
-        raise CardError(f"{rel}: outside the runs directory {root}; the dashboard only reads files under it")
+        link = " (a link pointing out of it)" if (root / rel).is_symlink() else ""
+        raise CardError(
+            f"{Path(rel).as_posix()}: outside the runs directory {root}{link}; "
+            "the dashboard only reads files under it"
+        )
     return target
 
 
@@ -118,7 +124,6 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
     label = config.get("label") or config.get("labels") or {}
     if not isinstance(label, Mapping):
         label = {}
-    machine = manifest.get("machine") or {}
     learner = _first(config, "learner", "learner_precision")
     sampler = _first(config, "sampler", "sampler_precision")
     precisions = _as_tuple(_first(config, "precisions", "precision") or _first(label, "precision"))
@@ -129,6 +134,7 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
     inputs = None
     if paths and manifest.get("kind") in ("ingest", "fit"):
         inputs = Path(paths[0]).name + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
+    prov = provenance(manifest, precisions) if manifest.get("kind") != "fit" else None
     return OutputEntry(
         rel=rel,
         kind=manifest.get("kind"),
@@ -139,7 +145,8 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
         precisions=precisions,
         steps=int(steps) if isinstance(steps, int | float) else None,
         created=manifest.get("created"),
-        device=(machine.get("gpu") or "CPU") if isinstance(machine, Mapping) else None,
+        device=prov.device if prov else None,
+        low_precision=prov.low_precision if prov else None,
         inputs=inputs,
         manifest=dict(manifest),
     )
@@ -157,15 +164,16 @@ def _manifest_dirs(root: Path) -> Iterable[Path]:
 
 
 def discover_outputs(runs_dir: Path) -> list[OutputEntry]:
-    """Every output directory under RUNS_DIR, sorted by path. Unreadable manifests become entries with
-    ``error`` set (shown in the table), so one broken directory never hides the others."""
+    """Every output directory under RUNS_DIR, sorted by path. Unreadable manifests -- and manifests that
+    are links leaving RUNS_DIR, which are never read -- become entries with ``error`` set (shown in the
+    table), so one broken directory never hides the others."""
     root = Path(runs_dir).resolve()
     entries: list[OutputEntry] = []
     for path in _manifest_dirs(root):
         rel = path.relative_to(root).as_posix() or "."
         try:
-            manifest = store.read_json(path / store.MANIFEST)
-        except InputError as exc:
+            manifest = store.read_json(resolve_inside(root, Path(rel) / store.MANIFEST))
+        except (InputError, CardError) as exc:
             entries.append(OutputEntry(rel=rel, kind=None, status=None, error=str(exc)))
             continue
         entry = summarize_manifest(rel, manifest)
@@ -173,7 +181,7 @@ def discover_outputs(runs_dir: Path) -> list[OutputEntry]:
             missing = "kind" if entry.kind is None else "status"
             entry = _with_error(entry, f"{rel}/{store.MANIFEST}: manifest has no '{missing}'")
         entries.append(entry)
-    return sorted(entries, key=lambda e: e.rel)
+    return with_fit_provenance(sorted(entries, key=lambda e: e.rel))
 
 
 def _with_error(entry: OutputEntry, error: str) -> OutputEntry:
@@ -191,6 +199,28 @@ def inputs_of(fit: OutputEntry, candidates: Iterable[OutputEntry]) -> list[Outpu
     return [c for c in candidates if any(w == c.rel or w.endswith("/" + c.rel) for w in wanted)]
 
 
+def entry_provenance(entry: OutputEntry, entries: Iterable[OutputEntry] = ()) -> Provenance:
+    """Device and emulation of an output; a fit takes them from its inputs found under RUNS_DIR."""
+    if entry.kind == "fit":
+        return combine(
+            provenance(e.manifest, e.precisions) for e in inputs_of(entry, entries) if e.error is None
+        )
+    return provenance(entry.manifest, entry.precisions)
+
+
+def with_fit_provenance(entries: list[OutputEntry]) -> list[OutputEntry]:
+    """Entries with each fit's device / low-precision columns filled from its inputs."""
+    from dataclasses import replace
+
+    out = []
+    for e in entries:
+        if e.kind == "fit" and e.error is None:
+            prov = entry_provenance(e, entries)
+            e = replace(e, device=prov.device, low_precision=prov.low_precision)
+        out.append(e)
+    return out
+
+
 def newest_first(entries: Iterable[OutputEntry]) -> list[OutputEntry]:
     return sorted(entries, key=lambda e: (e.created or "", e.rel), reverse=True)
 
@@ -206,9 +236,10 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
             "inputs": e.inputs,
             "steps": e.steps,
             "device": e.device,
+            "low precision": e.low_precision,
             "created": _short_time(e.created),
             "status": e.status if e.error is None else "unreadable",
-            "problem": e.error or _status_problem(e),
+            "problem": e.error or status_problem(e),
         }
         for e in entries
     ]
@@ -220,6 +251,7 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
         "status",
         "steps",
         "device",
+        "low precision",
         "inputs",
         "created",
         "problem",
@@ -240,7 +272,7 @@ def _short_time(iso: str | None) -> str | None:
     return ts.tz_convert("UTC").strftime("%Y-%m-%d %H:%M UTC") if ts.tzinfo else ts.strftime("%Y-%m-%d %H:%M")
 
 
-def _status_problem(entry: OutputEntry) -> str | None:
+def status_problem(entry: OutputEntry) -> str | None:
     if entry.status == "complete":
         return None
     if entry.status == "running":
@@ -254,7 +286,7 @@ def check_usable(entry: OutputEntry) -> None:
     if entry.error is not None:
         raise CardError(entry.error)
     if entry.status != "complete":
-        raise CardError(f"{entry.rel}: {_status_problem(entry)}")
+        raise CardError(f"{entry.rel}: {status_problem(entry)}")
 
 
 def load_table(
@@ -292,24 +324,32 @@ def list_files(runs_dir: Path, entry: OutputEntry, pattern: str) -> list[str]:
     """Names (relative to the output directory) matching a glob, e.g. ``events/rank-*.parquet``."""
     check_usable(entry)
     base = resolve_inside(runs_dir, entry.rel)
-    return sorted(
-        p.relative_to(base).as_posix()
-        for p in base.glob(pattern)
-        if p.is_file() and resolve_inside(runs_dir, Path(entry.rel) / p.relative_to(base))
-    )
+    found = []
+    for p in base.glob(pattern):
+        rel = p.relative_to(base)
+        try:
+            if resolve_inside(runs_dir, Path(entry.rel) / rel).is_file():
+                found.append(rel.as_posix())
+        except CardError:
+            continue  # a link leaving RUNS_DIR is never offered
+    return sorted(found)
 
 
 def has_file(runs_dir: Path, entry: OutputEntry, name: str) -> bool:
+    """Whether a usable output holds ``name``; a link leaving RUNS_DIR counts as present, so the page
+    that reads it shows the refusal on its card (rather than silently dropping the output)."""
     if not entry.usable:
         return False
-    return resolve_inside(runs_dir, Path(entry.rel) / name).is_file()
+    path = Path(runs_dir) / entry.rel / name
+    return path.is_symlink() or path.is_file()
 
 
 def file_stamp(runs_dir: Path, entry: OutputEntry, name: str) -> int:
-    """Modification time (ns) of a file, 0 when absent: the cache key that makes reloads see new files."""
+    """Modification time (ns) of a file, 0 when absent or refused: the cache key that makes reloads see
+    new files (the read itself raises the refusal, on its card)."""
     try:
         return resolve_inside(runs_dir, Path(entry.rel) / name).stat().st_mtime_ns
-    except OSError:
+    except (OSError, CardError):
         return 0
 
 

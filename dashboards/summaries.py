@@ -1,4 +1,4 @@
-"""What the Breakeven, Host stall, Consistency and Weight sync pages say: pure functions over finished tables.
+"""What the Host stall, Consistency and Weight sync pages say: pure functions over finished tables.
 
 Each function takes tables or ``fits.json`` entries and returns a smaller table or a sentence; none reads
 files or touches Streamlit. Numbers that only exist with a GPU trace (host stall, GPU busy) come back as
@@ -7,12 +7,15 @@ null together with the reason, never as zeros.
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from tracing.analysis import ranks
 
 NO_GPU_REASON = (
     "no GPU trace: these micro-batches ran on CPU (or without --trace), so there are no GPU ops to be busy "
@@ -28,73 +31,6 @@ INVARIANTS: dict[str, str] = {
     "I6": "auxiliary state",
     "I7": "version atomicity",
 }
-
-
-# --------------------------------------------------------------------------------------------- breakeven
-def _tokens(x: float | None) -> str:
-    return "?" if x is None or not np.isfinite(x) else f"{x:,.0f}"
-
-
-def breakeven_sentence(entry: Mapping[str, Any]) -> str:
-    """The breakeven case of one ``fits.json`` model entry, in words (SPEC.md case table)."""
-    low = entry.get("precision", "low precision")
-    base = entry.get("baseline", "bf16")
-    be = entry.get("breakeven") or {}
-    case = be.get("case")
-    n = be.get("tokens")
-    ci = be.get("ci") or [None, None]
-    where = f"{entry.get('model', '?')} / {entry.get('phase', '?')}"
-    if case in ("faster_above", "faster_below"):
-        side = "above" if case == "faster_above" else "below"
-        lo, hi = ([*ci, None, None])[:2]
-        interval = f"95 % CI {_tokens(lo)} to {_tokens(hi)}" if lo is not None or hi is not None else "no CI"
-        if be.get("ci_reason"):
-            interval += f"; {be['ci_reason']}"
-        extra = " (extrapolated: outside the measured sizes)" if be.get("extrapolated") else ""
-        why = (
-            f"{low} adds fixed cost per micro-batch but saves per token"
-            if side == "above"
-            else f"{low} saves fixed cost but costs more per token"
-        )
-        return (
-            f"{where}: {low} is faster than {base} {side} n* = {_tokens(n)} tokens per micro-batch "
-            f"({interval}){extra}. Why: {why}."
-        )
-    sentences = {
-        "always_faster": f"{low} is faster than {base} at every micro-batch size (it saves per token and "
-        "adds no significant fixed cost, or saves fixed cost at no significant per-token loss).",
-        "never_faster": f"{low} is never faster than {base} here: it costs more per token, or adds fixed cost "
-        "without a significant per-token saving.",
-        "indistinguishable": f"{low} and {base} are indistinguishable at the 95 % level: neither the fixed "
-        "nor the per-token difference is significant. More repeats or sizes would narrow it.",
-    }
-    return f"{where}: " + sentences.get(case, f"unknown breakeven case {case!r} in fits.json")
-
-
-@dataclass(frozen=True)
-class FitLine:
-    """One precision's fitted line from ``fits.json``, shaped for ``perfmodel.step`` (which reads
-    ``precision``, ``fixed_s`` and ``per_token_s``), so the dashboard's what-ifs use the cost model's rules."""
-
-    precision: str
-    fixed_s: float
-    per_token_s: float
-
-
-def fit_lines(entry: Mapping[str, Any]) -> dict[str, FitLine]:
-    """Baseline and low-precision lines of one ``fits.json`` model entry, baseline first."""
-    fits = entry["fits"]
-    order = [entry["baseline"], entry["precision"]]
-    return {p: FitLine(p, float(fits[p]["fixed_s"]), float(fits[p]["per_token_s"])) for p in order}
-
-
-def faster_at(base_s: float, low_s: float, low: str, base: str) -> str:
-    """'mxfp8 is 12 % faster (0.81 s vs 0.92 s per step)' for one predicted pair."""
-    if not (np.isfinite(base_s) and np.isfinite(low_s)) or base_s <= 0:
-        return "no prediction"
-    change = (low_s - base_s) / base_s
-    word = "faster" if change < 0 else "slower"
-    return f"{low} is {abs(change) * 100:.1f} % {word} than {base} ({low_s:.3g} s vs {base_s:.3g} s per step)"
 
 
 # --------------------------------------------------------------------------------------------- host stall
@@ -134,17 +70,18 @@ def stall_share(mb: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 def device_summary(devices: pd.DataFrame) -> pd.DataFrame:
-    """``devices.parquet`` for people: ms and shares per (rank, device)."""
+    """``devices.parquet`` for people: one row per (process, GPU), ms and shares of the GPU's active span."""
+    span = devices["span_ns"].where(devices["span_ns"] > 0)
     out = pd.DataFrame(
         {
-            "rank": devices["rank"],
-            "device": devices["device"],
+            "process": ranks.process_labels(devices),
+            "GPU": devices["device"],
             "span ms": devices["span_ns"] / 1e6,
             "busy ms": devices["busy_ns"] / 1e6,
             "host stall ms": devices["host_stall_ns"] / 1e6,
             "other idle ms": (devices["idle_ns"] - devices["host_stall_ns"]) / 1e6,
-            "busy %": 100 * devices["busy_ns"] / devices["span_ns"].where(devices["span_ns"] > 0),
-            "host stall %": 100 * devices["host_stall_ns"] / devices["span_ns"].where(devices["span_ns"] > 0),
+            "busy %": 100 * devices["busy_ns"] / span,
+            "host stall %": 100 * devices["host_stall_ns"] / span,
             "kernels": devices.get("num_kernels"),
         }
     )
@@ -170,10 +107,12 @@ def consistency_long(metrics_by_label: Mapping[str, pd.DataFrame]) -> pd.DataFra
 
 
 def consistency_medians(long: pd.DataFrame) -> pd.DataFrame:
-    """Median per pairing and metric over steps (the table under the chart)."""
+    """Median per pairing and metric over steps, with the number of steps behind it (``steps``)."""
     if long.empty:
-        return pd.DataFrame(columns=["pairing", *CONSISTENCY_METRICS])
-    return long.pivot_table(index="pairing", columns="metric", values="value", aggfunc="median").reset_index()
+        return pd.DataFrame(columns=["pairing", "steps", *CONSISTENCY_METRICS])
+    med = long.pivot_table(index="pairing", columns="metric", values="value", aggfunc="median")
+    med.insert(0, "steps", long.groupby("pairing")["step"].nunique())
+    return med.reset_index()
 
 
 # --------------------------------------------------------------------------------------------- weight sync
@@ -219,6 +158,34 @@ def fault_grid(fm: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=["fault", "check", "caught", "target"])
+
+
+def sync_when(step: object) -> str:
+    """``first_caught_step`` in words: -1 is the initial sync (before the first step), null is never."""
+    if step is None or pd.isna(step):
+        return "never"
+    return "initial sync (before step 0)" if int(step) < 0 else f"sync after step {int(step)}"
+
+
+def fault_table(fm: pd.DataFrame) -> pd.DataFrame:
+    """``fault_matrix.parquet`` for people: which check each fault targets, which caught it and when, and
+    whether the run still completed (``silent``: the fault raised no error of its own)."""
+    cols = {
+        "fault": "fault",
+        "invariant": "targets",
+        "caught_by": "caught by",
+        "first_caught_step": "first caught",
+        "silent": "run completed anyway",
+        "kl_k3_fault": "KL k3 with fault",
+        "kl_k3_clean": "KL k3 clean",
+        "error": "error",
+    }
+    out = fm[[c for c in cols if c in fm.columns]].rename(columns=cols)
+    if "first caught" in out:
+        out["first caught"] = fm["first_caught_step"].map(sync_when)
+    if "caught by" in out:
+        out["caught by"] = out["caught by"].fillna("").replace("", "nothing")
+    return out
 
 
 def _sync_name(step: int) -> str:
@@ -318,27 +285,45 @@ def window_ranges(
 
 
 _STEP_NAME = r"^(ProfilerStep#\d+|step)$"
+_OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes)\s*=.*$")
+
+
+def short_name(name: str) -> str:
+    """A range name without ``emit_nvtx``'s ``, seq = N, op_id = M, sizes = [...]`` tail."""
+    return _OP_SUFFIX.sub("", str(name))
 
 
 def window_choices(
-    ranges: pd.DataFrame | None, first_ns: int, last_ns: int, limit: int = 50
+    ranges: pd.DataFrame | None, first_ns: int, last_ns: int, limit: int = 50, slices: int = 10
 ) -> dict[str, tuple[int, int]]:
-    """Time windows worth looking at: the whole trace, then steps (``ProfilerStep#N``, mxperf ``step`` or
-    phase ``step``), else ranges of a canonical phase, else the longest top-level ranges."""
+    """Time windows worth looking at: the whole trace, then its steps (``ProfilerStep#N``, mxperf ``step``
+    or phase ``step``), else ranges of a canonical phase, else ``slices`` equal slices of the trace.
+
+    Labels give the start relative to the first GPU op (never negative: a window opening before it reads
+    0.0 ms) and the length; op-level ranges (``aten::to, op_id = ...``) are never offered as windows."""
     choices = {"whole trace": (first_ns, last_ns)}
-    if ranges is None or ranges.empty:
+    picked = pd.DataFrame()
+    if ranges is not None and not ranges.empty:
+        live = ranges[(ranges["end_ns"] > first_ns) & (ranges["start_ns"] < last_ns)]
+        name = live["name"].astype(str)
+        phase = live["phase"].astype(str) if "phase" in live else pd.Series("", index=live.index)
+        for mask in (name.str.match(_STEP_NAME) | (phase == "step"), ~phase.isin(["", "other", "<NA>"])):
+            picked = live[mask.to_numpy(dtype=bool)]
+            if len(picked):
+                break
+    if len(picked):
+        for r in picked.sort_values("start_ns").head(limit).itertuples():
+            at = max(r.start_ns - first_ns, 0) / 1e6
+            label = f"{short_name(r.name)} @ {at:,.1f} ms ({(r.end_ns - r.start_ns) / 1e6:,.1f} ms long)"
+            choices[label if label not in choices else f"{label} #{r.Index}"] = (
+                int(r.start_ns),
+                int(r.end_ns),
+            )
         return choices
-    live = ranges[(ranges["end_ns"] > first_ns) & (ranges["start_ns"] < last_ns)]
-    name = live["name"].astype(str)
-    phase = live["phase"].astype(str) if "phase" in live else pd.Series("", index=live.index)
-    for mask in (name.str.match(_STEP_NAME) | (phase == "step"), ~phase.isin(["", "other", "<NA>"])):
-        picked = live[mask]
-        if len(picked):
-            break
-    else:
-        top = live[live["depth"] == live["depth"].min()]
-        picked = top.loc[(top["end_ns"] - top["start_ns"]).sort_values(ascending=False).index[:limit]]
-    for r in picked.sort_values("start_ns").head(limit).itertuples():
-        label = f"{r.name} @ {(r.start_ns - first_ns) / 1e6:,.1f} ms ({(r.end_ns - r.start_ns) / 1e6:,.1f} ms long)"
-        choices[label] = (int(r.start_ns), int(r.end_ns))
+    edges = np.linspace(first_ns, last_ns, slices + 1).astype("int64")
+    for i, (a, b) in enumerate(itertools.pairwise(edges)):
+        choices[f"slice {i + 1}/{slices}: {(a - first_ns) / 1e6:,.1f} – {(b - first_ns) / 1e6:,.1f} ms"] = (
+            int(a),
+            int(b),
+        )
     return choices

@@ -1,6 +1,6 @@
-"""Streamlit glue shared by the pages: RUNS_DIR, cached loading, the run-pair selector, per-card errors.
+"""Streamlit glue shared by the pages: RUNS_DIR, cached loading, the comparison picker, cards, downloads.
 
-Caching uses ``st.cache_resource`` keyed on the file's modification time, so a table is read once and read
+Caching uses ``st.cache_resource`` keyed on each file's modification time, so a table is read once and read
 again only when its producer rewrites it; it keeps the object itself (no pickling). Cached frames are
 treated as read-only: every analysis function in ``dashboards.compare``/``summaries`` returns new frames.
 """
@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
-from dashboards import compare, data
+from dashboards import compare, data, downloads
+from dashboards.provenance import Provenance
 from tracing.analysis import steps
 from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 
 PAIR_KEY = "mxperf_pair"
-CUSTOM = "Choose two runs…"
+CUSTOM = "Choose two outputs…"
 
 
 def runs_dir() -> Path:
@@ -40,6 +42,15 @@ def _discover(root: str) -> list[data.OutputEntry]:
 
 def entries() -> list[data.OutputEntry]:
     return _discover(str(runs_dir()))
+
+
+def refresh() -> None:
+    """Forget the discovered outputs (a new one was just added)."""
+    _discover.clear()
+
+
+def by_rel(rel: str) -> data.OutputEntry | None:
+    return next((e for e in entries() if e.rel == rel), None)
 
 
 @st.cache_resource(max_entries=256, show_spinner=False)
@@ -70,11 +81,36 @@ def has(entry: data.OutputEntry, name: str) -> bool:
     return data.has_file(runs_dir(), entry, name)
 
 
+def read_bytes(entry: data.OutputEntry, name: str) -> bytes:
+    """A file of an output for a download button (confined to RUNS_DIR like every read)."""
+    data.check_usable(entry)
+    path = data.resolve_inside(runs_dir(), Path(entry.rel) / name)
+    if not path.is_file():
+        raise data.CardError(f"{entry.rel}: has no {name}")
+    return path.read_bytes()
+
+
+def download_file(entry: data.OutputEntry, name: str, label: str, key: str) -> None:
+    """A download button for one file of an output (report.md, a plot PNG), read when clicked."""
+    suffix = name.rsplit(".", 1)[-1]
+    st.download_button(
+        label,
+        data=lambda: read_bytes(entry, name),
+        file_name=f"{downloads.safe_stem(entry.rel)}-{downloads.safe_stem(name)}",
+        mime=downloads.MIME.get(suffix, "image/png" if suffix == "png" else "application/octet-stream"),
+        key=f"dl_{key}",
+        on_click="ignore",
+    )
+
+
 @contextlib.contextmanager
-def card(title: str) -> Iterator[None]:
-    """A titled section; a CardError (or bad table) inside shows as a message here, the page goes on."""
+def card(title: str, entry: data.OutputEntry | None = None) -> Iterator[None]:
+    """A titled section; a CardError (or bad table) inside shows as a message here, the page goes on.
+    With ``entry``, the output's device and low-precision provenance is shown under the title."""
     with st.container(border=True):
         st.subheader(title)
+        if entry is not None:
+            provenance_caption(entry)
         try:
             yield
         except (MxperfError, ValueError, KeyError) as exc:
@@ -87,6 +123,15 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
+def provenance(entry: data.OutputEntry) -> Provenance:
+    return data.entry_provenance(entry, entries())
+
+
+def provenance_caption(entry: data.OutputEntry) -> None:
+    prov = provenance(entry)
+    st.caption(f"**{prov.badge}** — {prov.note}")
+
+
 def usable(kind: str | None = None, model: str | None = None) -> list[data.OutputEntry]:
     return [
         e
@@ -95,28 +140,124 @@ def usable(kind: str | None = None, model: str | None = None) -> list[data.Outpu
     ]
 
 
-def pair_selector() -> compare.RunPair | None:
-    """Sidebar: an automatic BF16/low-precision pair per model, or two outputs picked by hand.
+def unusable_notes(outputs: list[data.OutputEntry], what: str) -> None:
+    """Say which outputs of a kind exist but cannot be used, and why ('No sweep' would be false)."""
+    broken = [e for e in outputs if not e.usable]
+    if broken:
+        st.warning(
+            f"{len(broken)} {what} output(s) exist but cannot be read: "
+            + "; ".join(f"`{e.rel}`: {e.error or data.status_problem(e)}" for e in broken),
+            icon="⚠️",
+        )
 
-    Pairs come from runs, and from ingested traces labelled with model and precision; by hand, any two
-    runs or ingested traces (an unlabelled external trace is compared by its ranges' phases)."""
-    runs = usable("run")
-    ingests = usable("ingest")
-    pairs = compare.pair_runs(runs) + compare.pair_runs(ingests, kind="ingest")
-    options = [f"{p.model}: {p.baseline.precision_label} vs {p.other.precision_label}" for p in pairs]
+
+# --------------------------------------------------------------------------------------------- step tables
+@st.cache_resource(max_entries=128, show_spinner=False)
+def _steps(
+    rel: str, stamps: tuple[int, ...], _entry: data.OutputEntry
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    del rel, stamps
+    entry = _entry
+    if entry.kind == "ingest":
+        per_process = table(entry, store.STEPS, required=False)
+        if per_process is None or per_process.empty:
+            raise ValueError(
+                f"{entry.rel}: the trace has no step ranges (ProfilerStep#N, 'step'); per-step phase times need them"
+            )
+        return steps.one_process(per_process), per_process
+    metrics = table(entry, store.METRICS, required=False)
+    ranges = table(entry, store.RANGES, required=False)
+    try:
+        long = steps.step_phase_table(metrics, ranges)
+    except ValueError as exc:
+        raise ValueError(f"{entry.rel}: {exc}") from None
+    return compare.with_sync_checks(long, metrics), None
+
+
+def step_data(entry: data.OutputEntry) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(``step, phase, seconds`` -- for a multi-rank trace the slowest rank per step --, the per-process
+    table of an ingested trace or None). Raises CardError / ValueError with the reason."""
+    root = runs_dir()
+    names = (store.STEPS,) if entry.kind == "ingest" else (store.METRICS, store.RANGES)
+    stamps = tuple(data.file_stamp(root, entry, n) for n in names)
+    return _steps(entry.rel, stamps, entry)
+
+
+def step_table(entry: data.OutputEntry) -> pd.DataFrame:
+    return step_data(entry)[0]
+
+
+def comparable() -> tuple[list[data.OutputEntry], dict[str, str]]:
+    """Outputs that have per-step phase times (runs, ingested traces, metric-log imports), and why each
+    other complete run or ingest was left out."""
+    ok, left_out = [], {}
+    for e in usable("run") + usable("ingest"):
+        try:
+            step_data(e)
+        except (MxperfError, ValueError, KeyError) as exc:
+            left_out[e.rel] = _message(exc)
+            continue
+        ok.append(e)
+    return ok, left_out
+
+
+def _precision(entry: data.OutputEntry) -> str:
+    """``mxfp8`` for an end-to-end run, ``mxfp8/bf16`` (learner/sampler) when the two differ."""
+    if entry.learner and entry.sampler and entry.learner != entry.sampler:
+        return f"{entry.learner}/{entry.sampler}"
+    return entry.learner or entry.precision_label or entry.rel
+
+
+def _short(entry: data.OutputEntry) -> str:
+    return f"{entry.rel} · {entry.precision_label}" if entry.precision_label else entry.rel
+
+
+def pair_selector() -> compare.RunPair | None:
+    """Sidebar: an automatic BF16/low-precision pair per model, or any two outputs with step times.
+
+    Only outputs whose step tables read are offered (a complete manifest over a corrupt metrics table is
+    not paired); the same output cannot be picked twice."""
+    candidates, left_out = comparable()
+    pairs = compare.pair_runs(candidates) + compare.pair_runs(candidates, kind="ingest")
+    options = [f"{p.model}: {_precision(p.baseline)} vs {_precision(p.other)}" for p in pairs]
     st.sidebar.markdown("**Compare**")
-    choice = st.sidebar.selectbox("Run pair", [*options, CUSTOM], key="pair_choice")
-    if choice != CUSTOM:
-        return pairs[options.index(choice)]
-    candidates = runs + ingests
     if len(candidates) < 2:
-        st.sidebar.info("Need at least two complete runs (or ingested traces) to compare.")
+        st.sidebar.info("Need at least two complete outputs with per-step times (runs or traces) to compare.")
         return None
-    labels = [e.label for e in candidates]
-    a = st.sidebar.selectbox("Baseline", labels, key="pair_base")
-    b = st.sidebar.selectbox("Compared", labels, index=min(1, len(labels) - 1), key="pair_other")
-    base, other = candidates[labels.index(a)], candidates[labels.index(b)]
-    return compare.RunPair(model=str(base.model or other.model or "?"), baseline=base, other=other)
+    choice = st.sidebar.selectbox(
+        "Pair",
+        [*options, CUSTOM],
+        key="pair_choice",
+        help="Each model's newest BF16 and low-precision outputs",
+    )
+    if choice != CUSTOM:
+        pair = pairs[options.index(choice)]
+    else:
+        rels = [e.rel for e in candidates]
+        default = pairs[0] if pairs else compare.RunPair("?", candidates[0], candidates[1])
+        a = st.sidebar.selectbox(
+            "Baseline",
+            rels,
+            index=rels.index(default.baseline.rel),
+            key="pair_base",
+            format_func=lambda r: _short(candidates[rels.index(r)]),
+        )
+        others = [r for r in rels if r != a]
+        b_default = default.other.rel if default.other.rel in others else others[0]
+        b = st.sidebar.selectbox(
+            "Compared",
+            others,
+            index=others.index(b_default),
+            key="pair_other",
+            format_func=lambda r: _short(candidates[rels.index(r)]),
+        )
+        base, other = candidates[rels.index(a)], candidates[rels.index(b)]
+        pair = compare.RunPair(model=str(base.model or other.model or "?"), baseline=base, other=other)
+    st.sidebar.caption(f"Baseline `{pair.baseline.rel}` · compared `{pair.other.rel}`")
+    if left_out:
+        with st.sidebar.expander(f"{len(left_out)} output(s) not offered"):
+            st.markdown("\n".join(f"- `{rel}`: {why}" for rel, why in left_out.items()))
+    return pair
 
 
 def current_pair() -> compare.RunPair | None:
@@ -128,31 +269,17 @@ def need_pair() -> compare.RunPair:
     pair = current_pair()
     if pair is None:
         st.info(
-            "No BF16/low-precision pair of complete runs of one model was found under the runs directory. "
-            "Make one with `mxperf run --model tiny-dense --learner bf16 --sampler bf16` and the same with "
-            "`--learner mxfp8 --sampler mxfp8`, or pick two runs in the sidebar."
+            "Nothing to compare: fewer than two complete outputs with per-step times under the runs directory. "
+            "Make a pair with `mxperf run --model tiny-dense --learner bf16 --sampler bf16` and the same with "
+            "`--learner mxfp8 --sampler mxfp8`, or add two traces on the Add a trace page."
         )
         st.stop()
     return pair
 
 
 def run_label(entry: data.OutputEntry) -> str:
-    return entry.precision_label or entry.rel
-
-
-def step_table(entry: data.OutputEntry) -> pd.DataFrame:
-    """Per-step phase seconds of a run (metrics or range log) or of an ingested trace (``steps.parquet``:
-    per step, the slowest process, which is what the job waits for)."""
-    if entry.kind == "ingest":
-        per_process = table(entry, store.STEPS, required=False)
-        if per_process is None or per_process.empty:
-            raise ValueError(
-                "the trace has no step ranges (ProfilerStep#N, 'step'); per-step phase times need them"
-            )
-        return steps.one_process(per_process)
-    return steps.step_phase_table(
-        table(entry, store.METRICS, required=False), table(entry, store.RANGES, required=False)
-    )
+    """``mxfp8`` (end to end), ``mxfp8/bf16`` (learner/sampler) or, without precisions, the folder."""
+    return _precision(entry) if (entry.learner or entry.precision_label) else entry.rel
 
 
 def files(entry: data.OutputEntry, pattern: str) -> list[str]:
@@ -171,3 +298,33 @@ def tables_of(outputs: list[data.OutputEntry], name: str) -> dict[data.OutputEnt
         if df is not None:
             found[entry] = df
     return found
+
+
+# --------------------------------------------------------------------------------------------- downloads
+def download_table(df: pd.DataFrame, name: str, key: str) -> None:
+    """CSV and Parquet download buttons for a table shown on the page."""
+    stem = downloads.safe_stem(name)
+    cols = st.columns([1, 1, 6])
+    for col, fmt in zip(cols, downloads.FORMATS, strict=False):
+        col.download_button(
+            f"⬇ {fmt.upper()}",
+            data=lambda fmt=fmt: downloads.table_bytes(df, fmt),  # made on click, not on every render
+            file_name=f"{stem}.{fmt}",
+            mime=downloads.MIME[fmt],
+            key=f"dl_{key}_{fmt}",
+            on_click="ignore",
+        )
+
+
+def chart(fig: go.Figure, name: str, key: str) -> None:
+    """A plotly chart with a download of the figure as a standalone HTML file (a PNG: the chart's camera
+    icon). Download bytes are made when clicked, so offering them costs nothing on page load."""
+    st.plotly_chart(fig, width="stretch", key=f"chart_{key}")
+    st.download_button(
+        "⬇ figure (HTML)",
+        data=lambda: downloads.figure_html(fig),
+        file_name=f"{downloads.safe_stem(name)}.html",
+        mime=downloads.MIME["html"],
+        key=f"dl_{key}_html",
+        on_click="ignore",
+    )

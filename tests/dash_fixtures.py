@@ -3,7 +3,10 @@
 ``make_runs_dir(root)`` builds a RUNS_DIR with what every page reads: a BF16 and an MXFP8 run of one model
 (metrics, range log, sync checks, fixed-weight eval), a CPU sweep of both precisions, a fit, an ingested GPU
 trace (events, devices, ranges) and a fault matrix. ``add_broken_outputs(root)`` adds a half-written run
-(``status: running``), a run with a corrupt metrics table, a manifest that is not JSON and a failed run.
+(``status: running``), runs with a corrupt metrics table (one of them newest and end-to-end MXFP8, so that it
+would be the automatic pair), a manifest that is not JSON, a failed run and a fit whose sweep's manifest is
+broken. ``add_symlinked_outputs(root, outside)`` adds links that leave RUNS_DIR: a manifest, a run's
+sync-check table, an events table and a whole folder.
 Numbers are deterministic and shaped like real ones (MXFP8 saves update time, adds sync time); they exercise
 the dashboard, they are not measurements. The shipped real outputs live in ``examples/runs``.
 """
@@ -16,8 +19,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracing.analysis.metrics import device_metrics
-from tracing.analysis.steps import trace_step_phases
 from tracing.outputs import schema, store
 from tracing.outputs.manifest import OutputDir
 
@@ -48,6 +49,10 @@ def _run(root: Path, name: str, learner: str, sampler: str, *, fail_step: int | 
                 "logprob_s": logprob,
                 "update_s": update,
                 "sync_s": sync,
+                "sync_check_s": 0.6 * sync,  # the weight-sync checks run inside the timed sync
+                "update_microbatch_s": 0.9 * update,
+                "update_tokens": np.full(STEPS, 4096),
+                "num_microbatches": np.full(STEPS, 4),
                 "reward": 0.1 + 0.02 * steps,
                 "kl_k1": kl,
                 "kl_k3": kl * 0.9,
@@ -136,7 +141,11 @@ def _sweep(root: Path, name: str = "sweep-tiny-dense") -> Path:
                             "source": "sweep",
                         }
                     )
-    mb = pd.DataFrame(rows).astype(schema.MICROBATCH_COLUMNS)
+    mb = pd.DataFrame(rows)
+    for col in schema.MICROBATCH_COLUMNS:  # columns newer schemas add (rank, ...): null
+        if col not in mb:
+            mb[col] = None
+    mb = mb.astype(schema.MICROBATCH_COLUMNS)
     with OutputDir(root / name, kind="sweep", config={"model": MODEL, "precisions": ["bf16", "mxfp8"]}) as od:
         store.write_table(mb, od.path / store.MICROBATCHES)
     return od.path
@@ -198,42 +207,122 @@ def gpu_events() -> pd.DataFrame:
             )
         add("range", f"ProfilerStep#{step}", 7, -1, -1, base, 1_400_000, -1)
     df = pd.DataFrame(rows)
-    return df.astype({c: t for c, t in schema.EVENT_COLUMNS.items()})
+    for col, dtype in schema.EVENT_COLUMNS.items():  # columns newer schemas add: their "absent" value
+        if col not in df:
+            df[col] = -1 if "int" in dtype else ""
+    return df[list(schema.EVENT_COLUMNS)].astype(schema.EVENT_COLUMNS)
+
+
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+
+
+def kineto_trace(
+    path: Path,
+    rank: int,
+    *,
+    steps: int = 3,
+    slow: float = 1.0,
+    names: tuple[str, str] = ("generate_sequences", "update_actor"),
+    gpu_name: str | None = GPU_NAME,
+) -> Path:
+    """A small Kineto trace (gzipped JSON, as torch.profiler writes it) of one rank: ``steps`` ProfilerSteps,
+    each with two top-level ranges (``names``: verl's, which the phase map knows, by default), kernels
+    launched by ``cudaLaunchKernel`` (some late: host stall), ``distributedInfo.rank`` and the GPU's name.
+    ``slow`` stretches this rank's times (a straggler)."""
+    import gzip
+
+    pid, tid = 1000 + rank, 2000 + rank
+    events, corr, t_us = [], 0, 1000.0
+    for step in range(steps):
+        start = t_us
+        for name, dur_ms in zip(names, (3.0 * slow, 5.0 * slow), strict=True):
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": t_us,
+                    "dur": dur_ms * 1e3,
+                }
+            )
+            for k in range(4):
+                corr += 1
+                launch = t_us + 100.0 + k * dur_ms * 200
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": launch,
+                        "dur": 10.0,
+                        "args": {"correlation": corr},
+                    }
+                )
+                late = 150.0 if k == 2 else 0.0  # a kernel that waits for a slow launch: host stall
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": f"sm90_gemm_{k}",
+                        "pid": rank,
+                        "tid": 7,
+                        "ts": launch + 12.0 + late,
+                        "dur": dur_ms * 150,
+                        "args": {"correlation": corr, "device": rank, "stream": 7},
+                    }
+                )
+            t_us += dur_ms * 1e3 + 50.0
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": pid,
+                "tid": tid,
+                "ts": start - 10.0,
+                "dur": t_us - start + 20.0,
+            }
+        )
+        t_us += 100.0
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+        "deviceProperties": [{"id": rank, "name": gpu_name}] if gpu_name else [],
+        "traceEvents": events,
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def ingest(root: Path, name: str, traces: list[Path], *extra: str) -> Path:
+    """``mxperf ingest TRACES -o ROOT/NAME`` in this process: the real command, its real tables."""
+    from mxperf.cli import main
+
+    rc = main(["ingest", *map(str, traces), "-o", str(root / name), *extra])
+    if rc != 0:
+        raise RuntimeError(f"mxperf ingest {traces} failed with exit {rc}")
+    return root / name
 
 
 def _ingest(root: Path, name: str = "ingest-gpu") -> Path:
-    events = gpu_events()
-    with OutputDir(root / name, kind="ingest", config={"inputs": ["synthetic.json.gz"]}) as od:
-        store.write_table(events, store.events_path(od.path, 0))
-        dev = device_metrics(events)
-        dev.insert(0, "trace", "synthetic.json.gz")
-        dev.insert(1, "format", "kineto")
-        dev.insert(2, "rank", 0)
-        store.write_table(schema.conform(dev, schema.DEVICE_COLUMNS, "devices"), od.path / store.DEVICES)
-        ranges = events[events["kind"] == "range"]
-        rng = pd.DataFrame({c: pd.Series([None] * len(ranges)) for c in schema.RANGE_COLUMNS})
-        rng = rng.assign(
-            trace="synthetic.json.gz",
-            rank=0,
-            source="user_annotation",
-            range_id=np.arange(len(ranges)),
-            parent_id=-1,
-            depth=0,
-            name=ranges["name"].astype(str).to_numpy(),
-            domain="",
-            phase="step",
-            pid=100,
-            tid=7,
-            start_ns=ranges["start_ns"].to_numpy(),
-            end_ns=(ranges["start_ns"] + ranges["dur_ns"]).to_numpy(),
-            wall_ns=ranges["dur_ns"].to_numpy(),
-            attrs="{}",
-            gpu_reason="",
-        )
-        rng = schema.conform(rng, schema.RANGE_COLUMNS, "ranges")
-        store.write_table(rng, od.path / store.RANGES)
-        store.write_table(trace_step_phases(rng), od.path / store.STEPS)
-    return od.path
+    """A 2-rank GPU trace set (rank 1 the straggler), ingested by the real command."""
+    src = root.parent / f"{root.name}-traces" / name
+    traces = [kineto_trace(src / f"rank-{r}.json.gz", r, slow=1.0 + 0.25 * r) for r in (0, 1)]
+    return ingest(root, name, traces)
+
+
+def ingest_unmapped(root: Path, name: str = "ingest-unmapped") -> Path:
+    """One rank whose ranges no phase map knows (``## forward ##`` / ``## backward ##``, as in HTA's samples)."""
+    src = root.parent / f"{root.name}-traces" / name
+    return ingest(
+        root, name, [kineto_trace(src / "rank-0.json.gz", 0, names=("## forward ##", "## backward ##"))]
+    )
 
 
 def _faults(root: Path, name: str = "faults") -> Path:
@@ -306,13 +395,15 @@ def make_runs_dir(root: Path) -> Path:
     _run(root, "run-mxfp8", "mxfp8", "mxfp8", fail_step=4)
     _fit(root, _sweep(root), run)
     _ingest(root)
+    ingest_unmapped(root)
     _faults(root)
     _consistency(root)
     return root
 
 
 def add_broken_outputs(root: Path) -> Path:
-    """Outputs the dashboard must survive: half-written, corrupt table, unreadable manifest, failed run."""
+    """Outputs the dashboard must survive: half-written, corrupt tables (one would be the auto pair), an
+    unreadable manifest, a failed run, a fit whose sweep's manifest is broken."""
     half = root / "run-halfwritten"
     half.mkdir()
     store.write_json(
@@ -325,6 +416,18 @@ def add_broken_outputs(root: Path) -> Path:
     bad = root / "bad-manifest"
     bad.mkdir()
     (bad / store.MANIFEST).write_text("{not json")
+    newest = _run(root, "run-mxfp8-corrupt", "mxfp8", "mxfp8")  # would be the auto pair by date
+    (newest / store.METRICS).write_bytes(b"PAR1 this is not parquet")
+    (newest / store.RANGES).write_bytes(b"PAR1 nor this")
+    manifest = store.read_json(newest / store.MANIFEST)
+    store.write_json({**manifest, "created": "2099-01-01T00:00:00+00:00"}, newest / store.MANIFEST)
+    sweep = _sweep(root, "sweep-broken-manifest")
+    (sweep / store.MANIFEST).write_text('{"kind": "sweep", "status": ')  # truncated mid-write
+    _fit(root, root / "sweep-tiny-dense", root / "run-bf16", name="fit-of-broken-sweep")
+    fit_manifest = store.read_json(root / "fit-of-broken-sweep" / store.MANIFEST)
+    fit_manifest["config"] = {"inputs": [str(sweep)]}
+    fit_manifest["created"] = "2099-01-01T00:00:00+00:00"
+    store.write_json(fit_manifest, root / "fit-of-broken-sweep" / store.MANIFEST)
     failed = root / "run-failed"
     failed.mkdir()
     store.write_json(
@@ -336,4 +439,33 @@ def add_broken_outputs(root: Path) -> Path:
         },
         failed / store.MANIFEST,
     )
+    return root
+
+
+SECRET = "SECRET-OUTSIDE-MODEL"
+
+
+def add_symlinked_outputs(root: Path, outside: Path) -> Path:
+    """Links leaving RUNS_DIR, each of which the dashboard must refuse (never read, never crash):
+    ``linked-manifest/manifest.json`` -> a manifest outside naming the model ``SECRET``; a run whose
+    ``sync_checks.parquet`` is a link to a valid table outside; an ingest with a second events table linked
+    from outside; ``linked-folder`` -> a whole output folder outside."""
+    outside.mkdir(parents=True, exist_ok=True)
+    store.write_json(
+        {"kind": "run", "status": "complete", "config": {"model": SECRET, "learner": "bf16"}},
+        outside / "manifest.json",
+    )
+    (root / "linked-manifest").mkdir()
+    (root / "linked-manifest" / store.MANIFEST).symlink_to(outside / "manifest.json")
+    run = _run(root, "run-linked-sync", "bf16", "bf16")
+    real = outside / "sync_checks.parquet"
+    (run / store.SYNC_CHECKS).replace(real)
+    (run / store.SYNC_CHECKS).symlink_to(real)
+    ingest = root / "ingest-gpu"
+    if ingest.is_dir():
+        target = outside / "rank-9.parquet"
+        store.write_table(gpu_events(), target)
+        (ingest / store.EVENTS_DIR / "rank-9.parquet").symlink_to(target)
+    folder = _run(outside, "elsewhere-run", "mxfp8", "mxfp8")
+    (root / "linked-folder").symlink_to(folder, target_is_directory=True)
     return root

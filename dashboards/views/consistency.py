@@ -10,12 +10,14 @@ st.title("Consistency")
 st.caption(
     "Per step, on the sampled response tokens: KL k1 = mean(lp_sampler - lp_learner), KL k3 = "
     "mean(exp(r) - r - 1) with r = lp_learner - lp_sampler, token_mult_prob_error = mean(exp(|lp_s - lp_l|)) "
-    "(1.0 = identical). Each line is one run, labelled learner/sampler precision."
+    "(1.0 = identical). Each line is one run, labelled learner/sampler precision. k1 is an unbiased estimate "
+    "that can come out negative on a finite sample (sampler and learner nearly identical); k3 is never negative."
 )
 
 runs = ui.usable("run")
 models = sorted({str(e.model) for e in runs if e.model})
 if not models:
+    ui.unusable_notes([e for e in ui.entries() if e.kind in ("run", None)], "run")
     st.info("No complete run under the runs directory. Make one with `mxperf run`.")
     st.stop()
 pair = ui.current_pair()
@@ -30,11 +32,14 @@ with ui.card(f"{model}: per step"):
     long = summaries.consistency_long(metrics)
     if long.empty:
         raise ValueError("these runs' metrics.parquet have no kl_k1 / kl_k3 / token_mult_prob_error columns")
-    st.plotly_chart(charts.consistency_figure(long, summaries.CONSISTENCY_METRICS), width="stretch")
-    st.markdown("Median over steps:")
+    ui.chart(
+        charts.consistency_figure(long, summaries.CONSISTENCY_METRICS), f"{model}-consistency", "cons_steps"
+    )
+    st.markdown("Median over steps (n = steps per run):")
     medians = summaries.consistency_medians(long)
     fmt = {c: st.column_config.NumberColumn(c, format="%.4g") for c in summaries.CONSISTENCY_METRICS}
     st.dataframe(medians, hide_index=True, column_config=fmt)
+    ui.download_table(long, f"{model}-consistency-per-step", "cons_dl")
 
 with ui.card(f"{model}: every pairing at fixed weights"):
     st.caption(
@@ -49,8 +54,9 @@ with ui.card(f"{model}: every pairing at fixed weights"):
     else:
         table = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
         if {"learner", "sampler", "kl_k3"} <= set(table.columns):
-            st.plotly_chart(charts.fixed_weights_figure(table), width="stretch")
+            ui.chart(charts.fixed_weights_figure(table), f"{model}-fixed-weights", "cons_fixed")
         st.dataframe(table, hide_index=True)
+        ui.download_table(table, f"{model}-fixed-weights", "cons_fixed_dl")
 
 with ui.card(f"{model}: fixed-weight evaluation inside each run"):
     st.caption("Each run scores its own pairing on the fixed batch before the first step and after the last.")
@@ -58,6 +64,6 @@ with ui.card(f"{model}: fixed-weight evaluation inside each run"):
     if not found:
         st.info(f"No {store.EVAL_FIXED_WEIGHTS} in the runs of this model.")
     else:
-        st.dataframe(
-            pd.concat([t.assign(run=e.rel) for e, t in found.items()], ignore_index=True), hide_index=True
-        )
+        evals = pd.concat([t.assign(run=e.rel) for e, t in found.items()], ignore_index=True)
+        st.dataframe(evals, hide_index=True)
+        ui.download_table(evals, f"{model}-eval-fixed-weights", "cons_eval_dl")

@@ -1,89 +1,142 @@
-"""Host stall: how much of the time the GPU waits for the host, per micro-batch size, per phase, on a timeline."""
+"""Host stall: how much of the time the GPU waits for the host -- two traces side by side, per device, on a
+timeline, and per micro-batch size and phase where micro-batches carry GPU numbers."""
 
 import pandas as pd
 import streamlit as st
 
 from dashboards import charts, summaries, ui
+from dashboards.data import OutputEntry
 from tracing.analysis import metrics as tm
 from tracing.outputs import store
+
+NONE = "(none)"
 
 st.title("Host stall")
 st.caption(
     "Host stall = time the GPU sat idle because the next kernel's launch call had not returned yet "
-    "(launch-end rule). It is a share of wall time; it only exists where a GPU trace was recorded."
+    "(launch-end rule), as a share of the GPU's active span. Only a GPU trace has it: CPU runs never show 0 %."
 )
 
-with ui.card("Share per micro-batch size and per phase (sweeps)"):
-    frames = list(ui.tables_of(ui.usable("sweep") + ui.usable("ingest"), store.MICROBATCHES).values())
-    if not frames:
-        st.info("No sweep (microbatches.parquet) under the runs directory. Make one with `mxperf sweep`.")
-    else:
-        mb = pd.concat(frames, ignore_index=True)
-        if not summaries.has_gpu_numbers(mb):
-            st.info(f"Host stall per micro-batch: not available, {summaries.NO_GPU_REASON}")
-        else:
-            by_size = summaries.stall_share(mb, ["model", "precision", "tokens_per_microbatch"])
-            for model, grp in by_size.groupby("model"):
-                st.plotly_chart(
-                    charts.stall_share_figure(
-                        grp, "tokens_per_microbatch", f"{model}: host stall per micro-batch size"
-                    ),
-                    width="stretch",
-                )
-            by_phase = summaries.stall_share(mb, ["model", "precision", "phase"])
-            st.plotly_chart(
-                charts.stall_share_figure(by_phase, "phase", "Host stall per phase"), width="stretch"
-            )
-            st.dataframe(by_size, hide_index=True)
-
 ingests = ui.usable("ingest")
+pair = ui.current_pair()
 if not ingests:
-    st.info("No ingested trace under the runs directory. `mxperf ingest TRACE -o RUNS_DIR/NAME` adds one.")
+    ui.unusable_notes([e for e in ui.entries() if e.kind == "ingest"], "ingest")
+    st.info(
+        "No ingested GPU trace under the runs directory. Add one on the Add a trace page or with "
+        "`mxperf ingest TRACE -o RUNS_DIR/NAME`."
+    )
     st.stop()
+rels = [e.rel for e in ingests]
+pair_key = (pair.baseline.rel, pair.other.rel) if pair else None
+if st.session_state.get("hs_pair") != pair_key:  # a new pair in the sidebar: start from its traces
+    for key in ("hs_trace", "hs_other"):
+        st.session_state.pop(key, None)
+    st.session_state["hs_pair"] = pair_key
+defaults = [e.rel for e in (pair.baseline, pair.other) if e.kind == "ingest"] if pair else []
+if pair is not None and not defaults:
+    st.info(
+        f"The pair in the sidebar (`{pair.baseline.rel}` vs `{pair.other.rel}`) has no GPU trace (CPU runs have "
+        "no GPU ops, hence no host stall). Pick ingested traces here."
+    )
+a_default = defaults[0] if defaults else rels[0]
+b_default = defaults[1] if len(defaults) > 1 else NONE
+c1, c2 = st.columns(2)
+a_rel = c1.selectbox("Trace", rels, index=rels.index(a_default), key="hs_trace")
+b_opts = [NONE, *[r for r in rels if r != a_rel]]
+b_rel = c2.selectbox(
+    "Side by side with", b_opts, index=b_opts.index(b_default) if b_default in b_opts else 0, key="hs_other"
+)
+shown = [ingests[rels.index(a_rel)]] + ([ingests[rels.index(b_rel)]] if b_rel != NONE else [])
 
-src = ingests[
-    [e.label for e in ingests].index(
-        st.selectbox("Ingested trace", [e.label for e in ingests], key="hs_trace")
-    )
-]
-with ui.card("Per device (whole trace)"):
-    devices = ui.table(src, store.DEVICES)
-    if devices.empty:
-        st.info(
-            "This trace has no GPU ops (a CPU-only profile): GPU busy and host stall do not exist for it."
-        )
-    else:
-        st.dataframe(summaries.device_summary(devices), hide_index=True)
 
-with ui.card("Timeline"):
-    rank_files = ui.files(src, f"{store.EVENTS_DIR}/rank-*.parquet")
-    if not rank_files:
-        raise ValueError(f"{src.rel}: no {store.EVENTS_DIR}/rank-*.parquet event tables")
-    rank_file = st.selectbox(
-        "Rank", rank_files, format_func=lambda f: f.split("/")[-1].removesuffix(".parquet"), key="hs_rank"
-    )
-    events = ui.table(src, rank_file)
-    timelines = tm.device_timelines(events)
-    if not timelines:
-        st.info(
-            "No GPU ops in this rank's trace: nothing to draw (GPU busy and host stall need a GPU trace)."
+def _side(src: OutputEntry, key: str) -> pd.DataFrame | None:
+    shares = None
+    with ui.card(src.rel, src):
+        devices = ui.table(src, store.DEVICES)
+        if devices.empty:
+            st.info(
+                "This trace has no GPU ops (a CPU-only profile): GPU busy and host stall do not exist for it."
+            )
+            return None
+        st.markdown("**Per process and GPU (whole trace)**")
+        summary = summaries.device_summary(devices)
+        st.dataframe(summary, hide_index=True)
+        ui.download_table(summary, f"{src.rel}-devices", f"hs_dev_{key}")
+        rank_files = ui.files(src, f"{store.EVENTS_DIR}/rank-*.parquet")
+        if not rank_files:
+            raise ValueError(f"{src.rel}: no {store.EVENTS_DIR}/rank-*.parquet event tables")
+
+        def _name(f: str) -> str:
+            stem = f.split("/")[-1].removesuffix(".parquet").removeprefix("rank-")
+            return f"rank {stem}" if stem.isdigit() else f"{stem} (rank not recorded)"
+
+        rank_file = st.selectbox("Rank", rank_files, format_func=_name, key=f"hs_rank_{key}")
+        events = ui.table(src, rank_file)
+        timelines = tm.device_timelines(events)
+        if not timelines:
+            st.info("No GPU ops in this rank's events: nothing to draw.")
+            return None
+        ranges = ui.table(src, store.RANGES, required=False)
+        stem = rank_file.split("/")[-1].removesuffix(".parquet").removeprefix("rank-")
+        if ranges is not None and "rank" in ranges and stem.isdigit():
+            ranges = ranges[ranges["rank"].astype("Int64") == int(stem)]
+        first = min(int(t.row["first_ns"]) for t in timelines)
+        last = max(int(t.row["last_ns"]) for t in timelines)
+        windows = summaries.window_choices(ranges, first, last)
+        choice = st.selectbox(
+            "Window (the whole trace, a step, or a slice)", list(windows), key=f"hs_window_{key}"
         )
-        st.stop()
-    ranges = ui.table(src, store.RANGES, required=False)
-    rank_name = rank_file.split("/")[-1].removesuffix(".parquet").removeprefix("rank-")
-    if ranges is not None and "rank" in ranges and rank_name.isdigit():
-        ranges = ranges[ranges["rank"].astype("Int64") == int(rank_name)]
-    first = min(int(t.row["first_ns"]) for t in timelines)
-    last = max(int(t.row["last_ns"]) for t in timelines)
-    windows = summaries.window_choices(ranges, first, last)
-    choice = st.selectbox("Window (the whole trace, or one step)", list(windows), key="hs_window")
-    t0, t1 = windows[choice]
-    intervals = summaries.timeline_intervals(
-        timelines, t0, t1, rank=int(rank_name) if rank_name.isdigit() else None
+        t0, t1 = windows[choice]
+        intervals = summaries.timeline_intervals(
+            timelines, t0, t1, rank=int(stem) if stem.isdigit() else None
+        )
+        shown_ranges = summaries.window_ranges(ranges, t0, t1) if ranges is not None else None
+        if shown_ranges is not None:
+            shown_ranges = shown_ranges.assign(name=shown_ranges["name"].map(summaries.short_name))
+        ui.chart(
+            charts.timeline_figure(intervals, shown_ranges, f"{_name(rank_file)}: {choice}"),
+            f"{src.rel}-timeline",
+            f"hs_tl_{key}",
+        )
+        shares = summaries.window_shares(intervals)
+        st.dataframe(shares, hide_index=True)
+    return shares
+
+
+cols = st.columns(len(shown))
+results = {}
+for col, src in zip(cols, shown, strict=True):
+    with col:
+        results[src.rel] = _side(src, "a" if src.rel == a_rel else "b")
+if len(shown) == 2 and all(r is not None for r in results.values()):
+    with ui.card("Side by side (the windows chosen above)"):
+        both = pd.concat([r.assign(trace=rel) for rel, r in results.items()], ignore_index=True)
+        st.dataframe(both[["trace", *[c for c in both.columns if c != "trace"]]], hide_index=True)
+
+frames = ui.tables_of(ui.usable("sweep") + ui.usable("ingest"), store.MICROBATCHES)
+mb = pd.concat(list(frames.values()), ignore_index=True) if frames else pd.DataFrame()
+if len(mb) and summaries.has_gpu_numbers(mb):
+    with ui.card("Share per micro-batch size and per phase"):
+        by_size = summaries.stall_share(mb, ["model", "precision", "tokens_per_microbatch"])
+        for model, grp in by_size.groupby("model"):
+            ui.chart(
+                charts.stall_share_figure(
+                    grp, "tokens_per_microbatch", f"{model}: host stall per micro-batch size"
+                ),
+                f"{model}-stall-per-size",
+                f"hs_size_{model}",
+            )
+        by_phase = summaries.stall_share(mb, ["model", "precision", "phase"])
+        ui.chart(
+            charts.stall_share_figure(by_phase, "phase", "Host stall per phase"),
+            "stall-per-phase",
+            "hs_phase",
+        )
+        st.dataframe(by_size, hide_index=True)
+        ui.download_table(by_size, "host-stall-per-size", "hs_size_dl")
+else:
+    st.caption(
+        f"Per micro-batch host stall: {len(frames)} micro-batch table(s) here, none with GPU numbers ("
+        + summaries.NO_GPU_REASON
+        + ")"
     )
-    shown_ranges = summaries.window_ranges(ranges, t0, t1) if ranges is not None else None
-    st.plotly_chart(
-        charts.timeline_figure(intervals, shown_ranges, f"{src.rel} rank {rank_name}: {choice}"),
-        width="stretch",
-    )
-    st.dataframe(summaries.window_shares(intervals), hide_index=True)

@@ -9,30 +9,44 @@ from tracing.outputs import store
 st.title("Weight sync")
 st.caption(
     "After each optimizer step the learner's weights are loaded into the sampler and checked against what the "
-    "sampler actually holds: " + "; ".join(f"{k} {v}" for k, v in summaries.INVARIANTS.items()) + "."
+    "sampler actually holds: " + "; ".join(f"{k} {v}" for k, v in summaries.INVARIANTS.items()) + ". "
+    "'initial' is the sync before the first step. The checks' own time is part of each run's sync phase "
+    "(shown apart as 'sync checks' on the Step time page)."
 )
 
 runs = [e for e in ui.usable() if ui.has(e, store.SYNC_CHECKS)]
 if not runs:
+    ui.unusable_notes([e for e in ui.entries() if e.kind in ("run", None)], "run")
     st.info("No complete run with sync checks under the runs directory. Make one with `mxperf run`.")
     st.stop()
 pair = ui.current_pair()
-labels = [e.label for e in runs]
-default = labels.index(pair.other.label) if pair is not None and pair.other.label in labels else 0
-run = runs[labels.index(st.selectbox("Run", labels, index=default, key="sync_run"))]
+rels = [e.rel for e in runs]
+default = rels.index(pair.other.rel) if pair is not None and pair.other.rel in rels else 0
+run = runs[rels.index(st.selectbox("Run", rels, index=default, key="sync_run"))]
 
-with ui.card("Checks per sync"):
+with ui.card("Checks per sync", run):
     checks = ui.table(run, store.SYNC_CHECKS)
     verdict = summaries.sync_verdict(checks)
     (st.success if verdict.startswith("All") else st.error)(verdict)
-    st.plotly_chart(charts.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS), width="stretch")
+    ui.chart(
+        charts.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS),
+        f"{run.rel}-sync-checks",
+        "sync_map",
+    )
+    st.caption(
+        "Green: passed. Red: failed. Grey: not checked at that sync (`--check-sync first` checks only some)."
+    )
     failures = summaries.sync_failures(checks)
     if len(failures):
         st.markdown("Failed checks (first failing tensor named):")
         st.dataframe(failures, hide_index=True)
     if "check_seconds" in checks:
         cost = checks.groupby("step")["check_seconds"].sum()
-        st.caption(f"Cost of the checks: median {cost.median() * 1e3:.1f} ms per step.")
+        st.caption(
+            f"Cost of the checks: median {cost.median() * 1e3:.1f} ms per sync "
+            f"(IQR {cost.quantile(0.25) * 1e3:.1f} – {cost.quantile(0.75) * 1e3:.1f} ms, n = {len(cost)} syncs)."
+        )
+    ui.download_table(checks, f"{run.rel}-sync-checks", "sync_dl")
 
 with ui.card("Fault matrix"):
     sources = [e for e in ui.usable() if ui.has(e, store.FAULT_MATRIX)]
@@ -41,8 +55,13 @@ with ui.card("Fault matrix"):
             "No fault matrix under the runs directory. `mxperf faults` injects each fault and writes one."
         )
     else:
-        fm = pd.concat(
-            [ui.table(e, store.FAULT_MATRIX).assign(source=e.rel) for e in sources], ignore_index=True
-        )
-        st.plotly_chart(charts.fault_matrix_figure(summaries.fault_grid(fm)), width="stretch")
-        st.dataframe(fm, hide_index=True)
+        found = ui.tables_of(sources, store.FAULT_MATRIX)
+        if found:
+            fm = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
+            ui.chart(charts.fault_matrix_figure(summaries.fault_grid(fm)), "fault-matrix", "sync_faults")
+            st.caption(
+                "Green 'caught': that check failed on the faulted sync. Red 'MISSED': the check the fault targets "
+                "did not catch it. Grey: the check was not triggered (it does not look at what this fault breaks)."
+            )
+            st.dataframe(summaries.fault_table(fm), hide_index=True)
+            ui.download_table(fm, "fault-matrix", "sync_fm_dl")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dash_fixtures
 import numpy as np
 import pandas as pd
+import pytest
 
 from dashboards import charts, compare, summaries
 from tracing.analysis import steps
@@ -16,35 +17,72 @@ def _tables() -> dict[str, pd.DataFrame]:
     return {"bf16": steps.step_phase_table(m), "mxfp8": steps.step_phase_table(m.assign(update_s=0.3))}
 
 
-def test_step_time_mean_bars_stack_one_trace_per_phase() -> None:
+def test_median_bars_stack_one_trace_per_phase_with_the_step_iqr_on_top() -> None:
     t = _tables()
-    fig = charts.step_time_mean_bars({k: compare.phase_medians(v) for k, v in t.items()}, steps.STEP_PHASES)
+    stats = {k: compare.phase_stats(v) for k, v in t.items()}
+    fig = charts.step_time_median_bars(stats, steps.STEP_PHASES)
     assert fig.layout.barmode == "stack"
-    assert [tr.name for tr in fig.data] == list(steps.STEP_PHASES)
+    assert [tr.name for tr in fig.data] == [*steps.STEP_PHASES, "step: median and IQR"]
     update = next(tr for tr in fig.data if tr.name == "update")
     assert list(update.x) == ["bf16", "mxfp8"] and list(update.y) == [0.5, 0.3]
+    assert "2 steps" in fig.layout.title.text  # the count behind the medians
 
 
-def test_per_step_bars_have_one_panel_per_precision_and_one_legend_entry_per_phase() -> None:
-    fig = charts.step_time_per_step_bars(_tables(), steps.STEP_PHASES)
-    assert [a.text for a in fig.layout.annotations] == ["bf16", "mxfp8"]
+def test_per_step_bars_have_one_panel_per_output_and_mark_the_warmup_step() -> None:
+    fig = charts.step_time_per_step_bars(_tables(), steps.STEP_PHASES, {"bf16": 0, "mxfp8": None})
+    assert [a.text for a in fig.layout.annotations][:2] == ["bf16", "mxfp8"]
+    assert any("warm-up" in a.text for a in fig.layout.annotations)
     assert sum(bool(tr.showlegend) for tr in fig.data) == len(steps.STEP_PHASES)
+    first = next(tr for tr in fig.data if tr.name == "update")
+    assert list(first.marker.opacity) == [0.35, 1.0]  # step 0 of bf16 drawn faded
 
 
-def test_breakeven_figure_draws_bands_lines_points_and_n_star() -> None:
+def test_rank_steps_draw_every_rank_and_the_max_line() -> None:
+    totals = pd.DataFrame(
+        {
+            "process": ["rank 0", "rank 1", "rank 0", "rank 1"],
+            "step": [1, 1, 2, 2],
+            "seconds": [0.6, 0.75, 0.5, 0.45],
+        }
+    )
+    fig = charts.rank_steps_figure(totals, "t")
+    job = next(tr for tr in fig.data if tr.name.startswith("job step"))
+    assert list(job.y) == [0.75, 0.5]
+
+
+def test_breakeven_figure_draws_bands_lines_points_n_star_and_the_crossing() -> None:
     ns = np.linspace(0, 4000, 5)
     lines = {
         "bf16": (ns, 0.01 + 4e-5 * ns, 0.009 + 4e-5 * ns, 0.011 + 4e-5 * ns),
         "mxfp8": (ns, 0.03 + 3e-5 * ns, None, None),
+        "mxfp8 (other-fit)": (ns, 0.02 + 3e-5 * ns, None, None),
     }
     points = pd.DataFrame(
-        {"precision": ["bf16", "mxfp8"], "num_tokens": [1000, 1000], "seconds": [0.05, 0.06]}
+        {
+            "precision": ["bf16", "mxfp8", "mxfp8"],
+            "num_tokens": [1000, 1000, 1500],
+            "seconds": [0.05, 0.06, 0.07],
+            "source": ["sweep", "sweep", "detected"],
+        }
     )
-    fig = charts.breakeven_figure(points, lines, 2000.0, (1700.0, 2400.0))
+    fig = charts.breakeven_figure(
+        points, lines, 2000.0, (1700.0, 2400.0), crossing=[1024, 2048], dashed=["mxfp8 (other-fit)"]
+    )
     names = [tr.name for tr in fig.data]
-    assert names == ["bf16 95 % band", "bf16 fit", "mxfp8 fit", "bf16 measured", "mxfp8 measured"]
+    assert names == [
+        "bf16 95 % band",
+        "bf16 fit",
+        "mxfp8 fit",
+        "mxfp8 (other-fit) fit",
+        "bf16 measured (sweep)",
+        "mxfp8 measured (detected)",
+        "mxfp8 measured (sweep)",
+    ]
+    assert fig.data[3].line.dash == "dash" and fig.data[2].line.dash == "solid"
+    assert next(tr for tr in fig.data if tr.name.endswith("(detected)")).marker.symbol == "diamond"
     assert any(a.text == "n* = 2,000" for a in fig.layout.annotations)
-    assert fig.layout.shapes[0].x0 == 1700.0 and fig.layout.shapes[0].x1 == 2400.0
+    xs = [(sh.x0, sh.x1) for sh in fig.layout.shapes]
+    assert (1024, 2048) in xs and (1700.0, 2400.0) in xs
 
 
 def test_breakeven_figure_without_n_star_has_no_marker() -> None:
@@ -53,6 +91,17 @@ def test_breakeven_figure_without_n_star_has_no_marker() -> None:
         pd.DataFrame(columns=["precision", "num_tokens", "seconds"]), {"bf16": (ns, ns, None, None)}, None
     )
     assert not fig.layout.shapes and not fig.layout.annotations
+
+
+def test_step_prediction_marks_extrapolation_in_log_coordinates() -> None:
+    ns = np.geomspace(64, 8192, 20)
+    fig = charts.step_prediction_figure(ns, {"bf16": ns * 0 + 1.0}, 512, 8192, measured=(128, 1024))
+    rects = [(sh.x0, sh.x1) for sh in fig.layout.shapes if sh.type == "rect"]
+    assert rects == [
+        pytest.approx((np.log10(64), np.log10(128))),
+        pytest.approx((np.log10(1024), np.log10(8192))),
+    ]
+    assert fig.layout.xaxis.type == "log"
 
 
 def test_timeline_puts_ranges_above_devices_and_idle_under_busy() -> None:
@@ -144,3 +193,4 @@ def test_fixed_weights_figure_groups_pairings_by_learner_on_a_log_axis() -> None
     fig = charts.fixed_weights_figure(table)
     assert [tr.name for tr in fig.data] == ["learner bf16", "learner mxfp8"]
     assert list(fig.data[0].x) == ["bf16", "mxfp8"] and fig.layout.yaxis.type == "log"
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.exponentformat == "e"  # 1e-4, never "5, 2, 100µ"

@@ -20,6 +20,8 @@ def test_streamlit_command_is_headless_on_localhost_by_default(tmp_path: Path) -
     assert cmd[1:5] == ["-m", "streamlit", "run", str(cli_dash.APP)]
     assert "--server.headless=true" in cmd and "--server.address=127.0.0.1" in cmd
     assert "--browser.gatherUsageStats=false" in cmd
+    assert cli_dash.APP.name == "serve.py"  # the guarded ASGI entry, never the bare script
+    assert "--server.maxUploadSize=200" in cmd and "--server.enableXsrfProtection=true" in cmd
 
 
 def test_missing_runs_dir_is_one_line_error_exit_2(tmp_path: Path) -> None:
@@ -34,3 +36,15 @@ def test_missing_runs_dir_is_one_line_error_exit_2(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         f"mxperf dash: error: {tmp_path / 'nope'}: not a directory; pass the folder that holds your mxperf outputs"
     ]
+
+
+def test_bad_upload_limit_is_one_line_error_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxperf.cli", "dash", str(tmp_path), "--max-upload-mb", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["mxperf dash: error: --max-upload-mb 0: must be >= 1"]

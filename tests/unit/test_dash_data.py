@@ -16,7 +16,8 @@ from tracing.outputs import store
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = dash_fixtures.make_runs_dir(tmp_path_factory.mktemp("runs"))
-    return dash_fixtures.add_broken_outputs(root)
+    dash_fixtures.add_broken_outputs(root)
+    return dash_fixtures.add_symlinked_outputs(root, tmp_path_factory.mktemp("outside"))
 
 
 def _by_rel(runs: Path) -> dict[str, data.OutputEntry]:
@@ -111,7 +112,10 @@ def test_runs_dir_from_env_rejects_a_missing_directory(
 
 def test_list_files_finds_rank_tables(runs: Path) -> None:
     ingest = _by_rel(runs)["ingest-gpu"]
-    assert data.list_files(runs, ingest, "events/rank-*.parquet") == ["events/rank-0.parquet"]
+    assert data.list_files(runs, ingest, "events/rank-*.parquet") == [
+        "events/rank-0.parquet",
+        "events/rank-1.parquet",
+    ]
 
 
 def test_fit_inputs_are_matched_by_trailing_path() -> None:
@@ -123,3 +127,41 @@ def test_fit_inputs_are_matched_by_trailing_path() -> None:
     )
     cands = [data.OutputEntry(rel=r, kind="sweep", status="complete") for r in ("sweeps/s1", "s2", "s3", "1")]
     assert [e.rel for e in data.inputs_of(fit, cands)] == ["sweeps/s1", "s2"]
+
+
+def test_a_manifest_linked_from_outside_is_never_read(runs: Path) -> None:
+    entries = _by_rel(runs)
+    linked = entries["linked-manifest"]
+    assert not linked.usable and linked.model is None
+    assert "outside the runs directory" in linked.error and "link" in linked.error
+    assert dash_fixtures.SECRET not in repr(data.entries_frame(list(entries.values())).to_dict())
+    assert not any(rel.startswith("linked-folder") for rel in entries)  # linked folders are not walked
+
+
+def test_a_table_linked_from_outside_is_refused_on_its_card_not_a_crash(runs: Path) -> None:
+    run = _by_rel(runs)["run-linked-sync"]
+    assert data.has_file(runs, run, store.SYNC_CHECKS)  # listed, so the page says why it cannot show it
+    assert data.file_stamp(runs, run, store.SYNC_CHECKS) == 0  # the cache key never raises
+    with pytest.raises(data.CardError, match="outside the runs directory"):
+        data.load_table(runs, run, store.SYNC_CHECKS)
+
+
+def test_list_files_never_offers_a_link_leaving_runs_dir(runs: Path) -> None:
+    ingest = _by_rel(runs)["ingest-gpu"]
+    assert (runs / "ingest-gpu" / "events" / "rank-9.parquet").is_symlink()
+    assert "events/rank-9.parquet" not in data.list_files(runs, ingest, "events/rank-*.parquet")
+
+
+def test_a_fit_takes_device_and_emulation_from_its_inputs(runs: Path) -> None:
+    fit = _by_rel(runs)["fit-tiny-dense"]
+    assert fit.device.startswith("CPU") and fit.low_precision == "emulated"
+    broken = _by_rel(runs)["fit-of-broken-sweep"]
+    assert broken.device == "not recorded"
+
+
+def test_ingested_gpu_trace_shows_the_gpu_that_made_it(runs: Path) -> None:
+    ingest = _by_rel(runs)["ingest-gpu"]
+    assert ingest.device == f"2 x {dash_fixtures.GPU_NAME} (from the trace)"
+    table = data.entries_frame(list(_by_rel(runs).values())).set_index("path")
+    assert table.loc["run-mxfp8", "low precision"] == "emulated"
+    assert table.loc["run-bf16", "low precision"] == "n/a"

@@ -1,4 +1,4 @@
-"""dashboards.summaries: breakeven words, what-if knobs, host-stall shares, sync verdicts, timeline bars."""
+"""dashboards.summaries: host-stall shares, per-device tables, sync verdicts, fault tables, timeline windows."""
 
 from __future__ import annotations
 
@@ -8,66 +8,7 @@ import pandas as pd
 import pytest
 
 from dashboards import summaries
-from perfmodel import step
 from tracing.analysis.metrics import device_timelines
-
-
-def _entry(case: str, tokens: float | None = None, ci=(None, None), **extra) -> dict:
-    be = {"case": case, "tokens": tokens, "ci": list(ci), "ci_method": "fieller", "ci_reason": None, **extra}
-    return {
-        "model": "tiny-dense",
-        "phase": "update",
-        "baseline": "bf16",
-        "precision": "mxfp8",
-        "breakeven": be,
-    }
-
-
-@pytest.mark.parametrize(
-    ("case", "phrase"),
-    [
-        ("always_faster", "faster than bf16 at every micro-batch size"),
-        ("never_faster", "never faster than bf16"),
-        ("indistinguishable", "indistinguishable at the 95 % level"),
-    ],
-)
-def test_breakeven_cases_without_n_star_are_named_in_words(case: str, phrase: str) -> None:
-    assert phrase in summaries.breakeven_sentence(_entry(case))
-
-
-def test_faster_above_names_n_star_its_interval_and_extrapolation() -> None:
-    s = summaries.breakeven_sentence(_entry("faster_above", 4512.4, (3900, 5230.2), extrapolated=True))
-    assert "mxfp8 is faster than bf16 above n* = 4,512 tokens per micro-batch" in s
-    assert "95 % CI 3,900 to 5,230" in s
-    assert "extrapolated" in s
-
-
-def test_half_open_interval_says_which_bound_is_missing() -> None:
-    e = _entry("faster_below", 800.0, (500.0, None), ci_reason="Fieller interval unbounded above")
-    s = summaries.breakeven_sentence(e)
-    assert "below n* = 800" in s and "500 to ?" in s and "unbounded above" in s
-
-
-def test_fit_lines_feed_the_cost_model_what_if_rules() -> None:
-    entry = {
-        "baseline": "bf16",
-        "precision": "mxfp8",
-        "fits": {
-            "bf16": {"fixed_s": 0.010, "per_token_s": 40e-6},
-            "mxfp8": {"fixed_s": 0.030, "per_token_s": 30e-6},
-        },
-    }
-    lines = summaries.fit_lines(entry)
-    assert list(lines) == ["bf16", "mxfp8"]
-    costs = step.step_costs(lines, "bf16", {"other": 1.0}, step.WhatIf())
-    assert step.step_breakeven(costs["bf16"], costs["mxfp8"], 65536) == pytest.approx(2000)
-    half = step.step_costs(lines, "bf16", {"other": 1.0}, step.WhatIf(fixed_scale=0.5))
-    assert step.step_breakeven(half["bf16"], half["mxfp8"], 65536) == pytest.approx(1000)
-
-
-def test_faster_at_states_direction_and_size() -> None:
-    assert summaries.faster_at(2.0, 1.5, "mxfp8", "bf16").startswith("mxfp8 is 25.0 % faster than bf16")
-    assert "slower" in summaries.faster_at(2.0, 2.2, "mxfp8", "bf16")
 
 
 def _mb(stall) -> pd.DataFrame:
@@ -161,3 +102,70 @@ def test_window_ranges_keeps_overlapping_ranges_clipped() -> None:
     )
     got = summaries.window_ranges(ranges, 1_000_000, 3_000_000)
     assert got.to_dict("records") == [{"name": "a", "depth": 0, "start_ms": 0.0, "end_ms": 1.0}]
+
+
+def test_device_summary_names_a_null_rank_by_its_pid() -> None:
+    devices = pd.DataFrame(
+        {
+            "trace": "t.sqlite",
+            "rank": pd.array([None, None], dtype="Int64"),
+            "pid": pd.array([144, 145], dtype="Int64"),
+            "device": [0, 1],
+            "span_ns": [1_000_000, 2_000_000],
+            "busy_ns": [500_000, 1_000_000],
+            "idle_ns": [500_000, 1_000_000],
+            "host_stall_ns": [100_000, 0],
+            "num_kernels": [3, 4],
+        }
+    )
+    table = summaries.device_summary(devices)
+    assert list(table["process"]) == ["pid 144", "pid 145"]
+    assert "None" not in table.astype(str).to_numpy().ravel().tolist()
+    assert list(table["host stall %"]) == [10.0, 0.0]
+
+
+def test_windows_are_steps_never_op_ranges_and_never_start_before_zero() -> None:
+    ranges = pd.DataFrame(
+        {
+            "name": ["ProfilerStep#7", "aten::to, op_id = 990347", "ProfilerStep#8"],
+            "phase": ["other", "other", "other"],
+            "depth": [0, 1, 0],
+            "start_ns": [900, 1_000, 2_000_000],
+            "end_ns": [1_900_000, 2_000, 3_900_000],
+        }
+    )
+    w = summaries.window_choices(ranges, 1_000, 4_000_000)
+    assert list(w)[1:] == ["ProfilerStep#7 @ 0.0 ms (1.9 ms long)", "ProfilerStep#8 @ 2.0 ms (1.9 ms long)"]
+    ops_only = ranges.iloc[[1]].assign(depth=0)
+    sliced = summaries.window_choices(ops_only, 0, 10_000_000, slices=4)
+    assert len(sliced) == 5 and not any("aten" in k for k in sliced)
+    assert sliced["slice 2/4: 2.5 – 5.0 ms"] == (2_500_000, 5_000_000)
+
+
+def test_short_name_drops_emit_nvtx_tails() -> None:
+    assert summaries.short_name("aten::mm, seq = 4, op_id = 9, sizes = [[2, 3]]") == "aten::mm"
+    assert summaries.short_name("## forward ##") == "## forward ##"
+
+
+def test_fault_table_says_when_each_fault_was_caught() -> None:
+    fm = pd.DataFrame(
+        {
+            "fault": ["flip", "late", "missed"],
+            "invariant": ["I1", "I7", "I2"],
+            "caught_by": ["I1", "I7", ""],
+            "first_caught_step": pd.array([-1, 1, None], dtype="Int64"),
+            "silent": [True, True, True],
+        }
+    )
+    t = summaries.fault_table(fm).set_index("fault")
+    assert t.loc["flip", "first caught"] == "initial sync (before step 0)"
+    assert t.loc["late", "first caught"] == "sync after step 1"
+    assert t.loc["missed", "first caught"] == "never" and t.loc["missed", "caught by"] == "nothing"
+
+
+def test_consistency_medians_count_the_steps() -> None:
+    long = summaries.consistency_long(
+        {"bf16/bf16": pd.DataFrame({"step": [0, 1, 2], "kl_k1": [-1e-4, 1e-4, 2e-4], "kl_k3": [1e-5] * 3})}
+    )
+    med = summaries.consistency_medians(long).iloc[0]
+    assert med["steps"] == 3 and med["kl_k1"] == pytest.approx(1e-4)

@@ -1,0 +1,196 @@
+"""What the Breakeven page says about a ``fits.json`` entry: pure functions, no Streamlit, no files.
+
+Reads the v1 fields and the v2 ones (``breakeven.extrapolated / model_ok / crossing / basis``, a second
+``breakeven_gpu_busy``, case ``undetermined``, ``fits.<precision>.per_step_s / per_step_ci``). A field an
+older (or newer) fits.json lacks reads "not in this output", never an error and never a made-up value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ABSENT = "not in this output"
+BASES = (("breakeven", "wall clock"), ("breakeven_gpu_busy", "GPU busy (host overhead removed)"))
+
+
+def tokens(x: float | None) -> str:
+    return "?" if x is None or not np.isfinite(x) else f"{x:,.0f}"
+
+
+def units(text: str) -> str:
+    """One spelling of microseconds on the page: perfmodel's plain-ASCII 'us' becomes 'µs'."""
+    return re.sub(r"(?<=\d )us\b|\bus/token\b", lambda m: "µs" if m.group(0) == "us" else "µs/token", text)
+
+
+def _interval(ci: Sequence[float | None] | None) -> str:
+    lo, hi = ([*(ci or []), None, None])[:2]
+    if lo is None and hi is None:
+        return "no interval"
+    return f"95 % CI {tokens(lo)} to {tokens(hi)}"
+
+
+def crossing_words(be: Mapping[str, Any]) -> str | None:
+    """'the measured times cross between 512 and 1,024 tokens' from ``crossing`` (v2), else None."""
+    if "crossing" not in be:
+        return None
+    crossing = be.get("crossing")
+    if not crossing:
+        return "the measured times do not change order within the measured sizes"
+    lo, hi = crossing[0], crossing[1]
+    return f"the measured times cross between {tokens(lo)} and {tokens(hi)} tokens"
+
+
+def breakeven_sentence(entry: Mapping[str, Any], key: str = "breakeven") -> str:
+    """The breakeven of one ``fits.json`` model entry, in words (case table of docs/contracts.md, v2 honesty rules)."""
+    low = entry.get("precision", "low precision")
+    base = entry.get("baseline", "bf16")
+    be = entry.get(key) or {}
+    case = be.get("case")
+    n = be.get("tokens")
+    where = f"{entry.get('model', '?')} / {entry.get('phase', '?')}"
+    if key != "breakeven":
+        where += ", GPU busy time (host overhead removed)"
+    crossing = crossing_words(be)
+    if be.get("model_ok") is False:
+        why = (
+            f"the fitted lines do not describe the data (model rejected){'; ' + crossing if crossing else ''}"
+        )
+        if n is None:
+            return f"{where}: no n* reported: {why}."
+        return f"{where}: {low} faster than {base} {'above' if case == 'faster_above' else 'below'} n* = {tokens(n)} ({_interval(be.get('ci'))}, from a model that fits); {why}."
+    if case in ("faster_above", "faster_below"):
+        side = "above" if case == "faster_above" else "below"
+        interval = _interval(be.get("ci"))
+        if be.get("ci_reason"):
+            interval += f"; {be['ci_reason']}"
+        extra = " (extrapolated: outside the measured sizes)" if be.get("extrapolated") else ""
+        why = (
+            f"{low} adds fixed cost per micro-batch but saves per token"
+            if side == "above"
+            else f"{low} saves fixed cost but costs more per token"
+        )
+        tail = f" Model-free check: {crossing}." if crossing else ""
+        return (
+            f"{where}: {low} is faster than {base} {side} n* = {tokens(n)} tokens per micro-batch "
+            f"({interval}){extra}. Why: {why}.{tail}"
+        )
+    sentences = {
+        "always_faster": f"{low} is faster than {base} at every micro-batch size (it saves per token and "
+        "adds no significant fixed cost, or saves fixed cost at no significant per-token loss).",
+        "never_faster": f"{low} is never faster than {base} here: it costs more per token, or adds fixed cost "
+        "without a significant per-token saving.",
+        "indistinguishable": f"{low} and {base} are indistinguishable at the 95 % level: neither the fixed "
+        "nor the per-token difference is significant. More repeats or sizes would narrow it.",
+        "undetermined": f"{low} vs {base} is undetermined: the intervals cannot be computed (one measurement "
+        "per size, no resampling). Measure repeats at each size.",
+    }
+    text = sentences.get(case, f"unknown breakeven case {case!r} in fits.json")
+    return f"{where}: {text}" + (f" Model-free check: {crossing}." if crossing else "")
+
+
+def _flag(value: Any) -> str:
+    if value is None:
+        return ABSENT
+    return "yes" if value else "no"
+
+
+def breakeven_facts(entry: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per basis (wall clock; GPU busy): case, n*, interval, extrapolated, model ok, crossing."""
+    rows = []
+    for key, label in BASES:
+        be = entry.get(key)
+        if not isinstance(be, Mapping):
+            reason = ABSENT if key not in entry else "null (no GPU data in the inputs)"
+            rows.append({"basis": label, "case": reason})
+            continue
+        crossing = be.get("crossing") if "crossing" in be else ABSENT
+        rows.append(
+            {
+                "basis": label,
+                "case": be.get("case"),
+                "n* tokens": tokens(be.get("tokens")) if be.get("tokens") is not None else "none",
+                "95 % CI": _interval(be.get("ci")),
+                "extrapolated": _flag(be.get("extrapolated")),
+                "model ok": _flag(be.get("model_ok")),
+                "measured crossing": crossing
+                if isinstance(crossing, str)
+                else ("none" if not crossing else f"{tokens(crossing[0])} – {tokens(crossing[1])}"),
+            }
+        )
+    cols = ["basis", "case", "n* tokens", "95 % CI", "extrapolated", "model ok", "measured crossing"]
+    return pd.DataFrame(rows).reindex(columns=cols).fillna("")
+
+
+def _ms_ci(value: Any, ci: Any, scale: float) -> str:
+    if value is None:
+        return ABSENT
+    lo, hi = ([*(ci or []), None, None])[:2]
+    ci_txt = f" [{lo * scale:.3g}, {hi * scale:.3g}]" if lo is not None and hi is not None else ""
+    return f"{float(value) * scale:.4g}{ci_txt}"
+
+
+def fit_table(entry: Mapping[str, Any]) -> pd.DataFrame:
+    """Per precision: fixed ms, per-token µs and per-step ms with their 95 % CIs, R², points, flags."""
+    rows = []
+    for prec, f in (entry.get("fits") or {}).items():
+        lof = f.get("lack_of_fit") or {}
+        rows.append(
+            {
+                "precision": prec,
+                "fixed ms [95 % CI]": _ms_ci(f.get("fixed_s"), f.get("fixed_ci"), 1e3),
+                "per-token µs [95 % CI]": _ms_ci(f.get("per_token_s"), f.get("per_token_ci"), 1e6),
+                "per-step ms [95 % CI]": _ms_ci(f.get("per_step_s"), f.get("per_step_ci"), 1e3)
+                if "per_step_s" in f
+                else ABSENT,
+                "R²": f.get("r2"),
+                "points": f.get("n_points"),
+                "lack of fit": ("flagged: " if lof.get("flag") else "") + str(lof.get("note") or "")
+                if lof
+                else ABSENT,
+                "implausible": "; ".join(f.get("implausible") or []) or "no",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def fit_label(fit_rel: str, entry: Mapping[str, Any]) -> str:
+    return f"{fit_rel}: {entry.get('model')} / {entry.get('phase')} {entry.get('precision')} vs {entry.get('baseline')}"
+
+
+@dataclass(frozen=True)
+class FitLine:
+    """One precision's fitted line from ``fits.json``, shaped for ``perfmodel.step`` (which reads
+    ``precision``, ``fixed_s`` and ``per_token_s``), so the dashboard's what-ifs use the cost model's rules."""
+
+    precision: str
+    fixed_s: float
+    per_token_s: float
+
+
+def fit_lines(entry: Mapping[str, Any]) -> dict[str, FitLine]:
+    """Baseline and low-precision lines of one ``fits.json`` model entry, baseline first."""
+    fits = entry["fits"]
+    order = [entry["baseline"], entry["precision"]]
+    return {p: FitLine(p, float(fits[p]["fixed_s"]), float(fits[p]["per_token_s"])) for p in order}
+
+
+def size_options(smallest: float, largest: float) -> list[int]:
+    """Powers of two from below ``smallest`` to above ``largest`` (slider stops for n and N)."""
+    lo = 2 ** int(np.floor(np.log2(max(smallest, 1))))
+    hi = 2 ** int(np.ceil(np.log2(max(largest, lo))))
+    return [int(v) for v in 2 ** np.arange(np.log2(lo), np.log2(hi) + 1)]
+
+
+def default_microbatch(options: Sequence[int], measured: Sequence[float], global_tokens: int) -> int:
+    """The largest measured size that fits in N (inside the model), else the largest option <= N."""
+    inside = [int(s) for s in measured if s <= global_tokens and int(s) in options]
+    if inside:
+        return max(inside)
+    allowed = [o for o in options if o <= global_tokens]
+    return allowed[-1] if allowed else options[0]
