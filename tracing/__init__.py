@@ -27,6 +27,7 @@ _API: dict[str, str] = {
     "load_kineto_events": "tracing.ingest.kineto",
     "load_nsys_events": "tracing.ingest.nsys",
     "load_range_log": "tracing.ingest.rangelog",
+    "load_metric_log": "tracing.ingest.metric_logs",
     "device_metrics": "tracing.analysis.metrics",
     "device_timelines": "tracing.analysis.metrics",
     "gpu_ops": "tracing.analysis.metrics",
@@ -41,6 +42,7 @@ _API: dict[str, str] = {
     "load_phase_map": "tracing.analysis.phases",
     "phase_of": "tracing.analysis.phases",
     "step_phase_table": "tracing.analysis.steps",
+    "logged_step_tables": "tracing.analysis.logged_steps",
     "annotate": "tracing.analysis.annotate",
     "analyze": "tracing.jobs",
 }

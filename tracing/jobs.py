@@ -21,9 +21,11 @@ import pandas as pd
 
 from tracing.analysis import attribution, kernel_classes, metrics, steps
 from tracing.analysis.colocated import shared_device_time
+from tracing.analysis.logged_steps import logged_step_tables
 from tracing.analysis.microbatches import MicrobatchResult, find_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
 from tracing.ingest.detect import load_trace
+from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import store
 from tracing.outputs.errors import InputError, MxperfError
@@ -46,6 +48,7 @@ class FileResult:
     steps: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     gpu_reason: str = ""
+    mismatch: pd.DataFrame | None = None  # a metric log's mismatch metrics (schema.MISMATCH_COLUMNS)
     microbatches: MicrobatchResult | None = None  # detected / explicit micro-batches and their notes
     timelines: list[metrics.DeviceTimeline] = field(default_factory=list)  # busy / stall intervals
 
@@ -115,6 +118,8 @@ def ingest_file(
     ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
     micro-batch ranges (``--microbatch-range``)."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
+    if fmt == METRIC_LOG:
+        return _ingest_metric_log(path, phase_map)
     trace = load_trace(path, fmt, rank=rank, include_python=include_python)
     analysis = analyze_trace(trace, phase_map, labels, pattern)
     tables = analysis.tables
@@ -144,6 +149,29 @@ def ingest_file(
         gpu_reason=reason,
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
+    )
+
+
+def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:
+    """A verl / NeMo RL metric log: no events; per-step phase seconds and mismatch metrics."""
+    log = load_metric_log(path)
+    got = logged_step_tables(log, phase_map)
+    none = pd.DataFrame()
+    meta = {"framework": log.framework, "layout": log.layout, "steps": len(log.steps)}
+    return FileResult(
+        path=log.path,
+        format=METRIC_LOG,
+        rank=None,
+        num_events=0,
+        staged_events=None,
+        devices=none,
+        streams=none,
+        ranges=none,
+        kernels=none,
+        steps=got.steps,
+        meta={**meta, "phase_keys": got.phase_keys, "notes": list(got.notes)},
+        gpu_reason="a metric log: per-step timers, no GPU events",
+        mismatch=got.mismatch,
     )
 
 

@@ -1,9 +1,9 @@
-"""``mxperf ingest PATH... -o OUT/``: traces -> event tables, per-device and per-range metrics (SPEC.md).
+"""``mxperf ingest PATH... -o OUT/``: traces -> event tables, per-device and per-range metrics (docs/contracts.md).
 
 Writes ``OUT/manifest.json`` (kind ingest), ``events/rank-<r>.parquet``, ``devices.parquet``,
 ``streams.parquet``, ``ranges.parquet``, ``kernels.parquet`` and ``microbatches.parquet`` whenever
 micro-batches were found (explicit ranges or detected; labels fill what a trace cannot say).
-A human summary goes to stderr; with ``--json`` the last stdout line is the SPEC.md ingest JSON.
+A human summary goes to stderr; with ``--json`` the last stdout line is the docs/contracts.md ingest JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pandas as pd
 
 from tracing.analysis.metrics import measure
 from tracing.ingest.detect import expand_inputs
+from tracing.ingest.metric_logs import METRIC_LOG
 from tracing.ingest.rangelog import is_run_dir, run_config
 from tracing.jobs import FileResult, combine_microbatches, ingest_many, share_devices
 from tracing.outputs import schema, store
@@ -42,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-o", "--out", required=True, type=Path, help=OUT_HELP)
     p.add_argument(
-        "--json", action="store_true", help="print the SPEC.md ingest JSON as the last stdout line"
+        "--json", action="store_true", help="print the docs/contracts.md ingest JSON as the last stdout line"
     )
     p.add_argument("--label", help="model=M,precision=P,tokens_per_microbatch=N[,phase=update][,repeat=R]")
     p.add_argument(
@@ -158,8 +159,8 @@ def _microbatches(results: list[FileResult]) -> tuple[pd.DataFrame | None, list[
     so is a run's own trace when its range log is ingested too (the log has every step, with attributes)."""
     picked, notes = [], []
     for r in results:
-        if r.microbatches is None:
-            continue
+        if r.format == METRIC_LOG or r.microbatches is None:
+            continue  # per-step numbers: no micro-batches
         run_dir = _run_dir_of(r)
         if _is_sweep(run_dir):
             note = f"{run_dir}: a sweep already holds its micro-batch table; fit it directly (mxperf fit {run_dir})"
@@ -282,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
             microbatches, notes, picked = _microbatches(results)
             notes = [*colocated, *notes]
             _write(od.path, results, microbatches)
+            log_lines = _write_metric_logs(od.path, results, cli_labels)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             for f in od.path.rglob("*.parquet"):
@@ -291,11 +293,13 @@ def run(args: argparse.Namespace) -> int:
         traces = spec_json(results)["traces"]
         for t, r in zip(traces, results, strict=True):  # the machine that made the trace, where it says
             t["gpu_names"] = sorted({str(n) for n in (r.meta.get("gpu_names") or {}).values() if n})
+            if r.format == METRIC_LOG:  # which framework, which keys went into which phase, its labels
+                t.update(r.meta, labels=_labels_for(r, cli_labels).as_dict())
             t.update(_microbatch_manifest(r, picked))
         od.update(
             traces=traces, microbatches=0 if microbatches is None else len(microbatches), notes=unfinished
         )
-    for line in [*summary_lines(results), *unfinished, *notes]:
+    for line in [*summary_lines(results), *log_lines, *unfinished, *notes]:
         print(line, file=sys.stderr)
     if microbatches is not None:
         print(f"{len(microbatches)} micro-batches -> {od.path / store.MICROBATCHES}", file=sys.stderr)
@@ -323,3 +327,30 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
         store.write_table(schema.conform(df, cols, name), out / name)
     if microbatches is not None:
         store.write_table(microbatches, out / store.MICROBATCHES)
+
+
+def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> list[str]:
+    """``mismatch.parquet`` from the metric logs among ``results`` (each row with its log's precision label);
+    returns summary lines: per log, its framework, seconds per phase over its steps, and what it cannot say."""
+    tables, lines = [], []
+    for r in results:
+        if r.format != METRIC_LOG:
+            continue
+        precision = _labels_for(r, cli).precision
+        if r.mismatch is not None and len(r.mismatch):
+            tables.append(r.mismatch.assign(precision=precision))
+        steps = r.steps[r.steps["phase"] != "other"]
+        per_phase = steps.groupby("phase", sort=False)["seconds"].sum(min_count=1)
+        shown = ", ".join(f"{p} {s:.1f} s" for p, s in per_phase.items() if pd.notna(s)) or "no phase timers"
+        num_steps = r.steps["step"].nunique()
+        metrics = sorted(set(r.mismatch["metric"])) if r.mismatch is not None else []
+        lines.append(
+            f"{r.path}: {r.meta.get('framework')} metric log ({precision or 'no precision label'}): {num_steps} "
+            f"steps with timers ({shown}); mismatch metrics: {', '.join(metrics[:6]) or 'none'}"
+            + (" ..." if len(metrics) > 6 else "")
+        )
+        lines += [f"{r.path}: {note}" for note in r.meta.get("notes", [])]
+    if tables:
+        df = pd.concat(tables, ignore_index=True)
+        store.write_table(schema.conform(df, schema.MISMATCH_COLUMNS, "mismatch"), out / store.MISMATCH)
+    return lines

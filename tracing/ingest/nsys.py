@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tracing.ingest import sqlite_bulk
-from tracing.ingest.trace import Trace, events_frame
+from tracing.ingest.trace import Trace, events_frame, report_rank
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 
@@ -66,6 +66,7 @@ _USED_TABLES = frozenset(
         "TARGET_INFO_SESSION_START_TIME",
         "PROCESSES",
         "TARGET_INFO_GPU",
+        "TARGET_INFO_SYSTEM_ENV",
     }
 )
 
@@ -384,9 +385,7 @@ def _finish(
         columns["kind"] = np.zeros(0, np.int8)
         columns["name"] = columns["domain"] = np.zeros(0, np.int32)
     shape_names, columns["shapes"] = _emit_nvtx_shapes(columns, list(b.names))
-    events = events_frame(
-        columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains), shape_names
-    )
+    events = events_frame(columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains), shape_names)
     session_start = None
     if (
         "TARGET_INFO_SESSION_START_TIME" in tables
@@ -414,4 +413,16 @@ def _finish(
             if t not in tables
         ],
     }
+    rank, naming = report_rank(path, rank, _environment(con, tables), events)
+    meta.update(naming)
     return Trace(str(path), "nsys", events, rank=rank, meta=meta)
+
+
+def _environment(con: sqlite3.Connection, tables: dict[str, set[str]]) -> str | None:
+    """The environment nsys ran in (``K=V;K=V``), from TARGET_INFO_SYSTEM_ENV's DeviceEnvironment row."""
+    if not {"name", "value"} <= tables.get("TARGET_INFO_SYSTEM_ENV", set()):
+        return None
+    row = con.execute(
+        "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment' LIMIT 1"
+    ).fetchone()
+    return row[0] if row and isinstance(row[0], str) else None

@@ -12,7 +12,18 @@ import pandas as pd
 
 from tracing.outputs import schema
 
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+# "rank-3", "rank3", "prof_rank-0", verl's "actor_update_step3_rank0-of-8_tp0-pp0-dp0_pid..." -- not "frank2".
+_RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
+# NeMo RL names each worker's report '<worker>_<NRL_NSYS_PROFILE_STEP_RANGE>_%p' (nemo_rl/distributed/
+# worker_group_utils.py get_nsight_config_if_pattern_matches; vllm_worker.py for vllm_tp_worker): the worker
+# class name, the profiled steps [start, stop) and the pid -- no rank (that is in the report's environment).
+_NEMO_RL_REPORT = re.compile(r"^(?P<worker>[A-Za-z]\w*?)_(?P<start>\d+)[:-](?P<stop>\d+)_(?P<pid>\d+)$")
+# Ray's default nsight output (verl): [<role>_<host>_]worker_process_<pid>[.<capture range id>].
+_RAY_REPORT = re.compile(r"worker_process_(?P<pid>\d+)(?:\.(?P<capture>\d+))?$")
+_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".sqlite3", ".db", ".gz", ".json")
+# Variables a launcher sets to the global rank of the process it starts (torchrun, Ray workers of verl and
+# NeMo RL: verl/single_controller/ray/base.py, nemo_rl/distributed/worker_groups.py).
+_RANK_VARIABLE = re.compile(r"(?:^|;)RANK=(\d+)(?:;|$)")
 
 
 @dataclass
@@ -35,9 +46,69 @@ class Trace:
 
 
 def rank_from_name(path: str | Path) -> int | None:
-    """``rank-3.json.gz`` / ``trace_rank3.json`` -> 3; None when the name carries no rank."""
+    """``rank-3.json.gz`` / ``trace_rank3.json`` / verl's ``..._rank3-of-8_...`` -> 3; None when the name
+    carries no rank (NeMo RL's and Ray's nsys reports do not: see :func:`report_name` and
+    :func:`rank_from_environment`)."""
     m = _RANK_IN_NAME.search(Path(path).name)
     return int(m.group(1)) if m else None
+
+
+def report_name(path: str | Path) -> dict[str, Any]:
+    """What a framework's profiler file name says besides a rank, or {} when it follows no known pattern.
+
+    NeMo RL ``megatron_policy_worker_3:5_12345.nsys-rep`` -> ``{"framework": "nemo_rl", "worker":
+    "megatron_policy_worker", "profiled_steps": [3, 4], "pid": 12345}``; Ray / verl
+    ``worker_process_12345.2.nsys-rep`` -> ``{"framework": "ray", "pid": 12345, "capture_range": 2}``.
+    """
+    stem = Path(path).name
+    while stem.endswith(_REPORT_SUFFIXES):
+        stem = stem[: stem.rfind(".")]
+    m = _NEMO_RL_REPORT.match(stem)
+    if m and 1 <= int(m["start"]) < int(m["stop"]):
+        steps = list(range(int(m["start"]), int(m["stop"])))
+        return {"framework": "nemo_rl", "worker": m["worker"], "profiled_steps": steps, "pid": int(m["pid"])}
+    m = _RAY_REPORT.search(stem)
+    if m:
+        info: dict[str, Any] = {"framework": "ray", "pid": int(m["pid"])}
+        if m["capture"] is not None:
+            info["capture_range"] = int(m["capture"])
+        return info
+    return {}
+
+
+def rank_from_environment(environment: str | None) -> int | None:
+    """``RANK`` in a process environment written as ``K=V;K=V`` (nsys ``TARGET_INFO_SYSTEM_ENV``
+    ``DeviceEnvironment``: the environment nsys ran in, which for a Ray worker under nsys -- verl, NeMo RL
+    -- is the worker's, with the ``RANK`` its launcher set); None without one."""
+    m = _RANK_VARIABLE.search(environment or "")
+    return int(m.group(1)) if m else None
+
+
+def report_rank(
+    path: str | Path, rank: int | None, environment: str | None, events: pd.DataFrame
+) -> tuple[int | None, dict[str, Any]]:
+    """Rank of a one-process report (nsys) and how it was found, as ``(rank, meta)``.
+
+    The ``RANK`` of the environment the profiler ran in wins over ``rank`` (from the file name or ``--rank``)
+    when the file's GPU work comes from at most one process; a report of several GPU processes (``nsys
+    profile torchrun ...``) keeps ``rank``, and the meta says why. The meta also carries :func:`report_name`.
+    """
+    meta: dict[str, Any] = {}
+    named = report_name(path)
+    if named:
+        meta["report_name"] = named
+    env_rank = rank_from_environment(environment)
+    gpu = events["kind"].isin(schema.GPU_OP_KINDS).to_numpy()
+    num_gpu_pids = int(events.loc[gpu, "pid"].nunique()) if gpu.any() else 0
+    if env_rank is not None and num_gpu_pids <= 1:
+        meta["rank_source"] = "environment RANK"
+        return env_rank, meta
+    if env_rank is not None:
+        meta["rank_note"] = (
+            f"RANK={env_rank} in the profiler's environment, but {num_gpu_pids} processes ran GPU work: not used"
+        )
+    meta["rank_source"] = None if rank is None else "file name or --rank"
+    return rank, meta
 
 
 def events_frame(

@@ -170,6 +170,20 @@ STEP_COLUMNS: dict[str, str] = {
     "phase": "string",  # generate | logprob | update | sync | other (step wall time outside named phases)
     "seconds": "float64",  # union of the step's ranges of this phase on this process
 }
+# Rows from a metric log (verl timing_s/*, NeMo RL timing/train/*): trace = the log, rank null, pid -1 (the
+# timers belong to no one process), seconds = the summed timers of the phase; NaN = the log does not say.
+
+MISMATCH_COLUMNS: dict[str, str] = {
+    "trace": "string",  # the metric log
+    "framework": "string",  # verl | nemo_rl
+    "precision": "string",  # label of the run (--label / mxperf.toml), null when unlabelled
+    "step": "int64",
+    # mxperf's name where the formula is mxperf's (kl_k1, kl_k3, token_mult_prob_error, prob_abs_diff_mean,
+    # prob_abs_diff_max), else the framework's own (gen_kl_error, rollout_is_mean, ...)
+    "metric": "string",
+    "key": "string",  # the key as logged (rollout_corr/kl, train/token_mult_prob_error)
+    "value": "float64",
+}
 
 # Column -> dtype of the range log (times are int64 ns, monotonic clock of the writing process).
 RANGE_LOG_COLUMNS: dict[str, str] = {

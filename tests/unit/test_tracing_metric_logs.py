@@ -1,0 +1,249 @@
+"""verl / NeMo RL metric logs -> per-step phase seconds (steps.parquet shape) and mismatch metrics.
+
+Fixtures in tests/data/metric_logs/ use the keys the frameworks' sources log (README there says which file
+and commit); their timers are built so every phase and "other" has a known value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mxperf.cli import main
+from tracing.analysis.logged_steps import METRIC_LOG_PID, logged_step_tables
+from tracing.analysis.phases import default_phase_map, load_phase_map
+from tracing.ingest.detect import detect_format, expand_inputs, load_trace
+from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
+from tracing.outputs import schema, store
+from tracing.outputs.errors import InputError
+
+LOGS = Path(__file__).parents[1] / "data" / "metric_logs"
+VERL_BF16 = LOGS / "verl_grpo_bf16.jsonl"
+VERL_MXFP8 = LOGS / "verl_grpo_mxfp8.jsonl"
+NEMO = LOGS / "nemo_rl_grpo_metrics.json"
+
+
+def _wide(path: Path, phase_map=None) -> pd.DataFrame:
+    got = logged_step_tables(load_metric_log(path), phase_map or default_phase_map())
+    return got.steps.pivot(index="step", columns="phase", values="seconds")
+
+
+def test_verl_file_logger_log_gives_phase_seconds_per_step():
+    log = load_metric_log(VERL_BF16)
+    assert (log.framework, log.layout) == ("verl", "verl_file_logger")
+    got = logged_step_tables(log, default_phase_map())
+    assert got.phase_keys == {
+        "generate": ["timing_s/gen"],  # not + generate_sequences / agent_loop/*: those run inside gen
+        "logprob": ["timing_s/old_log_prob", "timing_s/ref"],
+        "update": ["timing_s/update_actor"],
+        "sync": ["timing_s/update_weights"],
+    }
+    wide = got.steps.pivot(index="step", columns="phase", values="seconds")
+    assert list(wide.index) == [1, 2, 3]  # step 0 logged only validation: no row
+    assert wide["generate"].tolist() == [11.0, 12.0, 13.0]
+    assert wide["logprob"].tolist() == pytest.approx([3.5] * 3)
+    assert wide["update"].tolist() == [5.0] * 3 and wide["sync"].tolist() == [0.8] * 3
+    # other = timing_s/step - phases: reward 1.0 + adv 0.2 + 0.5 host time; step 3 adds testing and a checkpoint
+    assert wide["other"].tolist() == pytest.approx([1.7, 1.7, 6.7])
+    assert (got.steps["pid"] == METRIC_LOG_PID).all() and got.steps["rank"].isna().all()
+    assert list(got.steps.columns) == list(schema.STEP_COLUMNS)
+
+
+def test_verl_mismatch_metrics_take_mxperf_names_where_the_formula_is_the_same():
+    mm = logged_step_tables(load_metric_log(VERL_BF16), default_phase_map(), "bf16").mismatch
+    assert list(mm.columns) == list(schema.MISMATCH_COLUMNS)
+    by = mm.set_index(["step", "metric"])["value"]
+    assert by[(2, "kl_k1")] == pytest.approx(2e-4)  # rollout_corr/kl = mean(lp_rollout - lp_old)
+    assert by[(2, "kl_k3")] == pytest.approx(1e-4)  # rollout_corr/k3_kl
+    assert by[(1, "prob_abs_diff_mean")] == 0.002 and by[(1, "prob_abs_diff_max")] == 0.21
+    assert by[(3, "rollout_is_mean")] == pytest.approx(1 - 5e-5)  # other rollout_corr/* keep their names
+    assert math.isnan(by[(1, "rollout_actor_probs_pearson_corr")])  # logged null (NaN via orjson)
+    keys = set(mm["key"])
+    assert "training/rollout_probs_diff_valid" not in keys and "actor/ppo_kl" not in keys
+    assert set(mm["precision"]) == {"bf16"} and set(mm["framework"]) == {"verl"}
+
+
+def test_nemo_rl_metrics_json_skips_nested_timers_and_rates():
+    log = load_metric_log(NEMO)
+    assert (log.framework, log.layout) == ("nemo_rl", "nemo_rl_json")
+    got = logged_step_tables(log, default_phase_map())
+    assert got.phase_keys["sync"] == [
+        "timing/train/logprob_inference_prep",
+        "timing/train/prepare_for_generation/total",  # not its part transfer_and_update_weights
+        "timing/train/training_prep",
+    ]
+    assert got.phase_keys["logprob"] == ["timing/train/policy_and_reference_logprobs"]
+    assert got.phase_keys["update"] == ["timing/train/policy_training"]
+    wide = got.steps.pivot(index="step", columns="phase", values="seconds")
+    assert list(wide.index) == [1, 2, 3]  # timing/setup at step 0 is not a training step
+    assert wide["generate"].tolist() == [16.0, 17.0, 18.0]
+    assert wide["sync"].tolist() == pytest.approx([2.7] * 3)
+    assert wide["other"].tolist() == pytest.approx([1.8, 1.8, 2.8])
+    mm = got.mismatch.set_index(["step", "metric"])["value"]
+    assert mm[(3, "token_mult_prob_error")] == pytest.approx(1.013)
+    assert mm[(2, "gen_kl_error")] == pytest.approx(0.004)
+    assert "train/loss" not in set(got.mismatch["key"])
+
+
+def test_flat_json_lines_with_wandb_step_read_like_the_metrics_json(tmp_path):
+    doc = json.loads(NEMO.read_text())
+    steps: dict[int, dict[str, float]] = {}
+    for tag, series in doc.items():
+        for step, value in series.items():
+            steps.setdefault(int(step), {})[tag] = value
+    p = tmp_path / "history.jsonl"
+    p.write_text("".join(json.dumps({"_step": s, **v}) + "\n" for s, v in sorted(steps.items())))
+    assert detect_format(p) == METRIC_LOG
+    assert load_metric_log(p).layout == "json_lines"
+    pd.testing.assert_frame_equal(_wide(p), _wide(NEMO))
+
+
+def test_bf16_and_mxfp8_logs_compare_like_runs():
+    bf16, mx = _wide(VERL_BF16).mean(), _wide(VERL_MXFP8).mean()
+    assert mx["update"] / bf16["update"] == pytest.approx(0.8)
+    assert mx["sync"] - bf16["sync"] == pytest.approx(0.4)  # the MXFP8 run pays more per weight sync
+    assert mx["generate"] < bf16["generate"]
+
+
+def test_what_the_log_cannot_say_is_nan_with_a_note(tmp_path):
+    p = tmp_path / "partial.jsonl"
+    rows = [
+        {"step": 1, "data": {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0}},  # no step total
+        {"step": 2, "data": {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0, "timing_s/step": 6.0}},
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = logged_step_tables(load_metric_log(p), default_phase_map())
+    wide = got.steps.pivot(index="step", columns="phase", values="seconds")
+    assert wide["logprob"].isna().all() and wide["sync"].isna().all()  # no timer of these phases
+    assert math.isnan(wide.loc[1, "other"]) and wide.loc[2, "other"] == pytest.approx(1.0)
+    assert any("no timer of phase logprob, sync: NaN, not 0" in n for n in got.notes)
+
+
+def test_overlapping_timers_are_said_and_other_is_clipped(tmp_path):
+    p = tmp_path / "async.jsonl"  # one-step-off-policy: generation of the next batch overlaps the update
+    p.write_text(
+        json.dumps(
+            {"step": 5, "data": {"timing_s/gen": 8.0, "timing_s/update_actor": 6.0, "timing_s/step": 10.0}}
+        )
+        + "\n"
+    )
+    got = logged_step_tables(load_metric_log(p), default_phase_map())
+    assert got.steps.set_index("phase").loc["other", "seconds"] == 0.0
+    assert any("step(s) 5: the phases add up to more than the step total" in n for n in got.notes)
+
+
+def test_user_phase_map_decides_the_timers_too(tmp_path):
+    m = tmp_path / "map.toml"
+    m.write_text("[[rule]]\npattern = '^(gen|reward)$'\nphase = 'generate'\n")
+    wide = _wide(VERL_BF16, load_phase_map(m))
+    assert wide["generate"].tolist() == [12.0, 13.0, 14.0]  # gen + reward
+    assert wide["update"].isna().all()  # this map names no update timer
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"step": 1, "data": {"timing_s/gen": 1.0}}\n{"step": 2, "data": {"timing_s/ge',
+            r"line 2: not JSON .*truncated",
+        ),
+        (
+            '{"step": 1, "data": {"timing_s/gen": 1.0}}\n{"data": {"timing_s/gen": 1.0}}\n',
+            r"line 2: no 'step'",
+        ),
+        ('{"step": "one", "data": {"timing_s/gen": 1.0}}\n', r"line 1: step 'one' is not a whole number"),
+        (
+            '{"step": 1, "data": {"loss": 1.0, "lr": 0.1}}\n',
+            r"line 1: no verl .* key in any step \(keys seen: loss, lr\)",
+        ),
+        ('{"step": 1, "data": {"timing_s/gen": "fast"}}\n', r"line 1: timing_s/gen = 'fast' is not a number"),
+        (
+            '{"step": 1, "data": {"timing_s/gen": -2.0}}\n',
+            r"line 1: timing_s/gen = -2.0 s is a negative duration",
+        ),
+        ('{"step": 1, "data": [1, 2]}\n', r"line 1: 'data' is not an object"),
+        ("[1, 2]\n", r"line 1: a JSON list, not an object"),
+        ("\n\n", r"empty metric log"),
+        (
+            '{"step": 1, "rollout_corr/kl": 0.1, "timing/train/generation": 2.0}\n',
+            r"as many verl as NeMo RL keys",
+        ),
+    ],
+)
+def test_bad_json_lines_log_is_one_line_naming_file_and_line(tmp_path, text, message):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(text)
+    with pytest.raises(InputError, match=rf"bad\.jsonl: {message}"):
+        load_metric_log(p)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"train/gen_kl_error": {"1": 0.1, "x": 0.2}}',
+            r"tag 'train/gen_kl_error': step 'x' is not a whole number",
+        ),
+        ('{"train/gen_kl_error": {"1": 0.1}, "timing/train/generation": {"1": ', r"line 1: not JSON"),
+        ('{"train/loss": {"1": 0.1}}', r"its first tag: no verl .* key in any step"),
+    ],
+)
+def test_bad_nemo_rl_metrics_json_names_file_and_tag(tmp_path, text, message):
+    p = tmp_path / "metrics.json"
+    p.write_text(text)
+    assert detect_format(p) == METRIC_LOG
+    with pytest.raises(InputError, match=rf"metrics\.json: {message}"):
+        load_metric_log(p)
+
+
+def test_detection_keeps_kineto_json_and_skips_per_sample_dumps_in_a_directory(tmp_path):
+    kineto = tmp_path / "trace.json"
+    kineto.write_text('{"schemaVersion": 1, "traceEvents": []}')
+    assert detect_format(kineto) == "kineto"
+    (tmp_path / "run.jsonl").write_text(VERL_BF16.read_text())
+    (tmp_path / "train_data_step1.jsonl").write_text('{"content": ["hi"], "rewards": [1.0], "idx": 0}\n')
+    (tmp_path / "wandb.jsonl").write_text('{"_runtime": 9.5, "_step": 1, "timing/train/generation": 2.0}\n')
+    assert [(p.name, f) for p, f in expand_inputs([tmp_path])] == [
+        ("trace.json", "kineto"),
+        ("run.jsonl", METRIC_LOG),
+        ("wandb.jsonl", METRIC_LOG),  # the step need not be the first key
+    ]
+    with pytest.raises(InputError, match=r"run\.jsonl: a metric log .*not a trace"):
+        load_trace(tmp_path / "run.jsonl")
+
+
+def test_ingest_writes_steps_and_mismatch_with_labels(tmp_path, capsys):
+    (tmp_path / "bf16").mkdir()
+    log = tmp_path / "bf16" / "verl_grpo_bf16.jsonl"
+    log.write_text(VERL_BF16.read_text())
+    (tmp_path / "bf16" / "mxperf.toml").write_text('[labels]\nprecision = "bf16"\n')
+    out = tmp_path / "out"
+    assert (
+        main(["ingest", str(log), str(NEMO), "-o", str(out), "--label", "precision=fp8-delayed", "--json"])
+        == 0
+    )
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out.strip().splitlines()[-1])
+    assert [(t["format"], t["devices"]) for t in doc["traces"]] == [(METRIC_LOG, []), (METRIC_LOG, [])]
+    steps = store.read_table(out / store.STEPS)
+    assert len(steps) == 2 * 3 * 5 and set(steps["trace"]) == {str(log), str(NEMO)}
+    mm = store.read_table(out / store.MISMATCH)
+    assert set(mm["precision"]) == {"fp8-delayed"}  # --label wins over the sidecar
+    manifest = json.loads((out / store.MANIFEST).read_text())
+    entry = manifest["traces"][1]
+    assert entry["framework"] == "nemo_rl" and entry["labels"] == {"precision": "fp8-delayed"}
+    assert "nemo_rl metric log (fp8-delayed): 3 steps with timers" in cap.err
+
+
+def test_ingest_of_a_truncated_log_is_one_line_and_writes_nothing(tmp_path, capsys):
+    p = tmp_path / "cut.jsonl"
+    p.write_text(VERL_BF16.read_text()[:-40])
+    out = tmp_path / "out"
+    assert main(["ingest", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cut.jsonl: line 5: not JSON" in err[0]
+    assert not (out / store.STEPS).exists() and not (out / store.MISMATCH).exists()

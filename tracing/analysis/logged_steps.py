@@ -1,0 +1,121 @@
+"""A framework's metric log -> the per-step tables a trace gives: seconds per (step, phase) in the shape of
+``steps.parquet`` (``schema.STEP_COLUMNS``), and the logged mismatch metrics (``schema.MISMATCH_COLUMNS``).
+
+Phase seconds: each timer that wraps a part of the step (not one nested inside another timer, not the step's
+own total) goes to the phase the phase map gives its name -- the same map as trace ranges, since verl's
+timers are its NVTX ranges (``timing_s/update_actor`` -> update; NeMo RL ``timing/train/policy_training`` ->
+update) -- summed per phase. ``other`` is the step total (``timing_s/step``, ``timing/train/total_step_time``)
+minus those phases, clipped at zero, as for traces; reward timers count in ``other`` there too. What the log
+cannot say stays NaN, never 0: a phase none of its timers maps to, ``other`` of a step without its total.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tracing.analysis.phases import PhaseMap, default_phase_map
+from tracing.analysis.steps import PHASES as STEP_PHASE_NAMES
+from tracing.analysis.steps import STEP_PHASES
+from tracing.ingest.metric_logs import MetricLog
+from tracing.outputs import schema
+
+METRIC_LOG_PID = -1  # steps.parquet's pid for rows of a metric log: its timers belong to no one process
+_OVERLAP_TOLERANCE = 0.01  # phases may exceed the total by timer jitter before it is called an overlap
+
+
+@dataclass(frozen=True)
+class LoggedSteps:
+    """What one metric log gives: tables plus what was read from where, for the summary and the manifest."""
+
+    steps: pd.DataFrame  # STEP_COLUMNS
+    mismatch: pd.DataFrame  # MISMATCH_COLUMNS
+    phase_keys: dict[str, list[str]]  # step phase -> the logged timer keys summed into it
+    notes: tuple[str, ...]
+
+
+def logged_step_tables(
+    log: MetricLog, phase_map: PhaseMap | None = None, precision: str | None = None
+) -> LoggedSteps:
+    """Both tables of ``log`` (phase map: the default one); ``precision`` (a label) goes into the mismatch rows."""
+    phase_keys, total_key, skipped = _classify_timers(log, phase_map or default_phase_map())
+    steps, overlap = _step_rows(log, phase_keys, total_key)
+    notes = []
+    if total_key is None and phase_keys:
+        notes.append(
+            f"no step total ({log.keys.timing_prefix}{log.keys.step_total}): 'other' is unknown (NaN)"
+        )
+    missing = [p for p in STEP_PHASE_NAMES if not phase_keys.get(p)]
+    if phase_keys and missing:
+        notes.append(f"no timer of phase {', '.join(missing)}: NaN, not 0")
+    if skipped:
+        notes.append(f"counted in 'other' (not a step phase): {', '.join(sorted(skipped))}")
+    if overlap:
+        shown = ", ".join(str(s) for s in overlap[:5]) + (" ..." if len(overlap) > 5 else "")
+        notes.append(
+            f"step(s) {shown}: the phases add up to more than the step total (overlapping timers, e.g. "
+            f"asynchronous generation); 'other' clipped to 0"
+        )
+    return LoggedSteps(steps, _mismatch_rows(log, precision), phase_keys, tuple(notes))
+
+
+def _classify_timers(
+    log: MetricLog, phase_map: PhaseMap
+) -> tuple[dict[str, list[str]], str | None, set[str]]:
+    fw = log.keys
+    phase_keys: dict[str, list[str]] = {}
+    total_key, skipped = None, set()
+    for key in sorted({k for values in log.steps.values() for k in values}):
+        name = fw.timer(key)
+        if name is None or fw.nested.search(name):
+            continue
+        if name == fw.step_total:
+            total_key = key
+            continue
+        phase = phase_map.phase_of(name)
+        if phase in STEP_PHASE_NAMES:
+            phase_keys.setdefault(phase, []).append(key)
+        else:
+            skipped.add(key)
+    return phase_keys, total_key, skipped
+
+
+def _step_rows(
+    log: MetricLog, phase_keys: dict[str, list[str]], total_key: str | None
+) -> tuple[pd.DataFrame, list[int]]:
+    rows, overlap = [], []
+    timer_keys = {k for keys in phase_keys.values() for k in keys} | ({total_key} if total_key else set())
+    for step in sorted(log.steps):
+        values = log.steps[step]
+        if not timer_keys & values.keys():
+            continue  # a step that logged no timer (verl's validation before training, at step 0)
+        seconds: dict[str, float] = {}
+        for phase in STEP_PHASE_NAMES:
+            keys = phase_keys.get(phase)
+            # A timer missing at a step did not run there (verl marks update_weights only when it syncs).
+            seconds[phase] = sum(values.get(k, 0.0) for k in keys) if keys else math.nan
+        total = values.get(total_key, math.nan) if total_key else math.nan
+        # Time of an unmeasured phase (NaN), if it had any, is inside another timer or in "other".
+        other = total - sum(v for v in seconds.values() if not math.isnan(v))
+        if not math.isnan(other) and other < -_OVERLAP_TOLERANCE * total:
+            overlap.append(step)
+        seconds["other"] = max(other, 0.0) if not math.isnan(other) else math.nan
+        rows += [(log.path, step, phase, seconds[phase]) for phase in STEP_PHASES]
+    df = pd.DataFrame(rows, columns=["trace", "step", "phase", "seconds"])
+    df.insert(1, "rank", pd.array([pd.NA] * len(df), dtype="Int64"))
+    df.insert(2, "pid", METRIC_LOG_PID)
+    return schema.conform(df, schema.STEP_COLUMNS, "steps"), overlap
+
+
+def _mismatch_rows(log: MetricLog, precision: str | None) -> pd.DataFrame:
+    fw = log.keys
+    rows = [
+        (log.path, log.framework, precision, step, metric, key, value)
+        for step in sorted(log.steps)
+        for key, value in sorted(log.steps[step].items())
+        if (metric := fw.mismatch_metric(key)) is not None
+    ]
+    df = pd.DataFrame(rows, columns=["trace", "framework", "precision", "step", "metric", "key", "value"])
+    return schema.conform(df, schema.MISMATCH_COLUMNS, "mismatch")
