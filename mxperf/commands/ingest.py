@@ -220,6 +220,9 @@ def spec_json(results: list[FileResult]) -> dict[str, Any]:
         if r.microbatches is not None:  # (v2) micro-batches found and wall seconds per phase
             entry["microbatches"] = len(r.microbatches.table)
             entry["phases"] = _phase_seconds(r)
+        elif r.format == METRIC_LOG:  # no micro-batches; its timers' seconds per phase over its steps
+            sums = r.steps[r.steps["phase"] != "other"].groupby("phase")["seconds"].sum(min_count=1)
+            entry.update(microbatches=0, phases={str(p): float(v) for p, v in sums.items() if pd.notna(v)})
         traces.append(entry)
     return {"schema_version": store.SCHEMA_VERSION, "traces": traces}
 

@@ -229,6 +229,10 @@ def test_ingest_writes_steps_and_mismatch_with_labels(tmp_path, capsys):
     cap = capsys.readouterr()
     doc = json.loads(cap.out.strip().splitlines()[-1])
     assert [(t["format"], t["devices"]) for t in doc["traces"]] == [(METRIC_LOG, []), (METRIC_LOG, [])]
+    assert doc["traces"][0]["microbatches"] == 0
+    assert doc["traces"][0]["phases"] == pytest.approx(
+        {"generate": 36.0, "logprob": 10.5, "update": 15.0, "sync": 2.4}
+    )
     steps = store.read_table(out / store.STEPS)
     assert len(steps) == 2 * 3 * 5 and set(steps["trace"]) == {str(log), str(NEMO)}
     mm = store.read_table(out / store.MISMATCH)
