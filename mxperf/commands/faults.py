@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from mxperf.commands.device_flags import add_device_arguments, device_settings
 from tracing.outputs.placement import FORCE_HELP
 
 
@@ -19,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pretrain-steps", type=int, default=60, help="warm-start steps (cached; GRPO needs reward)"
     )
     p.add_argument("--only", default="", help="comma-separated fault names (default: all that apply)")
+    add_device_arguments(p)
     p.add_argument(
         "-o", "--output", default=None, help="directory for fault_matrix.parquet + sync_checks.parquet"
     )
@@ -35,9 +37,10 @@ def run(args: argparse.Namespace) -> int:
     preset = get_preset(args.model)
     if preset.shape_only:
         raise InputError(f"--model {args.model} is shape-only; fault runs need tiny-dense or tiny-moe")
+    device = device_settings(args)
     try:
         settings = FaultRunSettings(
-            model=args.model, steps=args.steps, seed=args.seed, pretrain_steps=args.pretrain_steps
+            model=args.model, steps=args.steps, seed=args.seed, pretrain_steps=args.pretrain_steps, **device
         )
         faults = [get_fault(n) for n in args.only.split(",") if n] if args.only else applicable(preset.is_moe)
     except (ValueError, KeyError) as exc:
@@ -79,6 +82,7 @@ def _run_into_dir(
 
     import pandas as pd
 
+    from pipeline.device import device_label
     from pipeline.experiments.fault_runs import outcome_rows, run_matrix
     from pipeline.sync.invariants import SYNC_CHECK_COLUMNS
     from tracing.outputs import store
@@ -91,5 +95,6 @@ def _run_into_dir(
         store.write_table(pd.DataFrame(outcome_rows(outcomes, args.model)), od.path / store.FAULT_MATRIX)
         checks = pd.DataFrame(clean_rows, columns=[*SYNC_CHECK_COLUMNS, "run"])
         store.write_table(checks, od.path / store.SYNC_CHECKS)
-        od.update(all_caught=all(o.caught for o in outcomes))
+        device = device_label(settings.torch_device)
+        od.update(all_caught=all(o.caught for o in outcomes), learner_device=device, sampler_device=device)
     return outcomes, clean_rows, str(od.path)

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from mxperf.commands.device_flags import add_device_arguments, device_settings
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")
@@ -15,20 +17,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-digits", type=int, default=1)
     p.add_argument("--max-digits", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    add_device_arguments(p, learner=False)
     p.add_argument("--json", action="store_true", help="print the cache entry as JSON on the last line")
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
+    from pipeline.device import resolve_device
     from pipeline.experiments.session import build_tokenizer
     from pipeline.model.presets import get_preset
     from pipeline.model.pretrain import PretrainConfig, warm_start
     from pipeline.model.task import AdditionTask
     from tracing.outputs.errors import InputError
 
-    torch.set_num_threads(max(1, args.threads))
+    device = resolve_device(device_settings(args)["device"])
     preset = get_preset(args.model)
     try:
         task = AdditionTask(args.min_digits, args.max_digits)
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         if step % every == 0 or step == args.steps - 1:
             print(f"step {step}: loss {loss:.4f}", file=sys.stderr)
 
-    _, meta = warm_start(preset, task, build_tokenizer(task), cfg, progress=progress)
+    _, meta = warm_start(preset, task, build_tokenizer(task), cfg, progress=progress, device=device)
     where = "cached" if meta.get("cached") else "trained"
     print(
         f"{where}: {meta.get('path')} (final loss {meta.get('final_loss', float('nan')):.4f})",

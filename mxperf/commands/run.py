@@ -6,13 +6,18 @@ import argparse
 import json
 import sys
 
+from mxperf.commands.device_flags import add_device_arguments, device_settings
 from mxperf.commands.trace_flags import add_trace_arguments, trace_config
 from tracing.outputs.placement import FORCE_HELP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")
-    p.add_argument("--learner", default="bf16", help="learner precision: bf16 | mxfp8")
+    p.add_argument(
+        "--learner",
+        default="bf16",
+        help="learner precision: bf16 | mxfp8 | fp8-tensor | fp8-rowwise | fp8-block128",
+    )
     p.add_argument(
         "--sampler", default="bf16", help="sampler precision id (bf16, mxfp8, mxfp8-floor, fp8-tensor, ...)"
     )
@@ -45,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="supervised warm-start steps, cached in $MXPERF_CACHE (0: random init, zero reward)",
     )
     p.add_argument("--async", dest="async_mode", action="store_true", help="overlap generation with the sync")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
+    add_device_arguments(p)
     p.add_argument("--check-sync", default="every", help="every sync | first (the initial push only) | off")
     p.add_argument("--strict", action="store_true", help="stop with an error at the first failed sync check")
     add_trace_arguments(p, what="steps", steps=True)
@@ -55,14 +60,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from pipeline.device import resolve_device
 
-    torch.set_num_threads(max(1, args.threads))
+    device = device_settings(args)
     from pipeline.experiments.loop import SyncCheckFailedError
     from pipeline.experiments.run import execute_run
     from pipeline.experiments.session import RunConfig
 
-    trace = trace_config(args, args.steps, torch.cuda.is_available())
+    trace = trace_config(args, args.steps, resolve_device(args.device).type == "cuda")
 
     cfg = RunConfig(
         model=args.model,
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         async_mode=args.async_mode,
         sampler_engine=args.sampler_engine,
         learner_engine=args.learner_engine,
+        **device,
     )
     try:
         summary = execute_run(

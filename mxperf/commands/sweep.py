@@ -1,4 +1,4 @@
-"""``mxperf sweep``: update-step timing per micro-batch size and precision, on identical data."""
+"""``mxperf sweep``: update-step timing per micro-batch size, precision and global batch, on identical data."""
 
 from __future__ import annotations
 
@@ -6,23 +6,32 @@ import argparse
 import json
 import sys
 
+from mxperf.commands.device_flags import accept_negative_lists, add_device_arguments, device_settings
 from mxperf.commands.trace_flags import add_trace_arguments, trace_config
 from tracing.outputs.placement import FORCE_HELP
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        from tracing.outputs.errors import InputError
+def _ints(text: str, flag: str = "--tokens-per-microbatch") -> tuple[int, ...]:
+    """Comma-separated integers; an empty item or a non-integer is one InputError naming ``flag``."""
+    from tracing.outputs.errors import InputError
 
-        raise InputError(f"--tokens-per-microbatch must be comma-separated integers, got {text!r}") from None
-    return values
+    items = [v.strip() for v in text.split(",")]
+    if text.strip() and not all(items):
+        raise InputError(f"{flag} has an empty item in {text!r}; give comma-separated integers, e.g. 256,512")
+    try:
+        return tuple(int(v) for v in items if v)
+    except ValueError:
+        raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-dense", help="tiny-dense | tiny-moe")
-    p.add_argument("--precisions", default="bf16,mxfp8", help="comma-separated learner precisions")
+    accept_negative_lists(p)
+    p.add_argument(
+        "--precisions",
+        default="bf16,mxfp8",
+        help="comma-separated learner precisions: bf16, mxfp8, fp8-tensor, fp8-rowwise, fp8-block128",
+    )
     p.add_argument(
         "--tokens-per-microbatch",
         default="128,256,384,512,768,1024,1536,2048",
@@ -31,10 +40,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1, help="unrecorded update steps per (precision, size)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence of the fixed batch")
-    p.add_argument("--global-tokens", type=int, default=None, help="tokens per step (default: largest size)")
+    p.add_argument(
+        "--global-batch",
+        "--global-tokens",
+        dest="global_batch",
+        default=None,
+        help="tokens per step, one or more (A,B: the same data at two global batch sizes, which identifies a "
+        "cost paid once per step; default: the largest size)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compute-dtype", default="bfloat16", help="bfloat16 | float32")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steady timings)")
+    add_device_arguments(p)
     add_trace_arguments(p, what="sweep", steps=False)
     p.add_argument("-o", "--output", default="runs/sweep", help="sweep directory")
     p.add_argument("--force", action="store_true", help=FORCE_HELP)
@@ -42,13 +58,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from pipeline.device import resolve_device
 
-    torch.set_num_threads(max(1, args.threads))
+    device = device_settings(args)
     from pipeline.experiments.sweep import SweepConfig
     from pipeline.experiments.sweep_run import execute_sweep
 
-    trace = trace_config(args, None, torch.cuda.is_available())
+    trace = trace_config(args, None, resolve_device(args.device).type == "cuda")
+    if args.trace_repeats != 1 and not args.trace:
+        from tracing.outputs.errors import InputError
+
+        raise InputError("--trace-repeats chooses what --trace records: add --trace")
 
     cfg = SweepConfig(
         model=args.model,
@@ -57,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         warmup=args.warmup,
         seq_len=args.seq_len,
-        global_tokens=args.global_tokens,
+        global_tokens=_ints(args.global_batch, "--global-batch") if args.global_batch else None,
+        trace_repeats=args.trace_repeats,
         seed=args.seed,
         compute_dtype=args.compute_dtype,
+        **device,
     )
     summary = execute_sweep(
         cfg,

@@ -1,8 +1,10 @@
-"""The trace flags of ``mxperf run`` and ``mxperf sweep`` (``--trace``, ``--trace-steps``, ``--nsys``), in one place."""
+"""The trace flags of ``mxperf run`` and ``mxperf sweep`` (``--trace``, ``--trace-steps`` / ``--trace-repeats``,
+``--nsys``), in one place."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from pipeline.experiments.profiling import WHOLE_BLOCK, parse_trace_steps, with_nsys
 from tracing.capture.profiler import CaptureConfig
@@ -18,7 +20,15 @@ def add_trace_arguments(p: argparse.ArgumentParser, *, what: str, steps: bool) -
         p.add_argument(
             "--trace-steps",
             metavar="WAIT,WARMUP,ACTIVE",
-            help="trace only these steps: skip WAIT, warm the profiler for WARMUP, record ACTIVE (default: all)",
+            help="trace these steps: skip WAIT, warm the profiler for WARMUP, record ACTIVE, or 'all' (default: "
+            "2 steps after one skipped and one warm-up step, so traces stay small)",
+        )
+    else:
+        p.add_argument(
+            "--trace-repeats",
+            type=int,
+            default=1,
+            help="trace the last N repeats (after one unrecorded profiler warm-up step); their rows say traced",
         )
     p.add_argument(
         "--nsys",
@@ -27,12 +37,15 @@ def add_trace_arguments(p: argparse.ArgumentParser, *, what: str, steps: bool) -
     )
 
 
-def trace_config(args: argparse.Namespace, steps: int | None, cuda_available: bool) -> CaptureConfig | None:
-    """The capture schedule the flags ask for (None: not traced); ``steps=None``: the whole block (a sweep)."""
+def trace_config(args: argparse.Namespace, steps: int | None, cuda: bool) -> CaptureConfig | None:
+    """The capture schedule the flags ask for (None: not traced); ``steps=None``: a sweep, whose traced window
+    the sweep sets itself. ``cuda``: the run's device is a GPU (CUDA activity and the nsys bracket need one)."""
     trace_steps = getattr(args, "trace_steps", None)
     if (trace_steps or args.nsys) and not args.trace:
         raise InputError("--trace-steps and --nsys shape a trace: add --trace")
     if not args.trace:
         return None
     schedule = WHOLE_BLOCK if steps is None else parse_trace_steps(trace_steps, steps)
-    return with_nsys(schedule, args.nsys, cuda_available)
+    if not cuda:  # a CPU run on a GPU machine: no CUPTI subscriber for work that never reaches the GPU
+        schedule = dataclasses.replace(schedule, cuda=False)
+    return with_nsys(schedule, args.nsys, cuda)

@@ -60,7 +60,9 @@ def make_sampler_engine(
 
 
 def _drop_native_options(kwargs: dict[str, Any]) -> None:
-    """Native-sampler options vLLM does not take: refuse the ones that would change results, drop the rest."""
+    """Native-sampler options vLLM does not take: refuse the ones that would change results, drop the rest
+    (``device``: vLLM runs in its own process on the device its build targets)."""
+    kwargs.pop("device", None)
     if float(kwargs.pop("grid_fraction", 1.0)) != 1.0:
         raise EngineUnavailableError("--sampler-engine vllm supports --grid-fraction 1 only")
     if kwargs.pop("kv_cache", "bf16") != "bf16":
@@ -114,6 +116,13 @@ def make_learner_backend(
 
         return HFLearner(model, precision, **kwargs)
     if name == "megatron":
+        device = kwargs.pop("device", None)
+        gemm, cast = kwargs.pop("gemm", "auto"), kwargs.pop("weight_cast", "per-step")
+        if (gemm, cast) != ("auto", "per-step"):
+            raise EngineUnavailableError(
+                "--gemm and --weight-cast apply to the native learner; the Megatron learner runs TE's recipe "
+                "on a GPU and its emulated MXFP8 linears on the CPU"
+            )
         if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
             raise EngineUnavailableError(
                 "--learner-engine megatron needs megatron-core: .venv/bin/pip install -c constraints.txt megatron-core"
@@ -127,10 +136,16 @@ def make_learner_backend(
         try:
             from pipeline.engines.megatron.learner import MegatronLearner
 
-            hf_init = {k: v.detach().float() for k, v in model.state_dict().items()}
-            return MegatronLearner(preset, precision, hf_init=hf_init, **kwargs)
+            hf_init = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+            learner = MegatronLearner(preset, precision, hf_init=hf_init, **kwargs)
         except HardwareUnavailableError as exc:
             raise EngineUnavailableError(
                 f"--learner-engine megatron --precision {precision}: {exc}"
             ) from None
+        if device is not None and learner.device.type != getattr(device, "type", str(device)):
+            raise EngineUnavailableError(
+                f"--learner-engine megatron runs on {learner.device} here (CUDA with Transformer Engine, else "
+                f"the CPU), not on --device {device}; pass --device {learner.device.type}"
+            )
+        return learner
     raise InputError(f"unknown learner engine {name!r}; choose one of {', '.join(LEARNER_ENGINES)}")

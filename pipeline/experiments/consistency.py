@@ -27,6 +27,7 @@ import pandas as pd
 
 from pipeline.experiments.loop import evaluate_pairing
 from pipeline.experiments.session import build_tokenizer
+from pipeline.experiments.settings import ExperimentSettings, at_least
 from pipeline.interfaces import SamplingParams
 from pipeline.model.presets import build_config, get_preset
 from pipeline.model.pretrain import PretrainConfig, warm_start
@@ -55,19 +56,16 @@ LEARNERS = ("bf16", "mxfp8")
 
 
 @dataclass(frozen=True)
-class ConsistencyConfig:
-    model: str = "tiny-dense"
-    seed: int = 0
-    eval_prompts: int = 32
+class ConsistencyConfig(ExperimentSettings):
+    eval_prompts: int = 128
     max_new_tokens: int = 8
-    pretrain_steps: int = 0
-    compute_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
-        get_preset(self.model)
+        super().__post_init__()
+        at_least(1, eval_prompts=self.eval_prompts, max_new_tokens=self.max_new_tokens)
 
 
-def _sampler(config: Any, v: SamplerVariant, calib: list[list[int]], tok: Any) -> Any:
+def _sampler(config: Any, v: SamplerVariant, calib: list[list[int]], tok: Any, device: Any = None) -> Any:
     from pipeline.sampler.engine import Sampler
 
     return Sampler(
@@ -78,6 +76,7 @@ def _sampler(config: Any, v: SamplerVariant, calib: list[list[int]], tok: Any) -
         calibration_prompts=calib,
         eos_id=tok.eos_id,
         pad_id=tok.pad_id,
+        device=device,
     )
 
 
@@ -94,20 +93,23 @@ def run_consistency(
     preset = get_preset(cfg.model)
     task = AdditionTask(1, 2)
     tok = build_tokenizer(task)
-    base, _ = warm_start(preset, task, tok, PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed))
+    device = cfg.torch_device
+    pretrain = PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed)
+    base, _ = warm_start(preset, task, tok, pretrain, device=device)
     hf_config = build_config(preset)
     problems = task.problems(cfg.eval_prompts, seed=20_000_003 + cfg.seed)
     prompts = [tok.encode(p.prompt) for p in problems]
-    learner_objs = {p: HFLearner(copy.deepcopy(base), p, compute_dtype=cfg.compute_dtype) for p in learners}
-    ref_learner = HFLearner(copy.deepcopy(base), "bf16", compute_dtype=cfg.compute_dtype)
-    ref = _sampler(hf_config, SAMPLER_VARIANTS[0], prompts, tok)
+    opts = cfg.learner_options()
+    learner_objs = {p: HFLearner(copy.deepcopy(base), p, **opts) for p in learners}
+    ref_learner = HFLearner(copy.deepcopy(base), "bf16", **opts)
+    ref = _sampler(hf_config, SAMPLER_VARIANTS[0], prompts, tok, device)
     WeightSync().sync(ref_learner, ref, 1)
     rollouts = ref.generate(prompts, SamplingParams(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
     responses = [r.response_ids for r in rollouts]
     rows = []
     for lp in learners:
         for v in variants:
-            sampler = _sampler(hf_config, v, prompts, tok)
+            sampler = _sampler(hf_config, v, prompts, tok, device)
             WeightSync().sync(learner_objs[lp], sampler, 1)
             m = evaluate_pairing(learner_objs[lp], sampler, prompts, responses, tok.pad_id)
             rows.append(
@@ -131,12 +133,17 @@ def run_consistency(
 def format_table(df: pd.DataFrame) -> str:
     """The table for people: absolute KL values and the ratio to the BF16 sampler."""
     lines = [
-        f"{'learner':8s} {'sampler':26s} {'kl_k1':>11s} {'kl_k3':>11s} {'mult_err':>9s} "
+        f"{'learner':8s} {'sampler':26s} {'kl_k1':>11s} {'kl_k3':>11s} {'+- se':>9s} {'mult_err':>9s} "
         f"{'p_diff_max':>10s} {'k3/bf16':>8s}"
     ]
     for r in df.itertuples(index=False):
         lines.append(
-            f"{r.learner:8s} {r.sampler:26s} {r.kl_k1:11.3e} {r.kl_k3:11.3e} {r.token_mult_prob_error:9.5f} "
-            f"{r.prob_abs_diff_max:10.2e} {r.kl_k3_vs_bf16_sampler:8.3f}"
+            f"{r.learner:8s} {r.sampler:26s} {r.kl_k1:11.3e} {r.kl_k3:11.3e} {r.kl_k3_se:9.1e} "
+            f"{r.token_mult_prob_error:9.5f} {r.prob_abs_diff_max:10.2e} {r.kl_k3_vs_bf16_sampler:8.3f}"
         )
+    tokens = int(df["num_tokens"].iloc[0]) if len(df) else 0
+    lines.append(
+        f"{tokens} scored tokens per pairing; kl_k3 values closer than ~2 se (standard error of the token "
+        "mean) are not resolved: raise --eval-prompts"
+    )
     return "\n".join(lines)

@@ -22,33 +22,49 @@ makes a stale prefix cache reachable, as in NeMo-RL PR #4018.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipeline.experiments.settings import ExperimentSettings
 from pipeline.sync.faults import Fault
+from tracing.outputs.errors import InputError
 
 PROMPT_PERIOD = 2
 
 
 @dataclass(frozen=True)
-class FaultRunSettings:
-    model: str = "tiny-dense"
+class FaultRunSettings(ExperimentSettings):
+    pretrain_steps: int = 60  # warm start (cached): a random policy earns no reward, so GRPO would not move
     steps: int = 3
-    seed: int = 0
     prompts_per_step: int = 4
     samples_per_prompt: int = 2
     max_new_tokens: int = 4
     eval_prompts: int = 8
     lr: float = 1e-3  # large enough that scale bytes move between syncs within a few steps
-    pretrain_steps: int = 60  # warm start (cached): a random policy earns no reward, so GRPO would not move
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.steps < 2:
-            raise ValueError(
+            raise InputError(
                 f"fault runs need at least 2 steps (a refit after the first load), got {self.steps}"
             )
+        self.run_config(False, False)  # every other field is checked where the runs are configured
+
+    def run_config(self, kv_fp8: bool, async_mode: bool) -> Any:
+        """The RunConfig of one fault run: learner and sampler on the shared MXFP8 grid."""
+        from pipeline.experiments.session import RunConfig
+
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return RunConfig(
+            **fields,
+            learner="mxfp8",
+            sampler="mxfp8",
+            kv_cache="fp8" if kv_fp8 else "bf16",
+            async_mode=async_mode,
+        )
 
 
 @dataclass
@@ -96,26 +112,6 @@ def settings_key(fault: Fault | None) -> tuple[bool, bool]:
     return ("kv-fp8" in needs, "async" in needs)
 
 
-def _run_config(s: FaultRunSettings, kv_fp8: bool, async_mode: bool) -> Any:
-    from pipeline.experiments.session import RunConfig
-
-    return RunConfig(
-        model=s.model,
-        learner="mxfp8",
-        sampler="mxfp8",
-        kv_cache="fp8" if kv_fp8 else "bf16",
-        steps=s.steps,
-        seed=s.seed,
-        prompts_per_step=s.prompts_per_step,
-        samples_per_prompt=s.samples_per_prompt,
-        max_new_tokens=s.max_new_tokens,
-        eval_prompts=s.eval_prompts,
-        lr=s.lr,
-        async_mode=async_mode,
-        pretrain_steps=s.pretrain_steps,
-    )
-
-
 def _shadow(session: Any) -> Any:
     from pipeline.model.presets import build_config
     from pipeline.sampler.engine import Sampler
@@ -129,6 +125,7 @@ def _shadow(session: Any) -> Any:
         calibration_prompts=e.calibration_prompts,
         eos_id=e.eos_id,
         pad_id=e.pad_id,
+        device=e.device,
     )
 
 
@@ -176,7 +173,7 @@ def run_once(settings: FaultRunSettings, fault: Fault | None) -> RunTrace:
     kv_fp8, async_mode = settings_key(fault)
     t0 = time.perf_counter()
     trace = RunTrace()
-    session = Session(_run_config(settings, kv_fp8, async_mode))
+    session = Session(settings.run_config(kv_fp8, async_mode))
     _repeat_prompts(session, PROMPT_PERIOD)
     shadow = _shadow(session) if fault is not None else None
     _record_rollouts(session.sampler, trace.rollouts)

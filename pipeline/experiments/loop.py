@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from pipeline.experiments.mismatch import mismatch_metrics
+from pipeline.experiments.mismatch import kl_k3_stderr, mismatch_metrics
 from pipeline.experiments.session import Session
 from pipeline.interfaces import Rollout, SamplingParams
 from pipeline.learner.rollouts import build_grpo_batch, pad_sequences, place_logprobs
@@ -192,6 +192,7 @@ def evaluate_pairing(
     lp_learner = learner.logprobs(ids, am).cpu()
     lp_s = place_logprobs([len(p) for p in prompts], lp_sampler, rm.shape[1])
     out = mismatch_metrics(lp_s, lp_learner, rm)
+    out["kl_k3_se"] = kl_k3_stderr(lp_s, lp_learner, rm)
     out["num_tokens"] = float(rm.sum())
     return out
 

@@ -10,6 +10,9 @@ the valid (masked-in) response tokens of a batch, token-mean:
 - ``prob_abs_diff_mean`` / ``prob_abs_diff_max`` = mean / max |exp(lp_s) - exp(lp_l)| (verl's
   ``rollout_probs_diff``, in probability space).
 
+:func:`kl_k3_stderr` is the standard error of the k3 token mean (tokens treated as independent): two pairings
+scored on the same tokens whose kl_k3 differ by less than a few of these are not resolved.
+
 Pure functions of tensors; nothing here reads or writes files.
 """
 
@@ -46,3 +49,14 @@ def mismatch_metrics(
         "prob_abs_diff_mean": float(prob_diff.mean()),
         "prob_abs_diff_max": float(prob_diff.max()),
     }
+
+
+def kl_k3_stderr(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Standard error of ``kl_k3`` over the valid tokens (NaN with fewer than two)."""
+    valid = mask.bool()
+    n = int(valid.sum())
+    if n < 2:
+        return math.nan
+    r = learner_logprobs.double()[valid] - sampler_logprobs.double()[valid]
+    k3 = r.exp() - r - 1
+    return float(k3.std() / math.sqrt(n))

@@ -25,15 +25,18 @@ WHOLE_BLOCK = CaptureConfig(wait=0, warmup=0, active=1)  # one traced "step": th
 
 
 def parse_trace_steps(text: str | None, steps: int) -> CaptureConfig:
-    """``--trace-steps WAIT,WARMUP,ACTIVE`` -> a schedule over ``steps`` RL steps (None: trace every step)."""
+    """``--trace-steps WAIT,WARMUP,ACTIVE`` -> a schedule over ``steps`` RL steps (None: the default window,
+    :meth:`CaptureConfig.window`: 2 steps after a skipped and a warm-up step; ``all``: every step)."""
     if text is None:
+        return CaptureConfig.window(steps)
+    if text.strip() == "all":
         return CaptureConfig(wait=0, warmup=0, active=max(1, steps))
     try:
         wait, warmup, active = (int(x) for x in text.split(","))
         cfg = CaptureConfig(wait=wait, warmup=warmup, active=active)
     except ValueError as exc:
         raise InputError(
-            f"--trace-steps wants WAIT,WARMUP,ACTIVE step counts (e.g. 1,1,3), got {text!r}: {exc}"
+            f"--trace-steps wants WAIT,WARMUP,ACTIVE step counts (e.g. 1,1,3) or 'all', got {text!r}: {exc}"
         ) from None
     if cfg.cycle > steps:
         raise InputError(

@@ -1,13 +1,15 @@
 """``mxperf run``: an instrumented GRPO run written to a run directory (docs/contracts.md, "Output directories").
 
-    manifest.json               kind run, status running -> complete | failed | interrupted, config, machine
+    manifest.json               kind run, status running -> complete | failed | interrupted, config, machine,
+                                learner_device / sampler_device, the learner's GEMM backend
     tokenizer.json              the run's tokenizer
     metrics.parquet             one row per step: seconds per phase, reward, mismatch metrics, check cost
     ranges.parquet              the host range log (step, generate, logprob, update, update/microbatch,
                                 sync, sync/check)
     sync_checks.parquet         one row per (step, invariant); step -1 is the initial push
     eval_fixed_weights.parquet  mismatch on the fixed evaluation batch at the first and last weights
-    trace/rank-0.json.gz        with --trace (the steps --trace-steps picks; all by default), and
+    trace/rank-0.json.gz        with --trace (the steps --trace-steps picks; by default 2 steps after one
+                                skipped and one profiler warm-up step), and
     trace/capture-rank-0.json   the capture manifest (schedule, CUDA activity, files)
     trace/sampler/*.json.gz     with --trace and --sampler-engine vllm: vLLM's own profiler, same steps
 
@@ -95,7 +97,13 @@ def execute_run(
             loop = None
             try:  # from here on the sampler (maybe a process of its own) is closed however the run ends
                 session.tokenizer.save(od.path)
-                od.update(warm_start=session.warm_start_meta, engines=session.engine_info())
+                engines = session.engine_info()
+                od.update(
+                    warm_start=session.warm_start_meta,
+                    engines=engines,
+                    learner_device=engines["learner_device"],
+                    sampler_device=engines["sampler_device"],
+                )
                 loop = _make_loop(session, check_sync, strict, loop_factory)
                 checks.extend(loop.initial_sync())
                 evals.append(eval_fixed_batch(session, "initial", loop.version))

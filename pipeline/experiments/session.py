@@ -11,9 +11,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.experiments.settings import ExperimentSettings, at_least, one_of, positive
 from pipeline.interfaces import SamplingParams
+from pipeline.learner.engine import LEARNER_PRECISIONS
 from pipeline.learner.grpo import GRPOConfig
-from pipeline.model.presets import ModelPreset, build_config, get_preset, require_trainable
+from pipeline.model.presets import ModelPreset, build_config, get_preset
 from pipeline.model.pretrain import PretrainConfig, warm_start
 from pipeline.model.task import AdditionTask, Problem
 from pipeline.model.tokenizer import TaskTokenizer, train_tokenizer
@@ -21,32 +23,27 @@ from pipeline.sampler.layout import SAMPLER_MODES
 from tracing.capture.ranges import RangeLog
 from tracing.outputs.errors import InputError
 
-LEARNER_PRECISIONS = ("bf16", "mxfp8")
 TOKENIZER_SEED = 12345  # the tokenizer depends on the task only, never on the run seed
 TOKENIZER_CORPUS = 4000
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    model: str = "tiny-dense"
+class RunConfig(ExperimentSettings):
     learner: str = "bf16"
     sampler: str = "bf16"
     grid_fraction: float = 1.0
     kv_cache: str = "bf16"
     steps: int = 3
-    seed: int = 0
     prompts_per_step: int = 8
     samples_per_prompt: int = 4
     max_new_tokens: int = 5
     temperature: float = 1.0
     top_p: float = 1.0
     tokens_per_microbatch: int = 128
-    compute_dtype: str = "bfloat16"
     lr: float = 3e-5
     tis_cap: float | None = 2.0
     min_digits: int = 1
     max_digits: int = 2
-    pretrain_steps: int = 0
     eval_prompts: int = 16
     async_mode: bool = False
     sampler_engine: str = "native"  # native | vllm (pipeline.engines.factory)
@@ -55,32 +52,29 @@ class RunConfig:
     def __post_init__(self) -> None:
         from pipeline.engines.factory import LEARNER_ENGINES, SAMPLER_ENGINES
 
-        require_trainable(get_preset(self.model))  # InputError on an unknown or shape-only id
-        if self.sampler_engine not in SAMPLER_ENGINES:
-            raise InputError(
-                f"unknown --sampler-engine {self.sampler_engine!r}; choose one of {', '.join(SAMPLER_ENGINES)}"
-            )
-        if self.learner_engine not in LEARNER_ENGINES:
-            raise InputError(
-                f"unknown --learner-engine {self.learner_engine!r}; choose one of {', '.join(LEARNER_ENGINES)}"
-            )
-        if self.learner not in LEARNER_PRECISIONS:
-            raise InputError(
-                f"unknown --learner {self.learner!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
-            )
-        if self.sampler not in SAMPLER_MODES:
-            raise InputError(f"unknown --sampler {self.sampler!r}; choose one of {', '.join(SAMPLER_MODES)}")
+        super().__post_init__()
+        one_of("sampler_engine", self.sampler_engine, SAMPLER_ENGINES)
+        one_of("learner_engine", self.learner_engine, LEARNER_ENGINES)
+        one_of("learner", self.learner, LEARNER_PRECISIONS)
+        one_of("sampler", self.sampler, SAMPLER_MODES)
+        one_of("kv_cache", self.kv_cache, ("bf16", "fp8"))
         if not 0.0 <= self.grid_fraction <= 1.0:
             raise InputError(f"--grid-fraction must be in [0, 1], got {self.grid_fraction}")
-        if self.kv_cache not in ("bf16", "fp8"):
-            raise InputError(f"unknown --kv-cache {self.kv_cache!r}; choose bf16 or fp8")
-        if self.compute_dtype not in ("bfloat16", "float32"):
-            raise InputError(f"unknown --compute-dtype {self.compute_dtype!r}; choose bfloat16 or float32")
-        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "eval_prompts"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.pretrain_steps < 0:
-            raise InputError(f"--pretrain-steps must be >= 0, got {self.pretrain_steps}")
+        at_least(1, steps=self.steps, prompts_per_step=self.prompts_per_step)
+        at_least(1, max_new_tokens=self.max_new_tokens, eval_prompts=self.eval_prompts)
+        at_least(1, min_digits=self.min_digits, max_digits=self.max_digits)
+        if self.samples_per_prompt < 2:
+            raise InputError(
+                f"--samples-per-prompt must be >= 2, got {self.samples_per_prompt}: GRPO normalises rewards "
+                "within each prompt's group, so a group of one has zero advantage and the update does nothing"
+            )
+        positive(lr=self.lr, temperature=self.temperature)
+        if self.tis_cap is not None:
+            positive(tis_cap=self.tis_cap)
+        if not 0.0 < self.top_p <= 1.0:
+            raise InputError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.min_digits > self.max_digits:
+            raise InputError(f"--min-digits {self.min_digits} is above --max-digits {self.max_digits}")
         longest = self.max_sequence_tokens
         if self.tokens_per_microbatch < longest:
             raise InputError(
@@ -123,27 +117,30 @@ class Session:
         self.tokenizer = build_tokenizer(self.task)
         self.pad_id = self.tokenizer.pad_id
         self.ranges = ranges or RangeLog()
+        device = cfg.torch_device
         model, self.warm_start_meta = warm_start(
             self.preset,
             self.task,
             self.tokenizer,
             PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed),
             progress=progress,
+            device=device,
         )
         self.learner = make_learner_backend(
             cfg.learner_engine,
             model=model,
             preset=self.preset,
             precision=cfg.learner,
-            compute_dtype=cfg.compute_dtype,
             config=GRPOConfig(lr=cfg.lr, tis_cap=cfg.tis_cap),
             ranges=self.ranges,
+            **cfg.learner_options(),
         )
         self.eval_problems = self.task.problems(cfg.eval_prompts, seed=10_000_019 + cfg.seed)
         engine_options: dict[str, Any] = {
             "grid_fraction": cfg.grid_fraction,
             "kv_cache": cfg.kv_cache,
             "calibration_prompts": [self.tokenizer.encode(p.prompt) for p in self.eval_problems],
+            "device": device,
         }
         if cfg.sampler_engine == "vllm":
             engine_options.update(initial_weights=model.state_dict(), seed=cfg.seed)
@@ -159,11 +156,19 @@ class Session:
         )
 
     def engine_info(self) -> dict[str, Any]:
-        """What the manifest records about the engines (e.g. vLLM's weight-only grid on CPU)."""
+        """What the manifest records about the engines: where each runs (``learner_device`` /
+        ``sampler_device``), the learner's GEMM backend, vLLM's weight-only grid on CPU."""
+        from pipeline.device import device_label
+
         info: dict[str, Any] = {
             "sampler_engine": self.cfg.sampler_engine,
             "learner_engine": self.cfg.learner_engine,
+            "learner_device": device_label(self.learner.device),
+            "sampler_device": device_label(getattr(self.sampler, "device", "cpu")),
         }
+        describe = getattr(self.learner, "describe", None)
+        if callable(describe):
+            info["learner"] = describe()
         manifest_info = getattr(self.sampler, "manifest_info", None)
         if callable(manifest_info):
             info["sampler"] = manifest_info()

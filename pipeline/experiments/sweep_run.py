@@ -1,16 +1,22 @@
 """The sweep directory: manifest (kind sweep), ``microbatches.parquet``, ``ranges.parquet``, optional trace.
 
-Separate from :mod:`pipeline.experiments.sweep` (which measures and returns tables) so that measuring stays free of I/O.
+Separate from :mod:`pipeline.experiments.sweep` (which measures and returns tables) so that measuring stays free
+of I/O. The micro-batch table is rewritten (atomically) after every measured step, so a sweep stopped by a
+timeout or a signal keeps every row it measured; its manifest then says ``interrupted``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, replace
 from typing import Any
 
-from pipeline.experiments.sweep import NO_GPU_REASON, SweepConfig, fill_gpu_columns, run_sweep
+import pandas as pd
+
+from pipeline.experiments.sweep import SweepConfig, make_learners, run_sweep
+from pipeline.experiments.sweep_tables import NO_GPU_REASON, gpu_columns, profiler_overhead, to_frame
 from tracing.capture.profiler import CaptureConfig
 from tracing.capture.ranges import RangeLog
 from tracing.outputs import store
@@ -28,48 +34,53 @@ def execute_sweep(
 ) -> dict[str, Any]:
     """Run the sweep into ``out_dir``; returns the ``--json`` summary.
 
-    ``trace``: capture the whole sweep (:data:`pipeline.experiments.profiling.WHOLE_BLOCK`, optionally with the nsys
-    bracket), or None for no trace.
+    ``trace``: what the profiler records (CUDA activity, shapes, the nsys bracket); the traced window is the
+    last ``cfg.trace_repeats`` repeats after one profiler warm-up step. None: no trace.
     """
-    import torch
-
+    from pipeline.device import device_label
     from pipeline.experiments.profiling import capture_trace, manifest_fields
 
     # A traced sweep names its ranges with their attributes (update/microbatch[step=..,precision=..]) so the
-    # trace's micro-batches can be matched to the table's rows (sweep.gpu_columns).
+    # trace's micro-batches can be matched to the table's rows (sweep_tables.gpu_columns).
     ranges = RangeLog(encode_attrs=trace is not None)
-    if torch.cuda.is_available():
-        log(
-            "note: mxperf sweep measures the native learner on the CPU (emulated MXFP8); for GPU timings use "
-            "benchmarks/gpu_sweep.sh (Hopper FP8) or the Megatron/TE learner (docs/engines.md)"
-        )
-    config = {**asdict(cfg), **manifest_fields(trace), "num_sequences": cfg.num_sequences}
+    window = _window(cfg, trace)
+    config = {**asdict(cfg), **manifest_fields(window), "num_sequences": cfg.num_sequences}
     with OutputDir(
         out_dir, kind="sweep", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
     ) as od:
-        trace_path = store.trace_path(od.path, 0) if trace is not None else None
+        learners = make_learners(cfg, ranges)
+        od.update(
+            learner_device=device_label(cfg.torch_device),
+            sampler_device=None,  # a sweep times the learner alone
+            learners={p: learner.describe() for p, learner in learners.items()},
+        )
+
+        @contextmanager
+        def capture() -> Iterator[Callable[[], None]]:
+            with capture_trace(od.path, window) as step:
+                yield step
+
+        table = od.path / store.MICROBATCHES
+        df = to_frame([])
         try:
-            with capture_trace(od.path, trace):
-                df = run_sweep(cfg, ranges=ranges, log=log)
+            df = run_sweep(
+                cfg,
+                ranges=ranges,
+                log=log,
+                capture=capture if window is not None else None,
+                on_rows=lambda rows: store.write_table(rows, table),
+                learners=learners,
+            )
         finally:
             store.write_table(ranges.to_frame(), od.path / store.RANGES)
-        if trace is not None and trace.nsys:  # with_nsys only allows it where CUDA is
-            reason = (
-                "traced under Nsight Systems (--nsys): the GPU activity is in its report; "
-                "nsys export --type sqlite, then mxperf ingest it"
-            )
-        elif trace_path is not None:
-            df, reason = fill_gpu_columns(df, str(trace_path))
-        elif torch.cuda.is_available():
-            reason = "not traced: run with --trace for GPU busy and host stall"
-        else:
-            reason = NO_GPU_REASON
-        store.write_table(df, od.path / store.MICROBATCHES)
+        df, reason = _gpu_columns(df, od.path, window, cfg)
+        store.write_table(df, table)
         od.update(
             gpu_reason=reason,
             microbatches=len(df),
             mfu_reason="hardware peak FLOP/s unknown",
-            learner_device="cpu",  # the native learner (HF model, emulated MXFP8) always runs on the CPU
+            profiler_overhead=profiler_overhead(df),
+            learners={p: learner.describe() for p, learner in learners.items()},
         )
     return {
         "schema_version": store.SCHEMA_VERSION,
@@ -78,4 +89,36 @@ def execute_sweep(
         "microbatches": len(df),
         "precisions": list(cfg.precisions),
         "sizes": list(cfg.sizes),
+        "global_batches": list(cfg.global_batches),
+        "learner_device": device_label(cfg.torch_device),
+        "gemm": {p: learner.gemm_backend for p, learner in learners.items()},
     }
+
+
+def _window(cfg: SweepConfig, trace: CaptureConfig | None) -> CaptureConfig | None:
+    """The schedule of the traced window: one profiler warm-up step, then every step of the traced repeats."""
+    if trace is None:
+        return None
+    steps = (
+        min(cfg.trace_repeats, cfg.repeats) * len(cfg.sizes) * len(cfg.precisions) * len(cfg.global_batches)
+    )
+    return replace(trace, wait=0, warmup=1, active=steps, repeat=1)
+
+
+def _gpu_columns(
+    df: pd.DataFrame, out: Any, window: CaptureConfig | None, cfg: SweepConfig
+) -> tuple[pd.DataFrame, str]:
+    if window is None:
+        if cfg.torch_device.type == "cuda":
+            return df, "not traced: run with --trace for GPU busy and host stall"
+        return df, NO_GPU_REASON
+    if window.nsys:  # with_nsys only allows it where CUDA is
+        return df, (
+            "traced under Nsight Systems (--nsys): the GPU activity is in its report; "
+            "nsys export --type sqlite, then mxperf ingest it"
+        )
+    if cfg.torch_device.type != "cuda":
+        return df, NO_GPU_REASON
+    from tracing.ingest.detect import load_trace
+
+    return gpu_columns(df, load_trace(str(store.trace_path(out, 0))))

@@ -1,16 +1,19 @@
 """The HF-transformers learner: full-sequence log-probs, GRPO updates over micro-batches, weight export.
 
-Precision. Master weights and AdamW state are float32. The forward runs in ``compute_dtype`` (bfloat16 by
-default, via CPU/CUDA autocast, as Megatron's mixed precision does). With ``precision="mxfp8"`` every linear
-layer the precision policy selects is replaced by the emulated MXFP8 linear (``pipeline.quant``): weights
-and activations are quantized to 1x32 E8M0/E4M3 blocks (TE rule) before each GEMM; embeddings, norms,
-router and LM head stay BF16 (notes section 2.5). ``export_weights`` then hands out **the exact rowwise
-bytes and scales of the fprop** (what the sampler must hold to be on the learner's grid).
+Precision. Master weights and AdamW state are float32 on the learner's device. The forward runs in
+``compute_dtype`` (bfloat16 by default, via CPU/CUDA autocast, as Megatron's mixed precision does). With a
+low-precision id (``LEARNER_PRECISIONS``) every linear layer the precision policy selects is replaced by a
+quantized linear (``pipeline.quant``): fprop, dgrad and wgrad on operands quantized on that grid, through
+``torch._scaled_mm`` where the device has the kernel and the emulation (exact bytes) elsewhere -- ``gemm_backend``
+says which, ``gemm_reason`` why; embeddings, norms, router and LM head stay BF16 (notes section 2.5).
+``weight_cast`` chooses when weight casts are redone (``per-step``: once per optimizer step, in micro-batch 0;
+``per-microbatch``: every micro-batch). ``export_weights`` hands out **the exact fprop bytes and scales**
+(what the sampler must hold to be on the learner's grid).
 
 Instrumentation: each micro-batch of ``train_step`` is an ``update/microbatch`` range with attributes
 step, microbatch, tokens (real), padded_tokens, precision; its peak memory is recorded (CUDA: max allocated;
 CPU: the bytes autograd holds for backward at the end of the forward, where activations peak; see
-``_MemProbe``).
+``_MemProbe``). On CUDA the range synchronizes before it closes, so its time holds its own kernels.
 """
 
 from __future__ import annotations
@@ -27,8 +30,20 @@ from pipeline.learner.grpo import GRPOBatch, GRPOConfig, StepTotals, pack_microb
 from tracing.capture.ranges import RangeLog
 from tracing.outputs.errors import InputError
 
-LEARNER_PRECISIONS = ("bf16", "mxfp8")
+LEARNER_PRECISIONS = ("bf16", "mxfp8", "fp8-tensor", "fp8-rowwise", "fp8-block128")
 COMPUTE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def check_learner_settings(precision: str, compute_dtype: str) -> None:
+    """InputError naming the valid choices for an unknown learner precision or compute dtype."""
+    if precision not in LEARNER_PRECISIONS:
+        raise InputError(
+            f"unknown learner precision {precision!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
+        )
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise InputError(
+            f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
+        )
 
 
 def _rss_bytes() -> int:
@@ -50,6 +65,7 @@ class _MemProbe:
     """
 
     def __init__(self, device: torch.device, params: Iterator[torch.Tensor]) -> None:
+        self.device = device
         self.cuda = device.type == "cuda"
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in params}
         self._saved: dict[int, int] = {}
@@ -69,8 +85,8 @@ class _MemProbe:
         self._saved = {}
         self.rss_start = _rss_bytes()
         if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-            self.start = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start = torch.cuda.memory_allocated(self.device)
             yield
             return
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
@@ -80,8 +96,8 @@ class _MemProbe:
         """(peak bytes, RSS growth bytes) of the micro-batch, read after its backward."""
         rss = float(max(0, _rss_bytes() - self.rss_start))
         if self.cuda:  # wait for the backward kernels: the peak is theirs, and so is the range's time
-            torch.cuda.synchronize()
-            return float(torch.cuda.max_memory_allocated() - self.start), rss
+            torch.cuda.synchronize(self.device)
+            return float(torch.cuda.max_memory_allocated(self.device) - self.start), rss
         return float(sum(self._saved.values())), rss
 
 
@@ -98,27 +114,34 @@ class HFLearner:
         ranges: RangeLog | None = None,
         bf16_first_layers: int = 0,
         bf16_last_layers: int = 0,
+        device: Any = None,
+        gemm: str = "auto",
+        weight_cast: str = "per-step",
     ) -> None:
-        if precision not in LEARNER_PRECISIONS:
-            raise InputError(
-                f"unknown learner precision {precision!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
-            )
-        if compute_dtype not in COMPUTE_DTYPES:
-            raise InputError(
-                f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
-            )
-        self.model = model
+        """``device``: where the model, the optimizer state and every GEMM live (default: the model's);
+        ``gemm``: ``auto`` (the real kernel where the device has it), ``emulated`` or ``scaled_mm``."""
+        from pipeline.device import HardwareUnavailableError
+        from pipeline.quant import CastSchedule, PrecisionPolicy, convert_linears
+        from pipeline.quant.gemm import choose_backend
+
+        check_learner_settings(precision, compute_dtype)
+        self.model = model if device is None else model.to(device)
         self.precision = precision
         self.compute_dtype = compute_dtype
         self.config = config or GRPOConfig()
         self.ranges = ranges or RangeLog()
-        self.device = next(model.parameters()).device
+        self.device = next(self.model.parameters()).device
+        try:
+            self.schedule = CastSchedule(weight_cast)
+            self.gemm_backend, self.gemm_reason = choose_backend(precision, self.device, gemm)
+        except (ValueError, HardwareUnavailableError) as exc:
+            raise InputError(str(exc)) from None
         self.quantized_modules: list[str] = []
-        if precision == "mxfp8":
-            from pipeline.quant import PrecisionPolicy, convert_linears
-
-            policy = PrecisionPolicy("mxfp8", bf16_first_layers, bf16_last_layers)
-            self.quantized_modules = list(convert_linears(model, policy, COMPUTE_DTYPES[compute_dtype]))
+        if precision != "bf16":
+            policy = PrecisionPolicy(precision, bf16_first_layers, bf16_last_layers)
+            options = {"backend": self.gemm_backend, "schedule": self.schedule}
+            dtype = COMPUTE_DTYPES[compute_dtype]
+            self.quantized_modules = list(convert_linears(self.model, policy, dtype, **options))
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
             lr=self.config.lr,
@@ -128,6 +151,20 @@ class HFLearner:
         )
         self.step_count = 0
         self.last_microbatches: list[dict[str, Any]] = []
+
+    def describe(self) -> dict[str, Any]:
+        """What manifests record about this learner: device, GEMM backend (and why), weight-cast schedule."""
+        from pipeline.device import device_label
+        from pipeline.quant.operands import COMPILE_FAILURES
+
+        return {
+            "learner_device": device_label(self.device),
+            "precision": self.precision,
+            "gemm_backend": self.gemm_backend,
+            "gemm_reason": self.gemm_reason,
+            "weight_cast": self.schedule.mode,
+            "quantizer_compile_failures": dict(COMPILE_FAILURES),
+        }
 
     # -- forward -----------------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -144,6 +181,7 @@ class HFLearner:
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Log-prob of each next token [B, T-1] from one full-sequence forward (no grad)."""
         self.model.eval()
+        self.schedule.next_microbatch()
         with torch.no_grad():
             return self._token_logprobs(input_ids.to(self.device), attention_mask.to(self.device))
 
@@ -172,6 +210,7 @@ class HFLearner:
                 padded_tokens=padded,
                 precision=self.precision,
             ) as attrs:
+                self.schedule.next_microbatch()  # per-microbatch weight casts happen inside this range
                 with probe.forward():
                     lp = self._token_logprobs(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
                     per_token, stats = token_loss(lp, _to(mb, self.device), self.config)

@@ -2,7 +2,8 @@
 
 Teacher forcing on solved problems (``prompt answer <eos>``), cross-entropy on the answer and end-of-sequence
 tokens only (the prompt digits are random and carry nothing to learn), AdamW in float32. The result depends
-only on (model preset, task, tokenizer, steps, batch size, learning rate, seed), so it is cached under
+only on (model preset, task, tokenizer, steps, batch size, learning rate, seed, and the device type when it is
+not the CPU: a GPU's kernels round differently), so it is cached under
 ``$MXPERF_CACHE/pretrain/<sha256 of that config>/`` (default ``~/.cache/mxperf``) as ``model.safetensors``
 plus ``meta.json``; a second run with the same config loads it in milliseconds. Writes are atomic (a
 temporary directory renamed into place), so an interrupted pretrain never leaves a half-written entry.
@@ -48,7 +49,11 @@ def cache_root() -> Path:
 
 
 def config_hash(
-    preset: ModelPreset, task: AdditionTask, tokenizer: TaskTokenizer, cfg: PretrainConfig
+    preset: ModelPreset,
+    task: AdditionTask,
+    tokenizer: TaskTokenizer,
+    cfg: PretrainConfig,
+    device: torch.device | None = None,
 ) -> str:
     vocab = json.dumps(sorted(tokenizer._tok.get_vocab().items()))
     key = {
@@ -59,10 +64,14 @@ def config_hash(
         "tokenizer_sha": hashlib.sha256(vocab.encode()).hexdigest(),
         "pretrain": asdict(cfg),
     }
+    if device is not None and torch.device(device).type != "cpu":  # CPU keys stay as they were
+        key["device"] = torch.device(device).type
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _batch(task: AdditionTask, tok: TaskTokenizer, n: int, seed: int) -> tuple[torch.Tensor, ...]:
+def _batch(
+    task: AdditionTask, tok: TaskTokenizer, n: int, seed: int, device: torch.device | None = None
+) -> tuple[torch.Tensor, ...]:
     """(input_ids, attention_mask, loss_mask [B, T-1]) of ``n`` solved problems."""
     rows, answer_from = [], []
     for p in task.problems(n, seed):
@@ -77,7 +86,7 @@ def _batch(task: AdditionTask, tok: TaskTokenizer, n: int, seed: int) -> tuple[t
         ids[i, : len(r)] = torch.tensor(r)
         am[i, : len(r)] = 1
         lm[i, a - 1 : len(r) - 1] = 1.0
-    return ids, am, lm
+    return ids.to(device), am.to(device), lm.to(device)
 
 
 def train(
@@ -87,7 +96,8 @@ def train(
     cfg: PretrainConfig,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """Train ``model`` in place; returns the loss of each step."""
+    """Train ``model`` in place, on the device it is on; returns the loss of each step."""
+    device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, foreach=False)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / 20) * max(0.1, 1 - i / max(cfg.steps, 1))
@@ -95,7 +105,7 @@ def train(
     model.train()
     losses = []
     for step in range(cfg.steps):
-        ids, am, lm = _batch(task, tok, cfg.batch_size, seed=cfg.seed * 1_000_003 + step + 7)
+        ids, am, lm = _batch(task, tok, cfg.batch_size, seed=cfg.seed * 1_000_003 + step + 7, device=device)
         logits = model(input_ids=ids, attention_mask=am, use_cache=False).logits[:, :-1]
         ce = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
@@ -120,24 +130,30 @@ def warm_start(
     cfg: PretrainConfig,
     *,
     progress: Callable[[int, float], None] | None = None,
+    device: torch.device | str | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The warm-started float32 model (from the cache when present) and its cache metadata."""
+    """The warm-started float32 model on the CPU (from the cache when present) and its cache metadata;
+    ``device``: where the supervised steps run when the cache has no entry."""
     from safetensors.torch import load_file, save_file
 
     model = build_model(preset, seed=cfg.seed)
     if cfg.steps == 0:
         return model, {"cached": False, "steps": 0, "path": None}
-    key = config_hash(preset, task, tok, cfg)
+    key = config_hash(preset, task, tok, cfg, torch.device(device) if device is not None else None)
     entry = cache_root() / "pretrain" / key
     if (entry / "model.safetensors").is_file() and (entry / "meta.json").is_file():
         model.load_state_dict(load_file(str(entry / "model.safetensors")))
         meta = json.loads((entry / "meta.json").read_text())
         return model.eval(), {**meta, "cached": True, "path": str(entry)}
     t0 = time.monotonic()
+    if device is not None:
+        model.to(device)
     losses = train(model, task, tok, cfg, progress)
+    model.cpu()
     meta = {
         "key": key,
         "preset": preset.name,
+        "device": str(device) if device is not None else "cpu",
         "pretrain": asdict(cfg),
         "final_loss": losses[-1],
         "seconds": time.monotonic() - t0,

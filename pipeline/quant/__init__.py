@@ -1,8 +1,9 @@
 """Low-precision numerics: TE-exact MXFP8, FP8 grids, emulated quantized linears and the precision policy.
 
 Modules: ``e4m3`` (element/scale bits), ``mxfp8`` (1x32 E8M0 blocks, TE rules), ``fp8`` (fp32-scaled grids),
-``precisions`` (precision ids -> quantizers), ``swizzle`` (GEMM scale layout), ``linear`` / ``experts`` (emulated
-quantized GEMMs with TE's rowwise/columnwise usage), ``policy`` (which modules stay BF16).
+``precisions`` (precision ids -> quantizers), ``swizzle`` (GEMM scale layout), ``operands`` (GEMM operands, one
+fusable quantizer per grid), ``gemm`` (``torch._scaled_mm`` where the hardware has it, emulation elsewhere),
+``linear`` / ``experts`` (quantized fprop, dgrad and wgrad), ``policy`` (which modules stay BF16).
 """
 
 from pipeline.quant.experts import QuantExperts, is_fused_experts
@@ -13,7 +14,7 @@ from pipeline.quant.fp8 import (
     quantize_fp8_rowwise,
     quantize_fp8_tensor,
 )
-from pipeline.quant.linear import MXFP8Linear, MXFP8LinearFunction, QuantLinear
+from pipeline.quant.linear import CastSchedule, MXFP8Linear, QuantLinear, QuantLinearFunction
 from pipeline.quant.mxfp8 import (
     RULES,
     MXFP8Tensor,
@@ -36,13 +37,14 @@ __all__ = [
     "MXFP8_RULE",
     "PRECISIONS",
     "RULES",
+    "CastSchedule",
     "FP8Tensor",
     "MXFP8Linear",
-    "MXFP8LinearFunction",
     "MXFP8Tensor",
     "PrecisionPolicy",
     "QuantExperts",
     "QuantLinear",
+    "QuantLinearFunction",
     "check_precision",
     "convert_linears",
     "dequantize",

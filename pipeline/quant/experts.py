@@ -7,9 +7,9 @@ transformers 5.19 stores a Qwen3-MoE layer's experts as two 3-D parameters, not 
 
 and loops over the routed experts calling ``F.linear(x, gate_up_proj[e])``. :class:`QuantExperts` replaces that
 module, keeping both parameters (same names, same tensors) and the same loop, but each per-expert GEMM runs
-through :class:`pipeline.quant.linear.MXFP8LinearFunction` -- TE ``GroupedLinear`` semantics: each expert's
-weight is its own [N, K] matrix, quantized rowwise for fprop and columnwise (32x1 blocks along N) for dgrad,
-and each expert's token group is padded to a multiple of 32 for wgrad. Quantizing the 3-D stack along its last
+through :class:`pipeline.quant.linear.QuantLinearFunction` -- TE ``GroupedLinear`` semantics: each expert's
+weight is its own [N, K] matrix with its own operands (fprop blocks along K, dgrad along N, one FP8 scale set per
+expert), and each expert's token group is padded for wgrad. For MXFP8, quantizing the 3-D stack along its last
 dim is exactly per-expert rowwise quantization, so :meth:`QuantExperts.quantized_weights` returns one
 MXFP8Tensor [E, N, K] (scales [E, N, K/32]) per parameter -- what a sampler's fused MoE weight holds.
 The router (``mlp.gate``, a ``Qwen3MoeTopKRouter``) is not touched.
@@ -22,9 +22,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeline.quant.linear import MXFP8LinearFunction, WeightOperands, ste_linear
-from pipeline.quant.mxfp8 import BLOCK
-from pipeline.quant.precisions import MXFP8_RULE, check_precision
+from pipeline.quant.linear import (
+    BoundWeight,
+    CastSchedule,
+    GemmSpec,
+    QuantLinearFunction,
+    WeightOperands,
+    check_features,
+)
+from pipeline.quant.precisions import check_precision
 
 EXPERT_PARAMS = ("gate_up_proj", "down_proj")
 
@@ -39,7 +45,13 @@ class QuantExperts(nn.Module):
     """Fused experts whose per-expert GEMMs run on the grid of ``precision`` (see the module docstring)."""
 
     def __init__(
-        self, experts: nn.Module, precision: str, compute_dtype: torch.dtype = torch.bfloat16
+        self,
+        experts: nn.Module,
+        precision: str,
+        compute_dtype: torch.dtype = torch.bfloat16,
+        *,
+        backend: str = "emulated",
+        schedule: CastSchedule | None = None,
     ) -> None:
         super().__init__()
         check_precision(precision)
@@ -51,29 +63,22 @@ class QuantExperts(nn.Module):
         self.act_fn = experts.act_fn
         self.precision = precision
         self.compute_dtype = compute_dtype
-        if precision in MXFP8_RULE:
-            for name in EXPERT_PARAMS:
-                n, k = getattr(self, name).shape[1:]
-                if n % BLOCK or k % BLOCK:
-                    raise ValueError(
-                        f"MXFP8 experts need both dims of {name} divisible by {BLOCK}, got [{n}, {k}]"
-                    )
-        self._operands = {name: WeightOperands(precision, compute_dtype) for name in EXPERT_PARAMS}
+        spec = GemmSpec(precision, backend, compute_dtype)
+        for name in EXPERT_PARAMS:
+            n, k = getattr(self, name).shape[1:]
+            try:
+                check_features(k, n, spec)
+            except ValueError as err:
+                raise ValueError(f"experts {name} [{n}, {k}]: {err}") from None
+        self._operands = {name: WeightOperands(spec, schedule) for name in EXPERT_PARAMS}
 
     def quantized_weights(self) -> dict[str, Any]:
-        """{parameter name: the rowwise quantized stack the next fprop uses} (MXFP8Tensor [E, N, K])."""
-        return {name: self._operands[name].rowwise(getattr(self, name))[0] for name in EXPERT_PARAMS}
+        """{parameter name: the quantized stack the next fprop uses} (MXFP8Tensor [E, N, K] for MXFP8)."""
+        return {name: self._operands[name].quantized(getattr(self, name)) for name in EXPERT_PARAMS}
 
     def _linear(self, x: torch.Tensor, name: str, e: int) -> torch.Tensor:
         w = getattr(self, name)
-        ops = self._operands[name]
-        _, w_deq = ops.rowwise(w)
-        rule = MXFP8_RULE.get(self.precision)
-        if rule is None:
-            return ste_linear(x, w[e], None, w_deq[e], self.precision, self.compute_dtype)
-        return MXFP8LinearFunction.apply(
-            x, w[e], None, w_deq[e], lambda: ops.columnwise(w)[e], rule, self.compute_dtype
-        )
+        return QuantLinearFunction.apply(x, w[e], None, BoundWeight(self._operands[name], w, e))
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from pipeline.quant.experts import QuantExperts, is_fused_experts
-from pipeline.quant.linear import MXFP8Linear, QuantLinear
+from pipeline.quant.linear import CastSchedule, MXFP8Linear, QuantLinear
 from pipeline.quant.precisions import MXFP8_RULE, check_precision
 
 BF16_COMPONENTS = frozenset({"embed_tokens", "lm_head", "wte", "wpe", "embed_positions"})
@@ -92,13 +92,19 @@ def _num_layers(model: nn.Module) -> int | None:
 
 
 def convert_linears(
-    model: nn.Module, policy: PrecisionPolicy, compute_dtype: torch.dtype = torch.bfloat16
+    model: nn.Module,
+    policy: PrecisionPolicy,
+    compute_dtype: torch.dtype = torch.bfloat16,
+    *,
+    backend: str = "emulated",
+    schedule: CastSchedule | None = None,
 ) -> list[str]:
     """Replace every module ``policy`` quantizes, in place; return their names in module order.
 
     ``nn.Linear`` -> :class:`QuantLinear` (:class:`MXFP8Linear` for MXFP8 ids); fused 3-D experts ->
-    :class:`QuantExperts`. Modules already converted are left alone (returned again). A quantized linear
-    whose features are not multiples of 32 raises ValueError naming it (MXFP8 cannot block it).
+    :class:`QuantExperts`, all with GEMM ``backend`` (``emulated`` | ``scaled_mm``) and one shared weight-cast
+    ``schedule``. Modules already converted are left alone (returned again). A quantized linear whose features
+    the grid cannot block (MXFP8: multiples of 32) raises ValueError naming it.
     """
     if policy.bf16_last_layers and policy.num_layers is None:
         n = _num_layers(model)
@@ -118,16 +124,16 @@ def convert_linears(
             continue
         if isinstance(module, nn.Linear):
             try:
+                opts = {"backend": backend, "schedule": schedule}
                 if policy.precision in MXFP8_RULE:
-                    new: nn.Module = MXFP8Linear.from_linear(
-                        module, compute_dtype, MXFP8_RULE[policy.precision]
-                    )
+                    rule = MXFP8_RULE[policy.precision]
+                    new: nn.Module = MXFP8Linear.from_linear(module, compute_dtype, rule, **opts)
                 else:
-                    new = QuantLinear.from_linear(module, policy.precision, compute_dtype)
+                    new = QuantLinear.from_linear(module, policy.precision, compute_dtype, **opts)
             except ValueError as err:
                 raise ValueError(f"cannot quantize {name}: {err}") from err
         elif is_fused_experts(module):
-            new = QuantExperts(module, policy.precision, compute_dtype)
+            new = QuantExperts(module, policy.precision, compute_dtype, backend=backend, schedule=schedule)
         else:
             continue
         parent_name, _, child = name.rpartition(".")

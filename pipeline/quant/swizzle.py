@@ -37,8 +37,8 @@ def swizzle_mxfp8_scales(scale_MKb: torch.Tensor) -> torch.Tensor:
         )
     M, Kb = scale_MKb.shape
     Mp, Kbp = _roundup(M, TILE_ROWS), _roundup(Kb, TILE_COLS)
-    padded = torch.zeros(Mp, Kbp, dtype=torch.uint8)
-    padded[:M, :Kb] = scale_MKb
+    padded = torch.zeros(Mp, Kbp, dtype=torch.uint8, device=scale_MKb.device)
+    padded.narrow(0, 0, M).narrow(1, 0, Kb).copy_(scale_MKb)
     tiles = padded.view(Mp // TILE_ROWS, 4, 32, Kbp // TILE_COLS, TILE_COLS).permute(0, 3, 2, 1, 4)
     return tiles.contiguous().view(Mp, Kbp)
 

@@ -74,7 +74,9 @@ class Sampler:
         eos_id: int = 1,
         pad_id: int = 0,
         weights: Any = None,
+        device: Any = None,
     ) -> None:
+        """``device``: where the weight store, the KV cache and every decode step live (default: the CPU)."""
         if kv_cache not in KV_CACHE_DTYPES:
             raise InputError(f"unknown --kv-cache {kv_cache!r}; choose one of {', '.join(KV_CACHE_DTYPES)}")
         if not 0.0 <= grid_fraction <= 1.0:
@@ -84,8 +86,11 @@ class Sampler:
         self.grid_fraction = grid_fraction
         self.kv_cache = kv_cache
         self.dims = Dims.from_config(config)
+        self.device = torch.device(device if device is not None else "cpu")
         self.weights = (
-            weights if weights is not None else _store_class()(config, mode, grid_fraction=grid_fraction)
+            weights
+            if weights is not None
+            else _store_class()(config, mode, grid_fraction=grid_fraction, device=self.device)
         )
         self.use_prefix_cache = prefix_cache
         self.calibration_prompts = [list(p) for p in calibration_prompts]
@@ -165,8 +170,8 @@ class Sampler:
         if self.kv_cache == "fp8" and self.calibration_prompts:
             prompts = self.calibration_prompts
             width = max(len(p) for p in prompts)
-            ids, pos, valid = _left_pad(prompts, width, self.pad_id)
-            cache = KVCache(self.dims, len(prompts), width, fp8=False, track_amax=True)
+            ids, pos, valid = _left_pad(prompts, width, self.pad_id, self.device)
+            cache = KVCache(self.dims, len(prompts), width, fp8=False, track_amax=True, device=self.device)
             with torch.no_grad():
                 forward(self.weights, self.dims, ids, pos, valid, cache, 0)
             self.k_scales = [max(a, 1e-8) / FP8_MAX for a in cache.observed_amax_k]
@@ -246,15 +251,8 @@ class Sampler:
                 self.stats["prefix_misses"] += 1
         if missing:
             width = max(len(p) for p in missing)
-            ids, pos, valid = _left_pad(missing, width, self.pad_id)
-            cache = KVCache(
-                self.dims,
-                len(missing),
-                width,
-                fp8=self.kv_cache == "fp8",
-                k_scales=self.k_scales,
-                v_scales=self.v_scales,
-            )
+            ids, pos, valid = _left_pad(missing, width, self.pad_id, self.device)
+            cache = self._cache(len(missing), width)
             versions = self._versions_now()
             logits = forward(self.weights, self.dims, ids, pos, valid, cache, 0)
             version = max(versions | self._versions_now())
@@ -290,6 +288,17 @@ class Sampler:
             self._release()
         return [r.logprobs for r in out]
 
+    def _cache(self, batch: int, columns: int) -> KVCache:
+        return KVCache(
+            self.dims,
+            batch,
+            columns,
+            fp8=self.kv_cache == "fp8",
+            k_scales=self.k_scales,
+            v_scales=self.v_scales,
+            device=self.device,
+        )
+
     def _generate(
         self,
         prompts: Sequence[Sequence[int]],
@@ -301,14 +310,7 @@ class Sampler:
         entries = self._prefill(keys)
         b = len(keys)
         width = max(len(p) for p in keys)
-        cache = KVCache(
-            self.dims,
-            b,
-            width + params.max_new_tokens,
-            fp8=self.kv_cache == "fp8",
-            k_scales=self.k_scales,
-            v_scales=self.v_scales,
-        )
+        cache = self._cache(b, width + params.max_new_tokens)
         versions: list[set[int]] = [set() for _ in range(b)]
         for i, key in enumerate(keys):
             e = entries[key]
@@ -319,24 +321,30 @@ class Sampler:
             cache.valid_BC[i, lo:width] = True
             versions[i].add(e.version)
         logits = torch.stack([entries[k].last_logits for k in keys])
-        positions = torch.tensor([len(k) for k in keys])
-        gen = torch.Generator().manual_seed(params.seed)
-        done = torch.zeros(b, dtype=torch.bool)
+        dev = self.device
+        positions = torch.tensor([len(k) for k in keys], device=dev)
+        gen = torch.Generator(device=dev).manual_seed(params.seed)
+        done = torch.zeros(b, dtype=torch.bool, device=dev)
+        forced_ids = None
+        if forced is not None:
+            steps = params.max_new_tokens
+            forced_ids = torch.tensor([[*f, *[self.eos_id] * (steps - len(f))] for f in forced], device=dev)
+            forced_len = torch.tensor([len(f) for f in forced], device=dev)
         out_ids: list[list[int]] = [[] for _ in range(b)]
         out_lp: list[list[float]] = [[] for _ in range(b)]
         for step in range(params.max_new_tokens):
             logp = torch.log_softmax(logits, dim=-1)
-            if forced is None:
-                tokens = _sample(logits, params, gen)
-            else:
-                tokens = torch.tensor([f[step] if step < len(f) else self.eos_id for f in forced])
-            for i in range(b):
-                if not done[i]:
-                    out_ids[i].append(int(tokens[i]))
-                    out_lp[i].append(float(logp[i, tokens[i]]))
+            tokens = _sample(logits, params, gen) if forced_ids is None else forced_ids[:, step]
+            # one device -> host copy per step: the tokens, their log-probs and which rows were still live
+            chosen = logp.gather(-1, tokens[:, None]).squeeze(-1)
+            live = (~done).tolist()
+            for i, (tok, lp) in enumerate(zip(tokens.tolist(), chosen.tolist(), strict=True)):
+                if live[i]:
+                    out_ids[i].append(int(tok))
+                    out_lp[i].append(float(lp))
             done |= tokens == self.eos_id
-            if forced is not None:
-                done |= torch.tensor([step + 1 >= len(f) for f in forced])
+            if forced_ids is not None:
+                done |= forced_len <= step + 1
             if bool(done.all()) or step == params.max_new_tokens - 1:
                 break
             before = self._versions_now()
@@ -351,8 +359,8 @@ class Sampler:
                 width + step,
             )[:, -1]
             used = before | self._versions_now()
-            for i in range(b):
-                if not done[i]:
+            for i, finished in enumerate(done.tolist()):
+                if not finished:
                     versions[i] |= used
             positions = positions + 1
             self.stats["decode_steps"] += 1
@@ -369,8 +377,10 @@ class Sampler:
         ]
 
 
-def _left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[torch.Tensor, ...]:
-    """(ids, positions, valid) [B, width] for left-padded prompts."""
+def _left_pad(
+    prompts: Sequence[Sequence[int]], width: int, pad_id: int, device: Any = None
+) -> tuple[torch.Tensor, ...]:
+    """(ids, positions, valid) [B, width] for left-padded prompts, on ``device``."""
     b = len(prompts)
     ids = torch.full((b, width), pad_id, dtype=torch.long)
     valid = torch.zeros(b, width, dtype=torch.bool)
@@ -378,7 +388,7 @@ def _left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tupl
         ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
         valid[i, width - len(p) :] = True
     positions = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
-    return ids, positions, valid
+    return ids.to(device), positions.to(device), valid.to(device)
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:

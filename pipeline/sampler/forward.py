@@ -74,12 +74,13 @@ class KVCache:
         k_scales: list[float] | None = None,
         v_scales: list[float] | None = None,
         track_amax: bool = False,
+        device: Any = None,
     ) -> None:
         dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
         shape = (batch, dims.num_kv_heads, columns, dims.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(dims.num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(dims.num_layers)]
-        self.valid_BC = torch.zeros(batch, columns, dtype=torch.bool)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(dims.num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(dims.num_layers)]
+        self.valid_BC = torch.zeros(batch, columns, dtype=torch.bool, device=device)
         self.fp8 = fp8
         self.k_scales = list(k_scales) if k_scales else [1.0] * dims.num_layers
         self.v_scales = list(v_scales) if v_scales else [1.0] * dims.num_layers
@@ -119,7 +120,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def rope(x: torch.Tensor, positions_BS: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding (rotate-half form) on x [B, N, S, D] at integer positions [B, S]."""
     d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
     ang = positions_BS.float()[..., None] * inv_freq  # [B, S, D/2]
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None].to(x.dtype)
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None].to(x.dtype)
@@ -161,7 +162,8 @@ def forward(
     b, s = ids_BS.shape
     cache.valid_BC[:, col0 : col0 + s] = token_valid_BS
     columns = col0 + s
-    causal_SC = torch.arange(columns)[None, :] <= (col0 + torch.arange(s))[:, None]
+    dev = ids_BS.device
+    causal_SC = torch.arange(columns, device=dev)[None, :] <= (col0 + torch.arange(s, device=dev))[:, None]
     visible_BSC = causal_SC[None] & cache.valid_BC[:, None, :columns]
     h = weights.tensor("model.embed_tokens.weight").to(torch.bfloat16)[ids_BS]  # [B, S, H]
     nq, nkv, d = dims.num_heads, dims.num_kv_heads, dims.head_dim

@@ -79,8 +79,11 @@ class LoadRecord:
 class SamplerWeights:
     """The sampler's weights in vLLM layout (see the module docstring), the only copy its kernels read."""
 
-    def __init__(self, config: Any, mode: str, grid_fraction: float = 1.0, policy: Any = None) -> None:
+    def __init__(
+        self, config: Any, mode: str, grid_fraction: float = 1.0, policy: Any = None, device: Any = None
+    ) -> None:
         self.config = config
+        self.device = torch.device(device if device is not None else "cpu")
         self.mode = check_mode(mode)
         self.grid_fraction = float(grid_fraction)
         self.layout = sampler_layout(config, mode, grid_fraction, policy)
@@ -99,19 +102,23 @@ class SamplerWeights:
     def _allocate(self) -> None:
         for d in self.dests.values():
             if d.quantized:
-                self._store[d.name] = torch.full(d.shape, E4M3_NAN_BYTE, dtype=torch.uint8)
+                self._store[d.name] = torch.full(
+                    d.shape, E4M3_NAN_BYTE, dtype=torch.uint8, device=self.device
+                )
                 self._store[d.scale] = self._nan_scale(d)
                 self._store[d.derived] = derive_scale(self.mode, self._store[d.scale], d.shape)
             else:
-                self._store[d.name] = torch.full(d.shape, float("nan"), dtype=torch.bfloat16)
+                self._store[d.name] = torch.full(
+                    d.shape, float("nan"), dtype=torch.bfloat16, device=self.device
+                )
 
     def _nan_scale(self, d: DestSpec) -> torch.Tensor:
         probe = torch.zeros(d.shape[-2:], dtype=torch.bfloat16)
         _, s = quantize_to_grid(probe, self.mode)
         shape = (d.shape[0], *s.shape) if len(d.shape) == 3 else tuple(s.shape)
         if s.dtype == torch.uint8:
-            return torch.full(shape, E8M0_NAN_BYTE, dtype=torch.uint8)
-        return torch.full(shape, float("nan"), dtype=s.dtype)
+            return torch.full(shape, E8M0_NAN_BYTE, dtype=torch.uint8, device=self.device)
+        return torch.full(shape, float("nan"), dtype=s.dtype, device=self.device)
 
     @staticmethod
     def _rows(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -123,6 +130,7 @@ class SamplerWeights:
         from pipeline.interfaces import unpack_weights
 
         tensors, meta = unpack_weights(payload)
+        tensors = {k: v.to(self.device) for k, v in tensors.items()}  # one host -> device copy per tensor
         self._begin_load(int(meta["version"]))
         grid = meta.get("grid", "bf16")
         scales = {scale_name(n) for n, t in tensors.items() if t.dtype == torch.uint8}
@@ -173,7 +181,9 @@ class SamplerWeights:
             value = dequantize_sent(grid, value, scale[src])
         if d.quantized:
             if d.name not in self._staging:
-                self._staging[d.name] = torch.full(d.shape, float("nan"), dtype=torch.bfloat16)
+                self._staging[d.name] = torch.full(
+                    d.shape, float("nan"), dtype=torch.bfloat16, device=self.device
+                )
             self._staging[d.name][dst] = value.to(torch.bfloat16)
         else:
             target = self._store[d.name]
@@ -250,8 +260,8 @@ class SamplerWeights:
         return self.weight(name) if name in self.dests else self._store[name]
 
     def read_back(self) -> dict[str, torch.Tensor]:
-        """Copies of every stored tensor: weights, bytes, scales and derived copies, in sampler names."""
-        return {k: v.detach().clone() for k, v in self._store.items()}
+        """Host copies of every stored tensor: weights, bytes, scales and derived copies, in sampler names."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self._store.items()}
 
     def is_quantized(self, prefix: str) -> bool:
         return self.dests[prefix + ".weight" if prefix + ".weight" in self.dests else prefix].quantized
@@ -290,7 +300,7 @@ class SamplerWeights:
         p = f"model.layers.{layer}.mlp.experts"
         d13 = self.dests[f"{p}.w13_weight"]
         w13, w2 = self.weight(f"{p}.w13_weight"), self.weight(f"{p}.w2_weight")
-        out = torch.zeros(x.shape, dtype=torch.float32)
+        out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         for e in torch.unique(topk_ids).tolist():
             tok, slot = torch.where(topk_ids == e)
             gate, up = F.linear(self._act(x[tok], d13.quantized), w13[e]).chunk(2, dim=-1)

@@ -103,9 +103,61 @@ def test_bad_sweep_config_is_an_input_error(kw, message):
         SweepConfig(**kw)
 
 
-def test_bad_sizes_on_the_command_line_exit_2(tmp_path, capsys):
-    assert main(["sweep", "--tokens-per-microbatch", "64,abc", "-o", str(tmp_path / "s")]) == 2
-    assert "comma-separated" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ("64,abc", "comma-separated"),
+        ("128,,256", "empty item"),
+        (
+            "-128,256",
+            "must be an integer >= 1",
+        ),  # reaches the config instead of argparse's "expected one argument"
+        ("0,256", "must be an integer >= 1"),
+    ],
+)
+def test_bad_sizes_on_the_command_line_exit_2(tmp_path, capsys, sizes, message):
+    assert main(["sweep", "--tokens-per-microbatch", sizes, "-o", str(tmp_path / "s")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--device", "cuda:7"], "--device cuda:7"),
+        (["--device", "tpu"], "choose auto | cpu"),
+        (["--gemm", "fast"], "unknown --gemm"),
+        (["--weight-cast", "never"], "unknown --weight-cast"),
+        (["--global-batch", "64"], "smaller than the largest size"),
+        (["--trace-repeats", "2"], "add --trace"),
+    ],
+)
+def test_bad_device_and_batch_flags_exit_2_before_any_output(tmp_path, capsys, flags, message):
+    out = tmp_path / "s"
+    assert main(["sweep", "--tokens-per-microbatch", "128", *flags, "-o", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_two_global_batches_share_their_data_and_each_row_says_its_step_tokens(tmp_path):
+    out = tmp_path / "g"
+    rc = main(
+        ["sweep", "--precisions", "bf16", "--tokens-per-microbatch", "32,64", "--global-batch", "64,128",
+         "--repeats", "1", "--warmup", "0", "--seq-len", "32", "--weight-cast", "per-microbatch", "-o", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    df = store.read_table(out / store.MICROBATCHES)
+    steps = df.groupby("step").agg(
+        tokens=("num_tokens", "sum"), g=("global_tokens", "first"), n=("microbatch", "size")
+    )
+    assert (steps["tokens"] == steps["g"]).all()
+    assert sorted(zip(steps["g"], steps["n"], strict=True)) == [(64, 1), (64, 2), (128, 2), (128, 4)]
+    manifest = read_manifest(out)
+    assert manifest["config"]["weight_cast"] == "per-microbatch"
+    assert manifest["learners"]["bf16"]["gemm_backend"] == "bf16"
+    cfg = SweepConfig(sizes=(64,), seq_len=32, global_tokens=(64, 128))
+    assert cfg.global_batches == (64, 128) and cfg.num_sequences == 4
 
 
 def test_traced_sweep_writes_one_trace_and_says_why_gpu_columns_are_empty(tmp_path, capsys):
@@ -113,19 +165,32 @@ def test_traced_sweep_writes_one_trace_and_says_why_gpu_columns_are_empty(tmp_pa
 
     out = tmp_path / "s"
     args = ["sweep", "--model", "tiny-dense", "--precisions", "bf16", "--tokens-per-microbatch", "32,64"]
-    rc = main([*args, "--repeats", "1", "--warmup", "0", "--seq-len", "32", "--trace", "-o", str(out)])
+    rc = main([*args, "--repeats", "2", "--warmup", "0", "--seq-len", "32", "--trace", "-o", str(out)])
     assert rc == 0
     trace = json.loads(gzip.decompress(store.trace_path(out, 0).read_bytes()))
     names = [split_encoded_name(e["name"]) for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
     mb = [attrs for name, attrs in names if name == "update/microbatch"]
-    assert len(mb) == 3  # 32 -> 2 micro-batches, 64 -> 1: the whole sweep is traced
-    assert all({"precision", "step", "microbatch"} <= set(a) for a in mb)  # what sweep.gpu_columns matches on
+    assert (
+        len(mb) == 3
+    )  # the last repeat only: 32 -> 2 micro-batches, 64 -> 1 (the profiler's warm-up step dropped)
+    assert all({"precision", "step", "microbatch"} <= set(a) for a in mb)  # what gpu_columns matches on
+    shaped = [
+        e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e.get("args", {}).get("Input Dims")
+    ]
+    assert shaped  # record_shapes: the ops carry their input shapes
     capture = store.read_json(out / store.TRACE_DIR / "capture-rank-0.json")
     assert capture["status"] == "complete" and capture["cuda_activity"] is False
     manifest = read_manifest(out)
     assert manifest["gpu_reason"].startswith("CPU-only sweep")
-    assert manifest["config"]["trace_schedule"]["active"] == 1
-    assert store.read_table(out / store.MICROBATCHES)["gpu_busy_seconds"].isna().all()
+    assert (
+        manifest["config"]["trace_schedule"]["warmup"],
+        manifest["config"]["trace_schedule"]["active"],
+    ) == (1, 2)
+    table = store.read_table(out / store.MICROBATCHES)
+    assert table["gpu_busy_seconds"].isna().all()
+    assert table.groupby("repeat")["traced"].all().to_dict() == {0: False, 1: True}
+    assert manifest["profiler_overhead"]["cells"] == 2  # the same cells traced and untraced
+    assert manifest["learner_device"] == "cpu" and manifest["sampler_device"] is None
     assert main([*args, "--nsys", "-o", str(tmp_path / "n")]) == 2
     assert "add --trace" in capsys.readouterr().err
     # its directory and its trace ingest (per-range GPU time), and point to the table the sweep already has

@@ -57,10 +57,11 @@ def test_gpu_only_paths_fail_with_the_reason_on_cpu() -> None:
         pytest.skip("this machine has CUDA")
     with pytest.raises(HardwareUnavailableError, match="needs a CUDA GPU"):
         require_te_mxfp8()
-    with pytest.raises(HardwareUnavailableError, match="fp8-rowwise"):
-        require_scaled_mm("fp8-rowwise")
+    for precision in ("fp8-tensor", "fp8-rowwise", "fp8-block128", "mxfp8"):
+        with pytest.raises(HardwareUnavailableError, match=f"{precision}.*no CUDA device"):
+            require_scaled_mm(precision)
     with pytest.raises(ValueError, match=r"no torch\._scaled_mm path"):
-        require_scaled_mm("mxfp8")
+        require_scaled_mm("mxfp8-floor")
 
 
 def test_vllm_refuses_native_only_options_that_change_results(monkeypatch: pytest.MonkeyPatch) -> None:

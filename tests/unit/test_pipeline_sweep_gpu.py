@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from pipeline.experiments.sweep import gpu_columns
+from pipeline.experiments.sweep_tables import gpu_columns, profiler_overhead
 from tracing.ingest.kineto import load_kineto_events
 
 
@@ -48,4 +48,26 @@ def test_microbatches_get_the_busy_and_stall_of_their_own_window(tmp_path):
 def test_rows_without_a_matching_range_stay_null_and_say_why(tmp_path):
     out, reason = gpu_columns(_table(("bf16", 3, 0), ("mxfp8", 3, 1)), _trace(tmp_path))
     assert out["gpu_busy_seconds"].isna().tolist() == [True, False]
-    assert reason.startswith("1 of 2 micro-batches have no update/microbatch range")
+    assert reason.startswith("1 of 2 traced micro-batches have no update/microbatch range")
+
+
+def test_rows_outside_the_traced_window_stay_null_and_are_counted(tmp_path):
+    table = _table(("mxfp8", 3, 0), ("mxfp8", 3, 1), ("mxfp8", 2, 0))
+    table["traced"] = [True, True, False]
+    out, reason = gpu_columns(table, _trace(tmp_path))
+    assert out["gpu_busy_seconds"].isna().tolist() == [False, False, True]
+    assert reason == "1 micro-batches outside the traced window have no GPU columns"
+
+
+def test_profiler_overhead_compares_the_same_cells_traced_and_untraced():
+    rows = []
+    for step, (traced, seconds) in enumerate([(False, 1.0), (False, 1.2), (True, 1.5)]):
+        for mb in range(2):  # two micro-batches per step: step seconds are their sum
+            rows.append(
+                {"precision": "bf16", "tokens_per_microbatch": 64, "global_tokens": 128, "step": step,
+                 "microbatch": mb, "seconds": seconds / 2, "traced": traced}
+            )  # fmt: skip
+    out = profiler_overhead(pd.DataFrame(rows))
+    assert out is not None and out["cells"] == 1
+    assert abs(out["median_ratio"] - 1.5 / 1.1) < 1e-12  # traced median / untraced median (of 1.0 and 1.2)
+    assert profiler_overhead(pd.DataFrame(rows).assign(traced=False)) is None  # nothing to compare

@@ -85,7 +85,13 @@ def test_run_schedule_parsing():
     from pipeline.experiments.profiling import parse_trace_steps, with_nsys
     from tracing.outputs.errors import InputError
 
-    assert parse_trace_steps(None, 7) == CaptureConfig(wait=0, warmup=0, active=7)
+    # the default window: 2 steps after one skipped and one warm-up step, however long the run
+    assert parse_trace_steps(None, 7) == CaptureConfig(wait=1, warmup=1, active=2)
+    assert parse_trace_steps(None, 200) == CaptureConfig(wait=1, warmup=1, active=2)
+    assert parse_trace_steps(None, 3) == CaptureConfig(wait=0, warmup=1, active=2)  # short runs shrink it
+    assert parse_trace_steps(None, 1) == CaptureConfig(wait=0, warmup=0, active=1)
+    assert parse_trace_steps("all", 7) == CaptureConfig(wait=0, warmup=0, active=7)
+    assert CaptureConfig().record_shapes  # shapes on: token counts can be read from mxperf's own traces
     assert parse_trace_steps("2,1,3", 6) == CaptureConfig(wait=2, warmup=1, active=3)
     with pytest.raises(InputError, match="needs at least 6 steps"):
         parse_trace_steps("2,1,3", 5)

@@ -8,8 +8,11 @@
     # -> run_dir/trace/rank-<r>.json.gz and run_dir/trace/capture-rank-<r>.json
 
 Activities: CPU always; CUDA (CUPTI kernels, memcpys, memsets, runtime/driver calls) when CUDA is available,
-except under Nsight Systems (``nsys=True``), which takes CUPTI for itself (one subscriber only).
-The wait / warmup / active schedule skips start-up steps and discards warm-up ones (CUPTI's own start cost).
+except under Nsight Systems (``nsys=True``), which takes CUPTI for itself (one subscriber only). Operator
+input shapes are recorded by default (``record_shapes``), so token counts can be read back from the trace.
+The wait / warmup / active schedule skips start-up steps and discards warm-up ones (CUPTI's own start cost);
+:meth:`CaptureConfig.window` is the default: a bounded window of ``DEFAULT_ACTIVE_STEPS`` steps after one
+skipped and one warm-up step, so a long run's trace stays the size of two steps.
 
 **Nsight Systems** (``nsys=True``): the capture context calls ``cudaProfilerStart`` when the first active step
 begins and ``cudaProfilerStop`` after the last, so nsys records only the profiled steps::
@@ -39,6 +42,8 @@ from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import status_of
 
+DEFAULT_ACTIVE_STEPS = 2
+
 
 @dataclass(frozen=True)
 class CaptureConfig:
@@ -48,7 +53,7 @@ class CaptureConfig:
     warmup: int = 1
     active: int = 3
     repeat: int = 1
-    record_shapes: bool = False
+    record_shapes: bool = True
     profile_memory: bool = False
     with_stack: bool = False
     cuda: bool | None = None  # None: when available
@@ -70,6 +75,17 @@ class CaptureConfig:
     @property
     def cycle(self) -> int:
         return self.wait + self.warmup + self.active
+
+    @classmethod
+    def window(cls, steps: int, active: int = DEFAULT_ACTIVE_STEPS) -> CaptureConfig:
+        """The default trace window over ``steps`` steps: ``active`` steps after one skipped start-up step and
+        one profiler warm-up step, as far as ``steps`` allows (4 steps: skip 0, warm 1, trace 2 and 3)."""
+        if steps < 1:
+            raise ValueError(f"a trace window needs at least one step, got {steps}")
+        active = max(1, min(active, steps))
+        warmup = 1 if steps - active >= 1 else 0
+        wait = 1 if steps - active - warmup >= 1 else 0
+        return cls(wait=wait, warmup=warmup, active=active)
 
     def is_active(self, step: int) -> bool:
         """Whether 0-based step ``step`` is traced."""

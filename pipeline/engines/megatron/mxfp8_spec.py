@@ -3,7 +3,7 @@
 Megatron's ``ColumnParallelLinear`` / ``RowParallelLinear`` do their GEMM in one overridable method,
 ``_forward_impl(input, weight, bias, ...)`` (the rest of ``forward`` is tensor-parallel communication, identity
 at TP = 1). These subclasses replace only that method with mxperf's emulated MXFP8 GEMM,
-``pipeline.quant.linear.MXFP8LinearFunction``: TE's operand usage -- fprop on rowwise 1x32 blocks of X and W,
+``pipeline.quant.linear.QuantLinearFunction``: TE's operand usage -- fprop on rowwise 1x32 blocks of X and W,
 dgrad on rowwise dY and columnwise W, wgrad on columnwise dY and X (tokens zero-padded to 32) -- with E8M0
 scales by the TE >= 2.13 rule. The weight's quantized operands are cached per weight version, as TE reuses its
 weight casts across the micro-batches of a step, and ``quantized_weight()`` returns the exact rowwise bytes and
@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from pipeline.quant import MXFP8_RULE
-from pipeline.quant.linear import MXFP8LinearFunction, WeightOperands
+from pipeline.quant.linear import BoundWeight, GemmSpec, QuantLinearFunction, WeightOperands
 
 PRECISION = "mxfp8"
 
@@ -35,7 +34,7 @@ class _MXFP8GemmMixin:
     def _mx_operands(self) -> WeightOperands:
         ops = getattr(self, "_mxperf_operands", None)
         if ops is None:
-            ops = WeightOperands(PRECISION, self.weight.dtype)  # GEMMs in the model's compute dtype
+            ops = WeightOperands(GemmSpec(PRECISION, "emulated", self.weight.dtype))  # model's compute dtype
             self._mxperf_operands = ops
         return ops
 
@@ -46,21 +45,11 @@ class _MXFP8GemmMixin:
             raise NotImplementedError(
                 "the emulated MXFP8 Megatron linear supports tensor-parallel size 1 only"
             )
-        ops = self._mx_operands()
-        _, w_fprop = ops.rowwise(weight)
-        return MXFP8LinearFunction.apply(
-            input,
-            weight,
-            bias,
-            w_fprop,
-            lambda: ops.columnwise(weight),
-            MXFP8_RULE[PRECISION],
-            ops.compute_dtype,
-        )
+        return QuantLinearFunction.apply(input, weight, bias, BoundWeight(self._mx_operands(), weight))
 
     def quantized_weight(self) -> Any:
         """The MXFP8Tensor (uint8 E4M3 bytes [N, K] + E8M0 scales [N, K/32]) of the next fprop."""
-        return self._mx_operands().rowwise(self.weight)[0]
+        return self._mx_operands().quantized(self.weight)
 
 
 def _classes() -> tuple[type, type]:
