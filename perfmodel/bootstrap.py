@@ -1,132 +1,107 @@
-"""Vectorized bootstrap of straight-line fits: whole repeats resampled within each micro-batch size.
+"""Bootstrap over independent units (steps, repeats), shared by every fit of one precision.
 
-Why this resampling unit: micro-batches of one step share that step's noise (clock, cache and scheduler
-state), so they are not independent draws; a *repeat* of a size is. Each bootstrap replicate keeps every size
-of the grid (the design is fixed, as in a designed experiment) and draws, for each size, as many repeats as
-were measured, with replacement. When some size has a single repeat (a CSV without a ``repeat`` column, a
-single run per size) the unit falls back to single micro-batches within each size, and ``unit`` says so.
+Why this unit: micro-batches of one step share that step's noise, so they are not independent draws; steps
+(a sweep repeat at one size, or one traced step of one rank) are (:mod:`perfmodel.design`). A replicate
+draws, within each stratum (a size, when every size has >= 2 units), as many units as it has, with
+replacement; without strata, all units at once. The same draws serve the wall, GPU busy, host stall and
+memory fits of a precision, so ratios of them (the host-stall share) are paired.
 
-How it stays fast: a line fit needs only five sums per response (n, sum x, sum x^2, sum y, sum xy). They are
-computed once per resampling cell; a replicate is then a weight vector over cells (how often each cell was
-drawn), and all replicates together are one (B x cells) @ (cells x sums) product, done in chunks to bound
-memory. With k repeats per size the plain bootstrap variance is (k-1)/k of the truth, so replicates are
-expanded about the full-data fit by sqrt(k/(k-1)) (k = mean resampling cells per size). 100k micro-batches x 1000 replicates runs in well under a second when repeats are the unit
-(``benchmarks/bench_fit.py``).
+How it stays fast: a replicate is a weight vector over units. Every fit needs only weighted sums of sparse
+(unit x pattern) count and total matrices (:class:`perfmodel.design.Response`), so a whole set of replicates
+is a few matrix products, chunked to bound memory, in whichever order costs fewer operations.
+
+Small samples: with k units per stratum the resampling variance is (k-1)/k of the truth, and a percentile
+interval of a statistic with few degrees of freedom is too narrow by t/z. Replicates are therefore expanded
+about the full-data estimate by ``sqrt(k/(k-1)) * t(dof)/z`` (:func:`calibrate`); coverage of the resulting
+intervals is measured by simulation (docs/cost-model.md, tests/unit/test_perfmodel_coverage.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse, stats
 
-REPEAT_UNIT = "repeat within size"
-ROW_UNIT = "micro-batch within size"
+from perfmodel.model import LEVEL, t_quantile
+
 _MAX_CHUNK_ELEMENTS = 4_000_000
 
 
-def resampling_cells(size_label: np.ndarray, repeat: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
-    """(cell id per row, stratum (size index) per cell, unit name).
+@dataclass(frozen=True, eq=False)
+class Draws:
+    """``counts[b, u]``: how often unit ``u`` was drawn in replicate ``b``; ``expand``: the variance
+    correction sqrt(k/(k-1)) for k units per stratum."""
 
-    Cells are (size, repeat) when every size has at least two repeats, else single rows.
-    """
-    size_label = np.asarray(size_label)
-    repeat = np.asarray(repeat)
-    sizes, size_idx = np.unique(size_label, return_inverse=True)
-    pairs = np.stack([size_idx, repeat.astype(np.int64)], axis=1)
-    uniq_pairs, cell_id = np.unique(pairs, axis=0, return_inverse=True)
-    repeats_per_size = np.bincount(uniq_pairs[:, 0], minlength=len(sizes))
-    if repeats_per_size.min() >= 2:
-        return cell_id.ravel(), uniq_pairs[:, 0], REPEAT_UNIT
-    order = np.argsort(size_idx, kind="stable")
-    cell_id = np.empty(len(size_idx), dtype=np.int64)
-    cell_id[order] = np.arange(len(size_idx))
-    return cell_id, size_idx[order], ROW_UNIT
+    counts: np.ndarray
+    expand: float
+    stratified: bool
+
+    @property
+    def n_boot(self) -> int:
+        return int(self.counts.shape[0])
+
+    def project(self, mat: sparse.spmatrix | np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        """``W @ mat @ features`` for all replicates: (B x features) (or (B x patterns) without features,
+        (B,) for a per-unit vector). The cheaper multiplication order is chosen per call."""
+        if isinstance(mat, np.ndarray) and mat.ndim == 1:
+            return self._chunks(lambda w: w @ mat)
+        mat = sparse.csr_matrix(mat)
+        if features is None:
+            return self._chunks(lambda w: np.asarray((mat.T @ w.T).T))
+        g, p = mat.shape
+        f = features.shape[1]
+        b = self.n_boot
+        if g * f * b + mat.nnz * f < mat.nnz * b + b * p * f:
+            per_unit = np.asarray(mat @ features)
+            return self._chunks(lambda w: w @ per_unit)
+        return self._chunks(lambda w: np.asarray((mat.T @ w.T).T) @ features)
+
+    def _chunks(self, fn) -> np.ndarray:
+        g = self.counts.shape[1]
+        step = max(1, _MAX_CHUNK_ELEMENTS // max(g, 1))
+        parts = [fn(self.counts[i : i + step].astype(float)) for i in range(0, self.n_boot, step)]
+        return np.concatenate(parts, axis=0) if parts else np.empty((0,))
 
 
-def _cell_sums(
-    cell_id: np.ndarray, n_cells: int, xc: np.ndarray, y: np.ndarray, mask: np.ndarray
+def _draw_counts(rng: np.random.Generator, n_rep: int, groups: list[np.ndarray], g: int) -> np.ndarray:
+    out = np.zeros((n_rep, g), dtype=np.uint16)
+    rows = np.arange(n_rep)[:, None]
+    for members in groups:
+        idx = members[(rng.random((n_rep, len(members))) * len(members)).astype(np.int64)]
+        np.add.at(out, (np.broadcast_to(rows, idx.shape), idx), 1)
+    return out
+
+
+def draw(n_units: int, strata: np.ndarray | None, n_boot: int, rng: np.random.Generator) -> Draws:
+    """Resampling weights over units, stratified when ``strata`` is given (see the module docstring)."""
+    if strata is None:
+        groups = [np.arange(n_units)]
+    else:
+        order = np.argsort(strata, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(strata[order])) + 1)
+    k = float(np.mean([len(m) for m in groups]))
+    expand = float(np.sqrt(k / (k - 1.0))) if k > 1 else 1.0
+    return Draws(_draw_counts(rng, n_boot, groups, n_units), expand, strata is not None)
+
+
+def calibrate(
+    reps: np.ndarray, full: np.ndarray, expand: float, dof: float, level: float = LEVEL
 ) -> np.ndarray:
-    w = mask.astype(float)
-    yv = np.where(mask, y, 0.0)
-    cols = (w, w * xc, w * xc * xc, yv, yv * xc)
-    return np.stack([np.bincount(cell_id, weights=c, minlength=n_cells) for c in cols], axis=1)
+    """Replicates expanded about the full-data estimate by ``expand * t(dof) / z`` (small-sample honest)."""
+    t = t_quantile(level, dof)
+    z = float(stats.norm.ppf(0.5 + level / 2.0))
+    factor = expand * (t / z if np.isfinite(t) else 1.0)
+    return full + factor * (reps - full)
 
 
-def _draw_weights(
-    rng: np.random.Generator, n_rep: int, offsets: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
-    """(n_rep x cells) counts: for each stratum, ``counts[s]`` draws with replacement among its cells."""
-    slot_offset = np.repeat(offsets, counts)
-    slot_count = np.repeat(counts, counts)
-    n_cells = len(slot_offset)
-    idx = slot_offset + (rng.random((n_rep, n_cells)) * slot_count).astype(np.int64)
-    flat = (np.arange(n_rep, dtype=np.int64)[:, None] * n_cells + idx).ravel()
-    return np.bincount(flat, minlength=n_rep * n_cells).reshape(n_rep, n_cells).astype(float)
-
-
-def bootstrap_lines(
-    x: np.ndarray,
-    ys: Sequence[np.ndarray],
-    size_label: np.ndarray,
-    repeat: np.ndarray,
-    n_boot: int,
-    rng: np.random.Generator,
-) -> tuple[list[np.ndarray], str]:
-    """Bootstrap replicates of (intercept, slope) for each response in ``ys``, all from the same draws.
-
-    A response may contain NaN (rows without that measurement); those rows are left out of that response's
-    sums but the draws are shared, so replicates of different responses stay paired. Returns one (B, 2)
-    array per response (NaN rows where a replicate cannot fit a line) and the resampling unit.
-    """
-    x = np.asarray(x, dtype=float)
-    xm = float(x.mean())
-    xc = x - xm
-    cell_id, cell_stratum, unit = resampling_cells(size_label, repeat)
-    order = np.argsort(cell_stratum, kind="stable")
-    remap = np.empty_like(order)
-    remap[order] = np.arange(len(order))
-    cell_id = remap[cell_id]
-    counts = np.bincount(cell_stratum)
-    counts = counts[counts > 0]
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    n_cells = int(counts.sum())
-    sums = np.concatenate(
-        [_cell_sums(cell_id, n_cells, xc, np.asarray(y, dtype=float), np.isfinite(y)) for y in ys], axis=1
-    )
-    chunk = max(1, min(n_boot, _MAX_CHUNK_ELEMENTS // max(n_cells, 1)))
-    out = np.empty((n_boot, sums.shape[1]))
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        out[start:stop] = _draw_weights(rng, stop - start, offsets, counts) @ sums
-    # The resampling variance of a mean of k draws is (k-1)/k of the sample's: with few repeats per size the
-    # plain bootstrap is too narrow. Replicates are expanded about the full-data fit by sqrt(k/(k-1)).
-    k = float(np.mean(counts))
-    expand = np.sqrt(k / (k - 1.0)) if k > 1 else 1.0
-    results = []
-    for j in range(len(ys)):
-        n, sx, sxx, sy, sxy = (out[:, 5 * j + k] for k in range(5))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slope = (n * sxy - sx * sy) / (n * sxx - sx * sx)
-            intercept = (sy - slope * sx) / n - slope * xm
-        reps = np.stack([intercept, slope], axis=1)
-        full = _full_fit(xc, np.asarray(ys[j], dtype=float), xm)
-        results.append(full + expand * (reps - full))
-    return results, unit
-
-
-def _full_fit(xc: np.ndarray, y: np.ndarray, xm: float) -> np.ndarray:
-    ok = np.isfinite(y)
-    xo, yo = xc[ok], y[ok]
-    d = xo - xo.mean()
-    slope = float(d @ (yo - yo.mean()) / (d @ d))
-    return np.array([yo.mean() - slope * xo.mean() - slope * xm, slope])
-
-
-def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of finite samples (NaN when there are none)."""
-    s = samples[np.isfinite(samples)]
+def percentile_ci(samples: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of finite samples (NaN when there are none). +-inf samples count as values (an
+    unbounded replicate makes that end infinite), NaN ones are left out."""
+    s = np.asarray(samples, dtype=float)
+    s = s[~np.isnan(s)]
     if s.size == 0:
         return (float("nan"), float("nan"))
-    lo, hi = np.quantile(s, [0.5 - level / 2.0, 0.5 + level / 2.0])
+    method = "linear" if np.isfinite(s).all() else "inverted_cdf"  # never interpolate towards an infinity
+    lo, hi = np.quantile(s, [0.5 - level / 2.0, 0.5 + level / 2.0], method=method)
     return (float(lo), float(hi))

@@ -1,4 +1,4 @@
-"""Breakeven micro-batch size against a baseline: the docs/contracts.md case table and Fieller's interval.
+"""Breakeven micro-batch size against a baseline: the docs/contracts.md case table, Fieller's interval, honest n*.
 
 With ``d_fixed = fixed_low - fixed_base`` and ``d_tok = per_token_base - per_token_low`` the low precision is
 faster at size n exactly when ``d_tok * n > d_fixed``. Each difference is "significantly > 0", "significantly
@@ -24,19 +24,28 @@ or, when the discriminant is negative, the whole line. For the two fits here ``v
 var(fixed_base)``, ``v_b = var(per_token_low) + var(per_token_base)`` and ``c_ab = -(cov_low + cov_base)``
 with ``cov`` the fixed/per-token covariance within one fit. Because the case table uses the same t, the
 Fieller interval is bounded in exactly the rows that report n*; in the other rows it is still computed and
-its finite bound(s) reported (null for an infinite end) with ``ci_reason``.
+its finite bound(s) reported (null for an infinite end) with ``ci_reason``. When no interval can be computed
+(covariance undefined and no bootstrap: e.g. one measurement per size with ``--bootstrap 0``) the case is
+``undetermined``.
+
+Which n* is reported (:func:`find_breakeven`): ``model_ok`` says the straight lines are not rejected (lack
+of fit, implausible coefficients) for either precision. When they are, n* comes only from a model that fits
+(the knee-aware curves, :mod:`perfmodel.breakeven_curves`, with bootstrap intervals); when none fits, n* is
+withheld (null) with the reason, and the measured crossing (:mod:`perfmodel.crossing`) is the answer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from perfmodel.bootstrap import percentile_ci
-from perfmodel.model import LEVEL, PrecisionFit, t_quantile
+from perfmodel.breakeven_curves import crossing_roots, ends, pick_root, root_interval, within_sizes
+from perfmodel.fitted import BasisFit, PrecisionFit
+from perfmodel.model import LEVEL, LineFit, t_quantile
 
-CASES = ("faster_above", "always_faster", "faster_below", "never_faster", "indistinguishable")
+CASES = ("faster_above", "always_faster", "faster_below", "never_faster", "indistinguishable", "undetermined")
 
 
 @dataclass(frozen=True)
@@ -135,80 +144,93 @@ class Breakeven:
     d_tok_s: float
     d_tok_ci: tuple[float, float]
     dof: float
+    basis: str = "wall"
+    model_ok: bool = True
+    model: str | None = "line"  # the model n* comes from: line | knee | parts (| a mix); None: withheld
+    model_reason: str | None = None  # what rejects the line (and, when withheld, the knee model)
+    other_roots: tuple[float, ...] = ()  # further sign changes of the fitted curves
 
 
-def _bootstrap_ratio(base: PrecisionFit, low: PrecisionFit, level: float) -> tuple[tuple | None, str | None]:
-    n = min(len(base.boot), len(low.boot))
+def _bootstrap_ratio(base: np.ndarray, low: np.ndarray, level: float) -> tuple[tuple | None, str | None]:
+    n = min(len(base), len(low))
     if n == 0:
         return None, "no bootstrap replicates"
-    d_fixed = low.boot[:n, 0] - base.boot[:n, 0]
-    d_tok = base.boot[:n, 1] - low.boot[:n, 1]
+    d_fixed = low[:n, 0] - base[:n, 0]
+    d_tok = base[:n, 1] - low[:n, 1]
     same_sign = max(np.mean(d_tok > 0), np.mean(d_tok < 0))
     if same_sign < 0.5 + level / 2.0:
         return None, f"d_tok changes sign in {1 - same_sign:.1%} of resamples: the ratio is unbounded"
     return percentile_ci(d_fixed / d_tok, level), None
 
 
-def compare_within(
-    base: PrecisionFit, low: PrecisionFit, lo: float, hi: float, t: float
+def line_within(
+    intercept: float, slope: float, cov: np.ndarray, lo: float, hi: float, t: float
 ) -> tuple[str, tuple[float, float]]:
-    """Is ``low`` significantly faster (or slower) than ``base`` at *every* size in [lo, hi]?
+    """Is ``diff(n) = intercept + slope n`` (low minus base) significantly > 0 or < 0 at *every* n in [lo, hi]?
 
-    diff(n) = d_fixed_signed + n * d_slope with var = [1 n] (cov_low + cov_base) [1 n]^T. Its lower
-    confidence bound is concave in n (a line minus the square root of a convex quadratic), so it is above 0
-    on the whole range exactly when it is above 0 at both ends (and likewise for the upper bound). This
-    answers "which is faster where I measured" even when the fixed/per-token split is not significant.
-    """
-    cov = low.time.cov + base.time.cov
-    ends = np.array([lo, hi])
-    diff = (low.fixed_s - base.fixed_s) + ends * (low.per_token_s - base.per_token_s)
+    var(diff(n)) = [1 n] cov [1 n]^T. The lower confidence bound is concave in n (a line minus the square root
+    of a convex quadratic), so it is above 0 on the whole range exactly when it is above 0 at both ends (and
+    likewise for the upper bound). Returns ``slower`` | ``faster`` | ``mixed`` | ``unknown`` and diff at the
+    two ends. Used by the independent fits and the paired cross-check alike."""
+    e = np.array([lo, hi])
+    diff = intercept + e * slope
     if not (np.isfinite(t) and np.isfinite(cov).all()):
         return "unknown", (float(diff[0]), float(diff[1]))
-    sd = np.sqrt(np.maximum(cov[0, 0] + 2 * ends * cov[0, 1] + ends * ends * cov[1, 1], 0.0))
+    sd = np.sqrt(np.maximum(cov[0, 0] + 2 * e * cov[0, 1] + e * e * cov[1, 1], 0.0))
     if np.all(diff - t * sd > 0):
-        verdict = "slower"
-    elif np.all(diff + t * sd < 0):
-        verdict = "faster"
-    else:
-        verdict = "mixed"
-    return verdict, (float(diff[0]), float(diff[1]))
+        return "slower", (float(diff[0]), float(diff[1]))
+    if np.all(diff + t * sd < 0):
+        return "faster", (float(diff[0]), float(diff[1]))
+    return "mixed", (float(diff[0]), float(diff[1]))
 
 
-def find_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) -> Breakeven:
-    """Case, n*, Fieller interval and bootstrap cross-check for ``low`` against ``base``."""
-    a = low.fixed_s - base.fixed_s
-    b = base.per_token_s - low.per_token_s
-    cl, cb = low.time.cov, base.time.cov
+def _line_breakeven(
+    base: LineFit, low: LineFit, base_boot: np.ndarray, low_boot: np.ndarray, level: float
+) -> Breakeven:
+    """The docs/contracts.md breakeven of two straight lines: case, n*, Fieller interval, bootstrap cross-check."""
+    a = low.intercept - base.intercept
+    b = base.slope - low.slope
+    cl, cb = low.cov, base.cov
     var_a, var_b = cl[0, 0] + cb[0, 0], cl[1, 1] + cb[1, 1]
     cov_ab = -(cl[0, 1] + cb[0, 1])
-    dof_a = _welch_dof(cl[0, 0], low.time.dof, cb[0, 0], base.time.dof)
-    dof_b = _welch_dof(cl[1, 1], low.time.dof, cb[1, 1], base.time.dof)
-    dof = min(dof_a, dof_b)
+    dof = min(
+        _welch_dof(cl[0, 0], low.dof, cb[0, 0], base.dof), _welch_dof(cl[1, 1], low.dof, cb[1, 1], base.dof)
+    )
     t = t_quantile(level, dof)
+    n = min(len(base_boot), len(low_boot))
     if np.isfinite(t) and np.isfinite(var_a) and np.isfinite(var_b):
         a_ci = (a - t * np.sqrt(var_a), a + t * np.sqrt(var_a))
         b_ci = (b - t * np.sqrt(var_b), b + t * np.sqrt(var_b))
         method = "fieller"
-    else:  # HC3 undefined: decide significance from the bootstrap instead
-        n = min(len(base.boot), len(low.boot))
-        a_ci = percentile_ci(low.boot[:n, 0] - base.boot[:n, 0], level)
-        b_ci = percentile_ci(base.boot[:n, 1] - low.boot[:n, 1], level)
+    else:  # covariance undefined: decide significance from the bootstrap instead
+        a_ci = percentile_ci(low_boot[:n, 0] - base_boot[:n, 0], level)
+        b_ci = percentile_ci(base_boot[:n, 1] - low_boot[:n, 1], level)
         method = "bootstrap"
-    case = classify_case(_sign(b_ci), _sign(a_ci))
+    determined = bool(np.isfinite(a_ci).all() and np.isfinite(b_ci).all())
+    case = classify_case(_sign(b_ci), _sign(a_ci)) if determined else "undetermined"
     estimate = a / b if b != 0 else None
     tokens = estimate if case in ("faster_above", "faster_below") else None
     fs = fieller_interval(a, b, var_a, var_b, cov_ab, t)
-    boot_ci, boot_reason = _bootstrap_ratio(base, low, level)
+    boot_ci, boot_reason = _bootstrap_ratio(base_boot, low_boot, level)
     if method == "fieller":
         ci, shape, reason = (fs.lo, fs.hi), fs.shape, fs.reason
     else:
         ci, shape = (boot_ci or (None, None)), "bootstrap"
-        reason = "HC3 variances undefined; percentile bootstrap interval" if boot_ci else boot_reason
-    if tokens is None and reason is None:
+        reason = (
+            "covariance undefined (a size in one unit only); percentile bootstrap interval"
+            if boot_ci
+            else boot_reason
+        )
+    if not determined:
+        ci, shape = (None, None), "undefined"
+        reason = (
+            "no interval can be computed: the covariance is undefined (a size measured in one unit only) and "
+            "there are no bootstrap replicates (--bootstrap 0, or one unit per size); measure repeats"
+        )
+    elif tokens is None and reason is None:
         reason = f"case {case}: no breakeven size; interval of d_fixed / d_tok shown for reference"
-    lo_meas = max(base.time.x_min, low.time.x_min)
-    hi_meas = min(base.time.x_max, low.time.x_max)
-    within, ends = compare_within(base, low, lo_meas, hi_meas, t)
+    lo_meas, hi_meas = max(base.x_min, low.x_min), min(base.x_max, low.x_max)
+    within, diff_ends = line_within(a, -b, cl + cb, lo_meas, hi_meas, t)
     return Breakeven(
         case=case,
         tokens=tokens,
@@ -223,10 +245,112 @@ def find_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) 
         extrapolated=bool(tokens is not None and not (lo_meas <= tokens <= hi_meas)),
         measured_tokens=(lo_meas, hi_meas),
         within_measured=within,
-        diff_at_ends_s=ends,
+        diff_at_ends_s=diff_ends,
         d_fixed_s=a,
         d_fixed_ci=a_ci,
         d_tok_s=b,
         d_tok_ci=b_ci,
         dof=dof,
+    )
+
+
+def _curve_breakeven(base: BasisFit, low: BasisFit, measured: tuple[float, float], level: float) -> Breakeven:
+    """Breakeven of the chosen (knee-aware) curves, intervals from the bootstrap."""
+    cl, cb = low.curve(), base.curve()
+    bl, bb = low.boot_curve(), base.boot_curve()
+    d0, dtok = (float(v) for v in ends(cl, cb))
+    roots, slopes = crossing_roots(cl, cb)
+    all_roots = tuple(float(r) for r in roots[0] if np.isfinite(r))
+    sizes = np.geomspace(measured[0], measured[1], 25) if measured[1] > measured[0] else np.array(measured)
+    within, diff_ends = within_sizes(cl, cb, bl, bb, sizes, level)
+    common = dict(
+        ci_excluded=None,
+        bootstrap_reason=None,
+        measured_tokens=measured,
+        within_measured=within,
+        diff_at_ends_s=diff_ends,
+        d_fixed_s=d0,
+        d_tok_s=dtok,
+        dof=float(
+            min(low.knee.dof if low.knee else low.line.dof, base.knee.dof if base.knee else base.line.dof)
+        ),
+    )
+    if bl is None or bb is None:
+        return Breakeven(
+            case="undetermined",
+            tokens=None,
+            tokens_estimate=all_roots[-1] if all_roots else None,
+            ci=(None, None),
+            ci_method="bootstrap",
+            ci_reason="a knee model has no interval without bootstrap replicates (--bootstrap 0)",
+            ci_shape="undefined",
+            bootstrap_ci=None,
+            extrapolated=False,
+            d_fixed_ci=(float("nan"), float("nan")),
+            d_tok_ci=(float("nan"), float("nan")),
+            **common,
+        )
+    a_b, b_b = ends(bl, bb)
+    a_ci, b_ci = percentile_ci(a_b, level), percentile_ci(b_b, level)
+    case = classify_case(_sign(b_ci), _sign(a_ci))
+    tokens = ci = None
+    reason = None
+    if case in ("faster_above", "faster_below"):
+        r = pick_root(roots, slopes, case)[0]
+        tokens = float(r) if np.isfinite(r) else None
+        ci = root_interval(bl, bb, case, level)
+    else:
+        reason = f"case {case}: the fitted curves do not cross in the direction of a breakeven"
+    others = tuple(r for r in all_roots if tokens is None or abs(r - tokens) > 1e-9 * max(tokens, 1.0))
+    return Breakeven(
+        case=case,
+        tokens=tokens,
+        tokens_estimate=tokens if tokens is not None else (all_roots[-1] if all_roots else None),
+        ci=ci or (None, None),
+        ci_method="bootstrap",
+        ci_reason=reason
+        or ("the upper end is unbounded in some replicates" if ci and ci[1] is None else None),
+        ci_shape="bootstrap",
+        bootstrap_ci=ci,
+        extrapolated=bool(tokens is not None and not (measured[0] <= tokens <= measured[1])),
+        d_fixed_ci=a_ci,
+        d_tok_ci=b_ci,
+        other_roots=others,
+        **common,
+    )
+
+
+def _basis(fit: PrecisionFit | BasisFit, basis: str) -> BasisFit | None:
+    if isinstance(fit, BasisFit):
+        return fit
+    return fit.wall if basis == "wall" else fit.busy
+
+
+def find_breakeven(
+    base: PrecisionFit | BasisFit, low: PrecisionFit | BasisFit, level: float = LEVEL, basis: str = "wall"
+) -> Breakeven:
+    """Case, n*, interval and model honesty for ``low`` against ``base`` on one basis (``wall`` |
+    ``gpu_busy``); see the module docstring for which n* is reported."""
+    b, lo = _basis(base, basis), _basis(low, basis)
+    if b is None or lo is None:
+        raise ValueError(f"no {basis} fit for one of the precisions")
+    line = _line_breakeven(b.line2(), lo.line2(), b.line_boot(), lo.line_boot(), level)
+    if b.line_ok and lo.line_ok:
+        return replace(line, basis=basis)
+    why = "; ".join(f"{p}: {f.note}" for p, f in (("baseline", b), ("low", lo)) if not f.line_ok)
+    if b.model is not None and lo.model is not None:
+        kinds = sorted({b.model, lo.model})
+        curve = _curve_breakeven(b, lo, line.measured_tokens, level)
+        return replace(curve, basis=basis, model_ok=False, model="+".join(kinds), model_reason=why)
+    return replace(
+        line,
+        basis=basis,
+        tokens=None,
+        ci=(None, None),
+        ci_shape="withheld",
+        ci_reason="n* withheld: no model fits the data (" + why + "); see the measured crossing",
+        extrapolated=False,
+        model_ok=False,
+        model=None,
+        model_reason=why,
     )

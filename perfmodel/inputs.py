@@ -13,9 +13,11 @@ What each input can and cannot give:
 - **run directory** (kind ``run``): one step per row in ``metrics.parquet`` -> the per-step seconds of the
   phases that do not scale with the micro-batch size (generate, sync, ...) for step-level predictions. It
   cannot give a fit by itself.
-- **CSV** with ``model, precision, tokens_per_microbatch, seconds`` (optional ``phase`` = "update",
-  ``host_stall_seconds``, ``repeat``, and any other micro-batch column): measurements taken elsewhere.
-  Without ``repeat`` the bootstrap resamples single micro-batches; without host stall there is no stall share.
+- **CSV or Parquet** with ``model, precision, tokens_per_microbatch, seconds`` (optional: every other column
+  of the micro-batch table, ``global_tokens``, ``seq_lens``; others are ignored with a note), e.g. a GPU
+  sweep's own ``microbatches.csv``: measurements taken elsewhere. Without ``repeat``/``step`` the bootstrap
+  resamples single micro-batches; without host stall and GPU busy there is no stall share and no GPU-busy
+  breakeven. Column handling: :mod:`perfmodel.columns`.
 """
 
 from __future__ import annotations
@@ -24,17 +26,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from perfmodel.columns import conform_microbatches
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import read_manifest
 from tracing.outputs.precisions import PRECISION_IDS
-from tracing.outputs.schema import MICROBATCH_COLUMNS
 
-CSV_REQUIRED = ("model", "precision", "tokens_per_microbatch", "seconds")
-CSV_OPTIONAL = tuple(c for c in MICROBATCH_COLUMNS if c not in CSV_REQUIRED and c != "source")
+__all__ = ["FitInputs", "InputSummary", "check_fittable", "conform_microbatches", "load_inputs"]
+TRACE_SOURCES = ("trace", "range", "detected")  # micro-batches read from a trace (old and v2 names)
 STEP_PHASES = ("generate", "logprob", "sync", "reward", "eval", "reference")
 _PHASE_COLUMN = re.compile(r"^(?:time_)?(?P<phase>[a-z_]+?)(?:_time)?_(?P<unit>s|seconds|ns)$")
 
@@ -58,66 +59,10 @@ class FitInputs:
     kernels: pd.DataFrame | None = None
     kernel_microbatches: dict[str, int] = field(default_factory=dict)  # precision -> micro-batches traced
     summaries: list[InputSummary] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # columns ignored, values left out: said in the report
 
 
-def conform_microbatches(df: pd.DataFrame, origin: str, source: str) -> pd.DataFrame:
-    df = df.copy()
-    missing = [c for c in CSV_REQUIRED if c not in df.columns]
-    if missing:
-        raise InputError(
-            f"{origin}: missing column(s) {', '.join(missing)} (needed: {', '.join(CSV_REQUIRED)})"
-        )
-    if len(df) == 0:
-        raise InputError(f"{origin}: no micro-batch rows")
-    defaults = {"phase": "update", "repeat": 0, "step": 0, "microbatch": 0, "source": source}
-    for col, default in defaults.items():
-        if col not in df.columns:
-            df[col] = default
-    if "num_tokens" not in df.columns:
-        df["num_tokens"] = df["tokens_per_microbatch"]
-    for col in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
-        if col not in df.columns:
-            df[col] = pd.NA
-    for col in (
-        "seconds",
-        "tokens_per_microbatch",
-        "num_tokens",
-        "repeat",
-        "gpu_busy_seconds",
-        "host_stall_seconds",
-    ):
-        try:
-            pd.to_numeric(df[col].dropna(), errors="raise")
-        except (TypeError, ValueError):
-            raise InputError(f"{origin}: column '{col}' has non-numeric values") from None
-    secs = pd.to_numeric(df["seconds"], errors="coerce")
-    bad = ~np.isfinite(secs.to_numpy(dtype=float, na_value=np.nan)) | (secs < 0).to_numpy()
-    if bad.any():
-        raise InputError(
-            f"{origin}: {int(bad.sum())} row(s) with NaN, infinite or negative 'seconds' (first at row {int(np.argmax(bad))})"
-        )
-    stall = pd.to_numeric(df["host_stall_seconds"], errors="coerce")
-    if (stall < 0).any():
-        raise InputError(f"{origin}: negative 'host_stall_seconds' in {int((stall < 0).sum())} row(s)")
-    tok = pd.to_numeric(df["tokens_per_microbatch"], errors="coerce")
-    if tok.isna().any() or (tok <= 0).any() or (tok != tok.round()).any():
-        raise InputError(f"{origin}: 'tokens_per_microbatch' must be positive integers")
-    unknown = sorted(set(df["precision"].astype(str)) - set(PRECISION_IDS))
-    if unknown:
-        raise InputError(
-            f"{origin}: unknown precision id(s) {', '.join(unknown)}; known: {', '.join(PRECISION_IDS)}"
-        )
-    df["num_tokens"] = pd.to_numeric(df["num_tokens"], errors="coerce").fillna(tok)
-    for col in ("model", "phase"):
-        if df[col].isna().any() or (df[col].astype(str).str.strip() == "").any():
-            raise InputError(f"{origin}: empty '{col}' values")
-    try:
-        return df.loc[:, list(MICROBATCH_COLUMNS)].astype(dict(MICROBATCH_COLUMNS))
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{origin}: a column has the wrong type ({exc})") from None
-
-
-def read_csv_table(path: Path) -> pd.DataFrame:
+def read_csv_table(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
     """A user CSV of micro-batch measurements (see the module docstring for the columns)."""
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file")
@@ -125,13 +70,7 @@ def read_csv_table(path: Path) -> pd.DataFrame:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable CSV ({exc})") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    unknown = [c for c in df.columns if c not in CSV_REQUIRED + CSV_OPTIONAL]
-    if unknown:
-        raise InputError(
-            f"{path}: unknown column(s) {', '.join(unknown)}; allowed: {', '.join(CSV_REQUIRED + CSV_OPTIONAL)}"
-        )
-    return conform_microbatches(df, str(path), "csv")
+    return conform_microbatches(df, str(path), "csv", notes)
 
 
 def _other_phases(path: Path) -> dict[str, float]:
@@ -195,7 +134,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             )
         raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
     raw = store.read_table(mb_path)
-    df = conform_microbatches(raw, str(mb_path), "sweep" if kind == "sweep" else "trace")
+    df = conform_microbatches(raw, str(mb_path), "sweep" if kind == "sweep" else "range", inputs.notes)
     tables.append(df)
     stall = df["host_stall_seconds"].notna().any()
     sizes = df["tokens_per_microbatch"].nunique()
@@ -207,8 +146,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
         )
         kpath = path / store.KERNELS
         if kpath.is_file():
-            traced = df.assign(trace=raw["trace"]) if "trace" in raw.columns else df
-            _add_kernels(inputs, store.read_table(kpath), traced)
+            _add_kernels(inputs, store.read_table(kpath), df)
     m = manifest.get("machine") or {}
     machine = f"{m.get('cpu', '?')} x{m.get('cpu_count', '?')}; GPU {m.get('gpu') or 'none'}" if m else "-"
     if kind == "ingest":  # the numbers come from the traced machine, not from the one that ingested them
@@ -221,7 +159,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
 def _add_kernels(inputs: FitInputs, kernels: pd.DataFrame, mb: pd.DataFrame) -> None:
     """Kernel totals of one ingest, each trace's under the precision of its micro-batches, and how many
     micro-batches per precision they cover (one ingest may hold traces of several precisions)."""
-    if "trace" in mb.columns and "trace" in kernels.columns:
+    if "trace" in mb.columns and mb["trace"].notna().any() and "trace" in kernels.columns:
         precision_of = mb.groupby("trace")["precision"].first().astype(str)
         kernels = kernels.assign(precision=kernels["trace"].map(precision_of))
         kernels = kernels[kernels["precision"].notna()]  # traces with no labelled micro-batch
@@ -238,6 +176,11 @@ def _add_kernels(inputs: FitInputs, kernels: pd.DataFrame, mb: pd.DataFrame) -> 
         inputs.kernel_microbatches[prec] = inputs.kernel_microbatches.get(prec, 0) + int(n)
 
 
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A micro-batch table in Parquet, written by mxperf or by any other tool."""
+    return store.read_table(path, foreign=True)
+
+
 def load_inputs(paths: list[str | Path]) -> FitInputs:
     """Read every input path (directory, CSV or microbatches.parquet) into one validated micro-batch table."""
     inputs = FitInputs(microbatches=pd.DataFrame())
@@ -249,7 +192,7 @@ def load_inputs(paths: list[str | Path]) -> FitInputs:
         if path.is_dir():
             _load_dir(path, inputs, tables)
         elif path.suffix.lower() == ".csv":
-            df = read_csv_table(path)
+            df = read_csv_table(path, inputs.notes)
             tables.append(df)
             stall = df["host_stall_seconds"].notna().any()
             inputs.summaries.append(
@@ -258,7 +201,7 @@ def load_inputs(paths: list[str | Path]) -> FitInputs:
                 )
             )
         elif path.suffix.lower() == ".parquet":
-            tables.append(conform_microbatches(store.read_table(path), str(path), "sweep"))
+            tables.append(conform_microbatches(_read_parquet(path), str(path), "sweep", inputs.notes))
             inputs.summaries.append(InputSummary(str(path), "parquet", len(tables[-1]), "micro-batches", "-"))
         else:
             raise InputError(
@@ -289,13 +232,15 @@ def check_fittable(mb: pd.DataFrame, baseline: str, min_tokens: int = 0) -> None
             problems.append(f"{model}/{phase}: only one precision ({precs[0]}); need {baseline} and another")
         for prec, gp in g.groupby("precision"):
             sizes = sorted(gp["tokens_per_microbatch"].unique())
+            if len(sizes) < 2 and gp["num_tokens"].nunique() >= 2:
+                continue  # dynamic batching: one budget, micro-batches of several actual sizes
             if len(sizes) < 2:
                 problems.append(
                     f"{model}/{phase}/{prec}: {len(sizes)} micro-batch size ({sizes[0]}); a fit needs >= 2"
                     + (f" at or above --min-tokens {min_tokens}" if min_tokens else "")
                     + (
                         " (one labelled trace is one size: ingest traces of >= 2 sizes)"
-                        if (gp["source"] == "trace").all()
+                        if gp["source"].isin(TRACE_SOURCES).all()
                         else ""
                     )
                 )

@@ -39,7 +39,7 @@ share. Fitting lives in :mod:`perfmodel.fit`, breakeven in :mod:`perfmodel.break
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -102,41 +102,52 @@ class LackOfFit:
 
 
 @dataclass(frozen=True, eq=False)
-class PrecisionFit:
-    """Everything fitted for one (model, phase, precision): time, host stall and memory lines, bootstrap.
+class Curve:
+    """Seconds of one micro-batch vs tokens ``n``: two lines joined at ``knee`` (``a1 + b1 n`` below it,
+    ``a2 + b2 n`` above); a straight line has ``knee = inf``. Fields are floats or arrays (one value per
+    bootstrap replicate), so the same code serves the estimate and its replicates."""
 
-    ``boot`` holds bootstrap replicates of (fixed_s, per_token_s) with shape (B, 2); ``boot_stall`` the
-    matching replicates of the host-stall line, drawn with the *same* resampling weights (so a ratio of the
-    two is paired). ``sizes`` are the distinct ``tokens_per_microbatch`` values fitted.
-    """
+    knee: np.ndarray
+    a1: np.ndarray
+    b1: np.ndarray
+    a2: np.ndarray
+    b2: np.ndarray
 
-    model: str
-    phase: str
-    precision: str
-    time: LineFit
-    sizes: tuple[int, ...]
-    size_mean_s: tuple[float, ...]
-    size_mean_tokens: tuple[float, ...]
-    size_count: tuple[int, ...]
-    boot: np.ndarray
-    boot_unit: str
-    n_microbatches: int = 0
-    lack_of_fit: LackOfFit | None = None
-    stall: LineFit | None = None
-    stall_time_cov: float | None = None  # HC3 cov(stall intercept, time intercept) on the same rows
-    boot_stall: np.ndarray | None = None
-    stall_size_mean_s: tuple[float, ...] | None = None
-    memory: LineFit | None = None
-    holdout: dict[str, Any] = field(default_factory=dict)
-    points: dict[str, np.ndarray] | None = None  # the fitted points: label, repeat, x, seconds
+    @classmethod
+    def line(cls, intercept: float | np.ndarray, slope: float | np.ndarray) -> Curve:
+        a, b = np.asarray(intercept, dtype=float), np.asarray(slope, dtype=float)
+        return cls(np.full(a.shape, np.inf), a, b, a, b)
 
-    @property
-    def fixed_s(self) -> float:
-        return self.time.intercept
+    def __call__(self, n: float | np.ndarray) -> np.ndarray:
+        n = np.asarray(n, dtype=float)
+        return np.where(n < self.knee, self.a1 + self.b1 * n, self.a2 + self.b2 * n)
 
-    @property
-    def per_token_s(self) -> float:
-        return self.time.slope
+    def shifted(self, slope: float | np.ndarray) -> Curve:
+        """The curve plus ``slope * n`` (both segments; the knee stays where it is)."""
+        return Curve(self.knee, self.a1, self.b1 + slope, self.a2, self.b2 + slope)
+
+    def take(self, i: int | np.ndarray) -> Curve:
+        return Curve(*(np.asarray(v)[i] for v in (self.knee, self.a1, self.b1, self.a2, self.b2)))
+
+    def as_dict(self) -> dict[str, float | None]:
+        k = float(self.knee)
+        return {
+            "knee_tokens": k if np.isfinite(k) else None,
+            "left": {"intercept_s": float(self.a1), "slope_s": float(self.b1)},
+            "right": {"intercept_s": float(self.a2), "slope_s": float(self.b2)},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Curve:
+        k = d.get("knee_tokens")
+        left, right = d["left"], d["right"]
+        return cls(
+            np.asarray(np.inf if k is None else float(k)),
+            np.asarray(float(left["intercept_s"])),
+            np.asarray(float(left["slope_s"])),
+            np.asarray(float(right["intercept_s"])),
+            np.asarray(float(right["slope_s"])),
+        )
 
 
 def t_quantile(level: float, dof: float) -> float:
@@ -146,10 +157,18 @@ def t_quantile(level: float, dof: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2.0, dof))
 
 
+def __getattr__(name: str) -> Any:  # ``from perfmodel.model import PrecisionFit`` (it lives in fitted.py)
+    if name == "PrecisionFit":
+        from perfmodel.fitted import PrecisionFit
+
+        return PrecisionFit
+    raise AttributeError(f"module 'perfmodel.model' has no attribute {name!r}")
+
+
 def _coef(fit: Any) -> tuple[float, float]:
     if isinstance(fit, LineFit):
         return fit.intercept, fit.slope
-    if isinstance(fit, PrecisionFit):
+    if hasattr(fit, "fixed_s") and hasattr(fit, "per_token_s"):  # a PrecisionFit
         return fit.fixed_s, fit.per_token_s
     if isinstance(fit, Mapping):
         return float(fit["fixed_s"]), float(fit["per_token_s"])
@@ -157,7 +176,7 @@ def _coef(fit: Any) -> tuple[float, float]:
 
 
 def _cov_dof(fit: Any) -> tuple[np.ndarray, float]:
-    if isinstance(fit, PrecisionFit):
+    if hasattr(fit, "time") and isinstance(fit.time, LineFit):  # a PrecisionFit
         fit = fit.time
     if isinstance(fit, LineFit):
         return fit.cov, fit.dof
@@ -184,28 +203,3 @@ def fit_band(fit: Any, ns: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray
     var = cov[0, 0] + 2.0 * ns * cov[0, 1] + ns * ns * cov[1, 1]
     half = t_quantile(level, dof) * np.sqrt(np.maximum(var, 0.0))
     return pred, pred - half, pred + half
-
-
-def predict_step_seconds(
-    fits: Any,
-    global_tokens: float,
-    n: float | np.ndarray,
-    other_phases: Mapping[str, float] | float | None = None,
-) -> float | np.ndarray:
-    """Predicted step seconds for ``global_tokens`` split into micro-batches of ``n`` tokens.
-
-    ``fits``: one fit or a sequence of fits (phases that are all micro-batched at ``n``, e.g. logprob and
-    update). ``other_phases``: seconds per step of phases that do not depend on ``n`` (generate, sync), as a
-    mapping or a number. ``(N / n)`` is continuous: exact when ``n`` divides ``N``.
-    """
-    seq = fits if isinstance(fits, list | tuple) else [fits]
-    n_arr = np.asarray(n, dtype=float)
-    total = np.zeros_like(n_arr)
-    for fit in seq:
-        fixed, per_token = _coef(fit)
-        total = total + (global_tokens / n_arr) * fixed + global_tokens * per_token
-    if isinstance(other_phases, Mapping):
-        total = total + float(sum(other_phases.values()))
-    elif other_phases is not None:
-        total = total + float(other_phases)
-    return float(total) if total.ndim == 0 else total

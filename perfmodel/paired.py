@@ -18,11 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from perfmodel.bootstrap import REPEAT_UNIT
-from perfmodel.breakeven import _sign, classify_case, fieller_interval
-from perfmodel.fit import fit_line
-from perfmodel.model import LEVEL, PrecisionFit, t_quantile
+from perfmodel.breakeven import _sign, classify_case, fieller_interval, line_within
+from perfmodel.design import UNIT_ROW
+from perfmodel.fitted import PrecisionFit
+from perfmodel.linear import fit_line
+from perfmodel.model import LEVEL, t_quantile
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,19 @@ class PairedBreakeven:
     within_measured: str
 
 
+def _unique_keys(points: dict[str, np.ndarray]) -> set[tuple[int, int]]:
+    keys = list(zip(points["label"].astype(int), points["repeat"].astype(int), strict=True))
+    counts = pd.Series(keys, dtype=object).value_counts()
+    return {k for k, c in counts.items() if c == 1 and k[0] >= 0}
+
+
 def _matched(base: PrecisionFit, low: PrecisionFit) -> tuple[np.ndarray, np.ndarray]:
+    """(x, low - base) per (size, repeat) cell that each precision measured exactly once."""
+    ok = _unique_keys(base.points) & _unique_keys(low.points)
     b = {
         (int(s), int(r)): (x, y)
         for s, r, x, y in zip(*(base.points[k] for k in ("label", "repeat", "x", "seconds")), strict=True)
+        if (int(s), int(r)) in ok
     }
     xs, ds = [], []
     for s, r, x, y in zip(*(low.points[k] for k in ("label", "repeat", "x", "seconds")), strict=True):
@@ -55,7 +66,7 @@ def _matched(base: PrecisionFit, low: PrecisionFit) -> tuple[np.ndarray, np.ndar
 
 def paired_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) -> PairedBreakeven | None:
     """The case table on the fitted per-repeat difference (None without matched repeats at >= 2 sizes)."""
-    if base.points is None or low.points is None or REPEAT_UNIT not in (base.boot_unit, low.boot_unit):
+    if base.points is None or low.points is None or UNIT_ROW in (base.boot_unit, low.boot_unit):
         return None
     x, d = _matched(base, low)
     if len(np.unique(x)) < 2 or len(x) < 4:
@@ -69,10 +80,7 @@ def paired_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL
     b_ci = (b - t * f.slope_se, b + t * f.slope_se)
     case = classify_case(_sign(b_ci), _sign(a_ci))
     fs = fieller_interval(a, b, f.cov[0, 0], f.cov[1, 1], -f.cov[0, 1], t)
-    ends = np.array([x.min(), x.max()])
-    diff = f.intercept + f.slope * ends
-    half = t * np.sqrt(np.maximum(f.cov[0, 0] + 2 * ends * f.cov[0, 1] + ends * ends * f.cov[1, 1], 0.0))
-    within = "slower" if np.all(diff - half > 0) else "faster" if np.all(diff + half < 0) else "mixed"
+    within, _ = line_within(f.intercept, f.slope, f.cov, float(x.min()), float(x.max()), t)
     return PairedBreakeven(
         n_pairs=len(x),
         case=case,

@@ -1,4 +1,5 @@
-"""report.md from a fits.json document: the verdict first, then the numbers behind it. Returns a string."""
+"""report.md from a fits.json document: the verdict first, then the numbers behind it and where each came
+from. Returns a string."""
 
 from __future__ import annotations
 
@@ -35,24 +36,99 @@ def _ci(ci: list | None, fmt=_tok) -> str:
 
 def _fit_table(e: dict[str, Any]) -> list[str]:
     lines = [
-        "| precision | fixed (ms) | 95 % CI (HC3) | bootstrap CI | per token (us) | 95 % CI (HC3) | bootstrap CI "
-        "| R^2 | points | micro-batches | hold-out MAPE interp / extrap |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| precision | model | fixed (ms) | 95 % CI | per token (us) | 95 % CI | per step (ms) | 95 % CI "
+        "| R^2 | units | micro-batches | hold-out MAPE interp / extrap |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for prec in (e["baseline"], e["precision"]):
         f = e["fits"][prec]
         ho = f.get("holdout") or {}
         lines.append(
-            f"| {prec} | {_ms(f['fixed_s'])} | {_ci(f['fixed_ci'], _ms)} | {_ci(f.get('fixed_boot_ci'), _ms)} "
-            f"| {_us(f['per_token_s'])} | {_ci(f['per_token_ci'], _us)} | {_ci(f.get('per_token_boot_ci'), _us)} "
-            f"| {f['r2']:.4f} | {f['n_points']} | {f.get('n_microbatches', '')} "
+            f"| {prec} | {f.get('model') or '**none fits**'} | {_ms(f['fixed_s'])} | {_ci(f['fixed_ci'], _ms)} "
+            f"| {_us(f['per_token_s'])} | {_ci(f['per_token_ci'], _us)} | {_ms(f.get('per_step_s'))} "
+            f"| {_ci(f.get('per_step_ci'), _ms)} | {f['r2']:.4f} | {f['n_points']} | {f.get('n_microbatches', '')} "
             f"| {_pct(ho.get('interpolation_mape'))} / {_pct(ho.get('extrapolation_mape'))} |"
         )
     return lines
 
 
+def _model_lines(prec: str, f: dict[str, Any], what: str = "") -> list[str]:
+    out = []
+    for msg in f.get("implausible") or []:
+        out.append(f"- {prec}{what}: **implausible coefficients**: {msg}.")
+    lof = f.get("lack_of_fit")
+    if lof:
+        p = "n/a" if lof["p_value"] is None else f"{lof['p_value']:.3g}"
+        flag = "**lack of fit**" if lof["flag"] else "line ok"
+        out.append(
+            f"- {prec}{what}: {flag} ({lof['test']}, p = {p}, max deviation {lof['max_rel_dev']:.1%}): {lof['note']}."
+        )
+    knee = f.get("knee")
+    if knee:
+        ci = knee.get("knee_ci")
+        used = "chosen" if knee.get("chosen") else "**rejected too**"
+        out.append(
+            f"- {prec}{what}: {knee['kind']} model ({used}): knee at {_tok_or_none(knee.get('knee_tokens'))} tokens "
+            f"{_ci(ci)}; below it {_ms(knee['left']['intercept_s'])} ms + {_us(knee['left']['slope_s'])} us/token, "
+            f"above it {_ms(knee['right']['intercept_s'])} ms + {_us(knee['right']['slope_s'])} us/token ({knee['lines']})."
+        )
+    if f.get("model_note"):
+        out.append(f"- {prec}{what}: model: {f['model_note']}.")
+    return out
+
+
+def _breakeven_lines(e: dict[str, Any], be: dict[str, Any], title: str) -> list[str]:
+    ok = "yes" if be.get("model_ok") else "**no**"
+    out = [
+        f"- {title}: case `{be['case']}`; model_ok (straight lines not rejected): {ok}; n* from "
+        f"`{be.get('model') or 'none (withheld)'}`.",
+        f"  - d_fixed = {_ms(be.get('d_fixed_s'))} ms {_ci(be.get('d_fixed_ci'), _ms)}, d_tok = {_us(be.get('d_tok_s'))} "
+        f"us/token {_ci(be.get('d_tok_ci'), _us)}.",
+        f"  - n* = {_tok_or_none(be['tokens'])} (point estimate {_tok(be.get('tokens_estimate'))}); {be.get('ci_method')} "
+        f"interval {_ci(be['ci'])} (shape: {be.get('ci_shape')})"
+        + (f"; {be['ci_reason']}" if be.get("ci_reason") else "")
+        + (" **Extrapolated** beyond the measured sizes." if be.get("extrapolated") else "."),
+    ]
+    if be.get("model_reason"):
+        out.append(f"  - Why the line is not used: {be['model_reason']}.")
+    if be.get("other_roots"):
+        out.append(
+            f"  - The fitted curves also cross at {', '.join(_tok(r) for r in be['other_roots'])} tokens."
+        )
+    if be.get("bootstrap_ci") and be.get("ci_method") == "fieller":
+        out.append(f"  - Bootstrap cross-check (independent units resampled): {_ci(be.get('bootstrap_ci'))}.")
+    if be.get("within_measured") in ("faster", "slower"):
+        lo, hi = be["measured_tokens"]
+        out.append(
+            f"  - Over the measured sizes ({lo:,.0f} to {hi:,.0f}) {e['precision']} is significantly **{be['within_measured']}** at every size."
+        )
+    out += _crossing_lines(e, be.get("crossing_detail"))
+    return out
+
+
+def _crossing_lines(e: dict[str, Any], c: dict[str, Any] | None) -> list[str]:
+    if not c or not c.get("sizes"):
+        return [f"  - Measured crossing: n/a ({(c or {}).get('note', 'not computed')})."]
+    if c.get("tokens"):
+        lo, hi = c["tokens"]
+        sig = (
+            "significant"
+            if c.get("significant")
+            else "not significant: the difference at one end is within noise"
+        )
+        head = f"  - Measured crossing (model-free): between **{lo:,.0f} and {hi:,.0f}** tokens ({sig})"
+    else:
+        head = "  - Measured crossing (model-free): none"
+    note = f"; {c['note']}" if c.get("note") else ""
+    pairs = "paired by repeat" if c.get("paired") else "Welch"
+    sizes = ", ".join(
+        f"{s:,.0f}: {d * 1e3:+.3g} ms" + (f" (p={p:.2g})" if p is not None else "")
+        for s, d, p in zip(c["sizes"], c["diff_s"], c["p_values"], strict=True)
+    )
+    return [f"{head}{note}. {e['precision']} - {e['baseline']} per {c.get('grouping')} ({pairs}): {sizes}."]
+
+
 def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
-    be = e["breakeven"]
     out = [
         f"## {e['model']} / {e['phase']}: {e['precision']} vs {e['baseline']}",
         "",
@@ -60,55 +136,50 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
         "",
     ]
     out += [*_fit_table(e), ""]
-    out += [
-        f"- Case: `{be['case']}`. d_fixed = {_ms(be.get('d_fixed_s'))} ms {_ci(be.get('d_fixed_ci'), _ms)}, "
-        f"d_tok = {_us(be.get('d_tok_s'))} us/token {_ci(be.get('d_tok_ci'), _us)} (95 %, Welch dof "
-        f"{be.get('dof') or 0:.0f}).",
-        f"- n* = {_tok_or_none(be['tokens'])} (point ratio {_tok(be.get('tokens_estimate'))}); {be['ci_method']} "
-        f"interval {_ci(be['ci'])} (shape: {be.get('ci_shape')})"
-        + (f"; {be['ci_reason']}" if be.get("ci_reason") else "")
-        + ".",
-        f"- Bootstrap cross-check (repeats resampled within each size): {_ci(be.get('bootstrap_ci'))}"
-        + (f" ({be['bootstrap_reason']})" if be.get("bootstrap_reason") else "")
-        + ".",
-        f"- Measured sizes {_tok(be['measured_tokens'][0])} to {_tok(be['measured_tokens'][1])} tokens"
-        + ("; n* is **extrapolated** beyond them." if be.get("extrapolated") else ".")
-        + (
-            f" Over that range {e['precision']} is significantly **{be['within_measured']}** at every size."
-            if be.get("within_measured") in ("faster", "slower")
-            else ""
-        ),
-    ]
-    pb = be.get("paired")
+    out += _breakeven_lines(e, e["breakeven"], "Breakeven (wall clock)")
+    gb = e.get("breakeven_gpu_busy")
+    if gb:
+        out += _breakeven_lines(e, gb, "Breakeven with host overhead removed (GPU busy time)")
+    else:
+        out.append(
+            f"- Breakeven with host overhead removed (GPU busy time): n/a ({e.get('breakeven_gpu_busy_reason')})."
+        )
+    pb = e["breakeven"].get("paired")
     if pb:
         out.append(
             f"- Paired cross-check ({pb['n_pairs']} (size, repeat) cells run back to back in both precisions; "
             f"fits time_{e['precision']} - time_{e['baseline']} per cell, cancelling shared drift): case "
-            f"`{pb['case']}`, d_fixed = {_ms(pb['d_fixed_s'])} ms {_ci(pb['d_fixed_ci'], _ms)}, d_tok = "
-            f"{_us(pb['d_tok_s'])} us/token {_ci(pb['d_tok_ci'], _us)}, n* = {_tok_or_none(pb['tokens'])} "
-            f"{_ci(pb['ci'])} ({pb['ci_shape']}); {e['precision']} is {pb['within_measured']} over the measured "
-            "sizes."
+            f"`{pb['case']}`, n* = {_tok_or_none(pb['tokens'])} {_ci(pb['ci'])} ({pb['ci_shape']})."
         )
     for prec in (e["baseline"], e["precision"]):
-        for msg in e["fits"][prec].get("implausible") or []:
-            out.append(f"- {prec}: **implausible coefficients**: {msg}.")
-        lof = e["fits"][prec].get("lack_of_fit")
-        if lof:
-            p = "n/a" if lof["p_value"] is None else f"{lof['p_value']:.3g}"
-            flag = "**lack of fit**" if lof["flag"] else "line ok"
-            out.append(
-                f"- {prec}: {flag} ({lof['test']}, p = {p}, max deviation {lof['max_rel_dev']:.1%}): {lof['note']}."
-            )
+        f = e["fits"][prec]
+        out += _model_lines(prec, f)
+        if f.get("gpu_busy"):
+            out += _model_lines(prec, f["gpu_busy"], " (GPU busy)")
+        if f.get("per_step_reason"):
+            out.append(f"- {prec}: per-step cost {f['per_step_reason']}.")
+        att = f.get("attention")
+        if att:
+            out.append(f"- {prec}: attention: {att['note']}.")
     hs = e.get("host_stall") or {}
     share = e["host_stall_share_of_added_fixed"]
     if share is None:
         out.append(f"- Host-stall share of the added fixed cost: n/a ({hs.get('reason')}).")
     else:
+        ci = (
+            "no bounded interval"
+            if hs.get("share_ci", [None])[0] is None
+            else f"{_ci(hs.get('share_ci'), _pct)} ({hs.get('ci_method')})"
+        )
         out.append(
-            f"- Host-stall share of the added fixed cost: {_pct(share)} {_ci(hs.get('share_ci'), _pct)} "
-            f"({hs.get('ci_method')}; bootstrap {_ci(hs.get('bootstrap_ci'), _pct)})."
+            f"- Host-stall share of the added fixed cost: {_pct(share)} {ci}; basis: {hs.get('basis')}."
         )
     out += _step_lines(e)
+    src = e.get("sources") or {}
+    if src:
+        out.append(
+            "- Where the numbers come from: " + "; ".join(f"{k}: {v}" for k, v in src.items() if v) + "."
+        )
     for title, name in plots.items():
         out += ["", f"![{title}]({name})"]
     return [*out, ""]
@@ -132,6 +203,17 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
                     f"  - {prec}: best {r['tokens_per_microbatch']:,} tokens -> {r['step_seconds']:.4g} s"
                     + (" (extrapolated)" if r.get("extrapolated") else "")
                 )
+    elif rec.get("reason"):
+        out.append(f"- Step-level recommendation: none ({rec['reason']}).")
+    for sb in step.get("step_breakeven") or []:
+        ci = sb.get("ci")
+        n = sb.get("tokens")
+        out.append(
+            f"- Step-level breakeven at a global batch of {sb['global_batch_tokens']:,} tokens (per-step costs "
+            f"included): {'none (the step times never cross)' if n is None else f'{n:,.0f} tokens'}"
+            + (f" {_ci(ci)}" if ci else "")
+            + "."
+        )
     other = step.get("other_phases_s") or {}
     if other:
         out.append(
@@ -143,9 +225,14 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
     if wi:
         knobs = ", ".join(f"{k}={v}" for k, v in wi["knobs"].items() if v is not None)
         wrec = wi["recommendation"]
+        best = (
+            f"best {wrec.get('precision')} at {wrec.get('tokens_per_microbatch')} tokens, "
+            f"{wrec.get('step_seconds') or float('nan'):.4g} s per step"
+            if wrec.get("precision")
+            else f"no recommendation ({wrec.get('reason')})"
+        )
         out.append(
-            f"- What if ({knobs}): best {wrec.get('precision')} at {wrec.get('tokens_per_microbatch')} "
-            f"tokens, {wrec.get('step_seconds') or float('nan'):.4g} s per step; step-level breakeven "
+            f"- What if ({knobs}): {best}; step-level breakeven "
             + ", ".join(
                 f"{p}: {_tok(v) + ' tokens' if v is not None else 'none (the step times never cross)'}"
                 for p, v in wi["step_breakeven_tokens"].items()
@@ -167,9 +254,12 @@ def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None =
         lines.append(f"- {e['verdict']}")
     lines += [
         "",
-        "Model per micro-batch: seconds = fixed + per_token x n (OLS on repeat means, HC3 errors, 95 % t "
-        f"intervals; {doc['bootstrap']['resamples']} bootstrap resamples of repeats within each size). "
-        f"x = {doc['x_variable']}. Breakeven per SPEC.md (Fieller interval)."
+        "Model per micro-batch: seconds = fixed + per_token x n (+ per-step cost on micro-batch 0, + attention's "
+        "quadratic term when sequence lengths are known); where lack of fit rejects the line, a knee model "
+        "(host line + GPU line, or a segmented line) chosen by the data. OLS on every micro-batch with "
+        "leave-one-unit-out (CR3) covariance over independent units (steps), 95 % t intervals; "
+        f"{doc['bootstrap']['resamples']} bootstrap resamples of units. x = {doc['x_variable']}. Breakeven per "
+        "the contract's case table (Fieller interval for lines, bootstrap for knee models; docs/cost-model.md)."
         + (
             f" Sizes below {doc['min_tokens']} tokens excluded (--min-tokens)."
             if doc.get("min_tokens")
@@ -193,6 +283,8 @@ def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None =
             f"**Inputs from {len(machines)} different machines** ({'; '.join(machines)}): a fixed or per-token "
             "difference between precisions measured on different machines is partly the machines'.",
         ]
+    for note in doc.get("notes") or []:
+        lines += ["", f"Note: {note}."]
     lines.append("")
     for e in doc["models"]:
         lines += _entry_section(e, plots.get(entry_stem(e), {}))

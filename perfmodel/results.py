@@ -1,13 +1,25 @@
 """From a micro-batch table to the ``fits.json`` document (docs/contracts.md shape plus extra keys), and back.
 
 ``analyze`` is pure: it fits every (model, phase, precision), compares each low precision with the baseline
-(breakeven, host-stall share), predicts step times and applies what-if knobs, and returns a JSON-ready dict.
-``load_fits`` reads and validates a ``fits.json`` for the report and the dashboard.
+on wall time and on GPU busy time (breakeven, measured crossing, host-stall share), predicts step times and
+applies what-if knobs, and returns a JSON-ready dict. ``load_fits`` reads and validates a ``fits.json``.
 
-Per entry, beyond docs/contracts.md: ``verdict`` (one sentence), ``breakeven`` extras (``tokens_estimate``, ``ci_shape``,
-``ci_excluded``, ``bootstrap_ci``, ``d_fixed_s``/``d_tok_s`` with CIs, ``measured_tokens``), per-precision
-extras (``cov``, ``dof``, bootstrap CIs, ``lack_of_fit``, ``holdout``, size means, ``host_stall`` and
-``memory`` lines), ``host_stall`` details and ``step`` (recommendation and what-if).
+Per entry (one per model, phase, low precision):
+
+- ``fits.<precision>``: the wall line (``fixed_s``, ``per_token_s``, CIs, ``cov``, ``dof``, bootstrap CIs),
+  ``per_step_s`` / ``per_step_ci`` / ``per_step_basis`` (null with ``per_step_reason`` when the data cannot
+  identify a per-step cost), ``attention`` (the quadratic term when sequence lengths are known), ``model``
+  (``line`` | ``knee`` | ``parts`` | null: which model the data chose), ``model_note``, ``knee`` (the knee
+  model: knee tokens and interval, host/left and GPU/right lines), ``lack_of_fit``, ``implausible``,
+  ``holdout``, ``gpu_busy`` (the same for GPU busy time), ``host_stall`` and ``memory`` lines, size means.
+- ``breakeven`` (``basis: wall``) and ``breakeven_gpu_busy`` (``basis: gpu_busy``, "with host overhead
+  removed"; null with ``breakeven_gpu_busy_reason`` without GPU data): ``case`` (docs/contracts.md table plus
+  ``undetermined``), ``tokens``, ``ci``, ``ci_method``, ``ci_reason``, ``extrapolated``, ``model_ok``,
+  ``model``, ``model_reason``, ``crossing`` ([lo, hi] or null) with ``crossing_detail``, and the extras
+  below; ``breakeven.step_breakeven``: the step-level breakeven per global batch with its interval.
+- ``host_stall_share_of_added_fixed`` with ``host_stall`` (bounded ``share_ci`` or null with ``reason``,
+  ``basis``), ``step`` (recommendation, what-if), ``sources`` (which input and column each number came
+  from), ``verdict`` (the headline sentence).
 """
 
 from __future__ import annotations
@@ -15,7 +27,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -24,23 +35,29 @@ import pandas as pd
 
 from perfmodel.bootstrap import percentile_ci
 from perfmodel.breakeven import Breakeven, find_breakeven
+from perfmodel.crossing import Crossing, measured_crossing
 from perfmodel.fit import fit_cost_model
-from perfmodel.hoststall import HostStallShare, host_stall_share
+from perfmodel.fitted import BasisFit, LinearFit, PrecisionFit
+from perfmodel.headline import verdict
+from perfmodel.hoststall import host_stall_share
 from perfmodel.inputs import FitInputs
-from perfmodel.model import LineFit, PrecisionFit
-from perfmodel.paired import PairedBreakeven, paired_breakeven
-from perfmodel.step import (
-    WhatIf,
-    default_global_tokens,
-    recommend,
-    step_breakeven,
-    step_costs,
-    weight_quant_seconds,
-)
+from perfmodel.lof import implausible
+from perfmodel.paired import paired_breakeven
+from perfmodel.steplevel import step_section
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 
+__all__ = [
+    "SCHEMA_VERSION",
+    "analyze",
+    "entries_frame",
+    "entry_stem",
+    "implausible",
+    "load_fits",
+    "validate_fits",
+]
 SCHEMA_VERSION = 1
+ATTENTION_MATTERS = 0.02  # share of a typical micro-batch's time above which the quadratic term "matters"
 
 
 def _num(x: Any) -> Any:
@@ -51,6 +68,8 @@ def _num(x: Any) -> Any:
         return [_num(v) for v in x]
     if isinstance(x, np.ndarray):
         return _num(x.tolist())
+    if isinstance(x, np.bool_):
+        return bool(x)
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, float | np.floating):
@@ -58,159 +77,196 @@ def _num(x: Any) -> Any:
     return x
 
 
-def _line(fit: LineFit | None) -> dict[str, Any] | None:
+def _line(fit: LinearFit | None) -> dict[str, Any] | None:
     if fit is None:
         return None
+    line = fit.line()
     return {
-        "intercept": fit.intercept,
-        "slope": fit.slope,
-        "intercept_ci": fit.ci("intercept"),
-        "slope_ci": fit.ci("slope"),
-        "r2": fit.r2,
-        "n_points": fit.n_points,
-        "cov": fit.cov,
+        "intercept": line.intercept,
+        "slope": line.slope,
+        "intercept_ci": line.ci("intercept"),
+        "slope_ci": line.ci("slope"),
+        "r2": line.r2,
+        "n_points": line.n_points,
+        "cov": line.cov,
     }
 
 
-def implausible(
-    fixed_s: float, fixed_ci: Sequence[float], per_token_s: float, per_token_ci: Sequence[float]
-) -> list[str]:
-    """Coefficients no machine can have: a fixed or per-token cost below zero with its whole 95 % interval.
+def _attention(b: BasisFit, f: PrecisionFit) -> dict[str, Any] | None:
+    d = f.design
+    if not b.line.has("per_sq_token"):
+        why = d.dropped.get("per_sq_token")
+        return None if why is None or "not known" in why else {"per_sq_token_s": None, "note": why}
+    c, (lo, hi) = b.line.coef("per_sq_token"), b.line.ci("per_sq_token")
+    ref = d.seq_len_ref or 0.0
+    typical = float(np.median(f.size_mean_tokens)) if f.size_mean_tokens else float(np.median(d.tokens))
+    share = c * ref * typical / max(b.line2().intercept + b.line2().slope * typical, 1e-30)
+    significant = lo > 0 or hi < 0
+    matters = bool(significant and abs(share) > ATTENTION_MATTERS)
+    note = (
+        f"attention's quadratic cost is {share:.1%} of a typical micro-batch ({typical:,.0f} tokens, effective "
+        f"sequence length {ref:,.0f})"
+        + (
+            "; it matters: the per-token cost is given without it"
+            if matters
+            else "; too small to matter here"
+        )
+        + ("" if significant else " (not significant)")
+    )
+    line2 = b.line2()
+    return {
+        "per_sq_token_s": c,
+        "per_sq_token_ci": (lo, hi),
+        "seq_len_ref_tokens": ref,
+        "per_token_eff_s": line2.slope,
+        "cov_eff": line2.cov,
+        "share_of_typical": share,
+        "matters": matters,
+        "note": note,
+    }
 
-    The line is then an artefact of the sizes measured (timings that bend, a size range too narrow, noise);
-    the breakeven built on it is not to be trusted."""
-    out = []
-    if fixed_ci[1] < 0:
-        out.append(
-            f"fixed cost {fixed_s * 1e3:.3g} ms per micro-batch is below zero (95 % CI up to {fixed_ci[1] * 1e3:.3g} ms): "
-            "the timings are not a straight line down to zero tokens; measure more, smaller sizes or fit above "
-            "the bend (--min-tokens)"
-        )
-    if per_token_ci[1] < 0:
-        out.append(
-            f"per-token cost {per_token_s * 1e6:.3g} us is below zero (95 % CI up to {per_token_ci[1] * 1e6:.3g} us): "
-            "larger micro-batches measured faster; check that the inputs are one model, precision and phase"
-        )
+
+def _knee(b: BasisFit) -> dict[str, Any] | None:
+    k = b.knee
+    if k is None:
+        return None
+    out = {"kind": k.kind, **k.curve.as_dict(), "chosen": b.model == k.kind}
+    out["knee_ci"] = percentile_ci(np.asarray(k.boot.knee, float)) if k.boot is not None else None
+    out["lack_of_fit"] = asdict(b.knee_lack_of_fit) if b.knee_lack_of_fit else None
+    if k.kind == "parts":
+        out["gpu_busy_slope_s"] = k.anchor_slope_s
+        out["lines"] = "left: host (launch-bound) line; right: GPU-bound wall (slope from GPU busy time)"
+    else:
+        out["lines"] = "left and right segments of wall time"
     return out
 
 
-def precision_entry(f: PrecisionFit) -> dict[str, Any]:
-    """One ``fits[precision]`` object of fits.json."""
-    boot = f.boot
-    fixed_ci, per_token_ci = f.time.ci("intercept"), f.time.ci("slope")
+def basis_entry(b: BasisFit) -> dict[str, Any]:
+    """The line, per-step cost, chosen model and knee of one basis (wall or GPU busy) of one precision."""
+    line = b.line.line()
+    fixed_ci, per_token_ci = line.ci("intercept"), line.ci("slope")
+    ps = b.per_step()
     return {
-        "implausible": implausible(f.fixed_s, fixed_ci, f.per_token_s, per_token_ci),
-        "fixed_s": f.fixed_s,
-        "per_token_s": f.per_token_s,
+        "implausible": list(b.implausible),
+        "fixed_s": line.intercept,
+        "per_token_s": line.slope,
         "fixed_ci": fixed_ci,
         "per_token_ci": per_token_ci,
-        "r2": f.time.r2,
-        "n_points": f.time.n_points,
+        "r2": line.r2,
+        "n_points": line.n_points,
+        "n_units": b.line.n_units,
+        "dof": b.line.dof,
+        "cov": line.cov,
+        "fixed_boot_ci": b.line.boot_ci("fixed"),
+        "per_token_boot_ci": b.line.boot_ci("per_token"),
+        "residual_sd_s": line.residual_sd,
+        "per_step_s": ps[0] if ps else None,
+        "per_step_ci": ps[1] if ps else None,
+        "per_step_basis": ps[2] if ps else None,
+        "model": b.model,
+        "model_note": b.note or ("the line fits the measured sizes" if b.line_ok else ""),
+        "line_ok": b.line_ok,
+        "lack_of_fit": asdict(b.lack_of_fit) if b.lack_of_fit else None,
+        "knee": _knee(b),
+    }
+
+
+def precision_entry(f: PrecisionFit) -> dict[str, Any]:
+    """One ``fits[precision]`` object of fits.json (the wall basis at the top level, docs/contracts.md's fields)."""
+    d = f.design
+    per_step_reason = None
+    if not any(f.wall.line.has(t) for t in ("per_step", "per_step_spread")):
+        per_step_reason = (
+            f"not identified: {d.dropped.get('per_step', '')}; {d.dropped.get('per_step_spread', '')}"
+        )
+    return {
+        **basis_entry(f.wall),
+        "per_step_reason": per_step_reason,
+        "attention": _attention(f.wall, f),
         "n_microbatches": f.n_microbatches,
-        "dof": f.time.dof,
-        "cov": f.time.cov,
-        "fixed_boot_ci": percentile_ci(boot[:, 0]) if len(boot) else None,
-        "per_token_boot_ci": percentile_ci(boot[:, 1]) if len(boot) else None,
         "bootstrap_unit": f.boot_unit,
-        "residual_sd_s": f.time.residual_sd,
         "sizes": list(f.sizes),
         "size_mean_s": list(f.size_mean_s),
         "size_mean_tokens": list(f.size_mean_tokens),
         "size_count": list(f.size_count),
-        "lack_of_fit": asdict(f.lack_of_fit) if f.lack_of_fit else None,
         "holdout": f.holdout,
+        "gpu_busy": basis_entry(f.busy) if f.busy is not None else None,
+        "busy_size_mean_s": list(f.busy_size_mean_s) if f.busy_size_mean_s else None,
         "host_stall": _line(f.stall),
         "stall_size_mean_s": list(f.stall_size_mean_s) if f.stall_size_mean_s else None,
         "memory": _line(f.memory),
     }
 
 
-def _ms(x: float) -> str:
-    """Seconds per micro-batch in ms (in s from 1000 ms on)."""
-    return f"{x * 1e3:.3g} ms" if abs(x) < 1.0 else f"{x:.3g} s"
+def breakeven_entry(be: Breakeven, crossing: Crossing | None) -> dict[str, Any]:
+    out = {
+        "basis": be.basis,
+        "case": be.case,
+        "tokens": be.tokens,
+        "ci": list(be.ci),
+        "ci_method": be.ci_method,
+        "ci_reason": be.ci_reason,
+        "extrapolated": be.extrapolated,
+        "model_ok": be.model_ok,
+        "model": be.model,
+        "model_reason": be.model_reason,
+        "crossing": list(crossing.tokens) if crossing and crossing.tokens else None,
+        "crossing_detail": crossing.as_dict() if crossing else None,
+    }
+    extras = asdict(be)
+    for k in ("basis", "case", "tokens", "ci", "ci_method", "ci_reason", "extrapolated", "model_ok", "model"):
+        extras.pop(k)
+    return {**out, **extras}
 
 
-def _us(x: float) -> str:
-    """Seconds per token in us/token (in ms/token from 1000 us on)."""
-    return f"{x * 1e6:.3g} us/token" if abs(x) < 1e-3 else f"{x * 1e3:.3g} ms/token"
+def _gpu_busy_reason(base: PrecisionFit, low: PrecisionFit) -> str | None:
+    missing = [f.precision for f in (base, low) if f.busy is None]
+    if not missing:
+        return None
+    return f"no GPU busy time for {', '.join(missing)} (needs a GPU trace: sweep with --trace on a GPU, or ingest)"
 
 
-def _tok(x: float | None) -> str:
-    return "unbounded" if x is None else f"{x:,.0f}"
-
-
-def verdict(
-    model: str,
-    phase: str,
-    low: str,
-    base: str,
-    be: Breakeven,
-    share: HostStallShare,
-    paired: PairedBreakeven | None = None,
-) -> str:
-    """'mxfp8 adds X ms fixed per micro-batch and saves Y us/token; pays off above N* tokens [CI]'."""
-    fixed = f"adds {_ms(be.d_fixed_s)}" if be.d_fixed_s >= 0 else f"removes {_ms(-be.d_fixed_s)}"
-    tok = f"saves {_us(be.d_tok_s)}" if be.d_tok_s >= 0 else f"costs {_us(-be.d_tok_s)} more"
-    head = f"{model}/{phase}: {low} vs {base}: {low} {fixed} fixed per micro-batch and {tok}"
-    ci = f"[95 % CI {_tok(be.ci[0])} to {_tok(be.ci[1])}]"
-    extra = " (extrapolated beyond the measured sizes)" if be.extrapolated else ""
-    tail = {
-        "faster_above": f"; pays off above {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
-        "faster_below": f"; faster only below {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
-        "always_faster": "; faster at every micro-batch size (95 %)",
-        "never_faster": "; never faster at any micro-batch size (95 %)",
-        "indistinguishable": "; neither difference is significant at 95 % (indistinguishable: more repeats or "
-        "sizes would tell)",
-    }[be.case]
-    within = ""
-    if be.case not in ("faster_above", "faster_below") and be.within_measured in ("faster", "slower"):
-        lo, hi = be.measured_tokens
-        within = (
-            f". Within the measured sizes ({lo:,.0f} to {hi:,.0f} tokens) {low} is significantly "
-            f"{be.within_measured} at every size"
-        )
-    stall = ""
-    if share.share is not None and be.case in ("faster_above", "never_faster") and be.d_fixed_s > 0:
-        stall = f". Host stall is {share.share:.0%} of the added fixed cost"
-    pair = ""
-    if paired is not None and paired.case != be.case:
-        n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""
-        pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
-    return head + tail + within + pair + stall + "."
-
-
-def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, baseline: str) -> dict[str, Any]:
-    be = find_breakeven(base, low)
-    paired = paired_breakeven(base, low)
-    share = host_stall_share(base, low)
+def _sources(mb: pd.DataFrame, base: PrecisionFit, low: PrecisionFit) -> dict[str, str | None]:
+    """Which input (and column) each number of an entry came from."""
+    rows = mb[
+        mb["precision"].isin([base.precision, low.precision])
+        & (mb["model"] == base.model)
+        & (mb["phase"] == base.phase)
+    ]
+    where = ", ".join(sorted(rows["input"].astype(str).unique()))
+    ps = low.wall.per_step() or base.wall.per_step()
+    busy = base.busy is not None and low.busy is not None
     return {
-        "model": model,
-        "phase": phase,
-        "baseline": baseline,
+        "wall": f"seconds of {where}",
+        "gpu_busy": f"gpu_busy_seconds of {where}" if busy else None,
+        "host_stall": f"host_stall_seconds of {where}"
+        if low.stall is not None and base.stall is not None
+        else None,
+        "per_step": f"{ps[2]} ({where})" if ps else None,
+        "attention": f"seq_lens of {where}" if low.wall.line.has("per_sq_token") else None,
+        "crossing": "measured mean times per size, both precisions (model-free)",
+        "memory": f"peak_mem_bytes of {where}" if low.memory is not None else None,
+    }
+
+
+def _compare(base: PrecisionFit, low: PrecisionFit, mb: pd.DataFrame) -> dict[str, Any]:
+    be = find_breakeven(base, low)
+    cross = measured_crossing(base, low, "wall")
+    paired = paired_breakeven(base, low) if be.model_ok else None
+    share = host_stall_share(base, low)
+    busy_be = busy_cross = None
+    if base.busy is not None and low.busy is not None:
+        busy_be = find_breakeven(base, low, basis="gpu_busy")
+        busy_cross = measured_crossing(base, low, "gpu_busy")
+    entry = {
+        "model": base.model,
+        "phase": base.phase,
+        "baseline": base.precision,
         "precision": low.precision,
-        "fits": {baseline: precision_entry(base), low.precision: precision_entry(low)},
-        "breakeven": {
-            "case": be.case,
-            "tokens": be.tokens,
-            "ci": list(be.ci),
-            "ci_method": be.ci_method,
-            "ci_reason": be.ci_reason,
-            "extrapolated": be.extrapolated,
-            "tokens_estimate": be.tokens_estimate,
-            "ci_shape": be.ci_shape,
-            "ci_excluded": be.ci_excluded,
-            "bootstrap_ci": be.bootstrap_ci,
-            "bootstrap_reason": be.bootstrap_reason,
-            "measured_tokens": be.measured_tokens,
-            "within_measured": be.within_measured,
-            "diff_at_ends_s": be.diff_at_ends_s,
-            "d_fixed_s": be.d_fixed_s,
-            "d_fixed_ci": be.d_fixed_ci,
-            "d_tok_s": be.d_tok_s,
-            "d_tok_ci": be.d_tok_ci,
-            "dof": be.dof,
-            "paired": asdict(paired) if paired else None,
-        },
+        "fits": {base.precision: precision_entry(base), low.precision: precision_entry(low)},
+        "breakeven": {**breakeven_entry(be, cross), "paired": asdict(paired) if paired else None},
+        "breakeven_gpu_busy": breakeven_entry(busy_be, busy_cross) if busy_be else None,
+        "breakeven_gpu_busy_reason": _gpu_busy_reason(base, low),
         "host_stall_share_of_added_fixed": share.share,
         "host_stall": {
             "share_ci": list(share.ci),
@@ -218,47 +274,12 @@ def _compare(base: PrecisionFit, low: PrecisionFit, model: str, phase: str, base
             "bootstrap_ci": share.bootstrap_ci,
             "d_stall_fixed_s": share.d_stall_fixed_s,
             "reason": share.reason,
+            "basis": share.basis,
         },
-        "verdict": verdict(model, phase, low.precision, baseline, be, share, paired),
+        "sources": _sources(mb, base, low),
     }
-
-
-def _step_section(
-    group: dict[str, PrecisionFit],
-    baseline: str,
-    inputs: FitInputs,
-    global_tokens: int,
-    mem_cap: float | None,
-    knobs: WhatIf,
-) -> dict[str, Any]:
-    sizes = sorted({s for f in group.values() for s in f.sizes})
-    memory = {p: f.memory for p, f in group.items()}
-    costs = step_costs(group, baseline, inputs.other_phases_s)
-    section: dict[str, Any] = {
-        "other_phases_s": inputs.other_phases_s,
-        "recommendation": recommend(costs, memory, global_tokens, sizes, mem_cap),
-        "memory_per_token_bytes": {p: (m.slope if m else None) for p, m in memory.items()},
-    }
-    if knobs.active:
-        wq = {}
-        sources = {}
-        for p, f in group.items():
-            if p != baseline:
-                wq[p], sources[p] = weight_quant_seconds(
-                    group[baseline], f, knobs, inputs.kernels, inputs.kernel_microbatches
-                )
-        adj = step_costs(group, baseline, inputs.other_phases_s, knobs, wq)
-        section["what_if"] = {
-            "knobs": asdict(knobs),
-            "weight_quant_s": wq if knobs.weight_quant == "per_step" else None,
-            "weight_quant_source": sources if knobs.weight_quant == "per_step" else None,
-            "step_breakeven_tokens": {
-                p: step_breakeven(adj[baseline], c, global_tokens) for p, c in adj.items() if p != baseline
-            },
-            "recommendation": recommend(adj, memory, global_tokens, sizes, mem_cap),
-            "costs": {p: asdict(c) for p, c in adj.items()},
-        }
-    return section
+    entry["_parts"] = (be, cross, busy_be, share, paired)
+    return entry
 
 
 def analyze(
@@ -270,20 +291,26 @@ def analyze(
     seed: int = 0,
     global_tokens: int | None = None,
     mem_cap_bytes: float | None = None,
-    knobs: WhatIf | None = None,
+    knobs: Any = None,
 ) -> dict[str, Any]:
     """The fits.json document for validated inputs (see ``perfmodel.inputs.check_fittable``)."""
-    knobs = knobs or WhatIf()
+    from perfmodel.columns import FIT_COLUMNS, conform_microbatches
+    from perfmodel.recommend import default_global_tokens
+
     mb = inputs.microbatches
+    if list(mb.columns) != list(FIT_COLUMNS):
+        mb = conform_microbatches(mb, "table", "table", inputs.notes)
     fits = fit_cost_model(mb, min_tokens=min_tokens, n_boot=n_boot, seed=seed)
     n_global = int(global_tokens) if global_tokens else default_global_tokens(mb)
     entries = []
-    for (model, phase), _ in mb.groupby(["model", "phase"], sort=True):
+    for (model, phase), g in mb.groupby(["model", "phase"], sort=True):
         group = {p: f for (m, ph, p), f in fits.items() if m == model and ph == phase}
-        step = _step_section(group, baseline, inputs, n_global, mem_cap_bytes, knobs)
         for prec in sorted(p for p in group if p != baseline):
-            entry = _compare(group[baseline], group[prec], str(model), str(phase), baseline)
-            entry["step"] = step
+            entry = _compare(group[baseline], group[prec], mb)
+            entry["step"] = step_section(
+                group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs
+            )
+            entry["verdict"] = verdict(entry, *entry.pop("_parts"))
             entries.append(entry)
     return _num(
         {
@@ -293,8 +320,9 @@ def analyze(
             "x_variable": "num_tokens (actual tokens per micro-batch; sizes labelled by tokens_per_microbatch)",
             "min_tokens": min_tokens,
             "global_batch_tokens": n_global,
-            "bootstrap": {"resamples": n_boot, "seed": seed},
+            "bootstrap": {"resamples": n_boot, "seed": seed, "level": 0.95},
             "inputs": [asdict(s) for s in inputs.summaries],
+            "notes": list(dict.fromkeys(inputs.notes)),
         }
     )
 
@@ -348,6 +376,7 @@ def entries_frame(doc: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for e in doc["models"]:
         be = e["breakeven"]
+        gb = e.get("breakeven_gpu_busy") or {}
         rows.append(
             {
                 "model": e["model"],
@@ -357,6 +386,9 @@ def entries_frame(doc: dict[str, Any]) -> pd.DataFrame:
                 "tokens": be["tokens"],
                 "ci_lo": be["ci"][0],
                 "ci_hi": be["ci"][1],
+                "model_ok": be.get("model_ok"),
+                "crossing": be.get("crossing"),
+                "tokens_gpu_busy": gb.get("tokens"),
                 "d_fixed_s": be.get("d_fixed_s"),
                 "d_tok_s": be.get("d_tok_s"),
                 "host_stall_share": e["host_stall_share_of_added_fixed"],

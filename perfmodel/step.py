@@ -2,37 +2,43 @@
 
 A learner step over ``N`` tokens in micro-batches of ``n`` tokens costs::
 
-    step(N, n) = (N / n) * per_microbatch_s + per_step_s + N * per_token_s
+    step(N, n) = (N / n) * mb(n) + per_step_s,    mb(n) = per_microbatch_s + per_token_s * n  (a line)
 
-where ``per_microbatch_s`` is the fitted fixed cost, ``per_token_s`` the fitted slope and ``per_step_s`` the
-phases that do not scale with ``n`` (generate, sync: medians from run directories, or ``--other-phase``).
-Bigger micro-batches amortize the fixed cost, so the fastest allowed size is the largest that fits in
-memory: ``peak_mem_bytes(n) = mem_fixed + mem_per_token * n <= cap`` (the memory line fitted per precision).
+or ``mb(n)`` the fitted knee curve (:class:`perfmodel.model.Curve`) when the data chose one. ``per_step_s``
+is the fitted cost paid once per step (micro-batch 0 / two global batch sizes) plus the phases that do not
+scale with ``n`` (generate, sync: medians from run directories, or ``--other-phase``). Bigger micro-batches
+amortize the fixed cost, so the fastest allowed size is the largest that fits in memory: ``peak_mem_bytes(n)
+= mem_fixed + mem_per_token * n <= cap`` (the memory line fitted per precision).
 
-What-if knobs (``--what-if k=v``), applied to every non-baseline precision:
+What-if knobs (``--what-if k=v``) act on the term that holds the cost, for every non-baseline precision:
 
-- ``fixed_scale=S``: the fixed cost the low precision *adds* over the baseline is multiplied by S
-  (``fixed_low' = fixed_base + S * d_fixed``), so ``n*`` scales by S. The dashboard uses the same rule.
-- ``weight_quant=per_step``: weights are quantized once per step instead of once per micro-batch. With ``q``
-  the weight-quantization seconds per micro-batch, ``step = (N/n) * (fixed - q) + q + N * per_token``.
-  ``q`` comes from, in order: ``weight_quant_s=SECONDS``; the ``quantize`` kernel class of a labelled ingest
-  of that precision (its total quantize time per micro-batch: an upper bound, since it also holds activation
-  and gradient casts); else the sweep's ``d_fixed`` (an upper bound: all added fixed cost taken as weight
-  quantization). The estimate and its source are reported. With both knobs, ``q`` is scaled by S too (it is
-part of the added fixed cost) and never exceeds the adjusted fixed cost.
+- ``fixed_scale=S``: the cost the low precision *adds* over the baseline -- per micro-batch (``d_fixed``)
+  and per step (``d_per_step``) -- is multiplied by S (``fixed_low' = fixed_base + S * d_fixed``), so ``n*``
+  scales by S. The dashboard uses the same rule.
+- ``weight_quant=per_step``: weights are quantized once per step instead of once per micro-batch: ``q``
+  seconds move from the per-micro-batch term to the per-step term. ``q`` comes from, in order:
+  ``weight_quant_s=SECONDS``; when the fit already finds the low precision's added per-step cost (weights
+  cast once per step already, as Transformer Engine does with ``is_first_microbatch``), 0 -- there is nothing
+  left to move; the ``quantize`` kernel class of a labelled ingest of that precision (an upper bound, since it
+  also holds activation and gradient casts); else the sweep's ``d_fixed`` (an upper bound: all added fixed
+  cost taken as weight quantization). The estimate and its source are reported. With both knobs, ``q`` is
+  scaled by S too and never exceeds the adjusted fixed cost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 
-from perfmodel.model import LineFit
+from perfmodel.breakeven_curves import crossing_roots, pick_root
+from perfmodel.model import Curve
 from tracing.outputs.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KNOBS = ("fixed_scale", "weight_quant", "weight_quant_s")
 
@@ -50,16 +56,32 @@ class Line(Protocol):
 
 @dataclass(frozen=True)
 class StepCost:
+    """One precision's step cost. ``curve`` (a knee model), when set, replaces ``per_microbatch_s +
+    per_token_s * n``, shifted down by ``moved_s`` (per-micro-batch cost a what-if moved or removed)."""
+
     precision: str
     per_microbatch_s: float
     per_token_s: float
     per_step_s: float = 0.0
+    curve: Curve | None = None
+    moved_s: float = 0.0
+
+    def microbatch_seconds(self, n: float | np.ndarray) -> np.ndarray:
+        n = np.asarray(n, dtype=float)
+        if self.curve is not None:
+            return self.curve(n) - self.moved_s
+        return self.per_microbatch_s + self.per_token_s * n
 
     def seconds(self, global_tokens: float, n: float | np.ndarray) -> np.ndarray:
         n = np.asarray(n, dtype=float)
-        return (
-            (global_tokens / n) * self.per_microbatch_s + self.per_step_s + global_tokens * self.per_token_s
-        )
+        return (global_tokens / n) * self.microbatch_seconds(n) + self.per_step_s
+
+    def as_curve(self) -> Curve:
+        """The per-micro-batch cost as a curve (a line unless a knee model was fitted)."""
+        if self.curve is None:
+            return Curve.line(self.per_microbatch_s, self.per_token_s)
+        c = self.curve
+        return Curve(c.knee, c.a1 - self.moved_s, c.b1, c.a2 - self.moved_s, c.b2)
 
 
 @dataclass(frozen=True)
@@ -107,8 +129,15 @@ def weight_quant_seconds(
     kernel_microbatches: Mapping[str, int] | None = None,
 ) -> tuple[float, str]:
     """Seconds of weight quantization per micro-batch for ``low`` and where the number comes from."""
+    d_step = float(getattr(low, "per_step_s", 0.0) or 0.0) - float(getattr(base, "per_step_s", 0.0) or 0.0)
     if knobs.weight_quant_s is not None:
         q, source = knobs.weight_quant_s, "given with --what-if weight_quant_s"
+    elif getattr(low, "per_step_significant", False) and d_step > 0:
+        q = 0.0
+        source = (
+            f"the fit already finds {d_step * 1e3:.3g} ms more per step than the baseline (micro-batch 0): "
+            "weights are cast once per step already; nothing left to move"
+        )
     elif (
         kernels is not None
         and "kernel_class" in kernels.columns
@@ -130,98 +159,45 @@ def step_costs(
     other_phases_s: Mapping[str, float] | None = None,
     knobs: WhatIf | None = None,
     weight_quant_s: Mapping[str, float] | None = None,
+    curves: Mapping[str, Curve] | None = None,
 ) -> dict[str, StepCost]:
-    """One StepCost per precision (the baseline is never changed by knobs)."""
+    """One StepCost per precision (the baseline is never changed by knobs). A fit's ``per_step_s`` (when it
+    has one) is part of its per-step cost; ``curves`` gives the knee model of a precision that has one."""
     knobs = knobs or WhatIf()
     other = float(sum((other_phases_s or {}).values()))
+    curves = curves or {}
     base = fits[baseline]
+    base_step = float(getattr(base, "per_step_s", 0.0) or 0.0)
     out = {}
     for prec, f in fits.items():
-        fixed, per_step = f.fixed_s, other
+        fixed, step = f.fixed_s, float(getattr(f, "per_step_s", 0.0) or 0.0)
+        moved = 0.0
         if prec != baseline:
-            fixed = base.fixed_s + knobs.fixed_scale * (f.fixed_s - base.fixed_s)
+            d_fixed = f.fixed_s - base.fixed_s
+            fixed = base.fixed_s + knobs.fixed_scale * d_fixed
+            moved = (1.0 - knobs.fixed_scale) * d_fixed
+            step = base_step + knobs.fixed_scale * (step - base_step)
             if knobs.weight_quant == "per_step":
                 q = min(knobs.fixed_scale * (weight_quant_s or {}).get(prec, 0.0), max(fixed, 0.0))
-                fixed, per_step = fixed - q, per_step + q
-        out[prec] = StepCost(prec, fixed, f.per_token_s, per_step)
+                fixed, step, moved = fixed - q, step + q, moved + q
+        out[prec] = StepCost(prec, fixed, f.per_token_s, step + other, curves.get(prec), moved)
     return out
 
 
 def step_breakeven(base: StepCost, low: StepCost, global_tokens: float) -> float | None:
-    """Micro-batch size where the two step times are equal (None when they never cross at n > 0)."""
-    d_mb = low.per_microbatch_s - base.per_microbatch_s
-    d_rest = (low.per_step_s - base.per_step_s) / global_tokens + (low.per_token_s - base.per_token_s)
-    if d_rest == 0:
-        return None
-    n = -d_mb / d_rest
-    return float(n) if n > 0 else None
-
-
-def max_tokens_under_cap(memory: LineFit | None, cap_bytes: float | None) -> float | None:
-    """Largest n with predicted peak memory <= cap (None: no cap, no memory data, or memory not growing)."""
-    if cap_bytes is None or memory is None or memory.slope <= 0:
-        return None
-    return float((cap_bytes - memory.intercept) / memory.slope)
-
-
-def default_global_tokens(mb: pd.DataFrame) -> int:
-    """Tokens per learner step in the data: median over steps of the summed ``num_tokens`` (sweeps keep it
-    constant); the largest size when steps are not recorded."""
-    if (mb["step"] == 0).all() and (mb["microbatch"] == 0).all():
-        return int(mb["tokens_per_microbatch"].max())
-    cols = ["model", "phase", "precision", "tokens_per_microbatch", "repeat", "step"]
-    per_step = mb.groupby(cols, sort=False)["num_tokens"].sum()
-    if per_step.nunique() > 1 or per_step.max() > mb["tokens_per_microbatch"].max():
-        return int(per_step.median())
-    return int(mb["tokens_per_microbatch"].max())
-
-
-def recommend(
-    costs: Mapping[str, StepCost],
-    memory: Mapping[str, LineFit | None],
-    global_tokens: float,
-    sizes: list[int],
-    cap_bytes: float | None = None,
-) -> dict[str, object]:
-    """Fastest (precision, micro-batch size) for ``global_tokens`` under the memory cap.
-
-    Candidates: the measured sizes up to ``global_tokens``, plus the largest size that fits the cap and
-    ``global_tokens`` itself when allowed. Sizes above the measured range are marked ``extrapolated``.
-    """
-    per_precision = {}
-    for prec, cost in costs.items():
-        n_cap = max_tokens_under_cap(memory.get(prec), cap_bytes)
-        limit = min(global_tokens, n_cap) if n_cap is not None else global_tokens
-        cands = {float(s) for s in sizes if s <= limit} | {float(np.floor(limit))}
-        cands = {c for c in cands if c >= 1}
-        if not cands:
-            per_precision[prec] = {
-                "tokens_per_microbatch": None,
-                "step_seconds": None,
-                "reason": f"memory cap allows {n_cap:.0f} tokens per micro-batch",
-            }
-            continue
-        best = min(cands, key=lambda n: float(cost.seconds(global_tokens, n)))
-        per_precision[prec] = {
-            "tokens_per_microbatch": int(best),
-            "step_seconds": float(cost.seconds(global_tokens, best)),
-            "memory_limit_tokens": n_cap,
-            "extrapolated": bool(best > max(sizes)),
-        }
-    ok = {p: v for p, v in per_precision.items() if v["step_seconds"] is not None}
-    if not ok:
-        return {
-            "precision": None,
-            "tokens_per_microbatch": None,
-            "per_precision": per_precision,
-            "reason": "no precision fits under the memory cap",
-        }
-    best_prec = min(ok, key=lambda p: ok[p]["step_seconds"])
-    return {
-        "global_batch_tokens": int(global_tokens),
-        "mem_cap_bytes": cap_bytes,
-        "precision": best_prec,
-        "tokens_per_microbatch": ok[best_prec]["tokens_per_microbatch"],
-        "step_seconds": ok[best_prec]["step_seconds"],
-        "per_precision": per_precision,
-    }
+    """Micro-batch size where the two step times are equal for a global batch (None when they never cross
+    at n > 0). With a knee curve: the last size where low becomes faster, else the first where it is slower."""
+    d_step = low.per_step_s - base.per_step_s
+    if base.curve is None and low.curve is None:
+        d_mb = low.per_microbatch_s - base.per_microbatch_s
+        d_rest = d_step / global_tokens + (low.per_token_s - base.per_token_s)
+        if d_rest == 0:
+            return None
+        n = -d_mb / d_rest
+        return float(n) if n >= 1 else None  # below one token: the step times do not cross
+    roots, slopes = crossing_roots(low.as_curve().shifted(d_step / global_tokens), base.as_curve())
+    for case in ("faster_above", "faster_below"):
+        r = pick_root(roots, slopes, case)[0]
+        if np.isfinite(r):
+            return float(r)
+    return None

@@ -109,6 +109,7 @@ def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
         stem = plots.plot_stem(e)
         figs = {
             "time vs tokens per micro-batch": ("time_vs_tokens", plots.time_vs_tokens_figure(e)),
+            "GPU busy time vs tokens (host overhead removed)": ("gpu_busy", plots.gpu_busy_figure(e)),
             "host-stall fraction vs tokens": ("host_stall", plots.host_stall_figure(e)),
             "predicted step time": ("step_time", plots.step_time_figure(e, doc["global_batch_tokens"])),
         }
@@ -163,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         store.write_text(render_report(doc, plots), od.path / store.REPORT)
         od.update(models=len(doc["models"]), plots=sorted(p for v in plots.values() for p in v.values()))
     stream = sys.stdout
+    for note in doc.get("notes") or []:
+        print(f"note: {note}", file=sys.stderr)
     for e in doc["models"]:
         print(e["verdict"], file=stream)
     print(f"wrote {args.out / store.FITS} and {args.out / store.REPORT}", file=sys.stderr)

@@ -151,8 +151,9 @@ def test_fieller_and_bootstrap_coverage_over_1000_repetitions() -> None:
     assert 0.85 <= boot <= 0.98  # percentile bootstrap with 4 repeats per size runs a little narrow
 
 
-def test_bootstrap_decides_when_hc3_is_undefined() -> None:
-    # bf16 measured once at 4096 tokens: that point has leverage 1, so HC3 (and Fieller) are undefined.
+def test_a_size_measured_once_leaves_the_case_undetermined_not_indistinguishable() -> None:
+    # bf16 measured once at 4096 tokens: that point has leverage 1 (CR3 undefined), and the resamples that
+    # leave it out cannot fit a line: no interval can be computed, which the case says.
     rows = [("bf16", 256, 0.011 + d) for d in (-1e-4, 0.0, 1e-4)] + [("bf16", 4096, 0.026384)]
     rows += [("mxfp8", n, 0.019 + 2e-6 * n + d) for n in (256, 4096) for d in (-1e-4, 0.0, 1e-4)]
     df = pd.DataFrame(rows, columns=["precision", "tokens_per_microbatch", "seconds"]).assign(
@@ -160,10 +161,25 @@ def test_bootstrap_decides_when_hc3_is_undefined() -> None:
     )
     fits = fit_cost_model(df, n_boot=300)
     assert np.isnan(fits[("m", "update", "bf16")].time.cov).all()
+    assert fits[("m", "update", "bf16")].wall.line.boot_note  # says why there are no replicates
     be = find_breakeven(fits[("m", "update", "bf16")], fits[("m", "update", "mxfp8")])
-    assert be.ci_method == "bootstrap"
-    assert be.case == "faster_above"
-    assert be.ci == be.bootstrap_ci
+    assert be.case == "undetermined"
+    assert be.tokens is None and be.ci == (None, None)
+    assert "no interval can be computed" in be.ci_reason
+    assert be.tokens_estimate == pytest.approx(4500, rel=0.05)  # the point estimate is still given
+
+
+def test_one_measurement_per_size_without_bootstrap_is_undetermined() -> None:
+    x = np.array([256, 4096])
+    df = pd.concat(
+        [
+            pd.DataFrame({"precision": p, "tokens_per_microbatch": x, "seconds": f + t * x})
+            for p, f, t in (("bf16", 0.01, 4e-6), ("mxfp8", 0.019, 2e-6))
+        ]
+    ).assign(model="m", phase="update")
+    fits = fit_cost_model(df, n_boot=0)
+    be = find_breakeven(fits[("m", "update", "bf16")], fits[("m", "update", "mxfp8")])
+    assert be.case == "undetermined" and be.tokens is None
 
 
 @pytest.mark.parametrize(

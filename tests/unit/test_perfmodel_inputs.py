@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from perfmodel.columns import FIT_COLUMNS, sum_sq_lengths
 from perfmodel.inputs import check_fittable, load_inputs, read_csv_table
 from perfmodel.simulate import simulate_sweep
 from tracing.outputs import store
@@ -26,7 +28,8 @@ def _dir(path: Path, kind: str, tables: dict[str, pd.DataFrame]) -> Path:
 
 def test_csv_gets_defaults_for_optional_columns() -> None:
     df = read_csv_table(DATA / "sim_no_stall.csv")
-    assert list(df.columns) == list(MICROBATCH_COLUMNS)
+    assert list(df.columns) == list(FIT_COLUMNS)
+    assert set(MICROBATCH_COLUMNS) <= set(df.columns)
     assert (df["source"] == "csv").all()
     assert df["host_stall_seconds"].isna().all()
     assert (df["num_tokens"] == df["tokens_per_microbatch"]).all()
@@ -39,7 +42,6 @@ def test_csv_gets_defaults_for_optional_columns() -> None:
         ("bad_header_only.csv", "no micro-batch rows"),
         ("bad_nan_seconds.csv", "NaN, infinite or negative 'seconds'"),
         ("bad_negative_seconds.csv", "NaN, infinite or negative 'seconds'"),
-        ("bad_unknown_column.csv", "unknown column(s) gpu_temp"),
         ("bad_unknown_precision.csv", "unknown precision id(s) mxfp4"),
     ],
 )
@@ -48,6 +50,77 @@ def test_bad_csv_is_refused_naming_the_file_and_the_problem(name: str, message: 
         read_csv_table(DATA / name)
     assert name in str(exc.value)
     assert message in str(exc.value)
+
+
+def test_unknown_columns_are_ignored_with_a_note_never_refused() -> None:
+    notes: list[str] = []
+    df = read_csv_table(DATA / "extra_column.csv", notes)
+    assert len(df) > 0 and "gpu_temp" not in df.columns
+    (note,) = notes
+    assert "extra_column.csv" in note and "gpu_temp" in note and "ignored" in note
+    inputs = load_inputs([DATA / "extra_column.csv"])
+    assert inputs.notes == notes
+
+
+def _v2_table() -> pd.DataFrame:
+    """Every column of the v2 micro-batch contract plus the extras fit reads and one it does not."""
+    df = simulate_sweep(
+        global_tokens=[8192, 16384], seq_len=256, seq_len_spread=0.4, repeats=2, sizes=(512, 1024, 2048)
+    )
+    df["source"] = "detected"
+    df["rank"] = pd.array([0, 1] * (len(df) // 2), dtype="Int64")
+    df["trace"] = "traces/rank-0.json.gz"
+    df["mfu"] = 0.4
+    return df
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "plain-parquet"])
+def test_every_v2_column_is_accepted_from_csv_and_parquet(tmp_path: Path, fmt: str) -> None:
+    df = _v2_table()
+    path = tmp_path / f"mb.{fmt.split('-')[-1]}"
+    if fmt == "csv":
+        df.to_csv(path, index=False)  # seq_lens becomes text: "[256, 256]"
+    elif fmt == "parquet":
+        store.write_table(df, path)
+    else:  # written by pandas alone (no mxperf metadata), as another tool would
+        df.to_parquet(path, index=False)
+    inputs = load_inputs([path])
+    mb = inputs.microbatches
+    assert len(mb) == len(df)
+    assert set(mb["source"]) == {"detected"} and mb["rank"].tolist() == df["rank"].tolist()
+    assert mb["global_tokens"].notna().all()
+    expected, bad = sum_sq_lengths(df["seq_lens"])
+    assert bad == 0
+    np.testing.assert_allclose(mb["sum_sq_tokens"].to_numpy(float), expected)
+    assert any("mfu" in n for n in inputs.notes)
+    check_fittable(mb, "bf16")
+
+
+def test_a_gpu_sweeps_own_microbatches_csv_is_read(tmp_path: Path) -> None:
+    # benchmarks/gpu_sweep.py writes exactly the contract's columns, source included
+    df = simulate_sweep(sizes=(512, 1024, 2048), repeats=2)
+    df["gpu_busy_seconds"] = pd.array([None] * len(df), dtype="Float64")
+    path = tmp_path / "microbatches.csv"
+    df[list(MICROBATCH_COLUMNS)].to_csv(path, index=False)
+    mb = load_inputs([path]).microbatches
+    assert len(mb) == len(df) and (mb["source"] == "sweep").all()
+
+
+def test_a_file_that_is_not_parquet_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "mb.parquet"
+    bad.write_text("model,precision\n")
+    with pytest.raises(InputError, match=r"mb\.parquet: not a readable Parquet table"):
+        load_inputs([bad])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("[512, 300]", 512**2 + 300**2), ("512;300", 512**2 + 300**2), ("128", 128**2), ("", np.nan)],
+)
+def test_sequence_lengths_are_read_from_text_or_lists(text: str, expected: float) -> None:
+    got, bad = sum_sq_lengths(pd.Series([text or None, [3, 4]], dtype=object))
+    assert got[1] == 25.0 and bad == 0
+    assert (np.isnan(got[0]) and np.isnan(expected)) or got[0] == expected
 
 
 def test_one_precision_or_one_size_is_not_fittable() -> None:

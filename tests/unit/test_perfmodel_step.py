@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 from perfmodel.fit import fit_cost_model
-from perfmodel.model import predict_step_seconds
+from perfmodel.model import Curve
+from perfmodel.recommend import max_tokens_under_cap, recommend
 from perfmodel.simulate import simulate_sweep
 from perfmodel.step import (
     StepCost,
     WhatIf,
-    max_tokens_under_cap,
     parse_what_if,
-    recommend,
     step_breakeven,
     step_costs,
     weight_quant_seconds,
@@ -28,20 +27,37 @@ def fits():
 
 
 def test_step_time_is_micro_batches_times_fixed_plus_tokens_times_per_token() -> None:
-    fit = {"fixed_s": 0.01, "per_token_s": 1e-6}
-    assert predict_step_seconds(fit, 8192, 1024) == pytest.approx(8 * 0.01 + 8192e-6)
-    assert predict_step_seconds(fit, 8192, 1024, {"generate": 1.0, "sync": 0.5}) == pytest.approx(
-        8 * 0.01 + 8192e-6 + 1.5
-    )
-    np.testing.assert_allclose(
-        predict_step_seconds([fit, fit], 8192, np.array([1024, 2048])),
-        2 * np.array([8 * 0.01, 4 * 0.01]) + 2 * 8192e-6,
-    )
+    cost = StepCost("bf16", 0.01, 1e-6)
+    assert cost.seconds(8192, 1024) == pytest.approx(8 * 0.01 + 8192e-6)
+    with_other = step_costs({"bf16": cost_line(0.01, 1e-6)}, "bf16", {"generate": 1.0, "sync": 0.5})["bf16"]
+    assert with_other.seconds(8192, 1024) == pytest.approx(8 * 0.01 + 8192e-6 + 1.5)
+    np.testing.assert_allclose(cost.seconds(8192, np.array([1024, 2048])), np.array([8, 4]) * 0.01 + 8192e-6)
+
+
+def test_a_fitted_per_step_cost_is_paid_once_per_step() -> None:
+    line = cost_line(0.01, 1e-6, per_step_s=0.05)
+    cost = step_costs({"bf16": line}, "bf16")["bf16"]
+    assert cost.seconds(8192, 1024) == pytest.approx(8 * 0.01 + 8192e-6 + 0.05)
+
+
+def test_a_knee_curve_replaces_the_line_in_the_step_time() -> None:
+    curve = Curve.line(0.01, 1e-6)
+    knee = Curve(np.asarray(2000.0), np.asarray(0.02), np.asarray(0.0), np.asarray(0.012), np.asarray(4e-6))
+    cost = StepCost("bf16", 0.0, 0.0, 0.0, knee)
+    assert cost.seconds(8192, 1024) == pytest.approx(8 * 0.02)  # host-bound: flat 20 ms per micro-batch
+    assert cost.seconds(8192, 4096) == pytest.approx(2 * (0.012 + 4e-6 * 4096))
+    assert StepCost("bf16", 0.0, 0.0, 0.0, curve).seconds(100, 10) == pytest.approx(10 * (0.01 + 1e-5))
+
+
+def cost_line(fixed: float, per_token: float, per_step_s: float = 0.0):
+    from perfmodel.steplevel import StepLine
+
+    return StepLine("bf16", fixed, per_token, per_step_s)
 
 
 def test_recommendation_takes_the_largest_size_under_the_memory_cap(fits) -> None:
     costs = step_costs(fits, "bf16")
-    mem = {p: f.memory for p, f in fits.items()}
+    mem = {p: f.memory.line() for p, f in fits.items()}
     cap = 5e7 + 4096.0 * 3000  # memory line of the simulation: 50 MB + 4 KiB per token
     rec = recommend(costs, mem, 65536, list(fits["bf16"].sizes), cap)
     assert rec["per_precision"]["bf16"]["tokens_per_microbatch"] == 3000
@@ -55,7 +71,7 @@ def test_recommendation_takes_the_largest_size_under_the_memory_cap(fits) -> Non
 
 def test_no_memory_line_means_no_cap(fits) -> None:
     assert max_tokens_under_cap(None, 1e9) is None
-    assert max_tokens_under_cap(fits["bf16"].memory, None) is None
+    assert max_tokens_under_cap(fits["bf16"].memory.line(), None) is None
 
 
 def test_fixed_scale_scales_the_added_fixed_cost_and_the_breakeven(fits) -> None:
@@ -77,6 +93,40 @@ def test_weight_quant_per_step_moves_fixed_cost_out_of_the_micro_batch(fits) -> 
     n = 1024
     before = StepCost("mxfp8", fits["mxfp8"].fixed_s, fits["mxfp8"].per_token_s).seconds(65536, n)
     assert costs["mxfp8"].seconds(65536, n) == pytest.approx(before - 64 * 0.004 + 0.004)
+
+
+def test_weight_quant_is_not_moved_twice_when_the_fit_finds_it_per_step_already() -> None:
+    from perfmodel.steplevel import StepLine
+
+    base = StepLine("bf16", 0.010, 4e-6, 0.0)
+    low = StepLine("mxfp8", 0.013, 2e-6, 0.03, per_step_significant=True)
+    q, source = weight_quant_seconds(base, low, WhatIf(weight_quant="per_step"))
+    assert q == 0.0 and "already" in source
+    costs = step_costs(
+        {"bf16": base, "mxfp8": low},
+        "bf16",
+        knobs=WhatIf(weight_quant="per_step"),
+        weight_quant_s={"mxfp8": q},
+    )
+    assert costs["mxfp8"].per_microbatch_s == pytest.approx(0.013) and costs[
+        "mxfp8"
+    ].per_step_s == pytest.approx(0.03)
+
+
+def test_fixed_scale_also_scales_the_added_per_step_cost() -> None:
+    from perfmodel.steplevel import StepLine
+
+    lines = {"bf16": StepLine("bf16", 0.010, 4e-6, 0.002), "mxfp8": StepLine("mxfp8", 0.013, 2e-6, 0.032)}
+    costs = step_costs(lines, "bf16", knobs=WhatIf(fixed_scale=0.5))
+    assert costs["mxfp8"].per_step_s == pytest.approx(0.002 + 0.5 * 0.03)
+    assert costs["mxfp8"].per_microbatch_s == pytest.approx(0.010 + 0.5 * 0.003)
+
+
+def test_step_breakeven_includes_the_per_step_cost_difference() -> None:
+    base, low = StepCost("bf16", 0.010, 4e-6), StepCost("mxfp8", 0.013, 2e-6, 0.03)
+    n = step_breakeven(base, low, 65536)
+    assert n == pytest.approx(0.003 / (2e-6 - 0.03 / 65536))
+    assert step_breakeven(base, low, 8192) is None  # the per-step cost outweighs the saving: never crosses
 
 
 def test_weight_quant_defaults_to_the_sweep_difference_as_an_upper_bound(fits) -> None:

@@ -144,8 +144,11 @@ def write_table(
     return path
 
 
-def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -> pd.DataFrame:
-    """Read a table mxperf wrote; a missing, corrupt or newer-schema file raises InputError naming it."""
+def read_table(
+    path: str | os.PathLike[str], columns: list[str] | None = None, *, foreign: bool = False
+) -> pd.DataFrame:
+    """Read a table mxperf wrote; a missing, corrupt or newer-schema file raises InputError naming it.
+    ``foreign=True``: a table any tool wrote (a user's own Parquet): no ``schema_version`` needed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -159,8 +162,9 @@ def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet table ({exc})") from None
     if version is None:
-        raise InputError(f"{path}: no schema_version in the Parquet metadata; not written by mxperf")
-    if int(version) > SCHEMA_VERSION:
+        if not foreign:
+            raise InputError(f"{path}: no schema_version in the Parquet metadata; not written by mxperf")
+    elif int(version) > SCHEMA_VERSION:
         raise InputError(
             f"{path}: schema_version {int(version)} is newer than this mxperf ({SCHEMA_VERSION})"
         )

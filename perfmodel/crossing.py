@@ -1,0 +1,154 @@
+"""The measured crossing: between which two measured sizes does the low precision become faster (or slower)?
+
+Model-free: at each size both precisions measured, the difference of mean micro-batch time (low - base) over
+independent units (steps), paired by repeat when both have the same repeats at that size (a sweep runs
+precisions back to back, so shared drift cancels), Welch otherwise, with its two-sided t test. The crossing
+is the pair of adjacent sizes between which the difference changes sign; a size whose difference is within
+noise (p >= 0.05) has no known sign, so the crossing spans it (the last size significantly one way to the
+first significantly the other). ``significant``: both ends significant; false when only the point estimates
+change sign; null when there are too few units for a test. It is reported always: it is the
+answer when no model fits, and a check on the model's n* when one does. The fitted per-step cost (a cost on
+micro-batch 0, or one seen across global batch sizes) is taken out of each unit's mean first, so the
+crossing is comparable to the micro-batch n*. Dynamic batching (no size grid): sizes are token bins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from perfmodel.fit import per_step_share
+from perfmodel.fitted import BasisFit, PrecisionFit
+
+ALPHA = 0.05
+_BINS = 6
+
+
+@dataclass(frozen=True)
+class Crossing:
+    tokens: tuple[float, float] | None  # adjacent measured sizes bracketing the sign change
+    significant: bool | None
+    direction: str | None  # "faster_above" (low becomes faster above) | "faster_below"
+    n_sign_changes: int
+    sizes: list[float] = field(default_factory=list)
+    diff_s: list[float] = field(default_factory=list)  # mean low - base per size
+    p_values: list[float | None] = field(default_factory=list)
+    paired: bool = False
+    grouping: str = "size"
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _unit_values(fit: PrecisionFit, basis: BasisFit, response: str) -> pd.DataFrame:
+    d = fit.design
+    resp = d.responses[response]
+    cnt = resp.unit_count
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = resp.unit_total / cnt - per_step_share(d, basis.line, response)
+    ok = cnt > 0
+    return pd.DataFrame(
+        {"label": d.unit_label[ok], "repeat": d.unit_repeat[ok], "tokens": d.unit_tokens[ok], "y": mean[ok]}
+    )
+
+
+def _binned(base: pd.DataFrame, low: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    pooled = np.concatenate([base["tokens"], low["tokens"]])
+    edges = np.unique(np.quantile(pooled, np.linspace(0, 1, _BINS + 1)))
+    for df in (base, low):
+        df["label"] = np.digitize(df["tokens"], edges[1:-1])
+    return base, low
+
+
+def _test(b: pd.DataFrame, lo: pd.DataFrame, paired: bool) -> tuple[float, float | None]:
+    if paired:
+        m = lo.groupby("repeat")["y"].mean() - b.groupby("repeat")["y"].mean()
+        m = m.dropna()
+        diff = float(m.mean())
+        if len(m) < 2 or m.std(ddof=1) == 0:
+            return diff, None
+        t = diff / (m.std(ddof=1) / np.sqrt(len(m)))
+        return diff, float(2 * stats.t.sf(abs(t), len(m) - 1))
+    diff = float(lo["y"].mean() - b["y"].mean())
+    if len(b) < 2 or len(lo) < 2:
+        return diff, None
+    res = stats.ttest_ind(lo["y"], b["y"], equal_var=False)
+    return diff, (float(res.pvalue) if np.isfinite(res.pvalue) else None)
+
+
+def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall") -> Crossing | None:
+    """The crossing on ``basis`` (``wall`` | ``gpu_busy``); None when that basis was not fitted for both."""
+    response = "seconds" if basis == "wall" else "gpu_busy_seconds"
+    fb, fl = (base.wall, low.wall) if basis == "wall" else (base.busy, low.busy)
+    if fb is None or fl is None:
+        return None
+    vb, vl = _unit_values(base, fb, response), _unit_values(low, fl, response)
+    grouping = "size"
+    if (vb["label"] < 0).any() or (vl["label"] < 0).any():
+        vb, vl = _binned(vb, vl)
+        grouping = "token bins"
+    common = sorted(set(vb["label"]) & set(vl["label"]))
+    if len(common) < 2:
+        return Crossing(None, None, None, 0, grouping=grouping, note="fewer than two sizes measured in both")
+    rows = []
+    all_paired = True
+    for s in common:
+        b, lo = vb[vb["label"] == s], vl[vl["label"] == s]
+        shared = set(b["repeat"]) & set(lo["repeat"])
+        paired = (
+            grouping == "size"
+            and len(shared) >= 2
+            and len(shared) == b["repeat"].nunique() == lo["repeat"].nunique()
+        )
+        all_paired &= paired
+        diff, p = _test(b, lo, paired)
+        size = float(s) if grouping == "size" else float(pd.concat([b, lo])["tokens"].mean())
+        rows.append((size, diff, p))
+    sizes, diffs, ps = (list(v) for v in zip(*rows, strict=True))
+    known = [0 if p is not None and p >= ALPHA else int(np.sign(d)) for d, p in zip(diffs, ps, strict=True)]
+    flips = _flips(known)
+    significant: bool | None = True
+    if not flips:  # no change between significant sizes: fall back to the point estimates' signs
+        flips = _flips([int(np.sign(d)) for d in diffs])
+        significant = False if flips else None
+    if any(p is None for p in ps):
+        significant = None if significant else significant
+    if not flips:
+        side = "slower" if diffs[0] > 0 else "faster"
+        return Crossing(
+            None,
+            None,
+            None,
+            0,
+            sizes,
+            diffs,
+            ps,
+            all_paired,
+            grouping,
+            f"low is {side} at every measured size",
+        )
+    i, j = flips[0]
+    note = ""
+    if j > i + 1:
+        note = "the difference is within noise at the size(s) in between, so the crossing spans them"
+    if len(flips) > 1:
+        note = "; ".join(
+            x
+            for x in (note, f"the measured difference changes sign {len(flips)} times: the first is reported")
+            if x
+        )
+    direction = "faster_above" if diffs[i] > 0 else "faster_below"
+    return Crossing(
+        (sizes[i], sizes[j]), significant, direction, len(flips), sizes, diffs, ps, all_paired, grouping, note
+    )
+
+
+def _flips(signs: list[int]) -> list[tuple[int, int]]:
+    """(i, j): consecutive nonzero signs of opposite sign (zeros -- not significant -- in between skipped)."""
+    nz = [i for i, s in enumerate(signs) if s != 0]
+    return [(a, b) for a, b in pairwise(nz) if signs[a] != signs[b]]

@@ -1,0 +1,233 @@
+"""One (model, phase, precision) group as the fits see it: independent units, regressors, sufficient sums.
+
+**Units** (what the bootstrap resamples and the covariance clusters on): micro-batches of one step share that
+step's noise, so the unit is the step -- rows with the same (input, trace, repeat, step, rank). When a step
+holds micro-batches of several sizes (dynamic batching: its micro-batch indices are distinct) it stays one
+unit; when the key repeats across sizes without being a step (a CSV with ``repeat`` but no ``step``), the
+size label is added. With no repeat structure at all (one unit per size), single micro-batches are the units
+and ``unit_kind`` says so. **Strata**: units nested in size labels with >= 2 units per label are resampled
+within their label, so every size stays in every replicate (a designed experiment).
+
+**Regressors** (a column is used only when the data identify it; ``dropped`` says why not)::
+
+    seconds = fixed + per_token * n [+ per_step * first] [+ per_step_spread * n / N] [+ per_sq_token * sum L^2]
+
+``first`` = micro-batch 0 of its step (where a cost paid once per step lands, e.g. a weight cast cached
+across micro-batches), ``N`` = ``global_tokens`` (two global batch sizes identify a per-step cost wherever
+it lands), ``sum L^2`` = sum of squared sequence lengths (attention's quadratic cost).
+
+**Sums**: rows collapse to cells (unit x distinct regressor row, a "pattern"); per response, sparse
+(unit x pattern) matrices of counts and totals plus per-unit sums of squares are all any fit needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+UNIT_STEP = "step"
+UNIT_REPEAT = "repeat within size"
+UNIT_ROW = "micro-batch (no repeat or step structure: micro-batches taken as independent)"
+RESPONSES = {
+    "seconds": "seconds",
+    "gpu_busy_seconds": "gpu_busy_seconds",
+    "host_stall_seconds": "host_stall_seconds",
+    "peak_mem_bytes": "peak_mem_bytes",
+}
+GPU_SIDE = "gpu_side_seconds"  # seconds - host_stall_seconds: wall time if the host never made the GPU wait
+_MIN_UNEXPLAINED = 1e-6  # a candidate regressor needs this share of its variance not explained by the others
+
+
+@dataclass(frozen=True, eq=False)
+class Response:
+    count: sparse.csr_matrix  # (units x patterns) rows with a finite value
+    total: sparse.csr_matrix  # (units x patterns) sum of the values
+    sumsq: np.ndarray  # (units,) sum of squared values
+    n_rows: int
+    pattern_count: np.ndarray = field(init=False)  # (patterns,) the margins, computed once
+    pattern_total: np.ndarray = field(init=False)
+    unit_count: np.ndarray = field(init=False)  # (units,)
+    unit_total: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name, mat, axis in (
+            ("pattern_count", self.count, 0),
+            ("pattern_total", self.total, 0),
+            ("unit_count", self.count, 1),
+            ("unit_total", self.total, 1),
+        ):
+            object.__setattr__(self, name, np.asarray(mat.sum(axis=axis)).ravel())
+
+    def unit_mean(self) -> np.ndarray:
+        """(units,) mean value of each unit's rows (NaN for a unit without this response)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.unit_count > 0, self.unit_total / self.unit_count, np.nan)
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    names: tuple[str, ...]  # regressor names: "fixed", "per_token", then identified extras
+    x: np.ndarray  # (patterns, regressors)
+    tokens: np.ndarray  # (patterns,) n of each pattern
+    responses: dict[str, Response]
+    n_units: int
+    unit_kind: str
+    unit_label: np.ndarray  # (units,) size label, -1 when a unit holds several
+    unit_tokens: np.ndarray  # (units,) mean tokens per micro-batch
+    unit_repeat: np.ndarray  # (units,) repeat of the unit's rows (pairing key with the label)
+    strata: np.ndarray | None  # (units,) stratum index, or None for unstratified resampling
+    n_rows: int
+    dropped: dict[str, str] = field(default_factory=dict)
+    seq_len_ref: float | None = None  # median sum(L^2)/n: the effective sequence length (tokens)
+
+    @property
+    def p(self) -> int:
+        return len(self.names)
+
+    def has(self, response: str, min_share: float = 0.0) -> bool:
+        r = self.responses.get(response)
+        return r is not None and r.n_rows > min_share * self.n_rows and r.n_rows > 0
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in df.columns:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _units(df: pd.DataFrame, label: np.ndarray) -> tuple[np.ndarray, str]:
+    keys = [c for c in ("input", "trace", "repeat", "step", "rank") if c in df.columns]
+    frame = df[keys].astype(object).fillna("").astype(str).assign(_label=label, _mb=_col(df, "microbatch"))
+    base = frame.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    labels_per_base = frame.groupby(base)["_label"].nunique()
+    if (labels_per_base == 1).all():
+        unit, kind = base, UNIT_STEP
+    elif not frame.assign(_b=base).duplicated(["_b", "_mb"]).any():
+        unit, kind = base, UNIT_STEP  # one step, micro-batches of several sizes
+    else:
+        unit = frame.assign(_b=base).groupby(["_b", "_label"], sort=False).ngroup().to_numpy()
+        kind = UNIT_REPEAT
+    per_label = pd.Series(unit).groupby(label).nunique()
+    if (per_label == 1).all() and len(df) > per_label.sum():
+        return np.arange(len(df)), UNIT_ROW
+    return unit, kind
+
+
+def _strata(unit: np.ndarray, label: np.ndarray, n_units: int) -> np.ndarray | None:
+    lab = pd.Series(label).groupby(unit).agg(["nunique", "first"])
+    if (lab["nunique"] > 1).any():
+        return None
+    per = lab["first"].value_counts()
+    if (per < 2).any():
+        return None
+    return np.unique(lab["first"].to_numpy(), return_inverse=True)[1].reshape(n_units)
+
+
+def _unexplained(x: np.ndarray, w: np.ndarray, col: np.ndarray) -> float:
+    """Share of ``col``'s weighted variance not explained by the columns of ``x``."""
+    sw = np.sqrt(w)
+    beta, *_ = np.linalg.lstsq(x * sw[:, None], col * sw, rcond=None)
+    resid = (col - x @ beta) * sw
+    centered = (col - np.average(col, weights=w)) * sw
+    ss = float(centered @ centered)
+    return float(resid @ resid) / ss if ss > 0 else 0.0
+
+
+def _regressors(df: pd.DataFrame, n: np.ndarray) -> tuple[list[str], list[np.ndarray], dict[str, str]]:
+    names, cols, dropped = ["fixed", "per_token"], [np.ones_like(n), n], {}
+    candidates: list[tuple[str, np.ndarray | None, str]] = []
+    mb = _col(df, "microbatch")
+    first = (mb == 0).astype(float)
+    candidates.append(
+        (
+            "per_step",
+            first,
+            "every micro-batch is the first of its step (no micro-batch index, or one per step)",
+        )
+    )
+    g = _col(df, "global_tokens")
+    spread = n / g if np.isfinite(g).all() and len(np.unique(g)) >= 2 else None
+    candidates.append(("per_step_spread", spread, "needs global_tokens with >= 2 global batch sizes"))
+    s2 = _col(df, "sum_sq_tokens")
+    candidates.append(("per_sq_token", s2 if np.isfinite(s2).all() else None, "sequence lengths not known"))
+    for name, col, why in candidates:
+        if col is None or len(np.unique(col)) < 2:
+            dropped[name] = why
+            continue
+        scale = np.abs(col).max() or 1.0
+        if _unexplained(np.stack(cols, axis=1), np.ones_like(n), col / scale) < _MIN_UNEXPLAINED:
+            dropped[name] = (
+                "sequence lengths are constant: attention's quadratic cost is part of the per-token cost"
+                if name == "per_sq_token"
+                else "not separable from the other terms in these data"
+            )
+            continue
+        names.append(name)
+        cols.append(col)
+    return names, cols, dropped
+
+
+def _response(unit: np.ndarray, pattern: np.ndarray, values: np.ndarray, g: int, p: int) -> Response:
+    ok = np.isfinite(values)
+    v = np.where(ok, values, 0.0)
+    count = sparse.csr_matrix((ok.astype(float), (unit, pattern)), shape=(g, p))
+    total = sparse.csr_matrix((v, (unit, pattern)), shape=(g, p))
+    count.sum_duplicates()
+    total.sum_duplicates()
+    return Response(count, total, np.bincount(unit, weights=v * v, minlength=g), int(ok.sum()))
+
+
+def build_design(df: pd.DataFrame, x_col: str = "num_tokens") -> Design:
+    """The design of one (model, phase, precision) table (``perfmodel.columns.FIT_COLUMNS`` rows)."""
+    label = df["tokens_per_microbatch"].to_numpy(dtype=np.int64)
+    n = _col(df, x_col)
+    n = np.where(np.isfinite(n) & (n > 0), n, label.astype(float))
+    unit_raw, kind = _units(df, label)
+    _, unit = np.unique(unit_raw, return_inverse=True)
+    g = int(unit.max()) + 1
+    names, cols, dropped = _regressors(df, n)
+    x_rows = np.stack(cols, axis=1)
+    x, pattern = np.unique(x_rows, axis=0, return_inverse=True)
+    pattern = pattern.reshape(-1)
+    values = {name: _col(df, col) for name, col in RESPONSES.items()}
+    values[GPU_SIDE] = values["seconds"] - values["host_stall_seconds"]
+    responses = {
+        name: _response(unit, pattern, v, g, len(x)) for name, v in values.items() if np.isfinite(v).any()
+    }
+    per_unit = pd.DataFrame({"u": unit, "label": label, "n": n, "repeat": _col(df, "repeat")}).groupby("u")
+    labels = per_unit["label"].agg(lambda s: s.iloc[0] if s.nunique() == 1 else -1).to_numpy(dtype=np.int64)
+    s2 = _col(df, "sum_sq_tokens")
+    ref = float(np.median(s2 / n)) if np.isfinite(s2).all() else None
+    return Design(
+        names=tuple(names),
+        x=x,
+        tokens=x[:, 1].copy(),
+        responses=responses,
+        n_units=g,
+        unit_kind=kind,
+        unit_label=labels,
+        unit_tokens=per_unit["n"].mean().to_numpy(),
+        unit_repeat=per_unit["repeat"].first().to_numpy(),
+        strata=_strata(unit, label, g),
+        n_rows=len(df),
+        dropped=dropped,
+        seq_len_ref=ref,
+    )
+
+
+def restrict(design: Design, keep_units: np.ndarray) -> Design:
+    """The same design with only ``keep_units`` (a boolean mask over units) carrying data."""
+    keep = sparse.diags(keep_units.astype(float))
+    responses = {
+        name: Response(
+            sparse.csr_matrix(keep @ r.count),
+            sparse.csr_matrix(keep @ r.total),
+            r.sumsq * keep_units,
+            int((keep @ r.count).sum()),
+        )
+        for name, r in design.responses.items()
+    }
+    return replace(design, responses=responses)

@@ -1,0 +1,139 @@
+"""The headline of one comparison: one paragraph that never states a number the data cannot support.
+
+Order: what the low precision adds and saves; n* with its interval -- or why there is none (the model is
+rejected and no knee model fits: the misfit is named; no interval can be computed: ``undetermined``); the
+measured crossing (model-free); the breakeven with host overhead removed (GPU busy time); the per-step cost
+difference; the host-stall share. Each clause says where its number came from when that is not the line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfmodel.breakeven import Breakeven
+from perfmodel.crossing import Crossing
+from perfmodel.hoststall import HostStallShare
+from perfmodel.paired import PairedBreakeven
+
+
+def _ms(x: float) -> str:
+    """Seconds per micro-batch in ms (in s from 1000 ms on)."""
+    return f"{x * 1e3:.3g} ms" if abs(x) < 1.0 else f"{x:.3g} s"
+
+
+def _us(x: float) -> str:
+    """Seconds per token in us/token (in ms/token from 1000 us on)."""
+    return f"{x * 1e6:.3g} us/token" if abs(x) < 1e-3 else f"{x * 1e3:.3g} ms/token"
+
+
+def _tok(x: float | None) -> str:
+    return "unbounded" if x is None else f"{x:,.0f}"
+
+
+def _ci(ci: tuple | list | None) -> str:
+    lo, hi = [*list(ci or []), None, None][:2]
+    return f"[95 % CI {_tok(lo)} to {_tok(hi)}]"
+
+
+def _costs(be: Breakeven, low: str) -> str:
+    fixed = f"adds {_ms(be.d_fixed_s)}" if be.d_fixed_s >= 0 else f"removes {_ms(-be.d_fixed_s)}"
+    tok = f"saves {_us(be.d_tok_s)}" if be.d_tok_s >= 0 else f"costs {_us(-be.d_tok_s)} more"
+    if be.model in (None, "line") or be.model_ok:
+        return f"{low} {fixed} fixed per micro-batch and {tok}"
+    return f"{low} {fixed} per micro-batch at small sizes and {tok} once GPU-bound ({be.model} model)"
+
+
+def _case(be: Breakeven, cross: Crossing | None) -> str:
+    ci = _ci(be.ci)
+    extra = " (extrapolated beyond the measured sizes)" if be.extrapolated else ""
+    if be.case == "undetermined":
+        est = f" (point estimate {_tok(be.tokens_estimate)} tokens)" if be.tokens_estimate is not None else ""
+        return f"; undetermined{est}: {be.ci_reason}"
+    if be.model is None:  # the line is rejected and no knee model fits: n* withheld
+        return f"; n* withheld: {be.model_reason or 'no model fits'}"
+    rejected = (
+        ""
+        if be.model_ok
+        else f"; the straight line is rejected ({be.model_reason}), so n* is the {be.model} model's"
+    )
+    tail = {
+        "faster_above": f"; pays off above {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
+        "faster_below": f"; faster only below {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
+        "always_faster": "; faster at every micro-batch size (95 %)",
+        "never_faster": "; never faster at any micro-batch size (95 %)",
+        "indistinguishable": "; neither difference is significant at 95 % (indistinguishable: more repeats or "
+        "sizes would tell)",
+    }[be.case]
+    within = ""
+    if be.case not in ("faster_above", "faster_below") and be.within_measured in ("faster", "slower"):
+        lo, hi = be.measured_tokens
+        within = f"; within the measured sizes ({lo:,.0f} to {hi:,.0f} tokens) it is significantly {be.within_measured} at every size"
+    return tail + rejected + within
+
+
+def _crossing(cross: Crossing | None, low: str) -> str:
+    if cross is None or not cross.sizes:
+        return ""
+    if cross.tokens is None:
+        return f". Measured: {cross.note}".replace("low is", f"{low} is")
+    lo, hi = cross.tokens
+    way = "faster" if cross.direction == "faster_above" else "slower"
+    sig = "significant" if cross.significant else "not significant: the difference at one end is within noise"
+    return f". Measured: {low} becomes {way} between {lo:,.0f} and {hi:,.0f} tokens ({sig})"
+
+
+def _gpu_busy(be: Breakeven | None) -> str:
+    if be is None:
+        return ""
+    if be.case == "undetermined" or be.model is None:
+        return (
+            ". With host overhead removed (GPU busy time): no n* ("
+            + (be.ci_reason or be.model_reason or "")
+            + ")"
+        )
+    words = {
+        "faster_above": f"pays off above {_tok(be.tokens)} tokens {_ci(be.ci)}",
+        "faster_below": f"faster only below {_tok(be.tokens)} tokens {_ci(be.ci)}",
+        "always_faster": "faster at every size",
+        "never_faster": "never faster",
+        "indistinguishable": "indistinguishable",
+    }[be.case]
+    return f". With host overhead removed (GPU busy time): {words}"
+
+
+def _per_step(entry: dict[str, Any], low: str) -> str:
+    step = entry.get("step") or {}
+    d, ci = step.get("per_step_difference_s"), step.get("per_step_difference_ci")
+    if not ci or d is None or not (ci[0] > 0 or ci[1] < 0):
+        return ""
+    word = "more" if d > 0 else "less"
+    return (
+        f". {low} also pays {_ms(abs(d))} {word} once per step ({entry['fits'][low].get('per_step_basis')})"
+    )
+
+
+def _stall(share: HostStallShare, be: Breakeven) -> str:
+    if share.share is None or share.ci[0] is None or be.d_fixed_s <= 0:
+        return ""
+    lo, hi = share.ci
+    where = "" if share.basis == "fitted intercepts" else f", {share.basis}"
+    return f". Host stall is {share.share:.0%} [{lo:.0%} to {hi:.0%}] of the added fixed cost{where}"
+
+
+def verdict(
+    entry: dict[str, Any],
+    be: Breakeven,
+    cross: Crossing | None,
+    busy: Breakeven | None,
+    share: HostStallShare,
+    paired: PairedBreakeven | None = None,
+) -> str:
+    """'mxfp8 adds X ms fixed per micro-batch and saves Y us/token; pays off above N* tokens [CI]. ...'."""
+    low, base = entry["precision"], entry["baseline"]
+    head = f"{entry['model']}/{entry['phase']}: {low} vs {base}: {_costs(be, low)}"
+    pair = ""
+    if paired is not None and paired.case != be.case:
+        n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""
+        pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
+    text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + pair + _stall(share, be)
+    return text + "."

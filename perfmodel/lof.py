@@ -1,0 +1,143 @@
+"""Is a fitted model rejected by the data? Lack of fit, impossible coefficients, hold-out error.
+
+Lack of fit compares, size by size, how far the model misses the mean time with how much independent units
+(steps) at that size scatter. With units as the observations (their mean residuals), the classical
+pure-error F test: ``F = [sum_s m_s r_s^2 / (S - p)] / [sum_u (r_u - r_s)^2 / (G - S)]`` (S sizes, G units,
+p model parameters, a knee counting one). Without repeats at any size, an added squared-size term is tested
+instead (CR3 t test). A model is flagged only when the misfit is significant (p < 0.01) *and* large enough to
+matter (some size's mean off the model by > 3 %): with thousands of micro-batches any curvature is
+"significant". Dynamic batching (no size grid): sizes are grouped into token bins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from perfmodel.design import Design
+from perfmodel.linear import fit_response
+from perfmodel.model import LackOfFit
+
+LOF_ALPHA = 0.01
+LOF_MIN_REL_DEV = 0.03
+_MAX_BINS = 8
+
+
+def _groups(design: Design, ok: np.ndarray) -> np.ndarray:
+    """A size group per unit: its label, or (dynamic batching) a quantile bin of its mean tokens."""
+    if (design.unit_label[ok] >= 0).all():
+        return design.unit_label
+    n_bins = int(min(_MAX_BINS, max(2, ok.sum() // 3)))
+    edges = np.unique(np.quantile(design.unit_tokens[ok], np.linspace(0, 1, n_bins + 1)))
+    return np.digitize(design.unit_tokens, edges[1:-1])
+
+
+def _curvature_p(design: Design, response: str) -> float | None:
+    """p-value of an added (standardized) squared-size term, CR3 t test; None when it cannot be tested."""
+    n = design.tokens
+    z = (n - n.mean()) / (n.std() or 1.0)
+    x = np.column_stack([design.x, z * z])
+    fit = fit_response(x, (*design.names, "curvature"), design.responses[response])
+    if fit is None or not fit.has("curvature") or not np.isfinite(fit.cov).all() or fit.dof < 1:
+        return None
+    se = fit.se("curvature")
+    if not se > 0:
+        return None
+    return float(2 * stats.t.sf(abs(fit.coef("curvature")) / se, fit.dof))
+
+
+def lack_of_fit(
+    design: Design, response: str, unit_resid: np.ndarray, unit_fitted: np.ndarray, n_params: int
+) -> LackOfFit | None:
+    """Test a fitted model against the sizes (None when there are too few sizes to test anything)."""
+    ok = np.isfinite(unit_resid) & np.isfinite(unit_fitted)
+    group = _groups(design, ok)
+    frame = pd.DataFrame(
+        {"g": group[ok], "r": unit_resid[ok], "f": unit_fitted[ok], "n": design.unit_tokens[ok]}
+    )
+    by = frame.groupby("g", sort=True)
+    r_s, f_s, m_s = by["r"].mean(), by["f"].mean(), by["r"].size()
+    n_s = by["n"].mean()
+    sizes, units = len(r_s), int(ok.sum())
+    if sizes < n_params + 1:
+        return None
+    rel = (r_s / f_s).to_numpy()
+    worst = int(np.argmax(np.abs(rel)))
+    p: float | None
+    if units > sizes:
+        ss_lof = float((m_s * r_s * r_s).sum())
+        ss_pe = float(((frame["r"] - frame["g"].map(r_s)) ** 2).sum())
+        df_lof, df_pe = sizes - n_params, units - sizes
+        if ss_pe > 0:
+            p = float(stats.f.sf((ss_lof / df_lof) / (ss_pe / df_pe), df_lof, df_pe))
+        else:
+            p = 0.0 if ss_lof > 0 else 1.0
+        test = "pure_error_F"
+    else:
+        test, p = "quadratic", (_curvature_p(design, response) if n_params <= 2 else None)
+    rel_dev = float(np.abs(rel[worst]))
+    flag = p is not None and p < LOF_ALPHA and rel_dev > LOF_MIN_REL_DEV
+    small_above = bool(np.all(rel[: max(1, sizes // 3)] > 0))
+    worst_size = round(float(n_s.iloc[worst]))
+    if not flag:
+        note = "the model fits the measured sizes"
+    elif small_above:
+        note = (
+            f"small micro-batches take longer than the line predicts (worst {rel_dev:.1%} at {worst_size:,} "
+            "tokens): the host (launch-bound) or an under-filled GPU sets their time"
+        )
+    else:
+        note = f"the model misses the mean time by {rel_dev:.1%} at {worst_size:,} tokens"
+    return LackOfFit(flag, test, p, rel_dev, worst_size, small_above, None, note)
+
+
+def implausible(
+    fixed_s: float, fixed_ci: Sequence[float], per_token_s: float, per_token_ci: Sequence[float]
+) -> list[str]:
+    """Coefficients no machine can have: a fixed or per-token cost below zero with its whole 95 % interval.
+
+    The line is then an artefact of the sizes measured (timings that bend, a size range too narrow, noise);
+    the breakeven built on it is not to be trusted."""
+    out = []
+    if np.isfinite(fixed_ci[1]) and fixed_ci[1] < 0:
+        out.append(
+            f"fixed cost {fixed_s * 1e3:.3g} ms per micro-batch is below zero (95 % CI up to {fixed_ci[1] * 1e3:.3g} ms): "
+            "the timings are not a straight line down to zero tokens (a knee, or too narrow a size range)"
+        )
+    if np.isfinite(per_token_ci[1]) and per_token_ci[1] < 0:
+        out.append(
+            f"per-token cost {per_token_s * 1e6:.3g} us is below zero (95 % CI up to {per_token_ci[1] * 1e6:.3g} us): "
+            "larger micro-batches measured faster; check that the inputs are one model, precision and phase"
+        )
+    return out
+
+
+def holdout_mape(design: Design, response: str, held: np.ndarray, pattern_fitted: np.ndarray) -> float:
+    """Mean absolute percentage error of the mean time at the ``held`` sizes, predicted by a model refitted
+    without them (``pattern_fitted``: its prediction for every regressor pattern)."""
+    resp = design.responses[response]
+    cnt = resp.unit_count
+    tot = resp.unit_total
+    pred = np.asarray(resp.count @ pattern_fitted).ravel()
+    errs = []
+    for s in held:
+        sel = (design.unit_label == s) & (cnt > 0)
+        errs.append(abs(pred[sel].sum() - tot[sel].sum()) / tot[sel].sum())
+    return float(np.mean(errs))
+
+
+def holdout_splits(design: Design) -> dict[str, np.ndarray]:
+    """Sizes to hold out: every other inner size (interpolation, >= 4 sizes), the largest (extrapolation,
+    >= 3 sizes). None of them for dynamic batching (no size grid)."""
+    if (design.unit_label < 0).any():
+        return {}
+    sizes = np.unique(design.unit_label)
+    out = {}
+    if len(sizes) >= 4:
+        out["interpolation"] = sizes[1:-1:2]
+    if len(sizes) >= 3:
+        out["extrapolation"] = sizes[-1:]
+    return out

@@ -1,0 +1,140 @@
+"""The recommendation for a global batch: fastest (precision, micro-batch size) under a memory cap, and the
+step-level breakeven per global batch with its interval.
+
+The recommendation uses each precision's chosen model (a line, or the knee curve); when a precision has no
+model that fits (or implausible coefficients), it is withheld with the reason -- the same gate as the
+micro-batch n*. The step-level breakeven for a global batch ``N`` solves ``step_low(N, n) = step_base(N, n)``,
+``(N / n) * (mb_low(n) - mb_base(n)) + d_per_step = 0``: a per-step cost moves the micro-batch n* by
+``d_per_step / N`` per token. Its interval: the same root on every bootstrap replicate (curves and per-step
+costs drawn together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.bootstrap import percentile_ci
+from perfmodel.breakeven_curves import replicate_roots
+from perfmodel.fitted import BasisFit
+from perfmodel.model import LEVEL, LineFit
+from perfmodel.step import StepCost, step_breakeven
+
+
+def max_tokens_under_cap(memory: LineFit | None, cap_bytes: float | None) -> float | None:
+    """Largest n with predicted peak memory <= cap (None: no cap, no memory data, or memory not growing)."""
+    if cap_bytes is None or memory is None or memory.slope <= 0:
+        return None
+    return float((cap_bytes - memory.intercept) / memory.slope)
+
+
+def global_batches(mb: pd.DataFrame) -> list[int]:
+    """The global batch sizes (tokens per step) the data were measured at: ``global_tokens`` when recorded."""
+    if "global_tokens" in mb.columns and mb["global_tokens"].notna().any():
+        return sorted({int(v) for v in pd.to_numeric(mb["global_tokens"], errors="coerce").dropna()})
+    return [default_global_tokens(mb)]
+
+
+def default_global_tokens(mb: pd.DataFrame) -> int:
+    """Tokens per learner step in the data: the median ``global_tokens`` when recorded, else the median over
+    steps of the summed ``num_tokens`` (sweeps keep it constant); the largest size when steps are not
+    recorded."""
+    if "global_tokens" in mb.columns and mb["global_tokens"].notna().any():
+        return int(pd.to_numeric(mb["global_tokens"], errors="coerce").median())
+    if (mb["step"] == 0).all() and (mb["microbatch"] == 0).all():
+        return int(mb["tokens_per_microbatch"].max())
+    cols = ["model", "phase", "precision", "tokens_per_microbatch", "repeat", "step"]
+    per_step = mb.groupby(cols, sort=False)["num_tokens"].sum()
+    if per_step.nunique() > 1 or per_step.max() > mb["tokens_per_microbatch"].max():
+        return int(per_step.median())
+    return int(mb["tokens_per_microbatch"].max())
+
+
+def recommend(
+    costs: Mapping[str, StepCost],
+    memory: Mapping[str, LineFit | None],
+    global_tokens: float,
+    sizes: list[int],
+    cap_bytes: float | None = None,
+    withheld: Mapping[str, str] | None = None,
+) -> dict[str, object]:
+    """Fastest (precision, micro-batch size) for ``global_tokens`` under the memory cap.
+
+    Candidates: the measured sizes up to ``global_tokens``, plus the largest size that fits the cap and
+    ``global_tokens`` itself when allowed. Sizes above the measured range are marked ``extrapolated``.
+    ``withheld``: precision -> why its model cannot be used (no model fits, implausible coefficients); then
+    no recommendation is made, and ``reason`` says why.
+    """
+    if withheld:
+        return {
+            "global_batch_tokens": int(global_tokens),
+            "mem_cap_bytes": cap_bytes,
+            "precision": None,
+            "tokens_per_microbatch": None,
+            "step_seconds": None,
+            "per_precision": {},
+            "reason": "withheld: " + "; ".join(f"{p}: {why}" for p, why in withheld.items()),
+        }
+    per_precision = {}
+    for prec, cost in costs.items():
+        n_cap = max_tokens_under_cap(memory.get(prec), cap_bytes)
+        limit = min(global_tokens, n_cap) if n_cap is not None else global_tokens
+        cands = {float(s) for s in sizes if s <= limit} | {float(np.floor(limit))}
+        cands = {c for c in cands if c >= 1}
+        if not cands:
+            per_precision[prec] = {
+                "tokens_per_microbatch": None,
+                "step_seconds": None,
+                "reason": f"memory cap allows {n_cap:.0f} tokens per micro-batch",
+            }
+            continue
+        best = min(cands, key=lambda n: float(cost.seconds(global_tokens, n)))
+        per_precision[prec] = {
+            "tokens_per_microbatch": int(best),
+            "step_seconds": float(cost.seconds(global_tokens, best)),
+            "memory_limit_tokens": n_cap,
+            "extrapolated": bool(best > max(sizes)),
+        }
+    ok = {p: v for p, v in per_precision.items() if v["step_seconds"] is not None}
+    if not ok:
+        return {
+            "precision": None,
+            "tokens_per_microbatch": None,
+            "per_precision": per_precision,
+            "reason": "no precision fits under the memory cap",
+        }
+    best_prec = min(ok, key=lambda p: ok[p]["step_seconds"])
+    return {
+        "global_batch_tokens": int(global_tokens),
+        "mem_cap_bytes": cap_bytes,
+        "precision": best_prec,
+        "tokens_per_microbatch": ok[best_prec]["tokens_per_microbatch"],
+        "step_seconds": ok[best_prec]["step_seconds"],
+        "per_precision": per_precision,
+    }
+
+
+def step_breakeven_interval(
+    base: BasisFit,
+    low: BasisFit,
+    base_cost: StepCost,
+    low_cost: StepCost,
+    global_tokens: float,
+    level: float = LEVEL,
+) -> dict[str, object]:
+    """Step-level breakeven for one global batch: tokens (None when the step times never cross) and the
+    bootstrap interval of the same root (null ends where unbounded; None without replicates)."""
+    n = step_breakeven(base_cost, low_cost, global_tokens)
+    out: dict[str, object] = {"global_batch_tokens": int(global_tokens), "tokens": n, "ci": None}
+    bb, bl = base.boot_curve(), low.boot_curve()
+    if n is None or bb is None or bl is None:
+        return out
+    dp = low.per_step_boot() - base.per_step_boot()
+    above = float(low_cost.seconds(global_tokens, n * 1.01) - base_cost.seconds(global_tokens, n * 1.01))
+    case = "faster_above" if above < 0 else "faster_below"
+    r = replicate_roots(bl.shifted(dp / global_tokens), bb, case)
+    lo, hi = percentile_ci(r, level)
+    out["ci"] = [float(lo) if np.isfinite(lo) else None, float(hi) if np.isfinite(hi) else None]
+    return out
