@@ -74,6 +74,11 @@ class Job:
     ``steps[i]`` lists step i's update micro-batches: an int T (packed ``[1, T]`` indices) or (B, S)
     (padded ``[B, S]``). ``logprob`` adds a forward-only logprob phase before each update with the same
     micro-batches. ``framework``: ``verl-fsdp`` | ``verl-megatron`` (Kineto) | ``nemo-rl`` (nsys).
+    ``minibatches`` splits each step's micro-batches into that many optimizer steps (verl
+    ``ppo_mini_batch_size``). ``explicit_ranges``: "" (none, as verl's workers and Megatron), ``verl``
+    (newer verl engines: ``micro_batch<i>`` record_function ranges) or ``mxperf`` (``update/microbatch[...]``
+    with attributes). ``schedule="1f1b"`` interleaves forwards and backwards as a pipeline-parallel stage
+    does (micro-batches cannot be cut; no truth rows). ``device`` defaults to the rank.
     """
 
     framework: str = "verl-fsdp"
@@ -91,6 +96,11 @@ class Job:
     profiler_steps: bool = True  # ProfilerStep#N around each step (Kineto)
     sync_per_microbatch: bool = True  # loss.item() after each backward (verl); NeMo RL syncs in its loss
     base_time_ns: int = 1_700_000_000_000_000_000
+    minibatches: int = 1
+    explicit_ranges: str = ""
+    schedule: str = "sequential"
+    device: int | None = None
+    start_ns: int = 1_000_000  # host clock at the start (colocated processes: overlap them in time)
 
 
 @dataclass
@@ -164,7 +174,7 @@ class _Sim:
         self.mb: TruthRow | None = None
 
     def now(self, tid: int) -> int:
-        return self.clock.setdefault(tid, 1_000_000)
+        return self.clock.setdefault(tid, self.job.start_ns)
 
     def advance(self, tid: int, ns: float) -> int:
         self.clock[tid] = self.now(tid) + int(ns)
@@ -333,15 +343,37 @@ def _backward(sim: _Sim, n: int) -> None:
 def _microbatch(sim: _Sim, phase: str, step: int, index: int, mb: int | tuple[int, int]) -> None:
     n, _ = _tokens(mb)
     sim.mb = TruthRow(phase, step, index, n, -1, 0)
-    f = sim.rank.main_tid
+    f, job = sim.rank.main_tid, sim.job
+    rng = None
+    if job.explicit_ranges == "verl":
+        rng = _range(sim, f"micro_batch{index}")
+    elif job.explicit_ranges == "mxperf" and phase == "update":
+        rng = _range(
+            sim, f"update/microbatch[step={step},microbatch={index},tokens={n},precision={job.precision}]"
+        )
     _forward(sim, f, mb, with_loss=phase == "update")
     if phase == "update":
         _backward(sim, n)
-        if sim.job.sync_per_microbatch and sim.job.framework != "nemo-rl":
+        if job.sync_per_microbatch and job.framework != "nemo-rl":
             sim.sync(f)
+    if rng is not None:
+        sim.close(rng)
     sim.rank.truth.append(sim.mb)
     sim.mb = None
     sim.advance(f, 40 * US)  # Python between micro-batches
+
+
+def _one_f_one_b(sim: _Sim, mbs: Sequence[int | tuple[int, int]]) -> None:
+    """A pipeline stage's 1F1B schedule: two forwards in flight before the first backward."""
+    f = sim.rank.main_tid
+    pending = []
+    for mb in mbs:
+        pending.append(_forward(sim, f, mb, with_loss=True))
+        if len(pending) == 2:
+            _backward(sim, pending.pop(0))
+    for n in pending:
+        _backward(sim, n)
+    sim.sync(f)
 
 
 def _range(sim: _Sim, name: str) -> Host:
@@ -374,14 +406,20 @@ def simulate(job: Job) -> Rank:
             sim.sync(sim.rank.main_tid)  # the log-probs go back to the driver: .cpu() waits for the GPU
             sim.close(r)
         r = _range(sim, names["update"])
-        z = _range(sim, "Optimizer.zero_grad#AdamW.zero_grad")
-        zero = sim.op(sim.rank.main_tid, "aten::zero_")
-        sim.launch(sim.rank.main_tid, "zero", 30 * US, parent=zero)
-        sim.close(zero)
-        sim.close(z)
-        for i, mb in enumerate(mbs):
-            _microbatch(sim, "update", step, i, mb)
-        _optimizer(sim)
+        if job.schedule == "1f1b":
+            _one_f_one_b(sim, mbs)
+            _optimizer(sim)
+        else:
+            size = -(-len(mbs) // job.minibatches)
+            for first in range(0, len(mbs), size):
+                z = _range(sim, "Optimizer.zero_grad#AdamW.zero_grad")
+                zero = sim.op(sim.rank.main_tid, "aten::zero_")
+                sim.launch(sim.rank.main_tid, "zero", 30 * US, parent=zero)
+                sim.close(zero)
+                sim.close(z)
+                for i, mb in enumerate(mbs[first : first + size], start=first):
+                    _microbatch(sim, "update", step, i, mb)
+                _optimizer(sim)
         sim.close(r)
         sim.advance(sim.rank.main_tid, 2_000 * US)  # generation, sync ... (not simulated)
         if ps is not None:
@@ -433,6 +471,7 @@ def _us(ns: int) -> str:
 def write_kineto(rank: Rank, path: str | Path, *, shapes: bool = True, world_size: int = 1) -> Path:
     """A torch.profiler Chrome trace of the rank (ts relative to ``baseTimeNanoseconds``)."""
     job, path = rank.job, Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     parts = []
     for h in rank.host:
         if h.kind == "range":
@@ -453,10 +492,16 @@ def write_kineto(rank: Rank, path: str | Path, *, shapes: bool = True, world_siz
         g = h.gpu
         if g is not None:
             cat = "kernel" if g.kind == "kernel" else "gpu_memcpy"
-            gargs = {"correlation": g.correlation, "External id": h.external, "device": 0, "stream": g.stream}
+            dev = job.rank if job.device is None else job.device
+            gargs = {
+                "correlation": g.correlation,
+                "External id": h.external,
+                "device": dev,
+                "stream": g.stream,
+            }
             if g.kind == "memcpy":
                 gargs["bytes"] = g.nbytes
-            parts.append(_event(cat, g.name, 0, g.stream, g.start, g.end, gargs))
+            parts.append(_event(cat, g.name, dev, g.stream, g.start, g.end, gargs))
     meta = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912}],
@@ -526,6 +571,7 @@ def _shape_text(shapes: list[list[int]]) -> str:
 def write_nsys_sqlite(ranks: Sequence[Rank], path: str | Path, *, emit_nvtx: bool = True) -> Path:
     """An nsys SQLite export holding ``ranks`` (one process each, same session clock)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     con = sqlite3.connect(path)
     for ddl in _NSYS_DDL:
@@ -540,6 +586,7 @@ def write_nsys_sqlite(ranks: Sequence[Rank], path: str | Path, *, emit_nvtx: boo
     for rank in ranks:
         job = rank.job
         gpid = (1 << 48) | (job.pid << 24)
+        dev = job.rank if job.device is None else job.device
         con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, job.pid, "python3"))
         for h in rank.host:
             gtid = gpid | h.tid
@@ -562,10 +609,10 @@ def write_nsys_sqlite(ranks: Sequence[Rank], path: str | Path, *, emit_nvtx: boo
                 g = h.gpu
                 if g is not None and g.kind == "kernel":
                     n = sid(g.name)
-                    kernels.append((g.start, g.end, job.rank, 1, 0, g.stream, g.correlation, gpid, n, n, n))
+                    kernels.append((g.start, g.end, dev, 1, 0, g.stream, g.correlation, gpid, n, n, n))
                 elif g is not None:
                     memcpy.append(
-                        (g.start, g.end, job.rank, 1, 0, g.stream, g.correlation, gpid, g.nbytes, g.copy_kind)
+                        (g.start, g.end, dev, 1, 0, g.stream, g.correlation, gpid, g.nbytes, g.copy_kind)
                     )
     con.executemany(
         "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, ?, ?, ?, 0)",

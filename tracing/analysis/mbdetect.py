@@ -46,6 +46,7 @@ EXPLICIT_NAMES = re.compile(
     r"^(?:update/microbatch|micro_batch\d+|(?:[\w.\-]+/)?train_microbatch(?:_presharded)?)$"
 )
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_LIBRARY = re.compile(r", op_id = |, seq = |^nccl")  # emit_nvtx op ranges, NCCL's own NVTX ranges
 
 
 @dataclass(frozen=True)
@@ -90,47 +91,64 @@ class Finding:
 
 def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region], pd.DataFrame, list[int]]:
     """Detection regions, explicit micro-batch ranges, and the processes to cut as a whole (ranges only
-    from ``emit_nvtx``), from a range table (``attribution.range_frame``)."""
+    from ``emit_nvtx``), from a range table (``attribution.range_frame``).
+
+    Names are matched once per distinct name; only candidate rows are walked (emit_nvtx traces hold one
+    range per op)."""
     if len(ranges) == 0:
         return [], ranges.iloc[0:0], []
-    names = ranges["name"].astype(str)
+    codes, uniq = pd.factorize(ranges["name"].astype(str).to_numpy(object))
     explicit_rx = re.compile(pattern) if pattern else EXPLICIT_NAMES
-    explicit = names.map(lambda n: explicit_rx.fullmatch(n) is not None).to_numpy(bool)
-    phase = ranges["phase"].astype(str).to_numpy()
+    per_name = np.array(
+        [
+            (
+                explicit_rx.fullmatch(n) is not None,
+                _LIBRARY.search(n) is not None,
+                _PROFILER_STEP.fullmatch(n) is not None,
+            )
+            for n in uniq
+        ],
+        bool,
+    ).reshape(len(uniq), 3)
+    explicit, library, is_step = (per_name[codes, k] for k in range(3))
+    phase = ranges["phase"].astype(str).to_numpy(object)
+    pid = ranges["pid"].to_numpy(np.int64)
     in_set = np.isin(phase, MICROBATCH_PHASES) & ~explicit
-    parent = dict(zip(ranges["range_id"].tolist(), ranges["parent_id"].tolist(), strict=True))
-    flagged = dict(zip(ranges["range_id"].tolist(), in_set.tolist(), strict=True))
     regions: list[Region] = []
     fallback: list[int] = []
-    covered: set[int] = set()
-    for r, ok in zip(ranges.itertuples(index=False), in_set, strict=True):
-        if not ok or _has_flagged_ancestor(int(r.range_id), parent, flagged):
-            continue
-        regions.append(_region(r, str(r.phase)))
-        covered.add(int(r.pid))
+    candidates = np.flatnonzero(in_set)
+    if len(candidates):
+        rid = ranges["range_id"].to_numpy(np.int64)
+        parent = dict(zip(rid.tolist(), ranges["parent_id"].to_numpy(np.int64).tolist(), strict=True))
+        flagged = set(rid[in_set].tolist())
+        for k in candidates.tolist():
+            if not _has_flagged_ancestor(int(rid[k]), parent, flagged):
+                regions.append(_region(ranges.iloc[k], str(phase[k])))
+    covered = {r.pid for r in regions}
     # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
-    library = names.str.contains(", op_id = |, seq = |^nccl", regex=True).to_numpy(bool)
     user = ~library & (ranges["domain"].astype(str).str.upper() != "NCCL").to_numpy(bool)
-    for pid in sorted(set(ranges["pid"].tolist()) - covered):
-        mine = (ranges["pid"] == pid).to_numpy(bool)
+    for p in sorted(set(pid.tolist()) - covered):
+        mine = pid == p
         if np.isin(phase[mine], ("generate", "sync")).any() or explicit[mine].any():
             continue  # a sampler / sync process, or one marked with explicit ranges: no fallback
-        steps = mine & names.str.fullmatch(_PROFILER_STEP.pattern).to_numpy(bool)
-        if steps.any():
-            regions += [_region(r, None) for r in ranges[steps].itertuples(index=False)]
+        steps = np.flatnonzero(mine & is_step)
+        if len(steps):
+            regions += [_region(ranges.iloc[k], None) for k in steps.tolist()]
         elif not (mine & user).any():
-            fallback.append(int(pid))  # only op ranges: cut the process as a whole
+            fallback.append(int(p))  # only op ranges: cut the process as a whole
     return regions, ranges[explicit], fallback
 
 
-def _region(r: Any, phase: str | None) -> Region:
-    return Region(int(r.pid), int(r.tid), phase, int(r.start_ns), int(r.end_ns), -1, str(r.name))
+def _region(r: pd.Series, phase: str | None) -> Region:
+    return Region(
+        int(r["pid"]), int(r["tid"]), phase, int(r["start_ns"]), int(r["end_ns"]), -1, str(r["name"])
+    )
 
 
-def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: dict[int, bool]) -> bool:
+def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -> bool:
     p = parent.get(rid, -1)
     while p is not None and p >= 0:
-        if flagged.get(p):
+        if p in flagged:
             return True
         p = parent.get(p, -1)
     return False

@@ -1,0 +1,164 @@
+"""Breakeven from anyone's trace, end to end: ``mxperf ingest`` (no labels) -> ``microbatches.parquet`` ->
+``mxperf fit``, on simulated verl and NeMo RL traces with the truth built in (``tests/synthetic_traces.py``),
+and on mxperf's own traced run."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import synthetic_traces as st
+
+from mxperf.cli import main
+from tracing.outputs import schema, store
+from tracing.outputs.manifest import read_manifest
+
+SIZES = (256, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def _steps(seed: int, n_steps: int = 8, per_step: int = 4) -> tuple[tuple[int, ...], ...]:
+    rng = random.Random(seed)
+    return tuple(tuple(rng.choice(SIZES) for _ in range(per_step)) for _ in range(n_steps))
+
+
+def _json_line(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_fit_over_one_bf16_and_one_mxfp8_ingest_recovers_the_built_in_breakeven(tmp_path, capsys):
+    steps = _steps(5)
+    outs = {}
+    for k, prec in enumerate(("bf16", "mxfp8")):
+        job = st.Job(framework="verl-fsdp", precision=prec, steps=steps, minibatches=2, seed=k)
+        trace = st.write_kineto(st.simulate(job), tmp_path / f"{prec}" / "prof_rank-0.json.gz")
+        outs[prec] = tmp_path / f"ing-{prec}"
+        assert main(["ingest", str(trace), "-o", str(outs[prec]), "--json"]) == 0
+        captured = capsys.readouterr()
+        (entry,) = _json_line(captured.out)["traces"]
+        assert entry["microbatches"] == 2 * 32 and set(entry["phases"]) == {"logprob", "update"}
+        assert "pid 4242 update: 32 micro-batches (detected)" in captured.err
+        (traced,) = read_manifest(outs[prec])["traces"]
+        assert traced["precision_evidence"]["precision"] == prec  # read from the GEMM kernel names
+        assert {n["phase"] for n in traced["microbatch_notes"]} == {"logprob", "update"}
+        mb = store.read_table(outs[prec] / store.MICROBATCHES)
+        assert list(mb.columns[: len(schema.MICROBATCH_COLUMNS)]) == list(schema.MICROBATCH_COLUMNS)
+        assert mb["repeat"].nunique() == len(steps) and set(mb["rank"]) == {0}
+    assert main(["fit", str(outs["bf16"]), str(outs["mxfp8"]), "-o", str(tmp_path / "fit"), "--json"]) == 0
+    capsys.readouterr()
+    doc = json.loads((tmp_path / "fit" / store.FITS).read_text())
+    (update,) = [m for m in doc["models"] if m["phase"] == "update"]
+    truth = st.breakeven_tokens(st.Job(precision="bf16"), st.Job(precision="mxfp8"))
+    be = update["breakeven"]
+    assert be["case"] == "faster_above"
+    assert be["tokens"] == pytest.approx(truth, rel=0.03)
+    lo, hi = be["ci"]
+    assert lo <= truth <= hi
+
+
+def test_nemo_rl_nsys_export_gives_exact_tokens_and_seconds(tmp_path, capsys):
+    steps = ((2048, 1024, (4, 512)), (4096, 512, 512, 768))
+    rank = st.simulate(st.Job(framework="nemo-rl", precision="mxfp8", steps=steps))
+    path = st.write_nsys_sqlite([rank], tmp_path / "dtensor_policy_worker_v2_3:5_4242.sqlite")
+    out = tmp_path / "ing"
+    assert main(["ingest", str(path), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "update: 7 micro-batches (detected)" in err and "logprob: 7 micro-batches (detected)" in err
+    mb = store.read_table(out / store.MICROBATCHES)
+    truth = {(t.phase, t.step, t.microbatch): t for t in rank.truth}
+    assert len(mb) == len(truth)
+    for r in mb.itertuples(index=False):
+        t = truth[(r.phase, r.step, r.microbatch)]
+        assert r.num_tokens == t.tokens and r.precision == "mxfp8"
+        assert abs(r.seconds / t.seconds - 1) < 0.02
+
+
+def test_ambiguous_cuts_are_explained_and_no_table_is_written(tmp_path, capsys):
+    rank = st.simulate(st.Job(steps=((1024, 2048, 512, 1024),), logprob=False, schedule="1f1b"))
+    path = st.write_kineto(rank, tmp_path / "rank-0.json.gz")
+    out = tmp_path / "ing"
+    assert main(["ingest", str(path), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "update: 0 micro-batches" in err and "interleave" in err and "no micro-batches guessed" in err
+    assert not (out / store.MICROBATCHES).exists()
+    (traced,) = read_manifest(out)["traces"]
+    assert traced["microbatches"] == 0 and "interleave" in traced["microbatch_notes"][0]["problems"][0]
+
+
+def test_colocated_processes_share_their_device_only_when_asked(tmp_path, capsys):
+    learner = st.simulate(st.Job(steps=((2048, 1024),), logprob=False, pid=100, device=0))
+    sampler = st.simulate(
+        st.Job(steps=((512,) * 6,), logprob=False, pid=200, device=0, start_ns=3_000_000, seed=3)
+    )
+    a = st.write_kineto(learner, tmp_path / "learner.json.gz")
+    b = st.write_kineto(sampler, tmp_path / "sampler.json.gz")
+    for flag, processes in (([], 1), (["--colocated"], 2)):
+        out = tmp_path / f"ing{len(flag)}"
+        assert main(["ingest", str(a), str(b), "-o", str(out), *flag]) == 0
+        dev = store.read_table(out / store.DEVICES)
+        assert (dev["device_processes"] == processes).all()
+        if processes == 1:
+            assert (dev["device_busy_ns"] == dev["busy_ns"]).all()
+        else:
+            assert (dev["device_busy_ns"] > dev["busy_ns"]).all()
+            assert (dev["device_host_stall_ns"] <= dev["host_stall_ns"]).all()
+    capsys.readouterr()
+
+
+def _traced_run(run: Path) -> None:
+    """mxperf's own capture path on a tiny torch model: RangeLog(encode_attrs=True) + Capture(record_shapes)."""
+    torch = pytest.importorskip("torch")
+    from tracing.capture.profiler import Capture, CaptureConfig
+    from tracing.capture.ranges import RangeLog
+    from tracing.outputs.manifest import OutputDir
+
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(97, 32), torch.nn.Linear(32, 97)
+    log = RangeLog(emit_nvtx=False, encode_attrs=True)
+    with OutputDir(run, kind="run", config={"model": "tiny", "tokens_per_microbatch": 64}) as od:
+        with Capture(od.path, CaptureConfig(wait=0, warmup=1, active=2, record_shapes=True), rank=0) as cap:
+            for step in range(3):
+                with log.range("update", step=step, precision="bf16"):
+                    for i, n in enumerate((64, 48)):
+                        ids = torch.randint(0, 97, (1, n))
+                        with log.range(
+                            "update/microbatch", step=step, microbatch=i, tokens=n, precision="bf16"
+                        ):
+                            head(emb(ids)).logsumexp(-1).mean().backward()
+                cap.step()
+        store.write_table(log.to_frame(), od.path / store.RANGES)
+
+
+def test_own_traced_run_without_labels_gives_the_micro_batch_table_of_its_range_log(tmp_path, capsys):
+    run = tmp_path / "run"
+    _traced_run(run)
+    trace = next((run / store.TRACE_DIR).glob("rank-*.json.gz"))
+    keys = ["phase", "step", "microbatch", "num_tokens", "tokens_per_microbatch", "precision", "source"]
+    tables = {}
+    for name, target in (("log", run), ("trace", trace)):
+        assert main(["ingest", str(target), "-o", str(tmp_path / name)]) == 0
+        mb = store.read_table(tmp_path / name / store.MICROBATCHES)
+        tables[name] = mb[mb["phase"] == "update"].sort_values(["step", "microbatch"], ignore_index=True)
+    capsys.readouterr()
+    log, traced = tables["log"], tables["trace"]
+    log = log[log["step"] >= 1].reset_index(drop=True)  # the profiler warms up on step 0
+    assert len(log) == 4 and log[keys].equals(traced[keys])
+    assert set(log["source"]) == {"range"} and log["num_tokens"].tolist() == [64, 48, 64, 48]
+    assert (abs(traced["seconds"] - log["seconds"]) < 0.1 * log["seconds"] + 2e-3).all()  # two clocks
+
+
+@pytest.mark.slow
+def test_mxperf_run_trace_ingested_without_labels_matches_its_range_log(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["run", "--model", "tiny-dense", "--steps", "2", "--pretrain-steps", "0", "--threads", "1"]
+    assert main([*args, "--trace", "-o", str(run)]) == 0
+    trace = next((run / store.TRACE_DIR).glob("rank-*.json.gz"))
+    keys = ["step", "microbatch", "num_tokens", "precision", "source"]
+    tables = {}
+    for name, target in (("log", run), ("trace", trace)):
+        assert main(["ingest", str(target), "-o", str(tmp_path / name)]) == 0
+        mb = store.read_table(tmp_path / name / store.MICROBATCHES)
+        tables[name] = mb[mb["phase"] == "update"].sort_values(["step", "microbatch"], ignore_index=True)
+    capsys.readouterr()
+    assert len(tables["log"]) >= 2 and tables["log"][keys].equals(tables["trace"][keys])
