@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.device import resolve_device
     from pipeline.experiments.session import build_tokenizer
     from pipeline.model.presets import get_preset
-    from pipeline.model.pretrain import PretrainConfig, warm_start
+    from pipeline.model.pretrain import PretrainConfig, progress_lines, warm_start
     from pipeline.model.task import AdditionTask
     from tracing.outputs.errors import InputError
 
@@ -36,12 +36,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = PretrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    every = max(1, args.steps // 10)
-
-    def progress(step: int, loss: float) -> None:
-        if step % every == 0 or step == args.steps - 1:
-            print(f"step {step}: loss {loss:.4f}", file=sys.stderr)
-
+    progress = progress_lines(args.steps, lambda m: print(m, file=sys.stderr, flush=True))
     _, meta = warm_start(preset, task, build_tokenizer(task), cfg, progress=progress, device=device)
     where = "cached" if meta.get("cached") else "trained"
     print(

@@ -62,15 +62,18 @@ def manifest_fields(config: CaptureConfig | None) -> dict[str, object]:
 
 @contextlib.contextmanager
 def capture_trace(
-    out_dir: str | os.PathLike[str], config: CaptureConfig | None, companions: Sequence[Companion] = ()
+    out_dir: str | os.PathLike[str],
+    config: CaptureConfig | None,
+    companions: Sequence[Companion] = (),
+    log: Callable[[str], None] | None = None,
 ) -> Iterator[Callable[[], None]]:
     """Profile the block into ``out_dir/trace/``; yields ``step()`` to call after each RL step.
 
     ``config=None``: no profiling, and ``step()`` does nothing. ``companions``: profilers in other processes
-    (the vLLM sampler) started and stopped with the traced steps.
+    (the vLLM sampler) started and stopped with the traced steps. ``log``: progress lines (trace writing).
     """
     if config is None:
         yield lambda: None
         return
-    with Capture(out_dir, config, rank=0, companions=companions) as cap:
+    with Capture(out_dir, config, rank=0, companions=companions, log=log) as cap:
         yield cap.step

@@ -28,6 +28,7 @@ import pandas as pd
 
 from pipeline.experiments.loop import CHECK_POLICIES, RLLoop, evaluate_pairing
 from pipeline.experiments.session import RunConfig, Session
+from pipeline.model.pretrain import progress_lines
 from tracing.capture.profiler import CaptureConfig
 from tracing.capture.ranges import RangeLog
 from tracing.outputs import store
@@ -93,7 +94,8 @@ def execute_run(
             # A sampler in its own process (vLLM) is traced by its own profiler, bracketed with the run's.
             own_process = trace is not None and cfg.sampler_engine == "vllm"
             sampler_dir = od.path / store.TRACE_DIR / store.SAMPLER_TRACE_DIR if own_process else None
-            session = Session(cfg, ranges=ranges, sampler_profile_dir=sampler_dir)
+            progress = progress_lines(cfg.pretrain_steps, log)  # the first warm start is long and silent
+            session = Session(cfg, ranges=ranges, sampler_profile_dir=sampler_dir, progress=progress)
             loop = None
             try:  # from here on the sampler (maybe a process of its own) is closed however the run ends
                 session.tokenizer.save(od.path)
@@ -108,7 +110,7 @@ def execute_run(
                 checks.extend(loop.initial_sync())
                 evals.append(eval_fixed_batch(session, "initial", loop.version))
                 companions = [session.sampler] if sampler_dir is not None else []
-                with capture_trace(od.path, trace, companions=companions) as traced_step:
+                with capture_trace(od.path, trace, companions=companions, log=log) as traced_step:
                     for step in range(cfg.steps):
                         result = loop.step(step)
                         traced_step()

@@ -57,7 +57,7 @@ def execute_sweep(
 
         @contextmanager
         def capture() -> Iterator[Callable[[], None]]:
-            with capture_trace(od.path, window) as step:
+            with capture_trace(od.path, window, log=log) as step:
                 yield step
 
         table = od.path / store.MICROBATCHES

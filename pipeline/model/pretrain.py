@@ -48,6 +48,22 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mxperf")
 
 
+def progress_lines(total_steps: int, log: Callable[[str], None]) -> Callable[[int, float], None]:
+    """A ``warm_start`` progress callback that says what the first, uncached warm start is doing (it runs
+    for a minute or more on a CPU with nothing else printed) in about ten lines."""
+    every = max(1, total_steps // 10)
+
+    def progress(step: int, loss: float) -> None:
+        if step == 0:
+            log(
+                f"warm start: {total_steps} supervised steps, the first time only (then cached in {cache_root()})"
+            )
+        if (step + 1) % every == 0 or step + 1 == total_steps:
+            log(f"warm start: step {step + 1}/{total_steps}, loss {loss:.4f}")
+
+    return progress
+
+
 def config_hash(
     preset: ModelPreset,
     task: AdditionTask,

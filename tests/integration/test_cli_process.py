@@ -165,3 +165,28 @@ def test_mxperfs_own_trace_alone_needs_no_precision_label(tmp_path: Path, capsys
     mb = store.read_table(out / store.MICROBATCHES)
     assert len(mb) == 2 and set(mb["precision"]) == {"mxfp8"} and set(mb["model"]) == {"tiny-dense"}
     assert read_manifest(out)["status"] == "complete"
+
+
+def test_the_first_warm_start_and_trace_writing_say_what_they_are_doing(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    torch = pytest.importorskip("torch")
+    from tracing.capture.profiler import Capture, CaptureConfig
+
+    monkeypatch.setenv("MXPERF_CACHE", str(tmp_path / "cache"))
+    assert main(["pretrain", "--steps", "4", "--batch-size", "4"]) == 0
+    err = capsys.readouterr().err
+    assert f"warm start: 4 supervised steps, the first time only (then cached in {tmp_path / 'cache'})" in err
+    assert "warm start: step 4/4, loss" in err
+    assert main(["pretrain", "--steps", "4", "--batch-size", "4"]) == 0
+    assert "warm start:" not in capsys.readouterr().err  # cached: nothing long to announce
+
+    lines: list[str] = []
+    layer = torch.nn.Linear(8, 8)
+    with Capture(
+        tmp_path / "run", CaptureConfig(wait=0, warmup=0, active=1), rank=0, log=lines.append
+    ) as cap:
+        layer(torch.randn(2, 8)).sum().backward()
+        cap.step()
+    assert lines[0] == "trace: writing trace/rank-0.json.gz (profiler export, then gzip) ..."
+    assert lines[1].startswith("trace: wrote trace/rank-0.json.gz (") and lines[1].endswith(" s")

@@ -31,8 +31,9 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -143,8 +144,10 @@ class Capture:
         *,
         rank: int | None = None,
         companions: Sequence[Companion] = (),
+        log: Callable[[str], None] | None = None,
     ):
         self.out_dir = Path(out_dir)
+        self.log = log or (lambda msg: None)  # progress while a trace is written (seconds for a large one)
         self.config = config or CaptureConfig()
         self.rank = rank
         self.companions = list(companions)
@@ -168,11 +171,17 @@ class Capture:
         fd, tmp_json = tempfile.mkstemp(prefix=".capture.", suffix=".json", dir=target.parent)
         os.close(fd)
         tmp_gz = tmp_json + ".gz"
+        name = target.relative_to(self.out_dir)
+        self.log(f"trace: writing {name} (profiler export, then gzip) ...")
+        t0 = time.monotonic()
         try:
-            prof.export_chrome_trace(tmp_json)
-            with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(tmp_gz, target)
+            with store.writing(target):
+                prof.export_chrome_trace(tmp_json)
+                with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                os.replace(tmp_gz, target)
+            mb = target.stat().st_size / 1e6
+            self.log(f"trace: wrote {name} ({mb:.1f} MB compressed) in {time.monotonic() - t0:.1f} s")
         finally:
             Path(tmp_json).unlink(missing_ok=True)
             Path(tmp_gz).unlink(missing_ok=True)
