@@ -303,27 +303,63 @@ def _cuts_from_forwards(
             f"{k} of {len(groups)} forward passes have no backward pass of their own: forwards and backwards "
             "interleave (a pipeline-parallel schedule?) or extra forwards run in the range",
         )
+    n = len(groups)
+    nxt = [*(int(g) for g in g_start[1:]), region.end_ns]
+    mine = [[b for b, o in zip(bursts, owner.tolist(), strict=True) if o == i] for i in range(n)]
+    # host ends of forward+backward micro-batches first (backward, then the sync right after it) ...
+    ends: list[int | None] = [
+        _after_backward(sig, p, f_tid, max(b[1] for b in mine[i]), nxt[i]) if mine[i] else None
+        for i in range(n)
+    ]
+    # ... then each forward's first host op, which bounds a forward-only micro-batch before it
+    lo = [region.start_ns, *(ends[i] if ends[i] is not None else int(g_start[i]) for i in range(n - 1))]
+    starts = [_prep_start(p, f_tid, lo[i], int(g_start[i])) for i in range(n)]
     cuts = []
     for i, g in enumerate(groups):
-        start = int(g_start[i])
-        nxt = int(g_start[i + 1]) if i + 1 < len(groups) else region.end_ns
-        mine = [b for b, o in zip(bursts, owner.tolist(), strict=True) if o == i]
-        if mine:
-            end = _after_backward(sig, p, f_tid, max(b[1] for b in mine), nxt)
-        else:
-            f_items = (p.tid[host] == f_tid) & (h_start >= start) & (h_start < nxt)
+        end = ends[i]
+        if end is None:  # forward-only: up to the next forward's first host op (the last: its own sync)
+            limit = (
+                starts[i + 1] if i + 1 < n else _before_trailing_sync(sig, p, f_tid, starts[i], region.end_ns)
+            )
+            f_items = (p.tid[host] == f_tid) & (h_start >= starts[i]) & (h_start < limit)
             end = int(h_end[f_items].max())
         idx = [int(host[anchors[j]]) for j in g]
         tokens = [sig.tokens_of(int(p.code[k]), int(p.shape[k])) for k in idx]
         known = [t for t in tokens if t]
         model = next((m for m in (sig.model_of(int(p.code[k]), int(p.shape[k])) for k in idx) if m), None)
-        tokens_i = max(known) if known else _first_gemm_tokens(sig, p, f_tid, start, nxt)
-        cuts.append(
-            _detected(
-                p.pid, f_tid, region, start, end, tokens_i, "embedding" if known else "", bool(mine), model
-            )
-        )
+        tokens_i = max(known) if known else _first_gemm_tokens(sig, p, f_tid, starts[i], nxt[i])
+        how = "embedding" if known else ""
+        cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, bool(mine[i]), model))
     return Finding(region, _label_gemm_tokens(cuts), by_forwards=True)
+
+
+def _before_trailing_sync(sig: Signals, p: Process, f_tid: int, lo: int, hi: int) -> int:
+    """Where a range's last forward-only micro-batch ends: before the first sync on F after its last kernel
+    launch (the range returning its results, ``.cpu()``), else at the range's end."""
+    li = _window(p.l_start, lo, hi)
+    li = li[(p.l_tid[li] == f_tid) & p.l_kernel[li]]
+    if len(li) == 0:
+        return hi
+    w = _window(p.start, int(p.l_start[li[-1]]), hi)
+    w = w[(p.tid[w] == f_tid) & sig.is_sync[p.code[w]]]
+    return int(p.start[w[0]]) if len(w) else hi
+
+
+def _prep_start(p: Process, f_tid: int, prev_end: int, anchor: int) -> int:
+    """A forward's first host op: its embedding lookup, or earlier host ops on F that launch no kernel --
+    moving the micro-batch to the GPU (``micro_batch.to(device)``: copies), slicing it -- back to the
+    previous micro-batch's end, the last kernel F launched, or the end of an optimizer range."""
+    lo = prev_end
+    li = _window(p.l_start, prev_end, anchor)
+    kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li] & (p.l_start[li] < anchor)]
+    if len(kernels):
+        lo = max(lo, int(p.l_end[kernels].max()))
+    done = p.opt_end[(p.opt_end <= anchor)]
+    if len(done):
+        lo = max(lo, int(done.max()))
+    w = _window(p.start, lo, anchor)
+    w = w[(p.tid[w] == f_tid) & (p.start[w] >= lo) & ~_inside(p.start[w], p.opt_start, p.opt_end)]
+    return int(p.start[w].min()) if len(w) else anchor
 
 
 def _detected(

@@ -27,6 +27,7 @@ from tracing.outputs import schema
 
 _AUTOGRAD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$")
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
+_BLOCKING_COPY = re.compile(r"^(?:cudaMemcpy|cuMemcpyDtoH(?:_v2)?)(?:_v\d+)?$")  # synchronous copies
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
 _EMIT_NVTX = re.compile(r", (?:seq|op_id) = \d")  # an NVTX range emit_nvtx made for an op
 
@@ -90,7 +91,9 @@ def gather_signals(events: pd.DataFrame, ops: pd.DataFrame) -> Signals:
     kind_cats = list(events["kind"].cat.categories)
     kind = events["kind"].cat.codes.to_numpy()
     launch_codes = [kind_cats.index(k) for k in schema.LAUNCH_KINDS if k in kind_cats]
-    is_sync = np.array([b in _SYNC_OPS or "Synchronize" in b for b in base], bool)
+    is_sync = np.array(
+        [b in _SYNC_OPS or "Synchronize" in b or _BLOCKING_COPY.match(b) is not None for b in base], bool
+    )
     code = events["name"].cat.codes.to_numpy()
     is_call = np.isin(kind, launch_codes)
     host = metrics.kind_mask(events, (schema.CPU_OP,)) | is_call
