@@ -63,7 +63,13 @@ def breakeven_sentence(entry: Mapping[str, Any], key: str = "breakeven") -> str:
         )
         if n is None:
             return f"{where}: no n* reported: {why}."
-        return f"{where}: {low} faster than {base} {'above' if case == 'faster_above' else 'below'} n* = {tokens(n)} ({_interval(be.get('ci'))}, from a model that fits); {why}."
+        source = f"the {be['model']} model, which fits" if be.get("model") else "a model that fits"
+        side = "above" if case == "faster_above" else "below"
+        return (
+            f"{where}: {low} is faster than {base} {side} n* = {tokens(n)} tokens per micro-batch "
+            f"({_interval(be.get('ci'))}, from {source}); the straight lines are rejected"
+            f"{'; ' + crossing if crossing else ''}."
+        )
     if case in ("faster_above", "faster_below"):
         side = "above" if case == "faster_above" else "below"
         interval = _interval(be.get("ci"))
@@ -135,10 +141,11 @@ def _ms_ci(value: Any, ci: Any, scale: float) -> str:
     return f"{float(value) * scale:.4g}{ci_txt}"
 
 
-def fit_table(entry: Mapping[str, Any]) -> pd.DataFrame:
-    """Per precision: fixed ms, per-token µs and per-step ms with their 95 % CIs, R², points, flags."""
+def fit_table(entry: Mapping[str, Any], fits: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Per precision: fixed ms, per-token µs and per-step ms with their 95 % CIs, the model the data chose
+    (line / knee / parts) and its knee, R², points, flags. ``fits`` overrides the entry's (another basis)."""
     rows = []
-    for prec, f in (entry.get("fits") or {}).items():
+    for prec, f in (fits if fits is not None else entry.get("fits") or {}).items():
         lof = f.get("lack_of_fit") or {}
         rows.append(
             {
@@ -148,6 +155,10 @@ def fit_table(entry: Mapping[str, Any]) -> pd.DataFrame:
                 "per-step ms [95 % CI]": _ms_ci(f.get("per_step_s"), f.get("per_step_ci"), 1e3)
                 if "per_step_s" in f
                 else ABSENT,
+                "model": f.get("model") or ABSENT,
+                "knee tokens": tokens((chosen_knee(f) or {}).get("knee_tokens"))
+                if chosen_knee(f)
+                else "none",
                 "R²": f.get("r2"),
                 "points": f.get("n_points"),
                 "lack of fit": ("flagged: " if lof.get("flag") else "") + str(lof.get("note") or "")
@@ -166,18 +177,72 @@ def fit_label(fit_rel: str, entry: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class FitLine:
     """One precision's fitted line from ``fits.json``, shaped for ``perfmodel.step`` (which reads
-    ``precision``, ``fixed_s`` and ``per_token_s``), so the dashboard's what-ifs use the cost model's rules."""
+    ``precision``, ``fixed_s``, ``per_token_s``, ``per_step_s`` and ``per_step_significant``), so the
+    dashboard's what-ifs use the cost model's own rules."""
 
     precision: str
     fixed_s: float
     per_token_s: float
+    per_step_s: float = 0.0
+    per_step_significant: bool = False
 
 
 def fit_lines(entry: Mapping[str, Any]) -> dict[str, FitLine]:
     """Baseline and low-precision lines of one ``fits.json`` model entry, baseline first."""
     fits = entry["fits"]
-    order = [entry["baseline"], entry["precision"]]
-    return {p: FitLine(p, float(fits[p]["fixed_s"]), float(fits[p]["per_token_s"])) for p in order}
+    out = {}
+    for p in (entry["baseline"], entry["precision"]):
+        f = fits[p]
+        ci = f.get("per_step_ci") or [None, None]
+        significant = ci[0] is not None and ci[1] is not None and (ci[0] > 0 or ci[1] < 0)
+        out[p] = FitLine(
+            p, float(f["fixed_s"]), float(f["per_token_s"]), float(f.get("per_step_s") or 0.0), significant
+        )
+    return out
+
+
+WALL, GPU_BUSY = "wall clock", "GPU busy (host overhead removed)"
+
+
+def bases(entry: Mapping[str, Any]) -> list[str]:
+    """The bases this entry can be drawn on: wall clock always; GPU busy when fits.json has its lines."""
+    fits = entry.get("fits") or {}
+    busy = isinstance(entry.get("breakeven_gpu_busy"), Mapping) and all(
+        isinstance(fits.get(p, {}).get("gpu_busy"), Mapping) for p in (entry["baseline"], entry["precision"])
+    )
+    return [WALL, GPU_BUSY] if busy else [WALL]
+
+
+def basis_view(entry: Mapping[str, Any], basis: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(fits per precision, breakeven object, column of the points) for a basis."""
+    if basis == GPU_BUSY:
+        fits = {p: entry["fits"][p]["gpu_busy"] for p in (entry["baseline"], entry["precision"])}
+        return fits, entry.get("breakeven_gpu_busy") or {}, "gpu_busy_seconds"
+    return (
+        {p: entry["fits"][p] for p in (entry["baseline"], entry["precision"])},
+        entry.get("breakeven") or {},
+        "seconds",
+    )
+
+
+def chosen_knee(fit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The knee model of a precision when the data chose it (``model`` knee or parts), else None."""
+    knee = fit.get("knee")
+    if isinstance(knee, Mapping) and fit.get("model") in ("knee", "parts") and knee.get("left"):
+        return dict(knee)
+    return None
+
+
+def knee_words(prec: str, fit: Mapping[str, Any]) -> str | None:
+    """'mxfp8: the data chose a knee at 1,024 tokens (95 % CI 900 to 1,200): launch-bound below, ...'."""
+    knee = chosen_knee(fit)
+    if knee is None:
+        return None
+    ci = knee.get("knee_ci") or [None, None]
+    where = f"{tokens(knee.get('knee_tokens'))} tokens" + (
+        f" (95 % CI {tokens(ci[0])} to {tokens(ci[1])})" if ci[0] is not None else ""
+    )
+    return f"{prec}: the data chose a {fit.get('model')} model, knee at {where}; {knee.get('lines', '')}."
 
 
 def size_options(smallest: float, largest: float) -> list[int]:
@@ -194,3 +259,11 @@ def default_microbatch(options: Sequence[int], measured: Sequence[float], global
         return max(inside)
     allowed = [o for o in options if o <= global_tokens]
     return allowed[-1] if allowed else options[0]
+
+
+def sources_table(entry: Mapping[str, Any]) -> pd.DataFrame | None:
+    """Which input and column each number came from (``sources`` in fits.json v2), None when absent."""
+    src = entry.get("sources")
+    if not isinstance(src, Mapping):
+        return None
+    return pd.DataFrame([{"number": k, "from": v if v else "not computed"} for k, v in src.items()])

@@ -55,6 +55,15 @@ def _count(names: list[str]) -> str:
 
 
 def _ingest(manifest: Mapping[str, Any]) -> Provenance:
+    traces = [t for t in manifest.get("traces") or [] if isinstance(t, Mapping)]
+    if traces and all(t.get("format") == "metric_log" for t in traces):
+        frameworks = sorted({str(t.get("framework") or "?") for t in traces})
+        return Provenance(
+            f"{'/'.join(frameworks)} metric log (device not recorded)",
+            NOT_RECORDED,
+            "Per-step timers and mismatch metrics from the framework's own log: no trace, so no device, "
+            "GPU busy or host stall, and whether low precision was native is not recorded.",
+        )
     names = _gpu_names(manifest)
     devices = _num_trace_devices(manifest)
     if names:

@@ -325,6 +325,45 @@ def ingest_unmapped(root: Path, name: str = "ingest-unmapped") -> Path:
     )
 
 
+def knee_fit(root: Path) -> Path:
+    """A sweep simulated by the cost model's own simulator with a host/GPU knee (``perfmodel.simulate.KNEE``:
+    launch-bound small micro-batches; wall times cross at 4,250 tokens) and its fit, as ``mxperf fit`` makes
+    them: the data chooses the knee ('parts') model, GPU-busy breakeven and measured crossing are present."""
+    from perfmodel.inputs import load_inputs
+    from perfmodel.results import analyze
+    from perfmodel.simulate import KNEE, simulate_sweep
+
+    mb = simulate_sweep(
+        KNEE, rng=np.random.default_rng(0), repeats=3, sizes=(512, 1024, 2048, 4096, 8192, 16384)
+    )
+    with OutputDir(
+        root / "sweep-knee", kind="sweep", config={"model": "sim", "precisions": ["bf16", "mxfp8"]}
+    ) as od:
+        store.write_table(mb, od.path / store.MICROBATCHES)
+    doc = analyze(load_inputs([root / "sweep-knee"]), n_boot=50, seed=0)
+    with OutputDir(root / "fit-knee", kind="fit", config={"inputs": [str(root / "sweep-knee")]}) as od:
+        store.write_json(doc, od.path / store.FITS)
+        store.write_text("# fit\n", od.path / store.REPORT)
+    return root / "fit-knee"
+
+
+METRIC_LOGS = Path(__file__).resolve().parent / "data" / "metric_logs"
+
+
+def ingest_metric_logs(root: Path) -> list[Path]:
+    """verl metric logs of a BF16 and an MXFP8 run (tests/data/metric_logs), ingested with their labels."""
+    return [
+        ingest(
+            root,
+            f"verl-{p}",
+            [METRIC_LOGS / f"verl_grpo_{p}.jsonl"],
+            "--label",
+            f"model=qwen3-8b,precision={p}",
+        )
+        for p in ("bf16", "mxfp8")
+    ]
+
+
 def _faults(root: Path, name: str = "faults") -> Path:
     """One row per injected fault, as ``mxperf faults`` writes it (``pipeline.experiments.fault_runs.FaultOutcome``)."""
     outcomes = [
@@ -396,6 +435,7 @@ def make_runs_dir(root: Path) -> Path:
     _fit(root, _sweep(root), run)
     _ingest(root)
     ingest_unmapped(root)
+    ingest_metric_logs(root)
     _faults(root)
     _consistency(root)
     return root

@@ -13,6 +13,7 @@ from tracing.outputs.errors import MxperfError
 
 NONE = "(none)"
 _KNOWN = {
+    "sources",
     "model",
     "phase",
     "baseline",
@@ -104,7 +105,12 @@ if overlay_rel != NONE and overlay_rel != fit_dir.rel:
                 f"No {chosen['model']} / {chosen['phase']} / {low_id} entry there: overlaying its first entry."
             )
 
-with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch"):
+basis = fitsview.WALL
+if len(fitsview.bases(chosen)) > 1:
+    basis = st.radio("Basis", fitsview.bases(chosen), horizontal=True, key="be_basis")
+basis_fits, basis_be, y_col = fitsview.basis_view(chosen, basis)
+
+with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({basis})"):
     candidates = ui.usable("sweep") + ui.usable("ingest")
     sources = data.inputs_of(fit_dir, candidates)
     if not sources:
@@ -117,18 +123,34 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch"):
     if frames:
         points = pd.concat(frames, ignore_index=True)
         points = points[(points["phase"] == chosen["phase"]) & points["precision"].isin([base_id, low_id])]
+        if y_col != "seconds":
+            points = points.assign(seconds=pd.to_numeric(points.get(y_col), errors="coerce")).dropna(
+                subset=["seconds"]
+            )
     if len(points):
         top = max(top, float(points["num_tokens"].max()))
     ns = np.linspace(0, top * 1.05, 200)
-    lines, no_band, dashed = {}, [], []
-    drawn = [(chosen, "")] + ([(overlay, f" ({overlay_rel})")] if overlay else [])
-    for entry, suffix in drawn:
-        for prec in (entry["baseline"], entry["precision"]):
-            try:
-                pred, lo, hi = pm.fit_band(entry["fits"][prec], ns)
-            except ValueError:
-                pred, lo, hi = np.asarray(pm.predict_microbatch_seconds(entry["fits"][prec], ns)), None, None
-                no_band.append(prec + suffix)
+    lines, no_band, dashed, knees = {}, [], [], []
+    drawn = [(basis_fits, "")]
+    if overlay:
+        drawn.append(
+            (
+                fitsview.basis_view(overlay, basis)[0] if basis in fitsview.bases(overlay) else {},
+                f" ({overlay_rel})",
+            )
+        )
+    for fits_here, suffix in drawn:
+        for prec, fit in fits_here.items():
+            knee = fitsview.chosen_knee(fit)
+            if knee is not None:  # the data chose a knee model: draw it, the band is the line's
+                pred, lo, hi = pm.Curve.from_dict(knee)(ns), None, None
+                knees.append(fitsview.knee_words(prec + suffix, fit))
+            else:
+                try:
+                    pred, lo, hi = pm.fit_band(fit, ns)
+                except ValueError:
+                    pred, lo, hi = np.asarray(pm.predict_microbatch_seconds(fit, ns)), None, None
+                    no_band.append(prec + suffix)
             lines[prec + suffix] = (ns, pred, lo, hi)
             if suffix:
                 dashed.append(prec + suffix)
@@ -136,15 +158,19 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch"):
         charts.breakeven_figure(
             points,
             lines,
-            be.get("tokens"),
-            be.get("ci") or (None, None),
-            crossing=be.get("crossing"),
+            basis_be.get("tokens"),
+            basis_be.get("ci") or (None, None),
+            crossing=basis_be.get("crossing"),
             dashed=dashed,
         ),
         f"breakeven-{chosen['model']}-{chosen['phase']}-{low_id}",
         "be_chart",
     )
-    st.markdown(fitsview.breakeven_sentence(chosen))
+    for words in knees:
+        st.caption(words)
+    st.markdown(
+        fitsview.breakeven_sentence(chosen, "breakeven" if basis == fitsview.WALL else "breakeven_gpu_busy")
+    )
     st.dataframe(fitsview.breakeven_facts(chosen), hide_index=True)
     if no_band:
         st.caption(f"No 95 % band for {', '.join(no_band)}: this fits.json carries no covariance.")
@@ -152,7 +178,11 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch"):
         st.caption(
             "No micro-batch table of this model under the runs directory: only the fitted lines are drawn."
         )
-    st.dataframe(fitsview.fit_table(chosen), hide_index=True)
+    st.dataframe(fitsview.fit_table(chosen, basis_fits), hide_index=True)
+    src = fitsview.sources_table(chosen)
+    if src is not None:
+        st.markdown("**Where each number comes from**")
+        st.dataframe(src, hide_index=True)
     if len(points):
         st.markdown("**Measured points** (mean per size)")
         agg = {"seconds": ("seconds", "mean"), "micro_batches": ("seconds", "size")}
@@ -232,13 +262,20 @@ with ui.card("Predicted step time"):
         else "per_microbatch",
     )
     lines_fit = fitsview.fit_lines(chosen)
+    curves = {p: pm.Curve.from_dict(k) for p in lines_fit if (k := fitsview.chosen_knee(fits[p])) is not None}
     q, q_source = step.weight_quant_seconds(lines_fit[base_id], lines_fit[low_id], knobs)
-    costs = step.step_costs(lines_fit, base_id, {"other": other_s}, knobs, {low_id: q})
+    costs = step.step_costs(lines_fit, base_id, {"other": other_s}, knobs, {low_id: q}, curves)
     predicted = {p: float(c.seconds(global_tokens, n)) for p, c in costs.items()}
     m1, m2 = st.columns(2)
     m1.metric(f"{base_id} step", f"{predicted[base_id]:.3g} s")
     m2.metric(f"{low_id} step", f"{predicted[low_id]:.3g} s")
-    if knobs.active:
+    if curves and not knobs.active:
+        st.markdown(
+            f"At n = {n:,}: {low_id} {predicted[low_id]:.3g} s vs {base_id} {predicted[base_id]:.3g} s per step "
+            f"({100 * (predicted[low_id] / predicted[base_id] - 1):+.1f} %), from the knee model the data chose for "
+            f"{', '.join(curves)}; no interval (the interval here is for straight lines)."
+        )
+    elif knobs.active:
         st.markdown(
             f"What-if: {low_id} {predicted[low_id]:.3g} s vs {base_id} {predicted[base_id]:.3g} s per step at "
             f"n = {n:,} "

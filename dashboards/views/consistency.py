@@ -14,11 +14,39 @@ st.caption(
     "that can come out negative on a finite sample (sampler and learner nearly identical); k3 is never negative."
 )
 
+logs = ui.tables_of([e for e in ui.usable("ingest") if ui.has(e, store.MISMATCH)], store.MISMATCH)
+if logs:
+    with ui.card("Metric-log imports (verl / NeMo RL): mismatch per step"):
+        st.caption(
+            "From each framework's own metric log (`mxperf ingest LOG.jsonl --label precision=...`). mxperf's "
+            "names where the formula is mxperf's (kl_k1, kl_k3, token_mult_prob_error, prob_abs_diff_*); the "
+            "framework's own names otherwise."
+        )
+        long = pd.concat(
+            [
+                t.assign(pairing=t["precision"].fillna(e.rel).astype(str) + f" ({e.rel})")
+                for e, t in logs.items()
+            ],
+            ignore_index=True,
+        )
+        ui.chart(
+            charts.consistency_figure(long, summaries.CONSISTENCY_METRICS), "metric-log-mismatch", "cons_logs"
+        )
+        wide = long.pivot_table(index=["pairing", "metric"], values="value", aggfunc="median").reset_index()
+        st.markdown("Median over steps, every metric the logs carry:")
+        st.dataframe(
+            wide.pivot(index="metric", columns="pairing", values="value").reset_index(), hide_index=True
+        )
+        ui.download_table(long, "metric-log-mismatch", "cons_logs_dl")
+
 runs = ui.usable("run")
 models = sorted({str(e.model) for e in runs if e.model})
 if not models:
     ui.unusable_notes([e for e in ui.entries() if e.kind in ("run", None)], "run")
-    st.info("No complete run under the runs directory. Make one with `mxperf run`.")
+    (st.caption if logs else st.info)(
+        "No complete mxperf run under the runs directory (per-step and fixed-weight consistency come from "
+        "`mxperf run` / `mxperf consistency`)."
+    )
     st.stop()
 pair = ui.current_pair()
 default = models.index(pair.model) if pair is not None and pair.model in models else 0

@@ -65,6 +65,36 @@ def broken_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dash_fixtures.add_symlinked_outputs(root, tmp_path_factory.mktemp("outside"))
 
 
+@pytest.fixture(scope="module")
+def knee_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("knee") / "runs"
+    root.mkdir()
+    dash_fixtures.knee_fit(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def traced_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """verl-like BF16 and MXFP8 traces (tests/synthetic_traces.py, truth built in), ingested without
+    micro-batch ranges (detected) and fitted, as a user would: mxperf ingest + mxperf fit."""
+    import synthetic_traces as syn
+
+    from mxperf.cli import main
+
+    root = tmp_path_factory.mktemp("traced") / "runs"
+    steps = ((2048, 1024), (4096, 512, 512), (1024, 1024, 2048), (512, 512, 512, 512))
+    for prec in ("bf16", "mxfp8"):
+        trace = syn.write_kineto(
+            syn.simulate(syn.Job(precision=prec, steps=steps)), root.parent / prec / "rank-0.json.gz"
+        )
+        dash_fixtures.ingest(root, f"ingest-{prec}", [trace], "--label", f"model=verl-like,precision={prec}")
+    assert (
+        main(["fit", str(root / "ingest-bf16"), str(root / "ingest-mxfp8"), "-o", str(root / "fit-traces")])
+        == 0
+    )
+    return root
+
+
 # --------------------------------------------------------------------------------------------- examples
 EXAMPLE_CHARTS = {
     "runs": 0,
@@ -144,6 +174,8 @@ def test_runs_page_lists_outputs_and_the_auto_pair(good_runs: Path, monkeypatch:
         "fit-tiny-dense",
         "ingest-gpu",
         "ingest-unmapped",
+        "verl-bf16",
+        "verl-mxfp8",
         "faults",
         "consistency",
     }
@@ -280,6 +312,44 @@ def test_breakeven_overlays_a_second_fit_and_checks_runs_against_the_prediction(
     assert len(at.get("download_button")) >= 3  # fits.json, report.md, tables, figures
 
 
+def test_breakeven_draws_the_knee_the_data_chose_and_both_bases(
+    knee_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = _open(knee_runs, "breakeven", monkeypatch)
+    assert not at.exception and not at.warning, _texts(at, "warning")
+    assert any("the data chose a parts model, knee at" in c for c in _texts(at, "caption"))
+    facts = next(df.value for df in at.dataframe if "measured crossing" in df.value.columns).set_index(
+        "basis"
+    )
+    assert facts.loc["wall clock", "model ok"] == "no"
+    assert facts.loc["wall clock", "measured crossing"] == "2,048 – 8,192"
+    fits = next(df.value for df in at.dataframe if "knee tokens" in df.value.columns)
+    assert set(fits["model"]) == {"parts"}
+    assert any("from the knee model the data chose" in m for m in _texts(at, "markdown"))
+    assert at.radio(key="be_basis").options == ["wall clock", "GPU busy (host overhead removed)"]
+    at.radio(key="be_basis").set_value("GPU busy (host overhead removed)").run()
+    assert not at.exception
+    assert any("GPU busy time (host overhead removed)" in m for m in _texts(at, "markdown"))
+    assert any(s.endswith("(GPU busy (host overhead removed))") for s in (x.value for x in at.subheader))
+
+
+def test_breakeven_from_traces_shows_detected_micro_batches_and_their_sources(
+    traced_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = _open(traced_runs, "breakeven", monkeypatch)
+    assert not at.exception and not at.warning, _texts(at, "warning")
+    at.selectbox(key="be_entry").set_value(
+        next(o for o in at.selectbox(key="be_entry").options if "/ update" in o)
+    ).run()
+    per_size = next(df.value for df in at.dataframe if "micro_batches" in df.value.columns)
+    assert set(per_size["source"]) == {"detected"}
+    sources = next(df.value for df in at.dataframe if list(df.value.columns) == ["number", "from"])
+    assert "microbatches.parquet" in sources.set_index("number").loc["wall", "from"]
+    assert at.radio(key="be_basis").options[1] == "GPU busy (host overhead removed)"
+    at.switch_page("views/host_stall.py").run()  # the same traces' GPU numbers, side by side by default
+    assert not at.exception and _charts(at) >= 3  # two timelines, then host stall per micro-batch size
+
+
 # --------------------------------------------------------------------------------------------- host stall
 def test_host_stall_opens_on_the_pairs_traces_side_by_side(
     good_runs: Path, monkeypatch: pytest.MonkeyPatch
@@ -307,9 +377,11 @@ def test_host_stall_says_why_cpu_runs_have_none(good_runs: Path, monkeypatch: py
 # --------------------------------------------------------------------------------------------- consistency, sync
 def test_consistency_and_weight_sync_pages(good_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = _open(good_runs, "consistency", monkeypatch)
-    assert not at.exception and _charts(at) == 2  # per step + every pairing at fixed weights
+    assert (
+        not at.exception and _charts(at) == 3
+    )  # metric-log mismatch + per step + every pairing at fixed weights
     assert any("can come out negative" in c for c in _texts(at, "caption"))
-    assert "steps" in at.dataframe[0].value.columns
+    assert any("steps" in df.value.columns for df in at.dataframe)
     at = _open(good_runs, "weight_sync", monkeypatch)
     assert not at.exception
     assert _texts(at, "error") == [
@@ -321,6 +393,19 @@ def test_consistency_and_weight_sync_pages(good_runs: Path, monkeypatch: pytest.
     assert faults.loc["dropped_expert", "first caught"] == "never"
     assert faults.loc["flipped_scale_byte", "first caught"] == "sync after step 0"
     assert any("Grey: the check was not triggered" in c for c in _texts(at, "caption"))
+
+
+def test_metric_log_imports_compare_like_runs(good_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _open(good_runs, "step_time", monkeypatch)
+    at.selectbox(key="pair_choice").set_value("qwen3-8b: bf16 vs mxfp8").run()
+    assert not at.exception and not at.warning, _texts(at, "warning")
+    words = next(m for m in _texts(at, "markdown") if m.startswith("### mxfp8 vs bf16"))
+    assert "update -20 %" in words and "generate" in words
+    assert any("verl metric log (device not recorded)" in c for c in _texts(at, "caption"))
+    at.switch_page("views/consistency.py").run()
+    assert "Metric-log imports (verl / NeMo RL): mismatch per step" in [s.value for s in at.subheader]
+    medians = next(df.value for df in at.dataframe if "metric" in df.value.columns)
+    assert {"kl_k1", "kl_k3"} <= set(medians["metric"])
 
 
 # --------------------------------------------------------------------------------------------- add a trace
@@ -419,7 +504,7 @@ def test_corrupt_and_linked_tables_show_on_their_cards(
     assert any(
         "run-corrupt/metrics.parquet: not a readable Parquet table" in w for w in _texts(at, "warning")
     )
-    assert _charts(at) == 2  # bf16 and mxfp8 runs still drawn
+    assert _charts(at) == 3  # metric logs, and the bf16 and mxfp8 runs still drawn
     at.switch_page("views/weight_sync.py").run()
     for rel, why in (
         ("run-corrupt", "run-corrupt/sync_checks.parquet"),

@@ -52,6 +52,16 @@ def test_rejected_model_withholds_n_star_and_names_the_crossing() -> None:
     assert "cross between 512 and 1,024 tokens" in s
 
 
+def test_rejected_lines_with_n_star_from_a_model_that_fits_say_which() -> None:
+    e = _entry("faster_above", 4120.0, (3988, 4247), model_ok=False, model="parts", crossing=[2048, 8192])
+    s = fitsview.breakeven_sentence(e)
+    assert (
+        "above n* = 4,120 tokens per micro-batch (95 % CI 3,988 to 4,247, from the parts model, which fits)"
+        in s
+    )
+    assert "straight lines are rejected" in s and "cross between 2,048 and 8,192" in s
+
+
 def test_gpu_busy_breakeven_is_its_own_sentence_and_row() -> None:
     e = _entry("faster_above", 2000.0, (1500, 2600), model_ok=True, crossing=None, extrapolated=False)
     e["breakeven_gpu_busy"] = {

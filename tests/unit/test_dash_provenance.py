@@ -66,3 +66,13 @@ def test_combine_joins_inputs() -> None:
     both = combine([a, b])
     assert both.device == "CPU (AMD EPYC)" and both.low_precision == "emulated"
     assert combine([]).device == NOT_RECORDED
+
+
+def test_a_metric_log_import_never_claims_a_device() -> None:
+    manifest = {
+        "kind": "ingest",
+        "machine": CPU,
+        "traces": [{"format": "metric_log", "framework": "verl", "devices": []}],
+    }
+    p = provenance(manifest)
+    assert p.device == "verl metric log (device not recorded)" and "CPU" not in p.device
