@@ -54,7 +54,8 @@ def summarize_ranges(
     trace: str | None = None,
 ) -> pd.DataFrame:
     """Group a ranges table by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with ``by="phase"``, by
-    phase over the outermost range of each phase: count, wall, attributed busy, host stall (ms), stall share."""
+    phase over the outermost range of each phase: count, host wall, window time (start -> later of end and
+    the end of the GPU work it launched), attributed busy, host stall (ms), stall share of the window."""
     df = ranges
     if trace and "trace" in df:
         rt = _regex("--trace", trace)
@@ -70,18 +71,22 @@ def summarize_ranges(
     df = df.assign(name=names.str.replace(_OP_ID, r"\g<1>*", regex=True))
     if by == "phase":
         df = df.assign(name=df["phase"])
+    if "time_ns" not in df:  # an ingest written before the one time basis: host wall time only
+        df = df.assign(time_ns=df["wall_ns"])
     g = df.groupby(["name", "phase"], observed=True, dropna=False)
     out = pd.DataFrame(
         {
             "count": g.size(),
             "wall_ms": g["wall_ns"].sum() / 1e6,
+            "time_ms": g["time_ns"].sum() / 1e6,
             "window_busy_ms": g["window_busy_ns"].sum(min_count=1) / 1e6,
             "thread_busy_ms": g["thread_busy_ns"].sum(min_count=1) / 1e6,
             "host_stall_ms": g["host_stall_ns"].sum(min_count=1) / 1e6,
         }
     ).reset_index()
-    out["stall_share"] = out["host_stall_ms"] / out["wall_ms"].where(out["wall_ms"] > 0)
-    return out.sort_values("wall_ms", ascending=False, kind="stable").reset_index(drop=True)
+    # busy and stall are measured in each range's window (start -> later of end and its last GPU op's end)
+    out["stall_share"] = out["host_stall_ms"] / out["time_ms"].where(out["time_ms"] > 0)
+    return out.sort_values("time_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def _outermost_of_phase(df: pd.DataFrame) -> pd.Series:
@@ -107,7 +112,7 @@ def render(table: pd.DataFrame) -> str:
     """A fixed-width text table (null GPU columns print as '-')."""
     if len(table) == 0:
         return "no ranges"
-    cols = ["count", "wall_ms", "window_busy_ms", "thread_busy_ms", "host_stall_ms", "stall_share"]
+    cols = ["count", "wall_ms", "time_ms", "window_busy_ms", "thread_busy_ms", "host_stall_ms", "stall_share"]
     width = min(60, max(len("name"), *(len(str(n)) for n in table["name"])))
     lines = [f"{'name':<{width}}  {'phase':<8} " + " ".join(f"{c:>14}" for c in cols)]
     for r in table.itertuples(index=False):
