@@ -150,7 +150,7 @@ def get_preset(name: str) -> ModelPreset:
         runs = [n for n, make in PRESETS.items() if not make().shape_only]
         shapes = [n for n in PRESETS if n not in runs]
         raise InputError(
-            f"unknown model {name!r}; runs and sweeps take {' or '.join(runs)} "
+            f"unknown model {name!r}; runs and sweeps take {', '.join(runs[:-1])} or {runs[-1]} "
             f"({', '.join(shapes)}: shape-only, for FLOP and parameter counts)"
         )
     return PRESETS[name]()

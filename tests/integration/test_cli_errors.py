@@ -239,7 +239,7 @@ CASES = [
         "unknown-model-lists-only-trainable-presets",
         ["run", "--model", "nope", "-o", "r"],
         2,
-        r"unknown model 'nope'; runs and sweeps take tiny-dense or tiny-moe \(.*shape-only",
+        r"unknown model 'nope'; runs and sweeps take [^(]*tiny-dense[^(]* \([^)]*qwen3-8b[,:][^)]*shape-only",
         absent=["r"],
     ),
     Case(

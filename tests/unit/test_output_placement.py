@@ -170,3 +170,42 @@ def test_status_of_names_interrupts() -> None:
     assert status_of(None) == "complete"
     assert status_of(KeyboardInterrupt) == "interrupted"
     assert status_of(ValueError) == "failed"
+
+
+def test_through_a_symlink_the_linked_folder_is_replaced_and_the_link_stays(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    _make(real, "v1")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    _make(link, "v2", force=True)
+    assert link.is_symlink() and (real / store.REPORT).read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_the_folder_mxperf_runs_in_is_never_replaced_but_an_empty_one_is_filled(
+    tmp_path: Path, monkeypatch
+) -> None:
+    out = tmp_path / "out"
+    _make(out, "v1")
+    monkeypatch.chdir(out)
+    with pytest.raises(OutputExistsError, match="mxperf runs inside it"):
+        _make(Path("."), force=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    inode = empty.stat().st_ino
+    monkeypatch.chdir(empty)
+    _make(Path("."), "here")
+    assert empty.stat().st_ino == inode and (empty / store.REPORT).read_text() == "here"
+
+
+def test_an_output_that_appears_meanwhile_is_not_overwritten_and_the_new_one_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    with (
+        pytest.raises(OutputExistsError, match="this new output was kept as"),
+        OutputDir(target, kind="fit", command=["t"]) as od,
+    ):
+        _write(od, store.REPORT, "mine")
+        _make(target, "theirs")  # another process finished first
+    assert (target / store.REPORT).read_text() == "theirs"
+    (kept,) = tmp_path.glob("out.new-*")
+    assert (kept / store.REPORT).read_text() == "mine" and read_manifest(kept)["status"] == "complete"

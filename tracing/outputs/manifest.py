@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from tracing.outputs import placement, store
-from tracing.outputs.errors import InputError, OutputWriteError
+from tracing.outputs.errors import InputError, OutputExistsError, OutputWriteError
 from tracing.outputs.version import __version__
 
 KINDS = ("run", "sweep", "ingest", "fit", "demo")  # demo: the top folder of `mxperf demo`
@@ -180,7 +180,7 @@ class OutputDir:
     def __enter__(self) -> OutputDir:
         placement.check_target(self.target, kind=self.kind, force=self.force, inputs=self.inputs)
         try:
-            self._tmp = placement.make_temp_sibling(self.target)
+            self._tmp = placement.make_temp_sibling(self._where())
         except OSError as exc:
             raise OutputWriteError(
                 f"{self.target}: cannot create the output folder ({exc.strerror or exc})"
@@ -208,17 +208,27 @@ class OutputDir:
             self.flush()
         except OutputWriteError as flush_error:
             self._abandon(exc if isinstance(exc, OSError) else flush_error)
+        where = self._where()
         if status == "complete":
-            placement.check_target(self.target, kind=self.kind, force=self.force, inputs=self.inputs)
-            placement.swap_in(self._tmp, self.target)
+            try:  # again: the folder may have changed while this ran (another writer, a file put there)
+                placement.check_target(self.target, kind=self.kind, force=self.force, inputs=self.inputs)
+            except OutputExistsError as exc:
+                self.kept_at = placement.keep_attempt(self._tmp, where, "new")
+                self.path = self.target
+                raise OutputExistsError(f"{exc}; this new output was kept as {self.kept_at}") from None
+            placement.swap_in(self._tmp, where)
         else:
-            self.kept_at = placement.keep_attempt(self._tmp, self.target, status)
-            if self.kept_at is not None and self.kept_at != self.target:
+            self.kept_at = placement.keep_attempt(self._tmp, where, status)
+            if self.kept_at is not None and self.kept_at != where:
                 print(
                     f"mxperf: {self.target} is unchanged; this {status} attempt is in {self.kept_at}",
                     file=sys.stderr,
                 )
         self.path = self.target
+
+    def _where(self) -> Path:
+        """The folder to put in place: through a symlink named by -o, the folder it points to."""
+        return self.target.resolve() if self.target.is_symlink() else Path(os.path.abspath(self.target))
 
     def _abandon(self, error: BaseException) -> None:
         """The attempt cannot even record how it ended (a full or read-only disk): drop it when an old output

@@ -178,6 +178,12 @@ def check_target(
             f"{t}: holds an mxperf {kind} output (status {old['status']}); pass --force to replace it "
             "(kept until the new one is complete) or choose another -o"
         )
+    here = Path.cwd()
+    if t.resolve() == here or t.resolve() in here.parents:
+        raise OutputExistsError(
+            f"{t}: mxperf runs inside it, so it cannot be replaced whole; run from another folder or "
+            "choose another -o"
+        )
 
 
 def make_temp_sibling(target: Path) -> Path:
@@ -233,7 +239,7 @@ def swap_in(tmp: Path, target: Path) -> None:
                     tmp = old
                 shutil.rmtree(tmp, ignore_errors=True)  # now the old output
             elif target.is_dir():
-                _into_empty(tmp, target)
+                _into_empty(tmp, target)  # the user's own empty folder (its inode, mode, owner) stays
             else:
                 os.rename(tmp, target)
         except OSError as exc:
@@ -243,12 +249,10 @@ def swap_in(tmp: Path, target: Path) -> None:
 
 
 def _into_empty(tmp: Path, target: Path) -> None:
-    try:
-        os.rename(tmp, target)  # replaces an empty directory
-    except OSError:  # e.g. the current directory or a mount point: move the entries instead
-        for entry in sorted(tmp.iterdir(), key=lambda p: p.name == store.MANIFEST):  # manifest last
-            os.rename(entry, target / entry.name)
-        tmp.rmdir()
+    """Move the entries into an existing empty folder, the manifest last (a shell may be sitting in it)."""
+    for entry in sorted(tmp.iterdir(), key=lambda p: p.name == store.MANIFEST):
+        os.rename(entry, target / entry.name)
+    tmp.rmdir()
 
 
 def keep_attempt(tmp: Path, target: Path, status: str) -> Path | None:
