@@ -72,12 +72,15 @@ def analyze_trace(
     ops = metrics.gpu_ops(trace.events)
     timelines = metrics.device_timelines(trace.events, ops)
     ranges = attribution.attribute_ranges(trace, phase_map, ops=ops, timelines=timelines)
-    mb = find_microbatches(trace, ranges, labels, pattern=pattern, ops=ops, timelines=timelines)
+    kernels = kernel_classes.kernel_table(ops)
+    mb = find_microbatches(
+        trace, ranges, labels, pattern=pattern, ops=ops, timelines=timelines, kernels=kernels
+    )
     tables = {
         "devices": metrics.device_metrics(trace.events, timelines),
         "streams": metrics.stream_breakdown(trace.events, ops=ops),
         "ranges": ranges,
-        "kernels": kernel_classes.kernel_table(ops),
+        "kernels": kernels,
         "steps": steps.trace_step_phases(_with_trace_cols(ranges, trace)),
         "microbatches": mb.table,
     }

@@ -116,6 +116,12 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
     in_set = np.isin(phase, MICROBATCH_PHASES) & ~explicit
     regions: list[Region] = []
     fallback: list[int] = []
+    tid = ranges["tid"].to_numpy(np.int64)
+    start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+
+    def region(k: int, phase: str | None) -> Region:
+        return Region(int(pid[k]), int(tid[k]), phase, int(start[k]), int(end[k]), -1, str(uniq[codes[k]]))
+
     candidates = np.flatnonzero(in_set)
     if len(candidates):
         rid = ranges["range_id"].to_numpy(np.int64)
@@ -123,7 +129,7 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
         flagged = set(rid[in_set].tolist())
         for k in candidates.tolist():
             if not _has_flagged_ancestor(int(rid[k]), parent, flagged):
-                regions.append(_region(ranges.iloc[k], str(phase[k])))
+                regions.append(region(k, str(phase[k])))
     covered = {r.pid for r in regions}
     # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
     user = ~library & (ranges["domain"].astype(str).str.upper() != "NCCL").to_numpy(bool)
@@ -133,16 +139,10 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
             continue  # a sampler / sync process, or one marked with explicit ranges: no fallback
         steps = np.flatnonzero(mine & is_step)
         if len(steps):
-            regions += [_region(ranges.iloc[k], None) for k in steps.tolist()]
+            regions += [region(k, None) for k in steps.tolist()]
         elif not (mine & user).any():
             fallback.append(int(p))  # only op ranges: cut the process as a whole
     return regions, ranges[explicit], fallback
-
-
-def _region(r: pd.Series, phase: str | None) -> Region:
-    return Region(
-        int(r["pid"]), int(r["tid"]), phase, int(r["start_ns"]), int(r["end_ns"]), -1, str(r["name"])
-    )
 
 
 def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -> bool:
@@ -155,12 +155,19 @@ def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -
 
 
 def profiler_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N)."""
-    names = ranges["name"].astype(str)
-    m = names.str.fullmatch(_PROFILER_STEP.pattern)
-    out = ranges.loc[m.to_numpy(bool), ["pid", "start_ns", "end_ns"]].copy()
-    out["step"] = names[m].str.slice(len("ProfilerStep#")).astype("int64")
-    return out
+    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N); names matched once per distinct name."""
+    codes, uniq = pd.factorize(ranges["name"].astype(str).to_numpy(object))
+    step_of = np.array([int(m[1]) if (m := _PROFILER_STEP.fullmatch(n)) else -1 for n in uniq], np.int64)
+    step = step_of[codes] if len(codes) else np.zeros(0, np.int64)
+    keep = step >= 0
+    return pd.DataFrame(
+        {
+            "pid": ranges["pid"].to_numpy(np.int64)[keep],
+            "start_ns": ranges["start_ns"].to_numpy(np.int64)[keep],
+            "end_ns": ranges["end_ns"].to_numpy(np.int64)[keep],
+            "step": step[keep],
+        }
+    )
 
 
 def whole_process_region(sig: Signals, pid: int) -> Region | None:

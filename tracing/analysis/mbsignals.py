@@ -81,8 +81,9 @@ class Signals:
         return shapes.model_fingerprint(*table) if table else None
 
 
-def gather_signals(events: pd.DataFrame, ops: pd.DataFrame) -> Signals:
-    """Per-process host items and launches of a trace (``ops`` from ``metrics.gpu_ops``)."""
+def gather_signals(events: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame | None = None) -> Signals:
+    """Per-process host items and launches of a trace (``ops`` from ``metrics.gpu_ops``; ``kernels``, the
+    ``kernel_classes.kernel_table`` of ``ops``, saves classifying the kernel names again)."""
     names = [str(n) for n in events["name"].cat.categories]
     base = [shapes.base_op_name(n) for n in names]
     is_embedding = np.array([b in shapes.EMBEDDING_OPS for b in base], bool)
@@ -115,7 +116,7 @@ def gather_signals(events: pd.DataFrame, ops: pd.DataFrame) -> Signals:
     end = start + events["dur_ns"].to_numpy()
     pid, tid = events["pid"].to_numpy(), events["tid"].to_numpy()
     procs: dict[int, Process] = {}
-    kernel_gemm = _gemm_kernels(ops)
+    kernel_gemm = _gemm_kernels(ops, kernels)
     l_mask = ops["launch_start_ns"].to_numpy() != schema.NO_ID
     lp = ops["pid"].to_numpy()
     for p in np.unique(np.concatenate([pid[host], lp[l_mask]])).tolist():
@@ -145,9 +146,11 @@ def gather_signals(events: pd.DataFrame, ops: pd.DataFrame) -> Signals:
     return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, shape_cats, procs)
 
 
-def _gemm_kernels(ops: pd.DataFrame) -> np.ndarray:
-    kinds = ops["kind"].to_numpy()
+def _gemm_kernels(ops: pd.DataFrame, kernels: pd.DataFrame | None) -> np.ndarray:
     if len(ops) == 0:
         return np.zeros(0, bool)
-    classes = DEFAULT.classify_ops(kinds, ops["name"].astype(str).to_numpy())
+    if kernels is not None:
+        gemm = set(kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str))
+        return ops["name"].isin(gemm).to_numpy(bool) & (ops["kind"].to_numpy() == schema.KERNEL)
+    classes = DEFAULT.classify_ops(ops["kind"].to_numpy(), ops["name"].astype(str).to_numpy())
     return classes == "gemm"

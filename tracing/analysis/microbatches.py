@@ -23,6 +23,8 @@ host op and the end of the last GPU op it launched (any thread of its process); 
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -78,13 +80,15 @@ def find_microbatches(
     pattern: str | None = None,
     ops: pd.DataFrame | None = None,
     timelines: list[metrics.DeviceTimeline] | None = None,
+    kernels: pd.DataFrame | None = None,
 ) -> MicrobatchResult:
-    """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``)."""
+    """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``; ``ops``,
+    ``timelines``, ``kernels`` -- ``kernel_classes.kernel_table`` -- may be passed to reuse them)."""
     labels = labels or Labels()
     ops = metrics.gpu_ops(trace.events) if ops is None else ops
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
-    sig = gather_signals(trace.events, ops)
-    evidence = detect_precision(ops)
+    sig = gather_signals(trace.events, ops, kernels)
+    evidence = detect_precision(ops if kernels is None else kernels)
     precision, warning = reconcile(labels.precision, evidence)
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
     rows, notes = _rows(findings, ranges, labels, precision, evidence)
@@ -117,6 +121,7 @@ def _findings(
     sig: Signals, ranges: pd.DataFrame, pattern: str | None, ranges_only: bool = False
 ) -> list[mbdetect.Finding]:
     regions, explicit, whole = mbdetect.find_regions(ranges, pattern)
+    steps = mbdetect.profiler_steps(ranges)
     found: list[mbdetect.Finding] = []
     inside: set[int] = set()
     for r in explicit.itertuples(index=False):
@@ -129,7 +134,7 @@ def _findings(
         # --microbatch-range names the micro-batches; an mxperf range log has no ops to cut with
         if pattern is not None and len(explicit) == 0:
             found.append(mbdetect.Finding(_NO_REGION, [], f"no range matches --microbatch-range {pattern!r}"))
-        return [_with_steps(f, regions, mbdetect.profiler_steps(ranges)) for f in found]
+        return _with_steps(found, regions, steps)
     # a range with explicit micro-batch ranges inside is cut by them
     found += [mbdetect.cut_region(sig, g) for k, g in enumerate(regions) if k not in inside]
     has_ranges = set(ranges["pid"].tolist())
@@ -137,8 +142,7 @@ def _findings(
         region = mbdetect.whole_process_region(sig, pid)
         if region is not None:
             found.append(mbdetect.cut_region(sig, region))
-    steps = mbdetect.profiler_steps(ranges)
-    return [_with_steps(f, regions, steps) for f in found]
+    return _with_steps(found, regions, steps)
 
 
 _NO_REGION = mbdetect.Region(-1, -1, None, 0, 0, -1, "")
@@ -153,19 +157,29 @@ def _enclosing(regions: list[mbdetect.Region], pid: int, lo: int, hi: int) -> mb
     return best
 
 
-def _with_steps(f: mbdetect.Finding, regions: list[mbdetect.Region], steps: pd.DataFrame) -> mbdetect.Finding:
-    """Step of each cut: attributes, else the enclosing ProfilerStep#N, else the region's ordinal."""
-    same = [r for r in regions if r.pid == f.region.pid and r.phase == f.region.phase]
-    ordinal = next((i for i, r in enumerate(same) if r.start_ns <= f.region.start_ns <= r.end_ns), 0)
-    mine = steps[steps["pid"] == f.region.pid]
-    cuts = []
-    for c in f.cuts:
-        step = c.step
-        if step < 0:
-            hit = mine[(mine["start_ns"] <= c.start_ns) & (c.start_ns <= mine["end_ns"])]
-            step = int(hit["step"].iloc[0]) if len(hit) else ordinal
-        cuts.append(replace(c, step=step))
-    return mbdetect.Finding(f.region, cuts, f.reason)
+def _with_steps(
+    findings: list[mbdetect.Finding], regions: list[mbdetect.Region], steps: pd.DataFrame
+) -> list[mbdetect.Finding]:
+    """Step of each cut: attributes, else the enclosing ProfilerStep#N, else its region's ordinal among the
+    ranges of its phase on its process."""
+    starts: dict[tuple[int, str | None], list[int]] = {}
+    for r in sorted(regions, key=lambda r: r.start_ns):
+        starts.setdefault((r.pid, r.phase), []).append(r.start_ns)
+    pid, s0, s1, n = (steps[c].to_numpy() for c in ("pid", "start_ns", "end_ns", "step"))
+    out = []
+    for f in findings:  # the last range of its phase starting at or before it (explicit ranges sit inside)
+        own = max(
+            0, bisect.bisect_right(starts.get((f.region.pid, f.region.phase), []), f.region.start_ns) - 1
+        )
+        cuts = []
+        for c in f.cuts:
+            step = c.step
+            if step < 0:
+                hit = np.flatnonzero((pid == c.pid) & (s0 <= c.start_ns) & (c.start_ns <= s1))
+                step = int(n[hit[0]]) if len(hit) else own
+            cuts.append(replace(c, step=step))
+        out.append(mbdetect.Finding(f.region, cuts, f.reason, f.by_forwards))
+    return out
 
 
 def _rows(
@@ -265,7 +279,7 @@ def _table(
 ) -> pd.DataFrame:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
-        return schema.empty_frame(cols)
+        return _empty_table().copy()
     df = pd.DataFrame(rows)
     start = df["start_ns"].to_numpy(np.int64)
     host_end = df["host_end_ns"].to_numpy(np.int64)
@@ -297,6 +311,11 @@ def _table(
         df[c] = pd.array([None if v is None or pd.isna(v) else float(v) for v in df[c]], dtype="Float64")
     df["rank"] = pd.array([trace.rank] * len(df), dtype="Int64")
     return schema.conform(df, cols, "microbatches")
+
+
+@functools.cache
+def _empty_table() -> pd.DataFrame:
+    return schema.empty_frame({**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS})
 
 
 def _overlaps(pid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

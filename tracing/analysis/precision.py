@@ -18,6 +18,7 @@ nothing detected.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis.kernel_classes import DEFAULT, KernelClassifier
+from tracing.analysis.kernel_classes import kernel_table
 from tracing.outputs import schema
 
 # GEMM-class names that are not GEMMs (fbgemm_gpu's conversion / elementwise kernels contain "gemm")
@@ -58,6 +59,12 @@ class PrecisionEvidence:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=65536)
+def _is_gemm_name(name: str) -> bool:
+    return _NOT_GEMM.search(name) is None
+
+
+@functools.lru_cache(maxsize=65536)
 def _family(name: str) -> str:
     for family, rx in (("fp4", _FP4), ("mxfp8", _MX), ("fp8", _FP8), ("bf16", _BF16), ("fp16", _FP16)):
         if rx.search(name):
@@ -65,15 +72,19 @@ def _family(name: str) -> str:
     return "fp32" if _FP32.search(name) else "unknown"
 
 
-def detect_precision(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> PrecisionEvidence:
-    """The precision of the GEMM kernels among ``ops`` (``metrics.gpu_ops`` rows)."""
-    kernels = ops[ops["kind"] == schema.KERNEL]
+def detect_precision(kernels: pd.DataFrame) -> PrecisionEvidence:
+    """The precision of the GEMM kernels in a kernel table (``kernel_classes.kernel_table``: name,
+    kernel_class, total_ns per kernel name), or of raw ``metrics.gpu_ops`` rows."""
+    if "kernel_class" not in kernels:
+        kernels = kernel_table(kernels)
+    kernels = kernels[kernels["kind"].astype(str) == schema.KERNEL]
     if len(kernels) == 0:
         return PrecisionEvidence(None, "none", 0, 0.0, "", "no GPU kernels in the trace")
-    totals = kernels.groupby(kernels["name"].astype(str), sort=False)["dur_ns"].sum()
-    cls = pd.Series([classifier.classify(n) for n in totals.index], index=totals.index)
-    is_gemm = (cls == "gemm").to_numpy() & np.array([_NOT_GEMM.search(n) is None for n in totals.index], bool)
-    gemm = totals[is_gemm]
+    names = kernels["name"].astype(str).to_numpy(object)
+    is_gemm = (kernels["kernel_class"].astype(str) == "gemm").to_numpy(bool, copy=True)
+    is_gemm &= np.array([_is_gemm_name(n) for n in names], bool)
+    totals = pd.Series(kernels["total_ns"].to_numpy(np.int64), index=names)
+    gemm = totals[is_gemm].groupby(level=0, sort=False).sum()  # a name on several devices: once
     if len(gemm) == 0 or int(gemm.sum()) == 0:
         return PrecisionEvidence(None, "none", 0, 0.0, "", "no GEMM kernels among the GPU kernels")
     fam = pd.Series([_family(n) for n in gemm.index], index=gemm.index)

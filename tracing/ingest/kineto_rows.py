@@ -226,7 +226,9 @@ def batch_rows(
     nbytes = [a.get("bytes", -1) for a in args]
     name_codes, cols = _convert(c, names, ts, du, pids, tids, gpu, devs, streams, corr, ext, nbytes, True)
     dims = [a.get("Input Dims") for a in args]
-    cols.append([0 if d is None else c.shape_code(d) for d in dims])
+    cols.append(
+        [0 if d is None else c.shape_code(d) for d in dims] if any(d is not None for d in dims) else None
+    )
     return kinds, name_codes, cols, skipped
 
 
@@ -283,7 +285,8 @@ def record_rows(
     ext = np.array([a.external_id for a in args], np.int64)
     nbytes = np.array([a.bytes for a in args], np.int64)
     raws = [a.input_dims for a in args]
-    shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws]
+    # record_shapes off (most traces): every Raw is empty -> no per-event work beyond this check
+    shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws] if any(map(len, raws)) else None
     return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape], codes.count(-1)
 
 
@@ -330,14 +333,15 @@ def _convert(
 
 
 def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
-    """Append a batch: ``cols`` are the ``_ROW_COLUMNS`` values, then the shape codes."""
+    """Append a batch: ``cols`` are the ``_ROW_COLUMNS`` values, then the shape codes (None: all 0)."""
     typed = [_int64s(col) for col in cols[:-1]]  # OverflowError here leaves the columns untouched
     c.kind.extend(array("b", kinds))
     c.name.extend(array("i", names))
     for key, col in zip(_ROW_COLUMNS, typed, strict=True):
         c.cols[key].extend(col)
     c.cols["end_tid"].extend(array("q", [schema.NO_ID]) * len(kinds))
-    c.shape.extend(array("i", cols[-1]))
+    shape = cols[-1]
+    c.shape.extend(array("i", [0]) * len(kinds) if shape is None else array("i", shape))
 
 
 def _int64s(col: Any) -> array:
