@@ -39,6 +39,8 @@ _API: dict[str, str] = {
     "kernel_table": "tracing.analysis.kernel_classes",
     "with_rules": "tracing.analysis.kernel_classes",
     "microbatch_table": "tracing.analysis.microbatches",
+    "find_microbatches": "tracing.analysis.microbatches",
+    "detect_precision": "tracing.analysis.precision",
     "load_phase_map": "tracing.analysis.phases",
     "phase_of": "tracing.analysis.phases",
     "step_phase_table": "tracing.analysis.steps",
