@@ -328,8 +328,9 @@ def _cuts_from_forwards(
             limit = (
                 starts[i + 1] if i + 1 < n else _before_trailing_sync(sig, p, f_tid, starts[i], region.end_ns)
             )
-            f_items = (p.tid[host] == f_tid) & (h_start >= starts[i]) & (h_start < limit)
-            end = int(h_end[f_items].max())
+            a, b = np.searchsorted(h_start, [starts[i], limit], side="left")  # host items sorted by start
+            f_items = np.flatnonzero(p.tid[host[a:b]] == f_tid) + a
+            end = int(h_end[f_items].max()) if len(f_items) else starts[i]
         idx = [int(host[anchors[j]]) for j in g]
         tokens = [sig.tokens_of(int(p.code[k]), int(p.shape[k])) for k in idx]
         known = [t for t in tokens if t]
