@@ -288,21 +288,37 @@ def step_prediction_figure(
         fig.add_scatter(
             x=ns, y=y, mode="lines", name=prec, line={"color": precision_color(prec, i), "width": 2}
         )
-    # Shapes on a log axis take log10 coordinates.
+    # Marks are traces in data coordinates (shapes on a log axis are not, and autorange would follow them).
+    y_all = (
+        np.concatenate([np.asarray(y, dtype=float) for y in predictions.values()])
+        if predictions
+        else np.zeros(1)
+    )
+    y_lo, y_hi = float(np.nanmin(y_all)), float(np.nanmax(y_all))
     if measured is not None and len(ns):
         lo, hi = float(measured[0]), float(measured[1])
         for x0, x1 in ((float(ns[0]), lo), (hi, float(ns[-1]))):
             if x1 > x0:
-                fig.add_vrect(
-                    x0=np.log10(x0),
-                    x1=np.log10(x1),
-                    fillcolor="#bbb",
-                    opacity=0.2,
-                    line_width=0,
-                    annotation_text="extrapolated",
-                    annotation_position="top left",
+                fig.add_scatter(
+                    x=[x0, x1, x1, x0, x0],
+                    y=[y_lo, y_lo, y_hi, y_hi, y_lo],
+                    fill="toself",
+                    fillcolor="rgba(150,150,150,0.18)",
+                    line={"width": 0},
+                    mode="lines",
+                    name="extrapolated (outside the measured sizes)",
+                    legendgroup="extrapolated",
+                    showlegend=x0 == float(ns[0]) or lo <= float(ns[0]),
+                    hoverinfo="skip",
                 )
-    fig.add_vline(x=np.log10(chosen_n), line_dash="dot", line_color="black")
+    fig.add_scatter(
+        x=[chosen_n, chosen_n],
+        y=[y_lo, y_hi],
+        mode="lines",
+        line={"color": "black", "dash": "dot", "width": 1},
+        name=f"n = {chosen_n:,.0f}",
+        hoverinfo="skip",
+    )
     fig.update_layout(
         xaxis_title="tokens per micro-batch (log scale)",
         yaxis_title="predicted seconds per step",

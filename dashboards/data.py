@@ -248,12 +248,12 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
         "kind",
         "model",
         "precisions",
-        "status",
-        "steps",
         "device",
         "low precision",
-        "inputs",
+        "status",
+        "steps",
         "created",
+        "inputs",
         "problem",
     ]
     df = pd.DataFrame(rows, columns=cols)

@@ -85,6 +85,24 @@ def _ingest(manifest: Mapping[str, Any]) -> Provenance:
     )
 
 
+def _gemm_backends(manifest: Mapping[str, Any], low: list[str]) -> dict[str, str]:
+    """Low precision -> GEMM backend as the run recorded it (``engines.learner`` of a run, ``learners`` of a
+    sweep: ``emulated`` | ``scaled_mm`` | ...); empty when not recorded (older outputs)."""
+    out: dict[str, str] = {}
+    engines = manifest.get("engines")
+    learner = engines.get("learner") if isinstance(engines, Mapping) else None
+    if isinstance(learner, Mapping) and learner.get("gemm_backend") and learner.get("precision") in low:
+        out[str(learner["precision"])] = str(learner["gemm_backend"])
+    learners = manifest.get("learners")
+    if isinstance(learners, Mapping):
+        for prec, info in learners.items():
+            if prec in low and isinstance(info, Mapping) and info.get("gemm_backend"):
+                out[str(prec)] = str(info["gemm_backend"])
+    if isinstance(manifest.get("emulated"), bool):  # a producer that says it in one flag
+        out.update({p: "emulated" if manifest["emulated"] else "native" for p in low if p not in out})
+    return out
+
+
 def _run(manifest: Mapping[str, Any], precisions: list[str]) -> Provenance:
     config = manifest.get("config") if isinstance(manifest.get("config"), Mapping) else {}
     machine = manifest.get("machine") if isinstance(manifest.get("machine"), Mapping) else {}
@@ -98,12 +116,19 @@ def _run(manifest: Mapping[str, Any], precisions: list[str]) -> Provenance:
         device = "CPU" + (f" ({machine.get('cpu')})" if machine.get("cpu") else "")
     else:
         device = f"{NOT_RECORDED} (machine has {gpu}; learner device not in the manifest)"
-    emulated = manifest.get("emulated", config.get("emulated"))
+    backends = _gemm_backends(manifest, low)
     if not low:
         state, note = "n/a", f"Baseline precision only, on {device}."
-    elif isinstance(emulated, bool):
-        state = "emulated" if emulated else "native"
-        note = f"{', '.join(low)} {'emulated' if emulated else 'native GEMMs'} on {device} (recorded)."
+    elif backends:
+        kinds = sorted({"emulated" if b == "emulated" else "native" for b in backends.values()})
+        state = "/".join(kinds)
+        said = ", ".join(
+            f"{p}: {'emulated (exact bytes)' if b == 'emulated' else f'native GEMMs ({b})'}"
+            for p, b in backends.items()
+        )
+        note = f"On {device}, recorded by the run: {said}."
+        if "emulated" in kinds:
+            note += " Emulated costs are not what the format costs with hardware GEMMs."
     elif not on_gpu and (learner_dev == "cpu" or not gpu):
         state = "emulated"
         note = (

@@ -114,7 +114,7 @@ def card(title: str, entry: data.OutputEntry | None = None) -> Iterator[None]:
         try:
             yield
         except (MxperfError, ValueError, KeyError) as exc:
-            st.warning(_message(exc), icon="⚠️")
+            st.warning(_message(exc), icon=":material/warning:")
 
 
 def _message(exc: Exception) -> str:
@@ -147,7 +147,7 @@ def unusable_notes(outputs: list[data.OutputEntry], what: str) -> None:
         st.warning(
             f"{len(broken)} {what} output(s) exist but cannot be read: "
             + "; ".join(f"`{e.rel}`: {e.error or data.status_problem(e)}" for e in broken),
-            icon="⚠️",
+            icon=":material/warning:",
         )
 
 
@@ -195,7 +195,7 @@ def comparable() -> tuple[list[data.OutputEntry], dict[str, str]]:
         try:
             step_data(e)
         except (MxperfError, ValueError, KeyError) as exc:
-            left_out[e.rel] = _message(exc)
+            left_out[e.rel] = _message(exc).removeprefix(f"{e.rel}: ").removeprefix(f"{e.rel}/")
             continue
         ok.append(e)
     return ok, left_out
@@ -293,7 +293,7 @@ def tables_of(outputs: list[data.OutputEntry], name: str) -> dict[data.OutputEnt
         try:
             df = table(entry, name, required=False)
         except MxperfError as exc:
-            st.warning(_message(exc), icon="⚠️")
+            st.warning(_message(exc), icon=":material/warning:")
             continue
         if df is not None:
             found[entry] = df
@@ -304,9 +304,9 @@ def tables_of(outputs: list[data.OutputEntry], name: str) -> dict[data.OutputEnt
 def download_table(df: pd.DataFrame, name: str, key: str) -> None:
     """CSV and Parquet download buttons for a table shown on the page."""
     stem = downloads.safe_stem(name)
-    cols = st.columns([1, 1, 6])
-    for col, fmt in zip(cols, downloads.FORMATS, strict=False):
-        col.download_button(
+    row = st.container(horizontal=True)  # buttons as wide as their labels, side by side
+    for fmt in downloads.FORMATS:
+        row.download_button(
             f"⬇ {fmt.upper()}",
             data=lambda fmt=fmt: downloads.table_bytes(df, fmt),  # made on click, not on every render
             file_name=f"{stem}.{fmt}",

@@ -61,17 +61,14 @@ with ui.card("Verdict", fit_dir):
     if inputs:
         st.markdown("**Where each number comes from** (the fit's inputs):")
         st.dataframe(pd.DataFrame(inputs), hide_index=True)
-    d1, d2, d3 = st.columns(3)
-    with d1:
+    with st.container(horizontal=True):
         ui.download_file(fit_dir, store.FITS, "⬇ fits.json", "be_fits")
-    if ui.has(fit_dir, store.REPORT):
-        with d2:
+        if ui.has(fit_dir, store.REPORT):
             ui.download_file(fit_dir, store.REPORT, "⬇ report.md", "be_report")
     pngs = ui.files(fit_dir, "*.png")
     if pngs:
-        with d3:
-            png = st.selectbox("Figure (PNG)", pngs, key="be_png", label_visibility="collapsed")
-            ui.download_file(fit_dir, png, f"⬇ {png}", "be_png_dl")
+        png = st.selectbox("Plot of `mxperf fit` (PNG)", pngs, key="be_png")
+        ui.download_file(fit_dir, png, "⬇ PNG", "be_png_dl")
 if not doc.get("models"):
     st.stop()
 

@@ -25,8 +25,7 @@ if len(emulated):
     st.info(
         f"{len(emulated)} output(s) ran on a CPU with **emulated** low precision "
         f"({', '.join(f'`{p}`' for p in emulated['path'])}): their timings say what the emulation costs "
-        "on that CPU, not what MXFP8 or FP8 cost on a GPU. GPU results show the GPU in the device column.",
-        icon="🖥️",
+        "on that CPU, not what MXFP8 or FP8 cost on a GPU. GPU results show the GPU in the device column."
     )
 
 with ui.card("Output directories"):

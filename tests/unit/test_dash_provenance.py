@@ -31,6 +31,42 @@ def test_gpu_run_names_the_gpu_and_its_device() -> None:
     assert rec.low_precision == "native"
 
 
+def test_the_gemm_backend_a_run_or_sweep_recorded_wins() -> None:
+    h200 = {"gpu": "NVIDIA H200"}
+    run = _run(
+        ("fp8-block128", "fp8-block128"),
+        h200,
+        learner_device="cuda:0",
+        engines={"learner": {"precision": "fp8-block128", "gemm_backend": "scaled_mm"}},
+    )
+    assert run.low_precision == "native" and "native GEMMs (scaled_mm)" in run.note
+    sweep = provenance(
+        {
+            "kind": "sweep",
+            "machine": h200,
+            "learner_device": "cuda:0",
+            "learners": {
+                "bf16": {"gemm_backend": "emulated"},
+                "mxfp8": {"gemm_backend": "emulated"},
+                "fp8-rowwise": {"gemm_backend": "scaled_mm"},
+            },
+        },
+        ("bf16", "mxfp8", "fp8-rowwise"),
+    )
+    assert sweep.low_precision == "emulated/native"
+    assert (
+        "mxfp8: emulated (exact bytes)" in sweep.note
+        and "fp8-rowwise: native GEMMs (scaled_mm)" in sweep.note
+    )
+    cpu = _run(
+        ("mxfp8",),
+        CPU,
+        learner_device="cpu",
+        engines={"learner": {"precision": "mxfp8", "gemm_backend": "emulated"}},
+    )
+    assert cpu.device.startswith("CPU") and cpu.low_precision == "emulated"
+
+
 def test_old_manifest_on_a_gpu_machine_does_not_claim_the_gpu() -> None:
     p = _run(("mxfp8",), {"gpu": "NVIDIA A100"})
     assert p.device.startswith(NOT_RECORDED) and "NVIDIA A100" in p.device
