@@ -119,18 +119,20 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             f"{path}: a '{kind}' directory has no micro-batch measurements; pass a sweep or ingest"
         )
     if not mb_path.is_file():
-        labels = (manifest.get("config") or {}).get("labels") if kind == "ingest" else None
-        if labels:
-            raise InputError(
-                f"{path}: ingest directory is labelled ({', '.join(f'{k}={v}' for k, v in labels.items())}) but "
-                "its traces had no micro-batch ranges; re-run mxperf ingest with --microbatch-range PATTERN "
-                "(a regular expression matching your micro-batch range names)"
-            )
         if kind == "ingest":
+            # mxperf ingest says per trace and phase why none were found (manifest: microbatch_notes)
+            labels = (manifest.get("config") or {}).get("labels")
+            labelled = (
+                f" is labelled ({', '.join(f'{k}={v}' for k, v in labels.items())}) but" if labels else ""
+            )
+            notes = manifest.get("traces") or []
+            why = [p for t in notes for n in t.get("microbatch_notes") or [] for p in n["problems"]]
+            why = why or ["no update / logprob / reward range with forward passes, no micro-batch ranges"]
             raise InputError(
-                f"{path}: ingest directory is not labelled (no {store.MICROBATCHES}); one trace gives per-range "
-                "times and host stall, but a fit needs micro-batches: re-run mxperf ingest with "
-                "--label model=M,precision=P,tokens_per_microbatch=N"
+                f"{path}: ingest directory{labelled} has no {store.MICROBATCHES}: no micro-batches were found in "
+                f"its traces ({'; '.join(why[:3])}); "
+                "labels fill what a trace cannot say (--label model=M,precision=P,tokens_per_microbatch=N); "
+                "capture settings: docs/tracing.md, 'Fit your own run'"
             )
         raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
     raw = store.read_table(mb_path)

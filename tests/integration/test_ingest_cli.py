@@ -375,7 +375,8 @@ def test_labelled_ingest_without_microbatch_ranges_is_explained_by_fit(tmp_path,
     capsys.readouterr()
     assert main(["fit", str(out), "-o", str(tmp_path / "fit")]) == 2
     err = capsys.readouterr().err
-    assert "is labelled (model=m" in err and "no micro-batch ranges" in err and "--microbatch-range" in err
+    assert "is labelled (model=m" in err and "no micro-batches were found" in err
+    assert "no range matches --microbatch-range 'no_such_range'" in err  # the ingest's own note
 
 
 def test_annotated_trace_is_readable_like_every_other_output(tmp_path):
