@@ -243,3 +243,14 @@ def test_same_tables_whatever_the_json_decoder(tmp_path, monkeypatch):
         "[[32000,1024],[1,1024],[],[],[]]",
         "[[32000,1024],[2,256],[],[],[]]",
     }
+
+
+def test_explicit_range_attributes_that_are_not_counts_are_ignored_not_trusted(tmp_path):
+    rank = st.simulate(st.Job(steps=((1024, 2048),), logprob=False, explicit_ranges="mxperf"))
+    for h in rank.host:
+        if h.name.startswith("update/microbatch["):
+            h.name = "update/microbatch[step=x,microbatch=-1,tokens=inf,precision=fp7]"
+    mb = _found(st.write_kineto(rank, tmp_path / "rank-0.json.gz")).table
+    assert mb["num_tokens"].tolist() == [1024, 2048] and set(mb["tokens_from"]) == {"embedding"}
+    assert mb["step"].tolist() == [0, 0] and mb["microbatch"].tolist() == [0, 1]  # ProfilerStep#0, order
+    assert set(mb["precision"]) == {"bf16"} and set(mb["source"]) == {"range"}  # from the kernels

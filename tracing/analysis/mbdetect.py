@@ -32,6 +32,7 @@ GEMM op's rows, else unknown (the caller asks for ``--label tokens_per_microbatc
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -467,27 +468,42 @@ def _inside(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def explicit_cut(sig: Signals, r: Any, phase: str | None) -> Finding:
-    """An explicit micro-batch range: one micro-batch, or several when it holds several forwards."""
+    """An explicit micro-batch range: one micro-batch, or several when it holds several forwards.
+
+    Attributes it carries (``step``, ``microbatch``, ``tokens``) win; one that is not a non-negative
+    integer is ignored (the structure inside the range decides, as without it)."""
     region = Region(int(r.pid), int(r.tid), phase, int(r.start_ns), int(r.end_ns), -1, str(r.name))
     attrs = json.loads(r.attrs) if isinstance(r.attrs, str) and r.attrs else {}
+    step, index = _count(attrs.get("step")), _count(attrs.get("microbatch"))
+    tokens = _count(attrs.get("tokens", attrs.get("num_tokens")))
     inner = cut_region(sig, region) if region.pid in sig.processes else Finding(region, [])
-    if len(inner.cuts) >= 2 and inner.by_forwards and "tokens" not in attrs:
+    if len(inner.cuts) >= 2 and inner.by_forwards and tokens is None:
         return inner  # several forward passes (embedding lookups) inside one "micro-batch" range: split
     first = inner.cuts[0] if inner.cuts else None
-    tokens = attrs.get("tokens", attrs.get("num_tokens"))
     cut = Cut(
         pid=region.pid,
         tid=region.tid,
         phase=phase,
-        step=int(attrs["step"]) if "step" in attrs else -1,
+        step=-1 if step is None else step,
         start_ns=region.start_ns,
         host_end_ns=region.end_ns,
-        tokens=int(tokens) if tokens is not None else (first.tokens if first else None),
-        tokens_from="attrs" if tokens is not None else (first.tokens_from if first else ""),
+        tokens=tokens if tokens else (first.tokens if first else None),
+        tokens_from="attrs" if tokens else (first.tokens_from if first else ""),
         source="range",
         backward=first.backward if first else False,
         attrs=attrs,
         model=first.model if first else None,
-        microbatch=int(attrs["microbatch"]) if "microbatch" in attrs else None,
+        microbatch=index,
     )
     return Finding(region, [cut])
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer attribute (``3``, ``"3"``, ``3.0``), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) and number >= 0 and number == int(number) else None

@@ -38,6 +38,7 @@ from tracing.analysis.precision import PrecisionEvidence, detect_precision, reco
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
 from tracing.outputs.labels import Labels
+from tracing.outputs.precisions import PRECISION_IDS
 
 EXTRA_COLUMNS: dict[str, str] = {
     "pid": "int64",
@@ -198,7 +199,8 @@ def _rows(
             note["sources"][c.source] += 1
             tokens = c.tokens if c.tokens else None
             size = labels.tokens_per_microbatch or tokens
-            prec = str(c.attrs["precision"]) if "precision" in c.attrs else precision
+            prec = str(c.attrs.get("precision"))
+            prec = prec if prec in PRECISION_IDS else precision  # a range's own precision attribute wins
             missing = []
             if size is None:
                 missing.append("sizes could not be read")
