@@ -1,13 +1,19 @@
 """The ASGI entry point ``mxperf dash`` serves: the dashboard script behind the Host/Origin guard.
 
 ``streamlit run dashboards/serve.py`` finds ``app`` (an ``st.App``) and serves it with uvicorn; every HTTP and
-WebSocket request passes :class:`dashboards.guard.HostOriginGuard` before Streamlit sees it.
+WebSocket request passes :class:`dashboards.guard.HostOriginGuard` before Streamlit sees it. At start-up the
+modules the pages use are imported once, so the first visit to a page does not pay for them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:  # served from a checkout without an install
@@ -19,5 +25,39 @@ from starlette.middleware import Middleware  # noqa: E402
 from dashboards.guard import HostOriginGuard  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "app.py"
+# What the pages import beyond Streamlit (scipy and plotly's subplots alone take seconds on a cold start).
+WARM_MODULES = (
+    "pandas",
+    "pyarrow.parquet",
+    "plotly.graph_objects",
+    "plotly.subplots",
+    "scipy.stats",
+    "dashboards.charts",
+    "dashboards.ui",
+    "perfmodel.results",
+    "perfmodel.step",
+    "perfmodel.step_interval",
+    "tracing.analysis.metrics",
+    "tracing.analysis.ranks",
+    "tracing.analysis.step_ranges",
+)
 
-app = st.App(str(SCRIPT), middleware=[Middleware(HostOriginGuard)])
+
+def import_page_modules() -> list[str]:
+    """Import the pages' modules; returns those that failed (a page then says why when it is opened)."""
+    failed = []
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a broken optional module must not keep the server from starting
+            failed.append(name)
+    return failed
+
+
+@asynccontextmanager
+async def warm_start(_app: Any) -> AsyncIterator[None]:
+    await asyncio.to_thread(import_page_modules)
+    yield
+
+
+app = st.App(str(SCRIPT), lifespan=warm_start, middleware=[Middleware(HostOriginGuard)])

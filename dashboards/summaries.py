@@ -88,6 +88,21 @@ def device_summary(devices: pd.DataFrame) -> pd.DataFrame:
     return out.round(2)
 
 
+def microbatch_words(mb: pd.DataFrame | None, notes: Sequence[str] = ()) -> str:
+    """'24 micro-batches in this trace: logprob 12 (detected), update 12 (detected); 512 to 4,096 tokens' --
+    or why there are none (the ingest's own notes)."""
+    if mb is None or mb.empty:
+        why = "; ".join(str(n) for n in notes if n) or "no micro-batch ranges found and none detected"
+        return f"No micro-batches in this trace ({why})."
+    by = (
+        mb.groupby(["phase", "source"], dropna=False).size() if "source" in mb else mb.groupby("phase").size()
+    )
+    parts = [f"{k[0]} {v} ({k[1]})" if isinstance(k, tuple) else f"{k} {v}" for k, v in by.items()]
+    tokens = pd.to_numeric(mb.get("num_tokens"), errors="coerce").dropna()
+    span = f"; {tokens.min():,.0f} to {tokens.max():,.0f} tokens" if len(tokens) else ""
+    return f"{len(mb)} micro-batches in this trace: " + ", ".join(parts) + span + "."
+
+
 # --------------------------------------------------------------------------------------------- consistency
 CONSISTENCY_METRICS: tuple[str, ...] = ("kl_k1", "kl_k3", "token_mult_prob_error")
 

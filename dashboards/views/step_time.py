@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, compare, ui
+from dashboards import charts, compare, summaries, ui
 from dashboards.data import OutputEntry
 from tracing.analysis import ranks, step_ranges
 from tracing.outputs import store
@@ -55,6 +55,16 @@ def _side(entry: OutputEntry, label: str, key: str) -> tuple[pd.DataFrame, pd.Da
                     f"learner: {tps['update_tokens_per_s']:,.0f} tokens/s in update, "
                     f"{tps.get('step_tokens_per_s', float('nan')):,.0f} tokens/s per whole step "
                     f"({tps['tokens_per_step']:,.0f} tokens per step); MFU: not in this output (no FLOPs per step)"
+                )
+        if entry.kind == "ingest":
+            traces = entry.manifest.get("traces") or []
+            if not all(isinstance(t, dict) and t.get("format") == "metric_log" for t in traces):
+                notes = [
+                    *(entry.manifest.get("notes") or []),
+                    *(n for t in traces for n in (t.get("notes") or [])),
+                ]
+                st.caption(
+                    summaries.microbatch_words(ui.table(entry, store.MICROBATCHES, required=False), notes)
                 )
         return table, stats
     return None

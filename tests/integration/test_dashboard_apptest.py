@@ -346,6 +346,11 @@ def test_breakeven_from_traces_shows_detected_micro_batches_and_their_sources(
     sources = next(df.value for df in at.dataframe if list(df.value.columns) == ["number", "from"])
     assert "microbatches.parquet" in sources.set_index("number").loc["wall", "from"]
     assert at.radio(key="be_basis").options[1] == "GPU busy (host overhead removed)"
+    at.switch_page("views/step_time.py").run()  # the labelled traces are the automatic pair
+    assert any(
+        "24 micro-batches in this trace: logprob 12 (detected), update 12 (detected)" in c
+        for c in _texts(at, "caption")
+    )
     at.switch_page("views/host_stall.py").run()  # the same traces' GPU numbers, side by side by default
     assert not at.exception and _charts(at) >= 3  # two timelines, then host stall per micro-batch size
 

@@ -48,3 +48,15 @@ def test_bad_upload_limit_is_one_line_error_exit_2(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["mxperf dash: error: --max-upload-mb 0: must be >= 1"]
+
+
+def test_served_app_is_the_guarded_st_app_and_its_modules_import() -> None:
+    code = (
+        "from dashboards import serve; import streamlit as st; "
+        "assert isinstance(serve.app, st.App); "
+        "assert serve.app._user_middleware[0].cls.__name__ == 'HostOriginGuard'; "
+        "print(serve.import_page_modules())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

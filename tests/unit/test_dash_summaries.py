@@ -169,3 +169,17 @@ def test_consistency_medians_count_the_steps() -> None:
     )
     med = summaries.consistency_medians(long).iloc[0]
     assert med["steps"] == 3 and med["kl_k1"] == pytest.approx(1e-4)
+
+
+def test_microbatch_words_name_the_source_or_why_there_are_none() -> None:
+    mb = pd.DataFrame(
+        {
+            "phase": ["update", "update", "logprob"],
+            "source": ["detected", "detected", "range"],
+            "num_tokens": [512, 4096, 1024],
+        }
+    )
+    assert summaries.microbatch_words(mb) == (
+        "3 micro-batches in this trace: logprob 1 (range), update 2 (detected); 512 to 4,096 tokens."
+    )
+    assert "sizes could not be read" in summaries.microbatch_words(None, ["sizes could not be read"])
