@@ -8,7 +8,7 @@ STAMP := $(VENV)/.mxperf-installed
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-vllm test-ray install vllm lint format
+.PHONY: demo test test-all test-vllm test-ray install vllm lint format gpu-check-smoke
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ test: $(STAMP)
 test-all: $(STAMP)
 	@bash .ci/browser-deps.sh
 	$(PY) -m pytest -q -m "not vllm and not ray" $(PYTEST_ARGS)
+
+# The device check (benchmarks/gpu_check.sh) in smoke mode: every stage on the CPU with tiny shapes.
+gpu-check-smoke: $(STAMP)
+	PYTHON=$(PY) bash benchmarks/gpu_check.sh --smoke runs/gpu-check-smoke
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

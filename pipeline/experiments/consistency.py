@@ -63,6 +63,7 @@ class ConsistencyConfig(ExperimentSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least(1, eval_prompts=self.eval_prompts, max_new_tokens=self.max_new_tokens)
+        self.check_gemm(LEARNERS)
 
 
 def _sampler(config: Any, v: SamplerVariant, calib: list[list[int]], tok: Any, device: Any = None) -> Any:

@@ -56,6 +56,7 @@ class RunConfig(ExperimentSettings):
         one_of("sampler_engine", self.sampler_engine, SAMPLER_ENGINES)
         one_of("learner_engine", self.learner_engine, LEARNER_ENGINES)
         one_of("learner", self.learner, LEARNER_PRECISIONS)
+        self.check_gemm((self.learner,))
         one_of("sampler", self.sampler, SAMPLER_MODES)
         one_of("kv_cache", self.kv_cache, ("bf16", "fp8"))
         if not 0.0 <= self.grid_fraction <= 1.0:
@@ -69,8 +70,10 @@ class RunConfig(ExperimentSettings):
                 "within each prompt's group, so a group of one has zero advantage and the update does nothing"
             )
         positive(lr=self.lr, temperature=self.temperature)
-        if self.tis_cap is not None:
-            positive(tis_cap=self.tis_cap)
+        try:
+            GRPOConfig(lr=self.lr, tis_cap=self.tis_cap)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         if not 0.0 < self.top_p <= 1.0:
             raise InputError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.min_digits > self.max_digits:

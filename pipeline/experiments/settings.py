@@ -66,6 +66,19 @@ class ExperimentSettings:
         one_of("weight_cast", self.weight_cast, WEIGHT_CASTS)
         resolve_device(self.device)  # DeviceUnavailableError: the machine lacks it
 
+    def check_gemm(self, precisions: tuple[str, ...]) -> None:
+        """``--gemm scaled_mm`` only where the device has the kernel for every learner precision asked for."""
+        from pipeline.device import HardwareUnavailableError
+        from pipeline.quant.gemm import choose_backend
+
+        if self.gemm != "scaled_mm":
+            return
+        for p in precisions:
+            try:
+                choose_backend(p, self.torch_device, self.gemm)
+            except HardwareUnavailableError as exc:
+                raise InputError(str(exc)) from None
+
     @property
     def torch_device(self) -> Any:
         from pipeline.device import resolve_device

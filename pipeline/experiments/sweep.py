@@ -71,6 +71,7 @@ class SweepConfig(ExperimentSettings):
             )
         if len(set(self.precisions)) != len(self.precisions):
             raise InputError(f"--precisions lists a precision twice: {','.join(self.precisions)}")
+        self.check_gemm(self.precisions)
         if not self.sizes:
             raise InputError("--tokens-per-microbatch is empty; give e.g. 256,512,1024")
         at_least(

@@ -34,12 +34,12 @@ LEARNER_PRECISIONS = ("bf16", "mxfp8", "fp8-tensor", "fp8-rowwise", "fp8-block12
 COMPUTE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def check_learner_settings(precision: str, compute_dtype: str) -> None:
+def check_learner_settings(
+    precision: str, compute_dtype: str, precisions: tuple[str, ...] = LEARNER_PRECISIONS
+) -> None:
     """InputError naming the valid choices for an unknown learner precision or compute dtype."""
-    if precision not in LEARNER_PRECISIONS:
-        raise InputError(
-            f"unknown learner precision {precision!r}; choose one of {', '.join(LEARNER_PRECISIONS)}"
-        )
+    if precision not in precisions:
+        raise InputError(f"unknown learner precision {precision!r}; choose one of {', '.join(precisions)}")
     if compute_dtype not in COMPUTE_DTYPES:
         raise InputError(
             f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
@@ -142,13 +142,7 @@ class HFLearner:
             options = {"backend": self.gemm_backend, "schedule": self.schedule}
             dtype = COMPUTE_DTYPES[compute_dtype]
             self.quantized_modules = list(convert_linears(self.model, policy, dtype, **options))
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=self.config.lr,
-            betas=self.config.betas,
-            weight_decay=self.config.weight_decay,
-            foreach=False,
-        )
+        self.optimizer = self.config.optimizer([p for p in self.model.parameters() if p.requires_grad])
         self.step_count = 0
         self.last_microbatches: list[dict[str, Any]] = []
 

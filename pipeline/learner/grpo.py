@@ -50,6 +50,12 @@ class GRPOConfig:
         if self.tis_cap is not None and self.tis_cap < 1:
             raise ValueError(f"tis_cap must be >= 1 (or None to disable), got {self.tis_cap}")
 
+    def optimizer(self, params: Any) -> torch.optim.AdamW:
+        """The learner's AdamW over ``params`` (both learners: one place for the optimizer settings)."""
+        return torch.optim.AdamW(
+            params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay, foreach=False
+        )
+
 
 @dataclass
 class GRPOBatch:

@@ -1,9 +1,12 @@
 """Model presets: Qwen3 configs built locally (no downloads), their sizes and their FLOPs per token.
 
-Four presets, each a function returning a frozen :class:`ModelPreset`:
+Five presets, each a function returning a frozen :class:`ModelPreset`:
 
 - ``tiny-dense``: Qwen3ForCausalLM, 4 layers, hidden 256 -- about 2.6 M parameters, trains on a CPU.
 - ``tiny-moe``: Qwen3MoeForCausalLM, 4 layers, 8 experts, top-2 routing.
+- ``qwen3-8b-2l``: two decoder layers of Qwen3-8B (hidden 4096, 32/8 heads of 128, MLP 12288) over the task's
+  512-token vocabulary -- 390 M parameters: Qwen3-8B's per-layer GEMM shapes in a model a GPU sweep can train
+  (``benchmarks/gpu_check.sh``); built locally like the tiny ones.
 - ``qwen3-8b`` and ``qwen3-30b-a3b``: the published configs, **shape-only** (for the cost model's FLOPs and
   parameter counts; :func:`build_model` refuses to instantiate them).
 
@@ -113,6 +116,17 @@ def qwen3_8b() -> ModelPreset:
     return ModelPreset("qwen3-8b", "qwen3", kw, shape_only=True)
 
 
+def qwen3_8b_2l() -> ModelPreset:
+    kw = qwen3_8b().config_kwargs | {
+        "vocab_size": 512,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 4096,
+        "initializer_range": 0.02,
+        "attention_bias": False,
+    }
+    return ModelPreset("qwen3-8b-2l", "qwen3", kw)
+
+
 def qwen3_30b_a3b() -> ModelPreset:
     kw = {
         "vocab_size": 151936,
@@ -140,6 +154,7 @@ PRESETS: dict[str, Callable[[], ModelPreset]] = {
     "tiny-dense": tiny_dense,
     "tiny-moe": tiny_moe,
     "qwen3-8b": qwen3_8b,
+    "qwen3-8b-2l": qwen3_8b_2l,
     "qwen3-30b-a3b": qwen3_30b_a3b,
 }
 

@@ -131,7 +131,7 @@ class WeightOperands:
                 elif granularity(self.spec.precision, True) in ("tensor", "block128x128"):
                     op = transpose_operand(self._entry("fprop", weight, expert)[0])
                 else:
-                    op = quantize_operand(w.t(), self.spec.precision, weight=True)
+                    op = quantize_operand(w.t().contiguous(), self.spec.precision, weight=True)
                 values = (
                     dequantize_operand(op, self.spec.compute_dtype)
                     if self.spec.backend == "emulated"
@@ -221,8 +221,9 @@ class QuantLinearFunction(torch.autograd.Function):
                 dya = quantize_operand(dy_TN, spec.precision)
                 dx = _gemm(spec, dya, bound, "dgrad").view(ctx.x_shape).to(ctx.x_dtype)
             if ctx.needs_input_grad[1]:
-                dyt = quantize_operand(_pad_tokens(dy_TN, spec.token_pad).t(), spec.precision)
-                xt = quantize_operand(_pad_tokens(x_TK, spec.token_pad).t(), spec.precision)
+                # transposed copies: contiguous operands (and one compiled quantizer graph per grid and dtype)
+                dyt = quantize_operand(_pad_tokens(dy_TN, spec.token_pad).t().contiguous(), spec.precision)
+                xt = quantize_operand(_pad_tokens(x_TK, spec.token_pad).t().contiguous(), spec.precision)
                 dw = _gemm(spec, dyt, xt).to(weight.dtype)
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 db = dy_TN.sum(0, dtype=torch.float32).to(ctx.bias_dtype)

@@ -26,6 +26,7 @@ and poisons the store: a failed sync is fail-stop, the engine refuses to compute
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,13 @@ E4M3_NAN_BYTE = 0x7F
 E8M0_NAN_BYTE = 0xFF
 
 
+def row_index(piece: Piece) -> tuple[Any, ...]:
+    """Index of the destination rows (of the write counters) a piece writes: its rows / expert, or all."""
+    return (
+        _index(piece.expert, piece.dst_rows) if piece.dst_rows or piece.expert is not None else (slice(None),)
+    )
+
+
 class IncompleteLoadError(RuntimeError):
     """A weight load that did not write every destination exactly once (fail-stop: the store is poisoned)."""
 
@@ -74,6 +82,21 @@ class LoadRecord:
     unmapped: list[str] = field(default_factory=list)
     post_process_calls: int = 0  # process_weights_after_loading calls during this load
     poisoned: bool = False
+
+    def next_load(self, version: int, dests: Iterable[DestSpec], *, scales: bool) -> LoadRecord:
+        """A fresh record for the load of ``version``: zero write counters per destination row (and scale
+        row with ``scales``), row versions carried over from this record (rows a load skips keep theirs)."""
+        rec = LoadRecord(version, {}, {}, dict(self.derived_versions))
+        for d in dests:
+            rows = tuple(d.shape[:-1]) if len(d.shape) >= 2 else (1,)
+            rec.writes[d.name] = torch.zeros(rows, dtype=torch.int32)
+            prev = self.row_versions.get(d.name)
+            rec.row_versions[d.name] = (
+                prev.clone() if prev is not None else torch.full(rows, -1, dtype=torch.int64)
+            )
+            if scales and d.quantized:
+                rec.writes[d.scale] = torch.zeros(rows, dtype=torch.int32)
+        return rec
 
 
 class SamplerWeights:
@@ -120,10 +143,6 @@ class SamplerWeights:
             return torch.full(shape, E8M0_NAN_BYTE, dtype=torch.uint8, device=self.device)
         return torch.full(shape, float("nan"), dtype=s.dtype, device=self.device)
 
-    @staticmethod
-    def _rows(shape: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(shape[:-1]) if len(shape) >= 2 else (1,)
-
     # -- loading ----------------------------------------------------------------------------------------------
     def load_weights(self, payload: bytes) -> LoadRecord:
         """Load one full weight push (safetensors bytes from ``pipeline.sync.weight_sync.pack_weights``)."""
@@ -153,18 +172,7 @@ class SamplerWeights:
     def _begin_load(self, version: int) -> None:
         self._cache.clear()
         self._staging.clear()
-        old = self._record
-        rec = LoadRecord(version, {}, {}, dict(old.derived_versions))
-        for d in self.dests.values():
-            rows = self._rows(d.shape)
-            rec.writes[d.name] = torch.zeros(rows, dtype=torch.int32)
-            prev = old.row_versions.get(d.name)
-            rec.row_versions[d.name] = (
-                prev.clone() if prev is not None else torch.full(rows, -1, dtype=torch.int64)
-            )
-            if d.quantized:
-                rec.writes[d.scale] = torch.zeros(rows, dtype=torch.int32)
-        self._record = rec
+        self._record = self._record.next_load(version, self.dests.values(), scales=True)
 
     def _write_piece(self, piece: Piece, t: torch.Tensor, scale: torch.Tensor | None, grid: str) -> None:
         """Copy one piece into its destination rows (bytes as sent, or BF16 to be quantized after the load)."""
@@ -192,11 +200,7 @@ class SamplerWeights:
 
     @staticmethod
     def _row_index(piece: Piece) -> tuple[Any, ...]:
-        return (
-            _index(piece.expert, piece.dst_rows)
-            if piece.dst_rows or piece.expert is not None
-            else (slice(None),)
-        )
+        return row_index(piece)
 
     def _mark(self, piece: Piece) -> None:
         idx = self._row_index(piece)

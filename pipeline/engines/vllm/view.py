@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from pipeline.sampler.weights import LoadRecord, sampler_layout
+from pipeline.sampler.weights import LoadRecord, row_index, sampler_layout
 
 
 class VllmWeightsView:
@@ -39,21 +39,10 @@ class VllmWeightsView:
         self._engine = engine
         self._record = LoadRecord(-1, {}, {}, {})
 
-    @staticmethod
-    def _rows(shape: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(shape[:-1]) if len(shape) >= 2 else (1,)
-
     def record_load(self, version: int, received: list[str]) -> LoadRecord:
         """Rebuild the load record from the names the worker received in the load of ``version``."""
-        old = self._record
-        rec = LoadRecord(version, {}, {}, dict(old.derived_versions), post_process_calls=1)
-        for d in self.dests.values():
-            rows = self._rows(d.shape)
-            rec.writes[d.name] = torch.zeros(rows, dtype=torch.int32)
-            prev = old.row_versions.get(d.name)
-            rec.row_versions[d.name] = (
-                prev.clone() if prev is not None else torch.full(rows, -1, dtype=torch.int64)
-            )
+        rec = self._record.next_load(version, self.dests.values(), scales=False)
+        rec.post_process_calls = 1  # vLLM's post-load processing runs inside reload_weights
         for name in received:
             pieces = self.routes.get(name)
             if pieces is None:
@@ -61,7 +50,7 @@ class VllmWeightsView:
                     rec.unmapped.append(name)
                 continue
             for p in pieces:
-                idx = p.dst_index() if (p.dst_rows or p.expert is not None) else (slice(None),)
+                idx = row_index(p)
                 rec.writes[p.dest][idx] += 1
                 rec.row_versions[p.dest][idx] = version
         self._record = rec
