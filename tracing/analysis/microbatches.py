@@ -101,13 +101,17 @@ def find_microbatches(
 def _note_overlaps(table: pd.DataFrame, notes: list[dict[str, Any]]) -> None:
     """Say where micro-batch windows overlap (no sync between micro-batches): their seconds then include
     waiting for earlier GPU work, so they over-state a micro-batch's own cost."""
+    if len(table) == 0:
+        return
+    late = (table["overlap_seconds"] > 0.05 * table["seconds"]).to_numpy()
+    keys = list(zip(table["pid"].tolist(), table["phase"].astype(str).tolist(), strict=True))
+    count, total = Counter(k for k, x in zip(keys, late, strict=True) if x), Counter(keys)
     for n in notes:
-        mine = table[(table["pid"] == n["pid"]) & (table["phase"] == n["phase"])]
-        k = int((mine["overlap_seconds"] > 0.05 * mine["seconds"]).sum())
+        k = count[(n["pid"], n["phase"])]
         if k:
             n["problems"].append(
-                f"{k} of {len(mine)} start while an earlier micro-batch's GPU work still runs (no sync between "
-                "them): their seconds include that wait (overlap_seconds)"
+                f"{k} of {total[(n['pid'], n['phase'])]} start while an earlier micro-batch's GPU work still runs "
+                "(no sync between them): their seconds include that wait (overlap_seconds)"
             )
 
 
@@ -310,7 +314,8 @@ def _table(
     df["microbatch"] = np.where(given, df["microbatch"].fillna(0), index).astype(np.int64)
     df["repeat"] = df.groupby(["pid", "step"], sort=True).ngroup().astype(np.int64)
     for c in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
-        df[c] = pd.array([None if v is None or pd.isna(v) else float(v) for v in df[c]], dtype="Float64")
+        values = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        df[c] = pd.arrays.FloatingArray(np.nan_to_num(values), np.isnan(values))  # missing -> <NA>
     df["rank"] = pd.array([trace.rank] * len(df), dtype="Int64")
     return schema.conform(df, cols, "microbatches")
 
