@@ -5,7 +5,8 @@ Rules, checked before any work and again at the swap:
 - a new path or an empty folder is always fine;
 - a folder that holds an input of the command is never written (not even with ``--force``);
 - a non-empty folder is replaced only with ``--force``, only when its ``manifest.json`` says it is an mxperf
-  output of the same kind, and only when it holds nothing mxperf did not write (the manifest's ``files``).
+  output of the same kind, only when it holds nothing mxperf did not write (the manifest's ``files``), and
+  never when mxperf runs inside it.
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ LEGACY_PATTERNS = (
 )
 
 
-_BUILDING: dict[
-    str, str
-] = {}  # temp folder -> the output it becomes (messages name the output, not the temp)
+# temp folder -> the output it becomes (messages name the output, never the temp folder)
+_BUILDING: dict[str, str] = {}
 
 
 def building(tmp: Path, target: Path) -> None:
