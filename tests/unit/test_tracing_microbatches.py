@@ -254,3 +254,15 @@ def test_explicit_range_attributes_that_are_not_counts_are_ignored_not_trusted(t
     assert mb["num_tokens"].tolist() == [1024, 2048] and set(mb["tokens_from"]) == {"embedding"}
     assert mb["step"].tolist() == [0, 0] and mb["microbatch"].tolist() == [0, 1]  # ProfilerStep#0, order
     assert set(mb["precision"]) == {"bf16"} and set(mb["source"]) == {"range"}  # from the kernels
+
+
+def test_notebook_facade_gives_the_detected_table_of_a_trace_file(tmp_path):
+    import tracing
+
+    rank = st.simulate(st.Job(steps=((1024, (2, 512)),)))
+    path = st.write_kineto(rank, tmp_path / "rank-0.json.gz")
+    got = tracing.open(path, labels=Labels(model="qwen")).microbatches()
+    assert (
+        len(got) == len(rank.truth) and set(got["model"]) == {"qwen"} and set(got["source"]) == {"detected"}
+    )
+    pd.testing.assert_frame_equal(got, _found(path, Labels(model="qwen")).table)
