@@ -215,7 +215,8 @@ def test_missing_file_and_bad_label_exit_2(tmp_path, capsys):
     # a partial label is fine: the trace cannot give sizes, so nothing is written and the note says why
     assert main(["ingest", str(A100), "-o", str(tmp_path / "o3"), "--label", "model=m"]) == 0
     err = capsys.readouterr().err
-    assert "3 micro-batches left out: sizes could not be read" in err and "record_shapes=True" in err
+    assert "3 micro-batches found (detected), 0 kept" in err and "3 left out: sizes could not be read" in err
+    assert "record_shapes=True" in err
     assert not (tmp_path / "o3" / store.MICROBATCHES).exists()
 
 

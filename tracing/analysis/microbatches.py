@@ -49,10 +49,12 @@ EXTRA_COLUMNS: dict[str, str] = {
     # between micro-batches the host runs ahead and the window includes waiting for that earlier GPU work
     "overlap_seconds": "float64",
 }
-SIZES_HELP = (
-    "Kineto: torch.profiler record_shapes=True (verl: profiler tool_config.torch.contents [cpu, cuda, shapes]); "
-    "nsys: torch.autograd.profiler.emit_nvtx(record_shapes=True) (Megatron-LM --profile --record-shapes)"
-)
+# How to record op shapes, per trace format (docs/tracing.md, "Fit your own run")
+SIZES_HELP = {
+    "kineto": "capture with torch.profiler record_shapes=True (verl: profiler tool_config.torch.contents="
+    "[cpu,cuda,shapes]; Megatron-LM: --pytorch-profiler-collect-shapes)",
+    "nsys": "capture inside torch.autograd.profiler.emit_nvtx(record_shapes=True) (Megatron-LM: --record-shapes)",
+}
 
 
 @dataclass
@@ -69,6 +71,11 @@ class MicrobatchResult:
         out = [f"{path}: {w}" for w in self.warnings]
         for n in self.notes:
             head = f"{path}: pid {n['pid']} {n['phase']}: {n['microbatches']} micro-batches ({n['source']})"
+            if n["found"] != n["microbatches"]:
+                head = (
+                    f"{path}: pid {n['pid']} {n['phase']}: {n['found']} micro-batches found ({n['source']}), "
+                )
+                head += f"{n['microbatches']} kept"
             out.append(head + (f"; {'; '.join(n['problems'])}" if n["problems"] else ""))
         return out
 
@@ -92,7 +99,7 @@ def find_microbatches(
     evidence = detect_precision(ops if kernels is None else kernels)
     precision, warning = reconcile(labels.precision, evidence)
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
-    rows, notes = _rows(findings, ranges, labels, precision, evidence)
+    rows, notes = _rows(findings, labels, precision, evidence, trace.format)
     table = _table(rows, sig, trace, timelines, len(ops) > 0)
     _note_overlaps(table, notes)
     return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
@@ -189,10 +196,10 @@ def _with_steps(
 
 def _rows(
     findings: list[mbdetect.Finding],
-    ranges: pd.DataFrame,
     labels: Labels,
     precision: str | None,
     evidence: PrecisionEvidence,
+    fmt: str,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows: list[dict[str, Any]] = []
     notes: dict[tuple[int, str], dict[str, Any]] = {}
@@ -201,6 +208,7 @@ def _rows(
             phase = c.phase or labels.phase or ("update" if c.backward else None)
             note = _note(notes, c.pid, phase or "unknown phase")
             note["sources"][c.source] += 1
+            note["found"] += 1
             tokens = c.tokens if c.tokens else None
             size = labels.tokens_per_microbatch or tokens
             prec = str(c.attrs.get("precision"))
@@ -239,7 +247,7 @@ def _rows(
             _note(notes, f.region.pid, f.region.phase or labels.phase or "unknown phase")["ambiguous"].append(
                 f"{f.region.name or 'whole process'} @ {f.region.start_ns}: {f.reason}"
             )
-    return rows, [_finish_note(n, evidence, labels) for n in notes.values()]
+    return rows, [_finish_note(n, evidence, fmt) for n in notes.values()]
 
 
 def _note(notes: dict[tuple[int, str], dict[str, Any]], pid: int, phase: str) -> dict[str, Any]:
@@ -249,6 +257,7 @@ def _note(notes: dict[tuple[int, str], dict[str, Any]], pid: int, phase: str) ->
             "pid": pid,
             "phase": phase,
             "microbatches": 0,
+            "found": 0,
             "sources": Counter(),
             "dropped": Counter(),
             "ambiguous": [],
@@ -256,15 +265,16 @@ def _note(notes: dict[tuple[int, str], dict[str, Any]], pid: int, phase: str) ->
     )
 
 
-def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, labels: Labels) -> dict[str, Any]:
+def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> dict[str, Any]:
     problems = []
     for what, k in n["dropped"].items():
         fix = {
-            "sizes could not be read": f"enable shapes ({SIZES_HELP}) or pass --label tokens_per_microbatch=N",
+            "sizes could not be read": f"{SIZES_HELP.get(fmt, SIZES_HELP['kineto'])}, or pass --label "
+            "tokens_per_microbatch=N",
             "precision unknown": f"{evidence.reason}; pass --label precision=ID",
             "phase unknown": "no phase range encloses them; pass --label phase=PHASE",
         }[what]
-        problems.append(f"{k} micro-batches left out: {what} ({fix})")
+        problems.append(f"{k} left out: {what}: {fix}")
     if n["ambiguous"]:
         problems.append(
             f"{len(n['ambiguous'])} range(s) not cut, no micro-batches guessed: " + " | ".join(n["ambiguous"])
@@ -273,6 +283,7 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, labels: Labels)
         "pid": n["pid"],
         "phase": n["phase"],
         "microbatches": n["microbatches"],
+        "found": n["found"],
         "source": "+".join(sorted(n["sources"])) or "none",
         "dropped": dict(n["dropped"]),
         "ambiguous": n["ambiguous"],
