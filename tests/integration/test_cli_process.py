@@ -190,3 +190,23 @@ def test_the_first_warm_start_and_trace_writing_say_what_they_are_doing(
         cap.step()
     assert lines[0] == "trace: writing trace/rank-0.json.gz (profiler export, then gzip) ..."
     assert lines[1].startswith("trace: wrote trace/rank-0.json.gz (") and lines[1].endswith(" s")
+
+
+def test_an_interrupted_capture_says_interrupted_and_a_crashed_one_failed(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from tracing.capture.profiler import Capture, CaptureConfig
+
+    layer = torch.nn.Linear(4, 4)
+    for name, error, status in (
+        ("ctrl-c", KeyboardInterrupt, "interrupted"),
+        ("bug", RuntimeError, "failed"),
+    ):
+        with (
+            pytest.raises(error),
+            Capture(tmp_path / name, CaptureConfig(wait=0, warmup=0, active=2), rank=0) as cap,
+        ):
+            layer(torch.randn(2, 4)).sum().backward()
+            cap.step()
+            raise error
+        manifest = store.read_json(tmp_path / name / "trace" / "capture-rank-0.json")
+        assert manifest["status"] == status
