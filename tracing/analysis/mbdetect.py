@@ -1,23 +1,20 @@
 """Micro-batches found in a trace without labels: cut inside each phase range from what every transformer
 forward/backward leaves, or taken from explicit micro-batch ranges.
 
-Where to look (per process): each outermost range whose phase is ``update``, ``logprob`` or ``reward``
-(verl ``update_actor`` / ``compute_log_prob``, NeMo RL ``*_policy_worker/train`` / ``get_logprobs``); a
-process with no phase ranges at all is cut per ``ProfilerStep#N``, else as a whole. Explicit micro-batch
-ranges win where present: mxperf's ``update/microbatch[...]`` (attributes encoded in the name), verl's
-``micro_batch<i>``, NeMo RL's ``*/train_microbatch*``, or ``--microbatch-range REGEX``; one that holds
-several forward passes is split.
+Where to look: :mod:`tracing.analysis.mbregions`. An explicit range that holds several forward passes is
+split.
 
 Inside a range, on the thread F that opened it (``source = "detected"``)::
 
     F   [emb]=fwd=[loss]   (blocked in backward)    [item] [emb]=fwd=  ...  [Optimizer.step]
     B                   =====backward======                      =====
         |<------------- micro-batch 0 ------------------->|
-        start: the forward's first embedding lookup (aten::embedding: one per forward pass), else the first
-        host op on F after the previous micro-batch (optimizer ranges skipped);
+        start: the forward's embedding lookup (aten::embedding: one per forward pass), or the kernel-free
+        host ops on F just before it (micro_batch.to(device), slicing); without lookups, the first host op
+        on F after the previous micro-batch (optimizer ranges skipped);
         host end: the backward burst's last launch on the autograd threads B, or the sync on F right after
-        it (loss.item(): cudaStreamSynchronize / aten::_local_scalar_dense); a forward-only range (logprob)
-        ends at the last host op on F before the next forward.
+        it (loss.item(): cudaStreamSynchronize / aten::_local_scalar_dense); a forward-only micro-batch
+        (logprob) ends at the last host op on F before the next forward's first.
 
 A backward *burst* is the autograd threads' work between two launches from F (F is blocked inside
 ``loss.backward()``). Each forward must own one backward (update) or none may (logprob). Anything else --
@@ -33,21 +30,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from tracing.analysis.mbregions import Region
 from tracing.analysis.mbsignals import Process, Signals
-
-MICROBATCH_PHASES: tuple[str, ...] = ("update", "logprob", "reward")
-EXPLICIT_NAMES = re.compile(
-    r"^(?:update/microbatch|micro_batch\d+|(?:[\w.\-]+/)?train_microbatch(?:_presharded)?)$"
-)
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_LIBRARY = re.compile(r", op_id = |, seq = |^nccl")  # emit_nvtx op ranges, NCCL's own NVTX ranges
 
 
 @dataclass(frozen=True)
@@ -69,17 +58,6 @@ class Cut:
     microbatch: int | None = None  # index from explicit attributes
 
 
-@dataclass(frozen=True)
-class Region:
-    pid: int
-    tid: int
-    phase: str | None
-    start_ns: int
-    end_ns: int
-    step: int
-    name: str
-
-
 @dataclass
 class Finding:
     """What one region gave: cuts, or a reason why none."""
@@ -88,97 +66,6 @@ class Finding:
     cuts: list[Cut]
     reason: str = ""  # "" = fine; else why the region has no micro-batches
     by_forwards: bool = False  # cut at forward passes (embedding lookups), not only at backward passes
-
-
-def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region], pd.DataFrame, list[int]]:
-    """Detection regions, explicit micro-batch ranges, and the processes to cut as a whole (ranges only
-    from ``emit_nvtx``), from a range table (``attribution.range_frame``).
-
-    Names are matched once per distinct name; only candidate rows are walked (emit_nvtx traces hold one
-    range per op)."""
-    if len(ranges) == 0:
-        return [], ranges.iloc[0:0], []
-    codes, uniq = pd.factorize(ranges["name"].astype(str).to_numpy(object))
-    explicit_rx = re.compile(pattern) if pattern else EXPLICIT_NAMES
-    per_name = np.array(
-        [
-            (
-                explicit_rx.fullmatch(n) is not None,
-                _LIBRARY.search(n) is not None,
-                _PROFILER_STEP.fullmatch(n) is not None,
-            )
-            for n in uniq
-        ],
-        bool,
-    ).reshape(len(uniq), 3)
-    explicit, library, is_step = (per_name[codes, k] for k in range(3))
-    phase = ranges["phase"].astype(str).to_numpy(object)
-    pid = ranges["pid"].to_numpy(np.int64)
-    in_set = np.isin(phase, MICROBATCH_PHASES) & ~explicit
-    regions: list[Region] = []
-    fallback: list[int] = []
-    tid = ranges["tid"].to_numpy(np.int64)
-    start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
-
-    def region(k: int, phase: str | None) -> Region:
-        return Region(int(pid[k]), int(tid[k]), phase, int(start[k]), int(end[k]), -1, str(uniq[codes[k]]))
-
-    candidates = np.flatnonzero(in_set)
-    if len(candidates):
-        rid = ranges["range_id"].to_numpy(np.int64)
-        parent = dict(zip(rid.tolist(), ranges["parent_id"].to_numpy(np.int64).tolist(), strict=True))
-        flagged = set(rid[in_set].tolist())
-        for k in candidates.tolist():
-            if not _has_flagged_ancestor(int(rid[k]), parent, flagged):
-                regions.append(region(k, str(phase[k])))
-    covered = {r.pid for r in regions}
-    # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
-    user = ~library & (ranges["domain"].astype(str).str.upper() != "NCCL").to_numpy(bool)
-    for p in sorted(set(pid.tolist()) - covered):
-        mine = pid == p
-        if np.isin(phase[mine], ("generate", "sync")).any() or explicit[mine].any():
-            continue  # a sampler / sync process, or one marked with explicit ranges: no fallback
-        steps = np.flatnonzero(mine & is_step)
-        if len(steps):
-            regions += [region(k, None) for k in steps.tolist()]
-        elif not (mine & user).any():
-            fallback.append(int(p))  # only op ranges: cut the process as a whole
-    return regions, ranges[explicit], fallback
-
-
-def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -> bool:
-    p = parent.get(rid, -1)
-    while p is not None and p >= 0:
-        if p in flagged:
-            return True
-        p = parent.get(p, -1)
-    return False
-
-
-def profiler_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N); names matched once per distinct name."""
-    codes, uniq = pd.factorize(ranges["name"].astype(str).to_numpy(object))
-    step_of = np.array([int(m[1]) if (m := _PROFILER_STEP.fullmatch(n)) else -1 for n in uniq], np.int64)
-    step = step_of[codes] if len(codes) else np.zeros(0, np.int64)
-    keep = step >= 0
-    return pd.DataFrame(
-        {
-            "pid": ranges["pid"].to_numpy(np.int64)[keep],
-            "start_ns": ranges["start_ns"].to_numpy(np.int64)[keep],
-            "end_ns": ranges["end_ns"].to_numpy(np.int64)[keep],
-            "step": step[keep],
-        }
-    )
-
-
-def whole_process_region(sig: Signals, pid: int) -> Region | None:
-    """The fallback region of a process with no ranges at all: its host span, on its busiest thread."""
-    p = sig.processes.get(pid)
-    if p is None or len(p.start) == 0:
-        return None
-    tids = p.l_tid if len(p.l_tid) else p.tid
-    values, counts = np.unique(tids, return_counts=True)
-    return Region(pid, int(values[np.argmax(counts)]), None, int(p.start.min()), int(p.end.max()), -1, "")
 
 
 def cut_region(sig: Signals, region: Region) -> Finding:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import attribution, mbdetect, metrics
+from tracing.analysis import attribution, mbdetect, mbregions, metrics
 from tracing.analysis.mbsignals import Signals, gather_signals
 from tracing.analysis.precision import PrecisionEvidence, detect_precision, reconcile
 from tracing.ingest.trace import Trace
@@ -132,13 +132,13 @@ def microbatch_table(
 def _findings(
     sig: Signals, ranges: pd.DataFrame, pattern: str | None, ranges_only: bool = False
 ) -> list[mbdetect.Finding]:
-    regions, explicit, whole = mbdetect.find_regions(ranges, pattern)
-    steps = mbdetect.profiler_steps(ranges)
+    regions, explicit, whole = mbregions.find_regions(ranges, pattern)
+    steps = mbregions.profiler_steps(ranges)
     found: list[mbdetect.Finding] = []
     inside: set[int] = set()
     for r in explicit.itertuples(index=False):
         host = _enclosing(regions, int(r.pid), int(r.start_ns), int(r.end_ns))
-        own = str(r.phase) if str(r.phase) in mbdetect.MICROBATCH_PHASES else None
+        own = str(r.phase) if str(r.phase) in mbregions.MICROBATCH_PHASES else None
         found.append(mbdetect.explicit_cut(sig, r, host.phase if host else own))
         if host is not None:
             inside.add(regions.index(host))
@@ -151,16 +151,16 @@ def _findings(
     found += [mbdetect.cut_region(sig, g) for k, g in enumerate(regions) if k not in inside]
     has_ranges = set(ranges["pid"].tolist())
     for pid in sorted((set(sig.processes) - has_ranges) | set(whole)):  # no ranges, or only op ranges
-        region = mbdetect.whole_process_region(sig, pid)
+        region = mbregions.whole_process_region(sig, pid)
         if region is not None:
             found.append(mbdetect.cut_region(sig, region))
     return _with_steps(found, regions, steps)
 
 
-_NO_REGION = mbdetect.Region(-1, -1, None, 0, 0, -1, "")
+_NO_REGION = mbregions.Region(-1, -1, None, 0, 0, -1, "")
 
 
-def _enclosing(regions: list[mbdetect.Region], pid: int, lo: int, hi: int) -> mbdetect.Region | None:
+def _enclosing(regions: list[mbregions.Region], pid: int, lo: int, hi: int) -> mbregions.Region | None:
     best = None
     for r in regions:
         inside = r.pid == pid and r.start_ns <= lo and hi <= r.end_ns
@@ -170,7 +170,7 @@ def _enclosing(regions: list[mbdetect.Region], pid: int, lo: int, hi: int) -> mb
 
 
 def _with_steps(
-    findings: list[mbdetect.Finding], regions: list[mbdetect.Region], steps: pd.DataFrame
+    findings: list[mbdetect.Finding], regions: list[mbregions.Region], steps: pd.DataFrame
 ) -> list[mbdetect.Finding]:
     """Step of each cut: attributes, else the enclosing ProfilerStep#N, else its region's ordinal among the
     ranges of its phase on its process."""
