@@ -8,7 +8,7 @@ STAMP := $(VENV)/.mxperf-installed
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-vllm test-ray install vllm lint format gpu-check-smoke
+.PHONY: demo test test-all test-vllm test-ray install vllm lint format figures gpu-check-smoke
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ test-all: $(STAMP)
 # The device check (benchmarks/gpu_check.sh) in smoke mode: every stage on the CPU with tiny shapes.
 gpu-check-smoke: $(STAMP)
 	PYTHON=$(PY) bash benchmarks/gpu_check.sh --smoke runs/gpu-check-smoke
+
+# README's deterministic figures against the commands README shows (about 5 minutes; --write to update them)
+figures: $(STAMP)
+	$(PY) scripts/readme_figures.py --check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
