@@ -8,6 +8,7 @@ import json
 import random
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import synthetic_traces as st
 
@@ -130,18 +131,23 @@ def _traced_run(run: Path) -> None:
         store.write_table(log.to_frame(), od.path / store.RANGES)
 
 
+def _update_tables(tmp_path: Path, run: Path, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The update micro-batches of a run ingested from its range log, and from its trace alone (no labels)."""
+    tables = []
+    for name, target in (("log", run), ("trace", trace)):
+        assert main(["ingest", str(target), "-o", str(tmp_path / name)]) == 0
+        mb = store.read_table(tmp_path / name / store.MICROBATCHES)
+        tables.append(mb[mb["phase"] == "update"].sort_values(["step", "microbatch"], ignore_index=True))
+    return tables[0], tables[1]
+
+
 def test_own_traced_run_without_labels_gives_the_micro_batch_table_of_its_range_log(tmp_path, capsys):
     run = tmp_path / "run"
     _traced_run(run)
     trace = next((run / store.TRACE_DIR).glob("rank-*.json.gz"))
     keys = ["phase", "step", "microbatch", "num_tokens", "tokens_per_microbatch", "precision", "source"]
-    tables = {}
-    for name, target in (("log", run), ("trace", trace)):
-        assert main(["ingest", str(target), "-o", str(tmp_path / name)]) == 0
-        mb = store.read_table(tmp_path / name / store.MICROBATCHES)
-        tables[name] = mb[mb["phase"] == "update"].sort_values(["step", "microbatch"], ignore_index=True)
+    log, traced = _update_tables(tmp_path, run, trace)
     capsys.readouterr()
-    log, traced = tables["log"], tables["trace"]
     log = log[log["step"] >= 1].reset_index(drop=True)  # the profiler warms up on step 0
     assert len(log) == 4 and log[keys].equals(traced[keys])
     assert set(log["source"]) == {"range"} and log["num_tokens"].tolist() == [64, 48, 64, 48]
@@ -155,10 +161,6 @@ def test_mxperf_run_trace_ingested_without_labels_matches_its_range_log(tmp_path
     assert main([*args, "--trace", "-o", str(run)]) == 0
     trace = next((run / store.TRACE_DIR).glob("rank-*.json.gz"))
     keys = ["step", "microbatch", "num_tokens", "precision", "source"]
-    tables = {}
-    for name, target in (("log", run), ("trace", trace)):
-        assert main(["ingest", str(target), "-o", str(tmp_path / name)]) == 0
-        mb = store.read_table(tmp_path / name / store.MICROBATCHES)
-        tables[name] = mb[mb["phase"] == "update"].sort_values(["step", "microbatch"], ignore_index=True)
+    log, traced = _update_tables(tmp_path, run, trace)
     capsys.readouterr()
-    assert len(tables["log"]) >= 2 and tables["log"][keys].equals(tables["trace"][keys])
+    assert len(log) >= 2 and log[keys].equals(traced[keys])
