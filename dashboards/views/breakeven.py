@@ -5,11 +5,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, compare, data, fitsview, ui
+from dashboards import charts_fit, data, fitsview, predictor, ui
 from perfmodel import model as pm
-from perfmodel import results, step, step_interval
+from perfmodel import results
 from tracing.outputs import store
-from tracing.outputs.errors import MxperfError
 
 NONE = "(none)"
 _KNOWN = {
@@ -152,7 +151,7 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({bas
             if suffix:
                 dashed.append(prec + suffix)
     ui.chart(
-        charts.breakeven_figure(
+        charts_fit.breakeven_figure(
             points,
             lines,
             basis_be.get("tokens"),
@@ -198,174 +197,5 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({bas
         with st.expander("Other fields of this entry in fits.json (knee, host stall, memory, …)"):
             st.json(rest, expanded=False)
 
-with ui.card("Predicted step time"):
-    st.caption(
-        "step(N, n) = (N / n) x fixed + N x per_token (+ per-step cost) + other phases (perfmodel.step). n can "
-        "never exceed N (a step holds at least one micro-batch). The difference carries the fits' 95 % interval; "
-        "what-ifs change the low precision only and are scenarios (no interval)."
-    )
-    other_phases = (chosen.get("step") or {}).get("other_phases_s") or {}
-    other_default = float(sum(other_phases.values()))
-    pair = ui.current_pair()
-    if not other_default and pair is not None and pair.model == chosen["model"]:
-        try:
-            med = compare.phase_medians(ui.step_table(pair.baseline))
-            other_default = float(med.drop(["step", chosen["phase"]], errors="ignore").sum())
-        except (ValueError, MxperfError):
-            other_default = 0.0
-    measured = (min(sizes), max(sizes)) if sizes else None
-    n_global_default = int(doc.get("global_batch_tokens") or 65536)
-    n_options = fitsview.size_options(
-        min(sizes or [64]) / 2, max(4 * max(sizes or [1024]), n_global_default) * 4
-    )
-    n_options = sorted(set(n_options) | {n_global_default})
-    c1, c2 = st.columns(2)
-    global_tokens = c1.select_slider(
-        "Global batch, tokens per step (N)", n_options, value=n_global_default, key="be_N"
-    )
-    mb_options = [
-        o for o in fitsview.size_options(min(sizes or [64]) / 2, global_tokens) if o <= global_tokens
-    ]
-    mb_options = sorted(set(mb_options) | {int(s) for s in sizes if s <= global_tokens}) or [
-        int(global_tokens)
-    ]
-    mb_default = fitsview.default_microbatch(mb_options, sizes, int(global_tokens))
-    if st.session_state.get("be_n") not in mb_options:
-        st.session_state.pop("be_n", None)
-    n = c2.select_slider("Tokens per micro-batch (n ≤ N)", mb_options, value=mb_default, key="be_n")
-    other_s = c1.number_input(
-        "Other phases per step, seconds (generate, sync, …)",
-        min_value=0.0,
-        value=round(float(other_default), 4),
-        help="Phases that do not depend on n: from fits.json, else the baseline run's medians when paired.",
-        key="be_other",
-    )
-    st.markdown("**What if** (the cost model's knobs, applied to the low precision)")
-    k1, k2 = st.columns(2)
-    knobs = step.WhatIf(
-        fixed_scale=k1.slider(
-            "fixed_scale: added fixed cost x",
-            0.0,
-            2.0,
-            1.0,
-            0.05,
-            key="be_scale",
-            help="0.5 = half of the fixed cost it adds over the baseline (n* halves)",
-        ),
-        weight_quant="per_step"
-        if k2.toggle(
-            "weight_quant=per_step: quantize weights once per step, not per micro-batch", key="be_wq"
-        )
-        else "per_microbatch",
-    )
-    lines_fit = fitsview.fit_lines(chosen)
-    curves = {p: pm.Curve.from_dict(k) for p in lines_fit if (k := fitsview.chosen_knee(fits[p])) is not None}
-    q, q_source = step.weight_quant_seconds(lines_fit[base_id], lines_fit[low_id], knobs)
-    costs = step.step_costs(lines_fit, base_id, {"other": other_s}, knobs, {low_id: q}, curves)
-    predicted = {p: float(c.seconds(global_tokens, n)) for p, c in costs.items()}
-    m1, m2 = st.columns(2)
-    m1.metric(f"{base_id} step", f"{predicted[base_id]:.3g} s")
-    m2.metric(f"{low_id} step", f"{predicted[low_id]:.3g} s")
-    if curves and not knobs.active:
-        st.markdown(
-            f"At n = {n:,}: {low_id} {predicted[low_id]:.3g} s vs {base_id} {predicted[base_id]:.3g} s per step "
-            f"({100 * (predicted[low_id] / predicted[base_id] - 1):+.1f} %), from the knee model the data chose for "
-            f"{', '.join(curves)}; no interval (the interval here is for straight lines)."
-        )
-    elif knobs.active:
-        st.markdown(
-            f"What-if: {low_id} {predicted[low_id]:.3g} s vs {base_id} {predicted[base_id]:.3g} s per step at "
-            f"n = {n:,} "
-            f"({100 * (predicted[low_id] / predicted[base_id] - 1):+.1f} %; a scenario, no interval)."
-        )
-    else:
-        diff = step_interval.step_difference(fits[base_id], fits[low_id], global_tokens, n, other_s)
-        st.markdown(
-            f"At n = {n:,}, N = {global_tokens:,}: " + step_interval.difference_words(diff, low_id, base_id)
-        )
-    crossing = step.step_breakeven(costs[base_id], costs[low_id], global_tokens)
-    st.caption(
-        (
-            f"With these knobs the step times cross at n = {crossing:,.0f} tokens"
-            + (" (more than N: not reachable at this global batch)." if crossing > global_tokens else ".")
-            if crossing
-            else "With these knobs the step times do not cross at a positive size."
-        )
-        + (
-            f" Weight quantization per micro-batch taken as {q * 1e3:.3g} ms ({q_source})."
-            if knobs.weight_quant == "per_step"
-            else ""
-        )
-    )
-    rec = (chosen.get("step") or {}).get("recommendation") or {}
-    if rec.get("precision"):
-        st.caption(
-            f"mxperf fit recommends {rec['precision']} at {rec['tokens_per_microbatch']:,} tokens per micro-batch "
-            f"for N = {rec.get('global_batch_tokens', 0):,} ({rec['step_seconds']:.3g} s per step)."
-        )
-    grid = np.geomspace(max(min(mb_options), 1), global_tokens, 200)
-    ui.chart(
-        charts.step_prediction_figure(
-            grid, {p: c.seconds(global_tokens, grid) for p, c in costs.items()}, n, global_tokens, measured
-        ),
-        "predicted-step-time",
-        "be_pred",
-    )
-
-with ui.card("Measured vs predicted (runs of this model)"):
-    st.caption(
-        f"Each run's per-step {chosen['phase']} micro-batch seconds against the fit's prediction for the same number "
-        "of micro-batches and tokens (medians over steps). The band is the fitted mean's 95 % interval; a run's "
-        "own noise and machine are not in it (fits.json inputs say where the fit was measured)."
-    )
-    runs = [e for e in ui.usable("run", chosen["model"]) if e.learner in (base_id, low_id)]
-    rows = []
-    for run in runs:
-        metrics = ui.table(run, store.METRICS, required=False)
-        col = next(
-            (
-                c
-                for c in (f"{chosen['phase']}_microbatch_s", f"{chosen['phase']}_s")
-                if metrics is not None and c in metrics
-            ),
-            None,
-        )
-        if (
-            metrics is None
-            or col is None
-            or not {"num_microbatches", f"{chosen['phase']}_tokens"} <= set(metrics)
-        ):
-            rows.append(
-                {
-                    "run": run.rel,
-                    "precision": run.learner,
-                    "note": "no micro-batch counts and tokens per step",
-                }
-            )
-            continue
-        m = metrics.sort_values("step").iloc[1:] if len(metrics) >= 3 else metrics
-        res = step_interval.predicted_vs_measured(
-            fits[run.learner], m["num_microbatches"], m[f"{chosen['phase']}_tokens"], m[col]
-        )
-        band = (
-            f"{res['predicted_lo_s']:.3g} – {res['predicted_hi_s']:.3g}"
-            if res["predicted_lo_s"] is not None
-            else "none"
-        )
-        rows.append(
-            {
-                "run": run.rel,
-                "precision": run.learner,
-                "steps": res["steps"],
-                "micro-batches, tokens": f"{res['microbatches_median']:.0f}, {res['tokens_median']:,.0f}",
-                "measured s": round(res["measured_s"], 4),
-                "from": col,
-                "predicted s [95 % band]": f"{res['predicted_s']:.3g} [{band}]",
-                "error %": None if res["error_pct"] is None else round(res["error_pct"], 1),
-                "inside band": res["inside"],
-            }
-        )
-    if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
-    else:
-        st.info(f"No run of {chosen['model']} with learner {base_id} or {low_id} under the runs directory.")
+predictor.predicted_step_card(doc, chosen, sizes, top)
+predictor.measured_vs_predicted_card(chosen)

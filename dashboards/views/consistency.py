@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, summaries, ui
+from dashboards import charts_checks, summaries, ui
 from tracing.outputs import store
 
 st.title("Consistency")
@@ -30,7 +30,9 @@ if logs:
             ignore_index=True,
         )
         ui.chart(
-            charts.consistency_figure(long, summaries.CONSISTENCY_METRICS), "metric-log-mismatch", "cons_logs"
+            charts_checks.consistency_figure(long, summaries.CONSISTENCY_METRICS),
+            "metric-log-mismatch",
+            "cons_logs",
         )
         wide = long.pivot_table(index=["pairing", "metric"], values="value", aggfunc="median").reset_index()
         st.markdown("Median over steps, every metric the logs carry:")
@@ -61,7 +63,9 @@ with ui.card(f"{model}: per step"):
     if long.empty:
         raise ValueError("these runs' metrics.parquet have no kl_k1 / kl_k3 / token_mult_prob_error columns")
     ui.chart(
-        charts.consistency_figure(long, summaries.CONSISTENCY_METRICS), f"{model}-consistency", "cons_steps"
+        charts_checks.consistency_figure(long, summaries.CONSISTENCY_METRICS),
+        f"{model}-consistency",
+        "cons_steps",
     )
     st.markdown("Median over steps (n = steps per run):")
     medians = summaries.consistency_medians(long)
@@ -82,7 +86,7 @@ with ui.card(f"{model}: every pairing at fixed weights"):
     else:
         table = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
         if {"learner", "sampler", "kl_k3"} <= set(table.columns):
-            ui.chart(charts.fixed_weights_figure(table), f"{model}-fixed-weights", "cons_fixed")
+            ui.chart(charts_checks.fixed_weights_figure(table), f"{model}-fixed-weights", "cons_fixed")
         st.dataframe(table, hide_index=True)
         ui.download_table(table, f"{model}-fixed-weights", "cons_fixed_dl")
 

@@ -4,7 +4,7 @@ timeline, and per micro-batch size and phase where micro-batches carry GPU numbe
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, summaries, ui
+from dashboards import charts_gpu, summaries, timeline, ui
 from dashboards.data import OutputEntry
 from tracing.analysis import metrics as tm
 from tracing.outputs import store
@@ -82,23 +82,21 @@ def _side(src: OutputEntry, key: str) -> pd.DataFrame | None:
             ranges = ranges[ranges["rank"].astype("Int64") == int(stem)]
         first = min(int(t.row["first_ns"]) for t in timelines)
         last = max(int(t.row["last_ns"]) for t in timelines)
-        windows = summaries.window_choices(ranges, first, last)
+        windows = timeline.window_choices(ranges, first, last)
         choice = st.selectbox(
             "Window (the whole trace, a step, or a slice)", list(windows), key=f"hs_window_{key}"
         )
         t0, t1 = windows[choice]
-        intervals = summaries.timeline_intervals(
-            timelines, t0, t1, rank=int(stem) if stem.isdigit() else None
-        )
-        shown_ranges = summaries.window_ranges(ranges, t0, t1) if ranges is not None else None
+        intervals = timeline.timeline_intervals(timelines, t0, t1, rank=int(stem) if stem.isdigit() else None)
+        shown_ranges = timeline.window_ranges(ranges, t0, t1) if ranges is not None else None
         if shown_ranges is not None:
-            shown_ranges = shown_ranges.assign(name=shown_ranges["name"].map(summaries.short_name))
+            shown_ranges = shown_ranges.assign(name=shown_ranges["name"].map(timeline.short_name))
         ui.chart(
-            charts.timeline_figure(intervals, shown_ranges, f"{_name(rank_file)}: {choice}"),
+            charts_gpu.timeline_figure(intervals, shown_ranges, f"{_name(rank_file)}: {choice}"),
             f"{src.rel}-timeline",
             f"hs_tl_{key}",
         )
-        shares = summaries.window_shares(intervals)
+        shares = timeline.window_shares(intervals)
         st.dataframe(shares, hide_index=True)
     return shares
 
@@ -120,7 +118,7 @@ if len(mb) and summaries.has_gpu_numbers(mb):
         by_size = summaries.stall_share(mb, ["model", "precision", "tokens_per_microbatch"])
         for model, grp in by_size.groupby("model"):
             ui.chart(
-                charts.stall_share_figure(
+                charts_gpu.stall_share_figure(
                     grp, "tokens_per_microbatch", f"{model}: host stall per micro-batch size"
                 ),
                 f"{model}-stall-per-size",
@@ -128,7 +126,7 @@ if len(mb) and summaries.has_gpu_numbers(mb):
             )
         by_phase = summaries.stall_share(mb, ["model", "precision", "phase"])
         ui.chart(
-            charts.stall_share_figure(by_phase, "phase", "Host stall per phase"),
+            charts_gpu.stall_share_figure(by_phase, "phase", "Host stall per phase"),
             "stall-per-phase",
             "hs_phase",
         )
@@ -136,7 +134,6 @@ if len(mb) and summaries.has_gpu_numbers(mb):
         ui.download_table(by_size, "host-stall-per-size", "hs_size_dl")
 else:
     st.caption(
-        f"Per micro-batch host stall: {len(frames)} micro-batch table(s) here, none with GPU numbers ("
+        f"Per micro-batch host stall: {len(frames)} micro-batch table(s) here, none with GPU numbers: "
         + summaries.NO_GPU_REASON
-        + ")"
     )

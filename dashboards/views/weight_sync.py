@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, summaries, ui
+from dashboards import charts_checks, summaries, ui
 from tracing.outputs import store
 
 st.title("Weight sync")
@@ -29,7 +29,7 @@ with ui.card("Checks per sync", run):
     verdict = summaries.sync_verdict(checks)
     (st.success if verdict.startswith("All") else st.error)(verdict)
     ui.chart(
-        charts.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS),
+        charts_checks.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS),
         f"{run.rel}-sync-checks",
         "sync_map",
     )
@@ -58,7 +58,9 @@ with ui.card("Fault matrix"):
         found = ui.tables_of(sources, store.FAULT_MATRIX)
         if found:
             fm = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
-            ui.chart(charts.fault_matrix_figure(summaries.fault_grid(fm)), "fault-matrix", "sync_faults")
+            ui.chart(
+                charts_checks.fault_matrix_figure(summaries.fault_grid(fm)), "fault-matrix", "sync_faults"
+            )
             st.caption(
                 "Green 'caught': that check failed on the faulted sync. Red 'MISSED': the check the fault targets "
                 "did not catch it. Grey: the check was not triggered (it does not look at what this fault breaks)."

@@ -6,7 +6,7 @@ import dash_fixtures
 import numpy as np
 import pandas as pd
 
-from dashboards import charts, compare, summaries
+from dashboards import charts, charts_checks, charts_fit, charts_gpu, compare, summaries, timeline
 from tracing.analysis import steps
 from tracing.analysis.metrics import device_timelines
 
@@ -64,7 +64,7 @@ def test_breakeven_figure_draws_bands_lines_points_n_star_and_the_crossing() -> 
             "source": ["sweep", "sweep", "detected"],
         }
     )
-    fig = charts.breakeven_figure(
+    fig = charts_fit.breakeven_figure(
         points, lines, 2000.0, (1700.0, 2400.0), crossing=[1024, 2048], dashed=["mxfp8 (other-fit)"]
     )
     names = [tr.name for tr in fig.data]
@@ -86,7 +86,7 @@ def test_breakeven_figure_draws_bands_lines_points_n_star_and_the_crossing() -> 
 
 def test_breakeven_figure_without_n_star_has_no_marker() -> None:
     ns = np.array([0.0, 1.0])
-    fig = charts.breakeven_figure(
+    fig = charts_fit.breakeven_figure(
         pd.DataFrame(columns=["precision", "num_tokens", "seconds"]), {"bf16": (ns, ns, None, None)}, None
     )
     assert not fig.layout.shapes and not fig.layout.annotations
@@ -94,7 +94,7 @@ def test_breakeven_figure_without_n_star_has_no_marker() -> None:
 
 def test_step_prediction_marks_extrapolation_and_n_in_data_coordinates() -> None:
     ns = np.geomspace(64, 8192, 20)
-    fig = charts.step_prediction_figure(ns, {"bf16": ns * 0 + 1.0}, 512, 8192, measured=(128, 1024))
+    fig = charts_fit.step_prediction_figure(ns, {"bf16": ns * 0 + 1.0}, 512, 8192, measured=(128, 1024))
     shaded = [tr for tr in fig.data if tr.name.startswith("extrapolated")]
     assert [(min(tr.x), max(tr.x)) for tr in shaded] == [(64, 128), (1024, 8192)]
     marker = next(tr for tr in fig.data if tr.name == "n = 512")
@@ -104,9 +104,9 @@ def test_step_prediction_marks_extrapolation_and_n_in_data_coordinates() -> None
 
 def test_timeline_puts_ranges_above_devices_and_idle_under_busy() -> None:
     (tl,) = device_timelines(dash_fixtures.gpu_events())
-    bars = summaries.timeline_intervals([tl], int(tl.row["first_ns"]), int(tl.row["last_ns"]), rank=0)
+    bars = timeline.timeline_intervals([tl], int(tl.row["first_ns"]), int(tl.row["last_ns"]), rank=0)
     ranges = pd.DataFrame({"name": ["step"], "depth": [0], "start_ms": [0.0], "end_ms": [1.0]})
-    fig = charts.timeline_figure(bars, ranges, "t")
+    fig = charts_gpu.timeline_figure(bars, ranges, "t")
     assert [tr.name for tr in fig.data] == ["idle, other (span)", "GPU busy", "host stall", "ranges"]
     assert list(fig.layout.yaxis.categoryarray) == ["range depth 0", "GPU 0 · rank 0"]
 
@@ -115,7 +115,7 @@ def test_stall_share_figure_shows_percent() -> None:
     share = pd.DataFrame(
         {"precision": ["bf16", "mxfp8"], "tokens_per_microbatch": [256, 256], "host_stall_share": [0.1, 0.4]}
     )
-    fig = charts.stall_share_figure(share, "tokens_per_microbatch", "t")
+    fig = charts_gpu.stall_share_figure(share, "tokens_per_microbatch", "t")
     assert [list(tr.y) for tr in fig.data] == [[10.0], [40.0]]
 
 
@@ -140,7 +140,7 @@ def test_consistency_figure_has_a_panel_per_metric_and_a_line_per_pairing() -> N
             ),
         }
     )
-    fig = charts.consistency_figure(long, summaries.CONSISTENCY_METRICS)
+    fig = charts_checks.consistency_figure(long, summaries.CONSISTENCY_METRICS)
     assert [a.text for a in fig.layout.annotations] == list(summaries.CONSISTENCY_METRICS)
     assert len(fig.data) == 6
 
@@ -149,7 +149,7 @@ def test_sync_heatmap_marks_failures_and_names_the_initial_sync() -> None:
     checks = pd.DataFrame(
         {"step": [-1, -1, 0, 0], "invariant": ["I1", "I2", "I1", "I2"], "passed": [True, True, False, True]}
     )
-    fig = charts.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS)
+    fig = charts_checks.sync_heatmap(summaries.sync_matrix(checks), summaries.INVARIANTS)
     assert fig.data[0].text.tolist() == [["pass", "FAIL"], ["pass", "pass"]]
     assert list(fig.data[0].x) == ["initial", "0"]
     assert list(fig.data[0].y) == ["I1 grid identity", "I2 coverage"]
@@ -166,7 +166,7 @@ def test_fault_matrix_expands_caught_by_and_flags_a_missed_target() -> None:
     )
     grid = summaries.fault_grid(fm)
     assert len(grid) == 14
-    fig = charts.fault_matrix_figure(grid)
+    fig = charts_checks.fault_matrix_figure(grid)
     text = fig.data[0].text.tolist()
     assert text[0] == ["caught", "", "", "caught", "", "", ""]
     assert text[1] == ["", "MISSED", "", "", "", "", ""]
@@ -188,7 +188,7 @@ def test_fixed_weights_figure_groups_pairings_by_learner_on_a_log_axis() -> None
             "kl_k3": [6e-6, 4.7e-4, 2.3e-4],
         }
     )
-    fig = charts.fixed_weights_figure(table)
+    fig = charts_checks.fixed_weights_figure(table)
     assert [tr.name for tr in fig.data] == ["learner bf16", "learner mxfp8"]
     assert list(fig.data[0].x) == ["bf16", "mxfp8"] and fig.layout.yaxis.type == "log"
     assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.exponentformat == "e"  # 1e-4, never "5, 2, 100µ"

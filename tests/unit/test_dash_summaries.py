@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboards import summaries
+from dashboards import summaries, timeline
 from tracing.analysis.metrics import device_timelines
 
 
@@ -73,8 +73,8 @@ def test_sync_matrix_is_step_by_invariant_with_failures_zero() -> None:
 def test_timeline_bars_reproduce_device_busy_and_stall_totals() -> None:
     (tl,) = device_timelines(dash_fixtures.gpu_events())
     first, last = int(tl.row["first_ns"]), int(tl.row["last_ns"])
-    bars = summaries.timeline_intervals([tl], first, last, rank=0)
-    shares = summaries.window_shares(bars).iloc[0]
+    bars = timeline.timeline_intervals([tl], first, last, rank=0)
+    shares = timeline.window_shares(bars).iloc[0]
     assert shares["span ms"] == pytest.approx(tl.row["span_ns"] / 1e6, abs=0.01)
     assert shares["busy %"] == pytest.approx(100 * tl.row["busy_ns"] / tl.row["span_ns"], abs=0.01)
     assert shares["host stall %"] == pytest.approx(100 * tl.row["host_stall_fraction"], abs=0.01)
@@ -85,7 +85,7 @@ def test_timeline_window_clips_intervals_to_the_window() -> None:
     (tl,) = device_timelines(dash_fixtures.gpu_events())
     t0 = int(tl.row["first_ns"]) + 200_000
     t1 = t0 + 300_000
-    bars = summaries.timeline_intervals([tl], t0, t1)
+    bars = timeline.timeline_intervals([tl], t0, t1)
     assert bars["start_ms"].min() >= 0 and bars["end_ms"].max() <= 0.3 + 1e-9
     busy = bars.query("state == 'busy'")
     assert np.all(busy["end_ms"] > busy["start_ms"])
@@ -100,7 +100,7 @@ def test_window_ranges_keeps_overlapping_ranges_clipped() -> None:
             "end_ns": [2_000_000, 6_000_000, 1],
         }
     )
-    got = summaries.window_ranges(ranges, 1_000_000, 3_000_000)
+    got = timeline.window_ranges(ranges, 1_000_000, 3_000_000)
     assert got.to_dict("records") == [{"name": "a", "depth": 0, "start_ms": 0.0, "end_ms": 1.0}]
 
 
@@ -134,17 +134,17 @@ def test_windows_are_steps_never_op_ranges_and_never_start_before_zero() -> None
             "end_ns": [1_900_000, 2_000, 3_900_000],
         }
     )
-    w = summaries.window_choices(ranges, 1_000, 4_000_000)
+    w = timeline.window_choices(ranges, 1_000, 4_000_000)
     assert list(w)[1:] == ["ProfilerStep#7 @ 0.0 ms (1.9 ms long)", "ProfilerStep#8 @ 2.0 ms (1.9 ms long)"]
     ops_only = ranges.iloc[[1]].assign(depth=0)
-    sliced = summaries.window_choices(ops_only, 0, 10_000_000, slices=4)
+    sliced = timeline.window_choices(ops_only, 0, 10_000_000, slices=4)
     assert len(sliced) == 5 and not any("aten" in k for k in sliced)
     assert sliced["slice 2/4: 2.5 – 5.0 ms"] == (2_500_000, 5_000_000)
 
 
 def test_short_name_drops_emit_nvtx_tails() -> None:
-    assert summaries.short_name("aten::mm, seq = 4, op_id = 9, sizes = [[2, 3]]") == "aten::mm"
-    assert summaries.short_name("## forward ##") == "## forward ##"
+    assert timeline.short_name("aten::mm, seq = 4, op_id = 9, sizes = [[2, 3]]") == "aten::mm"
+    assert timeline.short_name("## forward ##") == "## forward ##"
 
 
 def test_fault_table_says_when_each_fault_was_caught() -> None:

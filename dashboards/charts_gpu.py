@@ -1,0 +1,88 @@
+"""Plotly figures of the Host stall page: stall share per size or phase, and the GPU-state timeline.
+
+Pure functions of small tables (no Streamlit, no files); colours per precision id from ``dashboards.charts``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboards.charts import layout, precision_color
+
+# Drawn in this order (overlaid): the idle bar spans the device's active time, busy and stall cover it.
+STATE_COLORS: dict[str, str] = {"idle": "#d9d9d9", "busy": "#2ca02c", "host stall": "#d62728"}
+STATE_NAMES: dict[str, str] = {"idle": "idle, other (span)", "busy": "GPU busy", "host stall": "host stall"}
+
+
+def stall_share_figure(share: pd.DataFrame, x: str, title: str) -> go.Figure:
+    """Host-stall share (%) per ``x`` (tokens_per_microbatch or phase), one bar series per precision."""
+    fig = go.Figure()
+    for i, (prec, grp) in enumerate(share.groupby("precision", sort=True)):
+        grp = grp.sort_values(x)
+        fig.add_bar(
+            name=str(prec),
+            x=grp[x].astype(str),
+            y=100 * grp["host_stall_share"],
+            marker_color=precision_color(str(prec), i),
+            hovertemplate="%{x}: %{y:.1f} %<extra>" + str(prec) + "</extra>",
+        )
+    fig.update_layout(
+        barmode="group", yaxis_title="host stall, % of wall time", xaxis_title=x.replace("_", " ")
+    )
+    return layout(fig, title, height=380)
+
+
+def timeline_figure(intervals: pd.DataFrame, ranges: pd.DataFrame | None, title: str) -> go.Figure:
+    """GPU state per device (busy / host stall / idle bars) with host ranges stacked above.
+
+    ``intervals``: ``lane, state, start_ms, end_ms``; ``ranges``: ``name, depth, start_ms, end_ms``.
+    """
+    fig = go.Figure()
+    for state, color in STATE_COLORS.items():
+        sel = intervals[intervals["state"] == state]
+        if sel.empty:
+            continue
+        fig.add_bar(
+            name=STATE_NAMES[state],
+            orientation="h",
+            y=sel["lane"],
+            x=sel["end_ms"] - sel["start_ms"],
+            base=sel["start_ms"],
+            marker_color=color,
+            hovertemplate=f"{state}: %{{base:.3f}} ms + %{{x:.3f}} ms<extra>%{{y}}</extra>",
+        )
+    if ranges is not None and not ranges.empty:
+        lanes = "range depth " + ranges["depth"].astype(str)
+        fig.add_bar(
+            name="ranges",
+            orientation="h",
+            y=lanes,
+            x=ranges["end_ms"] - ranges["start_ms"],
+            base=ranges["start_ms"],
+            marker={"color": "#9ecae1", "line": {"color": "#3182bd", "width": 1}},
+            text=ranges["name"],
+            textposition="inside",
+            insidetextanchor="start",
+            hovertemplate="%{text}: %{base:.3f} ms + %{x:.3f} ms<extra></extra>",
+        )
+    fig.update_layout(barmode="overlay", xaxis_title="ms from window start", bargap=0.25)
+    fig.update_yaxes(
+        autorange="reversed", categoryorder="array", categoryarray=_lane_order(intervals, ranges)
+    )
+    layout(fig, title, height=220 + 45 * _lane_count(intervals, ranges))
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0}, margin={"t": 90})
+    return fig
+
+
+def _lane_order(intervals: pd.DataFrame, ranges: pd.DataFrame | None) -> list[str]:
+    lanes = (
+        []
+        if ranges is None or ranges.empty
+        else [f"range depth {d}" for d in sorted(ranges["depth"].unique())]
+    )
+    return lanes + list(dict.fromkeys(intervals["lane"]))
+
+
+def _lane_count(intervals: pd.DataFrame, ranges: pd.DataFrame | None) -> int:
+    return len(_lane_order(intervals, ranges))
