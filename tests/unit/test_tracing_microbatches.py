@@ -266,3 +266,33 @@ def test_notebook_facade_gives_the_detected_table_of_a_trace_file(tmp_path):
         len(got) == len(rank.truth) and set(got["model"]) == {"qwen"} and set(got["source"]) == {"detected"}
     )
     pd.testing.assert_frame_equal(got, _found(path, Labels(model="qwen")).table)
+
+
+def test_a_real_torch_cpu_trace_is_cut_at_its_embedding_lookups_before_the_optimizer(tmp_path):
+    """Real torch.profiler output (record_shapes): on CPU the backward runs on the calling thread."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(97, 32), torch.nn.Linear(32, 97)
+    opt = torch.optim.AdamW([*emb.parameters(), *head.parameters()])
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
+        for _ in range(2):
+            with torch.profiler.record_function("update_actor"):
+                for n in (64, 48, 80):
+                    loss = head(emb(torch.randint(0, 97, (2, n)))).logsumexp(-1).mean()
+                    loss.backward()
+                    loss.item()
+                opt.step()
+                opt.zero_grad()
+            prof.step()
+    path = tmp_path / "rank-0.json"
+    prof.export_chrome_trace(str(path))
+    found = _found(path, Labels(precision="bf16"))  # no GPU kernels to read a precision from
+    mb = found.table
+    assert mb["num_tokens"].tolist() == [128, 96, 160] * 2 and set(mb["phase"]) == {"update"}
+    trace = load_trace(path)
+    ranges = attribution.attribute_ranges(trace)
+    opt_ranges = ranges[ranges["name"].str.startswith("Optimizer.step#")]
+    for r in mb.itertuples(index=False):  # no micro-batch reaches into an optimizer step
+        assert not ((opt_ranges["start_ns"] < r.end_ns) & (opt_ranges["end_ns"] > r.start_ns)).any()
+    assert mb["gpu_busy_seconds"].isna().all()  # a CPU trace: GPU columns null, never a CPU stand-in

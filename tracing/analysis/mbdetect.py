@@ -208,24 +208,28 @@ def _cuts_from_forwards(
     ]
     # ... then each forward's first host op, which bounds a forward-only micro-batch before it
     lo = [region.start_ns, *(ends[i] if ends[i] is not None else int(g_start[i]) for i in range(n - 1))]
-    starts = [_prep_start(p, f_tid, lo[i], int(g_start[i])) for i in range(n)]
+    starts = [_prep_start(sig, p, f_tid, lo[i], int(g_start[i])) for i in range(n)]
     cuts = []
     for i, g in enumerate(groups):
-        end = ends[i]
-        if end is None:  # forward-only: up to the next forward's first host op (the last: its own sync)
+        end, backward = ends[i], bool(mine[i])
+        if end is None:  # no backward burst: up to the next forward's first host op (the last: its own sync)
             limit = (
                 starts[i + 1] if i + 1 < n else _before_trailing_sync(sig, p, f_tid, starts[i], region.end_ns)
             )
+            opt = p.opt_start[p.opt_start > starts[i]]  # never into the optimizer step after it
+            limit = min(limit, int(opt[0])) if len(opt) else limit
             a, b = np.searchsorted(h_start, [starts[i], limit], side="left")  # host items sorted by start
             f_items = np.flatnonzero(p.tid[host[a:b]] == f_tid) + a
             end = int(h_end[f_items].max()) if len(f_items) else starts[i]
+            # a CPU trace runs the backward on the calling thread: autograd ops on F, not a burst elsewhere
+            backward = bool(sig.is_autograd[p.code[host[f_items]]].any())
         idx = [int(host[anchors[j]]) for j in g]
         tokens = [sig.tokens_of(int(p.code[k]), int(p.shape[k])) for k in idx]
         known = [t for t in tokens if t]
         model = next((m for m in (sig.model_of(int(p.code[k]), int(p.shape[k])) for k in idx) if m), None)
         tokens_i = max(known) if known else _first_gemm_tokens(sig, p, f_tid, starts[i], nxt[i])
         how = "embedding" if known else ""
-        cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, bool(mine[i]), model))
+        cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, backward, model))
     return Finding(region, _label_gemm_tokens(cuts), by_forwards=True)
 
 
@@ -241,15 +245,21 @@ def _before_trailing_sync(sig: Signals, p: Process, f_tid: int, lo: int, hi: int
     return int(p.start[w[0]]) if len(w) else hi
 
 
-def _prep_start(p: Process, f_tid: int, prev_end: int, anchor: int) -> int:
-    """A forward's first host op: its embedding lookup, or earlier host ops on F that launch no kernel --
-    moving the micro-batch to the GPU (``micro_batch.to(device)``: copies), slicing it -- back to the
-    previous micro-batch's end, the last kernel F launched, or the end of an optimizer range."""
+def _prep_start(sig: Signals, p: Process, f_tid: int, prev_end: int, anchor: int) -> int:
+    """A forward's first host op: its embedding lookup, or earlier host ops on F that launch no kernel and
+    compute nothing -- moving the micro-batch to the GPU (``micro_batch.to(device)``: copies), slicing it --
+    back to the previous micro-batch's end, the last kernel F launched, the last GEMM or autograd op on F,
+    or the end of an optimizer range."""
     lo = prev_end
     li = _window(p.l_start, prev_end, anchor)
     kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li] & (p.l_start[li] < anchor)]
     if len(kernels):
         lo = max(lo, int(p.l_end[kernels].max()))
+    hi = _window(p.start, prev_end, anchor)
+    hi = hi[(p.tid[hi] == f_tid) & (p.start[hi] < anchor)]
+    compute = hi[(sig.gemm_arg[p.code[hi]] >= 0) | sig.is_autograd[p.code[hi]]]
+    if len(compute):
+        lo = max(lo, int(p.end[compute].max()))
     done = p.opt_end[(p.opt_end <= anchor)]
     if len(done):
         lo = max(lo, int(done.max()))
