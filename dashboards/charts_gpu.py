@@ -46,9 +46,9 @@ def timeline_figure(intervals: pd.DataFrame, ranges: pd.DataFrame | None, title:
         fig.add_bar(
             name=STATE_NAMES[state],
             orientation="h",
-            y=sel["lane"],
-            x=sel["end_ms"] - sel["start_ms"],
-            base=sel["start_ms"],
+            y=sel["lane"].to_numpy(),
+            x=(sel["end_ms"] - sel["start_ms"]).to_numpy(),
+            base=sel["start_ms"].to_numpy(),
             marker_color=color,
             hovertemplate=f"{state}: %{{base:.3f}} ms + %{{x:.3f}} ms<extra>%{{y}}</extra>",
         )
@@ -57,11 +57,11 @@ def timeline_figure(intervals: pd.DataFrame, ranges: pd.DataFrame | None, title:
         fig.add_bar(
             name="ranges",
             orientation="h",
-            y=lanes,
-            x=ranges["end_ms"] - ranges["start_ms"],
-            base=ranges["start_ms"],
+            y=lanes.to_numpy(),
+            x=(ranges["end_ms"] - ranges["start_ms"]).to_numpy(),
+            base=ranges["start_ms"].to_numpy(),
             marker={"color": "#9ecae1", "line": {"color": "#3182bd", "width": 1}},
-            text=ranges["name"],
+            text=ranges["name"].to_numpy(),
             textposition="inside",
             insidetextanchor="start",
             hovertemplate="%{text}: %{base:.3f} ms + %{x:.3f} ms<extra></extra>",

@@ -42,7 +42,8 @@ def table_bytes(df: pd.DataFrame, fmt: str) -> bytes:
 
 def figure_html(fig: go.Figure) -> bytes:
     """A standalone interactive HTML file of a figure (plotly.js inlined: opens offline)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True).encode("utf-8")
+    styled = go.Figure(fig).update_layout(template="plotly_white")  # a copy: the page's figure stays as it is
+    return styled.to_html(include_plotlyjs=True, full_html=True).encode("utf-8")
 
 
 MIME = {

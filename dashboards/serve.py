@@ -54,9 +54,28 @@ def import_page_modules() -> list[str]:
     return failed
 
 
+def build_one_figure() -> None:
+    """Build and serialize a figure with every trace type the pages use: plotly loads its validators on
+    first use, which would otherwise land on the first visit to a page with charts."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=["a", "b"])
+    fig.add_bar(x=[1], y=[1], marker={"color": "#000", "opacity": [1.0]}, row=1, col=1)
+    fig.add_scatter(x=[1], y=[1], mode="lines+markers", fill="toself", error_y={"array": [0.1]}, row=1, col=2)
+    fig.add_trace(go.Heatmap(z=[[0.0]], x=["a"], y=["b"], text=[["t"]], texttemplate="%{text}"), row=1, col=1)
+    fig.add_vrect(x0=0, x1=1, fillcolor="#999", opacity=0.1, line_width=0, annotation_text="x")
+    fig.add_vline(x=0.5)
+    fig.update_layout(barmode="stack", legend={"orientation": "h"}, template="plotly_white")
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(type="log", dtick=1, exponentformat="e")
+    fig.to_plotly_json()
+
+
 @asynccontextmanager
 async def warm_start(_app: Any) -> AsyncIterator[None]:
     await asyncio.to_thread(import_page_modules)
+    await asyncio.to_thread(build_one_figure)
     yield
 
 

@@ -55,7 +55,7 @@ def test_served_app_is_the_guarded_st_app_and_its_modules_import() -> None:
         "from dashboards import serve; import streamlit as st; "
         "assert isinstance(serve.app, st.App); "
         "assert serve.app._user_middleware[0].cls.__name__ == 'HostOriginGuard'; "
-        "print(serve.import_page_modules())"
+        "serve.build_one_figure(); print(serve.import_page_modules())"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
