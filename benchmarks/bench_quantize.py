@@ -8,6 +8,9 @@ hit all of them alike) and each reports the median of ``--repeats`` timed runs a
 
 - ``copy``: ``x.clone()``, the memory-bandwidth floor (reads and writes the bf16 bytes once);
 - ``mxperf``: ``dequantize_mxfp8(quantize_mxfp8(x), torch.bfloat16)`` (eager PyTorch ops only);
+- ``fused``: the GEMM-operand quantizer a GPU runs (``pipeline.quant.operands.quantize_grid``: one sync-free
+  function per grid, ``torch.compile``-d there), eager here, and its dequantization -- same bytes as ``mxperf``
+  (why a CPU uses ``mxperf``'s instead);
 - ``torchao``: ``to_dtype(*to_mx(x, float8_e4m3fn, 32, RCEIL), bf16)`` from torchao 0.18.0 (``bench`` extra).
 
 Throughput is counted in elements per second and as "GB/s" of the nominal traffic each path must move
@@ -34,6 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.quant import dequantize_mxfp8, quantize_mxfp8
+from pipeline.quant.operands import Operand, dequantize_operand, quantize_grid
 
 
 def _cpu_name() -> str:
@@ -72,6 +76,10 @@ def _mxperf_dq(q) -> torch.Tensor:
     return dequantize_mxfp8(q, torch.bfloat16)
 
 
+def _fused_q(x: torch.Tensor) -> Operand:
+    return Operand(*quantize_grid(x, "mx"), "mx", "mxfp8", "te")
+
+
 def measure(contenders: dict[str, tuple[Callable, Callable | None]], x: torch.Tensor, repeats: int) -> dict:
     """Round-robin timing; returns {name: {"quantize_s": [..], "dequantize_s": [..]}}."""
     times: dict[str, dict[str, list[float]]] = {n: {"quantize_s": [], "dequantize_s": []} for n in contenders}
@@ -104,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     contenders: dict[str, tuple[Callable, Callable | None]] = {
         "copy": (lambda t: t.clone(), None),
         "mxperf": (_mxperf_q, _mxperf_dq),
+        "fused": (_fused_q, lambda q: dequantize_operand(q, torch.bfloat16)),
     }
+    op = _fused_q(x)
+    ref = quantize_mxfp8(x)
+    if not (torch.equal(op.data, ref.data) and torch.equal(op.scale, ref.scale)):
+        raise SystemExit("the fused quantizer's bytes differ from quantize_mxfp8's")
     mismatches = None
     if ao_q is not None:
         contenders["torchao"] = (ao_q, ao_dq)
@@ -134,11 +147,13 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"MXFP8 quantize+dequantize, bf16 [{args.size}x{args.size}], 1 thread, median of {args.repeats}")
     print(f"{'path':<10}{'quant ms':>10}{'dequant ms':>12}{'total ms':>10}{'Gelem/s':>9}{'GB/s':>7}")
+    op_ratio = rows["fused"]["total_ms"] / rows["mxperf"]["total_ms"]
     for name, r in rows.items():
         print(
             f"{name:<10}{r['quantize_ms']:>10.1f}{r['dequantize_ms']:>12.1f}{r['total_ms']:>10.1f}"
             f"{r['gelem_per_s']:>9.3f}{r['nominal_gb_per_s']:>7.2f}"
         )
+    print(f"fused quantizer, eager: {op_ratio:.2f}x the time of mxperf's reference quantizer, same bytes")
     if ratio is not None:
         print(f"mxperf throughput = {ratio:.2f}x torchao {ao_version} RCEIL; {vs_copy:.1f}x the copy time")
         print(f"byte mismatches vs torchao {ao_version}: {mismatches}")
@@ -158,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
         "speedup_vs_torchao": ratio,
         "time_vs_copy": vs_copy,
+        "fused_eager_time_vs_mxperf": op_ratio,
         "mismatches_vs_torchao": mismatches,
     }
     print(json.dumps(result))

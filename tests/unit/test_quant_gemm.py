@@ -60,13 +60,15 @@ def _nasty(rows: int, cols: int, dtype: torch.dtype, seed: int = 0) -> torch.Ten
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("precision", "weight"), [(p, w) for p in IDS for w in (False, True)])
 def test_operand_bytes_equal_the_reference_numerics_for_every_input(precision, weight, dtype):
-    """The fusable quantizer is not a second numerics: same bytes and scales as pipeline.quant, NaN/Inf included,
-    odd shapes included (partial 128-tiles)."""
+    """The GPU's fusable quantizer is not a second numerics: same bytes and scales as pipeline.quant (what a CPU
+    runs), NaN/Inf included, odd shapes included (partial 128-tiles)."""
     x = _nasty(200, 320, dtype)
     op, ref = quantize_operand(x, precision, weight=weight), _reference(x, precision, weight)
-    assert torch.equal(op.data, ref.data)
-    assert op.scale.shape == ref.scale.shape
-    assert torch.equal(op.scale.float().nan_to_num(-1.0), ref.scale.float().nan_to_num(-1.0))
+    fused = quantize_grid(x, op.granularity)
+    for data, scale in ((op.data, op.scale), fused):
+        assert torch.equal(data, ref.data)
+        assert scale.shape == ref.scale.shape
+        assert torch.equal(scale.float().nan_to_num(-1.0), ref.scale.float().nan_to_num(-1.0))
 
 
 def _args_for(m: int, k: int, n: int, precision: str, seed: int = 0) -> tuple[ScaledMMArgs, torch.Tensor]:
