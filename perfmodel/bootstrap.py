@@ -46,6 +46,11 @@ class Draws:
         (B,) for a per-unit vector). The cheaper multiplication order is chosen per call."""
         if isinstance(mat, np.ndarray) and mat.ndim == 1:
             return self._chunks(lambda w: w @ mat)
+        if isinstance(mat, np.ndarray):  # a small design: plain dense products
+            if features is None:
+                return self._chunks(lambda w: w @ mat)
+            per_unit = mat @ features
+            return self._chunks(lambda w: w @ per_unit)
         mat = sparse.csr_matrix(mat)
         if features is None:
             return self._chunks(lambda w: np.asarray((mat.T @ w.T).T))
@@ -86,12 +91,13 @@ def draw(n_units: int, strata: np.ndarray | None, n_boot: int, rng: np.random.Ge
 
 
 def calibrate(
-    reps: np.ndarray, full: np.ndarray, expand: float, dof: float, level: float = LEVEL
+    reps: np.ndarray, full: np.ndarray, expand: float, dof: float | np.ndarray, level: float = LEVEL
 ) -> np.ndarray:
-    """Replicates expanded about the full-data estimate by ``expand * t(dof) / z`` (small-sample honest)."""
-    t = t_quantile(level, dof)
+    """Replicates expanded about the full-data estimate by ``expand * t(dof) / z`` (small-sample honest);
+    ``dof`` per column (coefficient) or one for all."""
+    t = np.array([t_quantile(level, d) for d in np.atleast_1d(dof)], dtype=float)
     z = float(stats.norm.ppf(0.5 + level / 2.0))
-    factor = expand * (t / z if np.isfinite(t) else 1.0)
+    factor = expand * np.where(np.isfinite(t), t / z, 1.0)
     return full + factor * (reps - full)
 
 

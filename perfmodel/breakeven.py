@@ -193,9 +193,8 @@ def _line_breakeven(
     cl, cb = low.cov, base.cov
     var_a, var_b = cl[0, 0] + cb[0, 0], cl[1, 1] + cb[1, 1]
     cov_ab = -(cl[0, 1] + cb[0, 1])
-    dof = min(
-        _welch_dof(cl[0, 0], low.dof, cb[0, 0], base.dof), _welch_dof(cl[1, 1], low.dof, cb[1, 1], base.dof)
-    )
+    dof_a = _welch_dof(cl[0, 0], low.dof_of("intercept"), cb[0, 0], base.dof_of("intercept"))
+    dof = min(dof_a, _welch_dof(cl[1, 1], low.dof_of("slope"), cb[1, 1], base.dof_of("slope")))
     t = t_quantile(level, dof)
     n = min(len(base_boot), len(low_boot))
     if np.isfinite(t) and np.isfinite(var_a) and np.isfinite(var_b):

@@ -72,7 +72,7 @@ def sum_sq_lengths(values: pd.Series) -> tuple[np.ndarray, int]:
 
 def _check_numeric(df: pd.DataFrame, origin: str) -> None:
     for col in _NUMERIC:
-        if col in df.columns:
+        if col in df.columns and not pd.api.types.is_numeric_dtype(df[col].dtype):
             try:
                 pd.to_numeric(df[col].dropna(), errors="raise")
             except (TypeError, ValueError):

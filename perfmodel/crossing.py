@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from perfmodel.design import scale_cols
 from perfmodel.fit import per_step_share
-from perfmodel.fitted import BasisFit, PrecisionFit
+from perfmodel.fitted import PER_STEP_TERMS, BasisFit, PrecisionFit
 
 ALPHA = 0.05
 _BINS = 6
@@ -57,28 +58,50 @@ def _unit_values(fit: PrecisionFit, basis: BasisFit, response: str) -> pd.DataFr
     )
 
 
-def _binned(base: pd.DataFrame, low: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    pooled = np.concatenate([base["tokens"], low["tokens"]])
-    edges = np.unique(np.quantile(pooled, np.linspace(0, 1, _BINS + 1)))
-    for df in (base, low):
-        df["label"] = np.digitize(df["tokens"], edges[1:-1])
-    return base, low
+def _cell_values(fit: PrecisionFit, basis: BasisFit, response: str, edges: np.ndarray) -> pd.DataFrame:
+    """Dynamic batching (a step holds several sizes): one observation per (unit, token bin), the mean time of
+    the unit's micro-batches in that bin without the fitted per-step cost."""
+    d = fit.design
+    resp = d.responses[response]
+    onehot = np.eye(len(edges) + 1)[np.digitize(d.tokens, edges)]  # (patterns, bins)
+    extra = d.x @ np.array(
+        [basis.line.coef(n) if n in PER_STEP_TERMS and basis.line.has(n) else 0.0 for n in d.names]
+    )
+    cnt = np.asarray(resp.count @ onehot)
+    tot = np.asarray(resp.total @ onehot) - np.asarray(scale_cols(resp.count, extra) @ onehot)
+    tok = np.asarray(scale_cols(resp.count, d.tokens) @ onehot)
+    u, b = np.nonzero(cnt)
+    return pd.DataFrame(
+        {"label": b, "repeat": d.unit_repeat[u], "tokens": tok[u, b] / cnt[u, b], "y": tot[u, b] / cnt[u, b]}
+    )
+
+
+def _bin_edges(base: PrecisionFit, low: PrecisionFit, response: str) -> np.ndarray:
+    """Interior edges of log-spaced token bins over the sizes both precisions measured."""
+    lo = max(f.design.tokens[f.design.responses[response].pattern_count > 0].min() for f in (base, low))
+    hi = min(f.design.tokens[f.design.responses[response].pattern_count > 0].max() for f in (base, low))
+    return np.geomspace(lo, hi, _BINS + 1)[1:-1] if hi > lo else np.array([])
 
 
 def _test(b: pd.DataFrame, lo: pd.DataFrame, paired: bool) -> tuple[float, float | None]:
+    """(mean low - mean base, two-sided p): a paired t test over repeats, else Welch's."""
     if paired:
-        m = lo.groupby("repeat")["y"].mean() - b.groupby("repeat")["y"].mean()
-        m = m.dropna()
+        yb = dict(zip(b["repeat"], b["y"], strict=True))
+        m = np.array([y - yb[r] for r, y in zip(lo["repeat"], lo["y"], strict=True) if r in yb])
         diff = float(m.mean())
-        if len(m) < 2 or m.std(ddof=1) == 0:
+        sd = float(m.std(ddof=1)) if len(m) > 1 else 0.0
+        if sd == 0:
             return diff, None
-        t = diff / (m.std(ddof=1) / np.sqrt(len(m)))
-        return diff, float(2 * stats.t.sf(abs(t), len(m) - 1))
-    diff = float(lo["y"].mean() - b["y"].mean())
-    if len(b) < 2 or len(lo) < 2:
+        return diff, float(2 * stats.t.sf(abs(diff) / (sd / np.sqrt(len(m))), len(m) - 1))
+    yl, yb = lo["y"].to_numpy(float), b["y"].to_numpy(float)
+    diff = float(yl.mean() - yb.mean())
+    if len(yb) < 2 or len(yl) < 2:
         return diff, None
-    res = stats.ttest_ind(lo["y"], b["y"], equal_var=False)
-    return diff, (float(res.pvalue) if np.isfinite(res.pvalue) else None)
+    vl, vb = yl.var(ddof=1) / len(yl), yb.var(ddof=1) / len(yb)
+    if vl + vb == 0:
+        return diff, None
+    dof = (vl + vb) ** 2 / (vl * vl / (len(yl) - 1) + vb * vb / (len(yb) - 1))
+    return diff, float(2 * stats.t.sf(abs(diff) / np.sqrt(vl + vb), dof))
 
 
 def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall") -> Crossing | None:
@@ -90,21 +113,19 @@ def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall"
     vb, vl = _unit_values(base, fb, response), _unit_values(low, fl, response)
     grouping = "size"
     if (vb["label"] < 0).any() or (vl["label"] < 0).any():
-        vb, vl = _binned(vb, vl)
+        edges = _bin_edges(base, low, response)
+        vb, vl = _cell_values(base, fb, response, edges), _cell_values(low, fl, response, edges)
         grouping = "token bins"
     common = sorted(set(vb["label"]) & set(vl["label"]))
     if len(common) < 2:
         return Crossing(None, None, None, 0, grouping=grouping, note="fewer than two sizes measured in both")
     rows = []
     all_paired = True
+    by_b, by_l = dict(tuple(vb.groupby("label"))), dict(tuple(vl.groupby("label")))
     for s in common:
-        b, lo = vb[vb["label"] == s], vl[vl["label"] == s]
+        b, lo = by_b[s], by_l[s]
         shared = set(b["repeat"]) & set(lo["repeat"])
-        paired = (
-            grouping == "size"
-            and len(shared) >= 2
-            and len(shared) == b["repeat"].nunique() == lo["repeat"].nunique()
-        )
+        paired = grouping == "size" and len(shared) >= 2 and len(shared) == len(b) == len(lo)
         all_paired &= paired
         diff, p = _test(b, lo, paired)
         size = float(s) if grouping == "size" else float(pd.concat([b, lo])["tokens"].mean())

@@ -39,12 +39,35 @@ RESPONSES = {
 }
 GPU_SIDE = "gpu_side_seconds"  # seconds - host_stall_seconds: wall time if the host never made the GPU wait
 _MIN_UNEXPLAINED = 1e-6  # a candidate regressor needs this share of its variance not explained by the others
+DENSE_MAX_CELLS = (
+    200_000  # (units x patterns) up to this is a dense array: small tables skip sparse overheads
+)
+Matrix = sparse.csr_matrix | np.ndarray
+
+
+def unit_pattern_matrix(unit: np.ndarray, pattern: np.ndarray, values: np.ndarray, g: int, p: int) -> Matrix:
+    """Sum of ``values`` per (unit, pattern): dense for small designs, CSR for large ones."""
+    if g * p <= DENSE_MAX_CELLS:
+        out = np.zeros((g, p))
+        np.add.at(out, (unit, pattern), values)
+        return out
+    m = sparse.csr_matrix((values, (unit, pattern)), shape=(g, p))
+    m.sum_duplicates()
+    return m
+
+
+def scale_rows(mat: Matrix, w: np.ndarray) -> Matrix:
+    return mat * w[:, None] if isinstance(mat, np.ndarray) else sparse.csr_matrix(sparse.diags(w) @ mat)
+
+
+def scale_cols(mat: Matrix, v: np.ndarray) -> Matrix:
+    return mat * v[None, :] if isinstance(mat, np.ndarray) else sparse.csr_matrix(mat.multiply(v[None, :]))
 
 
 @dataclass(frozen=True, eq=False)
 class Response:
-    count: sparse.csr_matrix  # (units x patterns) rows with a finite value
-    total: sparse.csr_matrix  # (units x patterns) sum of the values
+    count: Matrix  # (units x patterns) rows with a finite value
+    total: Matrix  # (units x patterns) sum of the values
     sumsq: np.ndarray  # (units,) sum of squared values
     n_rows: int
     pattern_count: np.ndarray = field(init=False)  # (patterns,) the margins, computed once
@@ -98,32 +121,46 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
+def _codes(*cols: np.ndarray) -> np.ndarray:
+    """One integer per distinct combination of the columns (row order kept)."""
+    return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def _distinct_per(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """How many distinct ``values`` each group holds (indexed by group code)."""
+    pairs = np.unique(np.stack([group, values], axis=1), axis=0)
+    return np.bincount(pairs[:, 0])
+
+
 def _units(df: pd.DataFrame, label: np.ndarray) -> tuple[np.ndarray, str]:
     keys = [c for c in ("input", "trace", "repeat", "step", "rank") if c in df.columns]
-    frame = df[keys].astype(object).fillna("").astype(str).assign(_label=label, _mb=_col(df, "microbatch"))
-    base = frame.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
-    labels_per_base = frame.groupby(base)["_label"].nunique()
-    if (labels_per_base == 1).all():
+    base = _codes(*(pd.factorize(df[k], use_na_sentinel=False)[0] for k in keys))
+    mb = (
+        pd.factorize(df["microbatch"], use_na_sentinel=False)[0]
+        if "microbatch" in df.columns
+        else np.zeros(len(df), int)
+    )
+    if (_distinct_per(base, label) == 1).all():
         unit, kind = base, UNIT_STEP
-    elif not frame.assign(_b=base).duplicated(["_b", "_mb"]).any():
+    elif len(np.unique(np.stack([base, mb], axis=1), axis=0)) == len(df):
         unit, kind = base, UNIT_STEP  # one step, micro-batches of several sizes
     else:
-        unit = frame.assign(_b=base).groupby(["_b", "_label"], sort=False).ngroup().to_numpy()
-        kind = UNIT_REPEAT
-    per_label = pd.Series(unit).groupby(label).nunique()
+        unit, kind = _codes(base, label), UNIT_REPEAT
+    per_label = _distinct_per(_codes(label), unit)
     if (per_label == 1).all() and len(df) > per_label.sum():
         return np.arange(len(df)), UNIT_ROW
     return unit, kind
 
 
 def _strata(unit: np.ndarray, label: np.ndarray, n_units: int) -> np.ndarray | None:
-    lab = pd.Series(label).groupby(unit).agg(["nunique", "first"])
-    if (lab["nunique"] > 1).any():
+    if (_distinct_per(unit, label) > 1).any():
         return None
-    per = lab["first"].value_counts()
-    if (per < 2).any():
+    first = np.zeros(n_units, dtype=label.dtype)
+    first[unit] = label
+    size_code = np.unique(first, return_inverse=True)[1].reshape(-1)
+    if (np.bincount(size_code) < 2).any():
         return None
-    return np.unique(lab["first"].to_numpy(), return_inverse=True)[1].reshape(n_units)
+    return size_code
 
 
 def _unexplained(x: np.ndarray, w: np.ndarray, col: np.ndarray) -> float:
@@ -173,10 +210,8 @@ def _regressors(df: pd.DataFrame, n: np.ndarray) -> tuple[list[str], list[np.nda
 def _response(unit: np.ndarray, pattern: np.ndarray, values: np.ndarray, g: int, p: int) -> Response:
     ok = np.isfinite(values)
     v = np.where(ok, values, 0.0)
-    count = sparse.csr_matrix((ok.astype(float), (unit, pattern)), shape=(g, p))
-    total = sparse.csr_matrix((v, (unit, pattern)), shape=(g, p))
-    count.sum_duplicates()
-    total.sum_duplicates()
+    count = unit_pattern_matrix(unit, pattern, ok.astype(float), g, p)
+    total = unit_pattern_matrix(unit, pattern, v, g, p)
     return Response(count, total, np.bincount(unit, weights=v * v, minlength=g), int(ok.sum()))
 
 
@@ -197,8 +232,12 @@ def build_design(df: pd.DataFrame, x_col: str = "num_tokens") -> Design:
     responses = {
         name: _response(unit, pattern, v, g, len(x)) for name, v in values.items() if np.isfinite(v).any()
     }
-    per_unit = pd.DataFrame({"u": unit, "label": label, "n": n, "repeat": _col(df, "repeat")}).groupby("u")
-    labels = per_unit["label"].agg(lambda s: s.iloc[0] if s.nunique() == 1 else -1).to_numpy(dtype=np.int64)
+    rows = np.bincount(unit, minlength=g)
+    labels = np.full(g, -1, dtype=np.int64)
+    single = _distinct_per(unit, label) == 1
+    labels[unit[single[unit]]] = label[single[unit]]
+    repeat = np.zeros(g)
+    repeat[unit[::-1]] = _col(df, "repeat")[::-1]  # the first row's repeat
     s2 = _col(df, "sum_sq_tokens")
     ref = float(np.median(s2 / n)) if np.isfinite(s2).all() else None
     return Design(
@@ -209,8 +248,8 @@ def build_design(df: pd.DataFrame, x_col: str = "num_tokens") -> Design:
         n_units=g,
         unit_kind=kind,
         unit_label=labels,
-        unit_tokens=per_unit["n"].mean().to_numpy(),
-        unit_repeat=per_unit["repeat"].first().to_numpy(),
+        unit_tokens=np.bincount(unit, weights=n, minlength=g) / rows,
+        unit_repeat=repeat,
         strata=_strata(unit, label, g),
         n_rows=len(df),
         dropped=dropped,
@@ -218,16 +257,23 @@ def build_design(df: pd.DataFrame, x_col: str = "num_tokens") -> Design:
     )
 
 
-def restrict(design: Design, keep_units: np.ndarray) -> Design:
-    """The same design with only ``keep_units`` (a boolean mask over units) carrying data."""
-    keep = sparse.diags(keep_units.astype(float))
+def weighted(design: Design, unit_weight: np.ndarray, only: str | None = None) -> Design:
+    """The same design with every row of unit u weighted by ``unit_weight[u]`` (0 leaves the unit out): a
+    weighted least-squares fit on it is WLS. ``only``: keep just that response."""
+    w = np.asarray(unit_weight, dtype=float)
     responses = {
         name: Response(
-            sparse.csr_matrix(keep @ r.count),
-            sparse.csr_matrix(keep @ r.total),
-            r.sumsq * keep_units,
-            int((keep @ r.count).sum()),
+            scale_rows(r.count, w),
+            scale_rows(r.total, w),
+            r.sumsq * unit_weight,
+            int(r.unit_count[np.asarray(unit_weight) != 0].sum()),
         )
         for name, r in design.responses.items()
+        if only is None or name == only
     }
     return replace(design, responses=responses)
+
+
+def restrict(design: Design, keep_units: np.ndarray) -> Design:
+    """The same design with only ``keep_units`` (a boolean mask over units) carrying data."""
+    return weighted(design, keep_units.astype(float))

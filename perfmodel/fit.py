@@ -16,6 +16,8 @@ Host stall and peak memory are fitted as lines (the stall share and the memory c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -55,6 +57,26 @@ def _prefer_knee(parts: SegmentedFit, knee: SegmentedFit) -> bool:
     return bool(stats.f.sf(f, 1, df) < _PARTS_ALPHA)
 
 
+def line_refit(response: str) -> Callable[[Design], tuple[np.ndarray, np.ndarray] | None]:
+    """Refit the line on a (weighted) design: lack of fit tests it as a relative (WLS) fit."""
+
+    def refit(d: Design) -> tuple[np.ndarray, np.ndarray] | None:
+        f = fit_linear(d, response)
+        return None if f is None else (f.unit_resid, f.unit_fitted)
+
+    return refit
+
+
+def _knee_refit(
+    response: str, anchor: LinearFit | None
+) -> Callable[[Design], tuple[np.ndarray, np.ndarray] | None]:
+    def refit(d: Design) -> tuple[np.ndarray, np.ndarray] | None:
+        f = fit_segmented(d, response, None, anchor)
+        return None if f is None else (f.unit_resid, f.unit_fitted)
+
+    return refit
+
+
 def fit_basis(
     design: Design, response: str, basis: str, draws: Draws | None, anchor: LinearFit | None = None
 ) -> BasisFit | None:
@@ -63,7 +85,9 @@ def fit_basis(
     line = fit_linear(design, response, draws)
     if line is None:
         return None
-    lof = lack_of_fit(design, response, line.unit_resid, line.unit_fitted, len(line.names))
+    lof = lack_of_fit(
+        design, response, line.unit_resid, line.unit_fitted, len(line.names), line_refit(response)
+    )
     b = BasisFit(basis, line, lof, seq_len_ref=design.seq_len_ref)
     line2 = b.line2()
     bad = tuple(implausible(line2.intercept, line2.ci("intercept"), line2.slope, line2.ci("slope")))
@@ -71,11 +95,19 @@ def fit_basis(
     if b.line_ok:
         return b
     fits = {}
+    dof = float(min(line.dof_of({"fixed": 1.0}), line.dof_of({"per_token": 1.0})))
     if anchor is not None:
-        fits["parts"] = fit_segmented(design, response, draws, anchor)
-    fits["knee"] = fit_segmented(design, response, draws)
+        fits["parts"] = fit_segmented(design, response, draws, anchor, dof)
+    fits["knee"] = fit_segmented(design, response, draws, dof=dof)
     lofs = {
-        k: lack_of_fit(design, response, f.unit_resid, f.unit_fitted, f.n_params)
+        k: lack_of_fit(
+            design,
+            response,
+            f.unit_resid,
+            f.unit_fitted,
+            f.n_params,
+            _knee_refit(response, anchor if k == "parts" else None),
+        )
         for k, f in fits.items()
         if f
     }

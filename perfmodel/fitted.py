@@ -25,7 +25,8 @@ class LinearFit:
     names: tuple[str, ...]
     beta: np.ndarray
     cov: np.ndarray
-    dof: float
+    dof: float  # units - regressors
+    dofs: np.ndarray  # (p,) per coefficient (Satterthwaite over sizes for fixed and per-token)
     n_units: int
     n_rows: int
     r2: float
@@ -50,8 +51,13 @@ class LinearFit:
         i = self.names.index(name)
         return float(np.sqrt(self.cov[i, i]))
 
+    def dof_of(self, weights: dict[str, float]) -> float:
+        """Degrees of freedom of a contrast: the smallest of the coefficients it uses."""
+        used = [self.dofs[self.names.index(n)] for n, w in weights.items() if w and n in self.names]
+        return float(min(used)) if used else self.dof
+
     def ci(self, name: str, level: float = LEVEL) -> tuple[float, float]:
-        est, half = self.coef(name), t_quantile(level, self.dof) * self.se(name)
+        est, half = self.coef(name), t_quantile(level, self.dof_of({name: 1.0})) * self.se(name)
         return (est - half, est + half)
 
     def boot_ci(self, name: str, level: float = LEVEL) -> tuple[float, float] | None:
@@ -86,6 +92,7 @@ class LinearFit:
             cov=np.array([[va, cab], [cab, vb]]),
             n_points=self.n_units,
             dof=int(self.dof) if np.isfinite(self.dof) else 0,
+            dofs=(self.dof_of(c_int), self.dof_of(c_slope)),
             r2=self.r2,
             residual_sd=self.residual_sd,
             x_min=self.x_min,

@@ -135,5 +135,6 @@ def verdict(
     if paired is not None and paired.case != be.case:
         n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""
         pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
-    text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + pair + _stall(share, be)
+    text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + _per_step(entry, low)
+    text += pair + _stall(share, be)
     return text + "."

@@ -27,6 +27,7 @@ import pandas as pd
 
 from perfmodel.bootstrap import percentile_ci
 from perfmodel.breakeven import fieller_interval
+from perfmodel.fit import line_refit
 from perfmodel.fitted import PrecisionFit
 from perfmodel.lof import lack_of_fit
 from perfmodel.model import LEVEL, t_quantile
@@ -49,7 +50,12 @@ def _null(reason: str) -> HostStallShare:
 
 def _stall_line_ok(f: PrecisionFit) -> bool:
     lof = lack_of_fit(
-        f.design, "host_stall_seconds", f.stall.unit_resid, f.stall.unit_fitted, len(f.stall.names)
+        f.design,
+        "host_stall_seconds",
+        f.stall.unit_resid,
+        f.stall.unit_fitted,
+        len(f.stall.names),
+        line_refit("host_stall_seconds"),
     )
     return f.wall.line_ok and not (lof is not None and lof.flag)
 
@@ -71,7 +77,7 @@ def _fitted_share(base: PrecisionFit, low: PrecisionFit, level: float) -> HostSt
     var_num = low.stall.cov[0, 0] + base.stall.cov[0, 0]
     var_den = low.time.cov[0, 0] + base.time.cov[0, 0]
     cov = _cross_cov(low) + _cross_cov(base)
-    dof = min(low.time.dof, base.time.dof)
+    dof = min(low.time.dof_of("intercept"), base.time.dof_of("intercept"))
     fs = fieller_interval(num, den, var_num, var_den, cov, t_quantile(level, dof))
     if fs.shape == "bounded":
         return HostStallShare(

@@ -126,7 +126,7 @@ def _refine(design: Design, response: str, kind: str, grid: np.ndarray, j: int, 
     a, b = lo, hi
     c, d = b - ratio * (b - a), a + ratio * (b - a)
     fc, fd = sse(c), sse(d)
-    for _ in range(30):
+    for _ in range(22):
         if not (fc <= fd):
             a, c, fc = c, d, fd
             d = a + ratio * (b - a)
@@ -167,10 +167,17 @@ def _curve(theta: np.ndarray) -> Curve:
 
 
 def fit_segmented(
-    design: Design, response: str, draws: Draws | None, anchor: LinearFit | None = None
+    design: Design,
+    response: str,
+    draws: Draws | None,
+    anchor: LinearFit | None = None,
+    dof: float | None = None,
 ) -> SegmentedFit | None:
     """The ``parts`` model when ``anchor`` (the GPU-busy fit) is given, else the ``knee`` model; None when
-    the sizes cannot carry a knee (fewer than five distinct sizes, or no knot identifies the model)."""
+    the sizes cannot carry a knee (fewer than five distinct sizes, or no knot identifies the model).
+    ``dof``: degrees of freedom for the small-sample calibration of the replicates (default: units minus
+    parameters; :mod:`perfmodel.fit` passes the line's Satterthwaite dof, which knows how few units carry
+    the large sizes)."""
     kind = "parts" if anchor is not None else "knee"
     resp = design.responses.get(response)
     if resp is None or (anchor is not None and not anchor.has("per_token")):
@@ -200,7 +207,7 @@ def fit_segmented(
     with np.errstate(invalid="ignore", divide="ignore"):
         fit_u = np.asarray(resp.count @ fitted).ravel() / cnt_u
         resid_u = resp.unit_total / cnt_u - fit_u
-    dof = float((cnt_u > 0).sum() - q - 1)
+    dof = float(min((cnt_u > 0).sum() - q - 1, dof if dof is not None else np.inf))
     boot, boot_terms = None, {}
     if draws is not None and draws.n_boot:
         g1_b = (

@@ -11,13 +11,13 @@ matter (some size's mean off the model by > 3 %): with thousands of micro-batche
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from perfmodel.design import Design
+from perfmodel.design import Design, weighted
 from perfmodel.linear import fit_response
 from perfmodel.model import LackOfFit
 
@@ -49,14 +49,42 @@ def _curvature_p(design: Design, response: str) -> float | None:
     return float(2 * stats.t.sf(abs(fit.coef("curvature")) / se, fit.dof))
 
 
+def size_parameters(design: Design, response: str, n_params: int) -> int:
+    """How many of a model's parameters move the *unit means*: a per-step term on micro-batch 0 is a constant
+    share of every unit with the same micro-batch count, so it fits within steps, not across sizes."""
+    resp = design.responses[response]
+    ok = resp.unit_count > 0
+    xbar = np.asarray(resp.count @ design.x)[ok] / resp.unit_count[ok, None]
+    scale = np.abs(xbar).max(axis=0)
+    rank = np.linalg.matrix_rank(xbar / np.where(scale > 0, scale, 1.0), tol=1e-8)
+    return int(n_params - (design.x.shape[1] - rank))
+
+
 def lack_of_fit(
-    design: Design, response: str, unit_resid: np.ndarray, unit_fitted: np.ndarray, n_params: int
+    design: Design,
+    response: str,
+    unit_resid: np.ndarray,
+    unit_fitted: np.ndarray,
+    n_params: int,
+    refit: Callable[[Design], tuple[np.ndarray, np.ndarray] | None] | None = None,
 ) -> LackOfFit | None:
-    """Test a fitted model against the sizes (None when there are too few sizes to test anything)."""
-    ok = np.isfinite(unit_resid) & np.isfinite(unit_fitted)
+    """Test a fitted model against the sizes (None when there are too few sizes to test anything).
+
+    Timing noise scales with the time (a 16k-token micro-batch varies by milliseconds where a 256-token one
+    varies by microseconds), so the test is on relative residuals of a relative fit: ``refit`` refits the
+    model on the design weighted by 1 / fitted^2 per unit (WLS) and returns its (unit residuals, unit fitted
+    values); without it the given fit's residuals are used."""
+    if refit is not None:
+        ok0 = np.isfinite(unit_fitted) & (unit_fitted > 0)
+        w = np.where(ok0, 1.0 / np.where(ok0, unit_fitted, 1.0) ** 2, 0.0)
+        again = refit(weighted(design, w, only=response))
+        if again is not None:
+            unit_resid, unit_fitted = again
+    ok = np.isfinite(unit_resid) & np.isfinite(unit_fitted) & (unit_fitted > 0)
     group = _groups(design, ok)
+    n_params = size_parameters(design, response, n_params)
     frame = pd.DataFrame(
-        {"g": group[ok], "r": unit_resid[ok], "f": unit_fitted[ok], "n": design.unit_tokens[ok]}
+        {"g": group[ok], "r": unit_resid[ok] / unit_fitted[ok], "f": 1.0, "n": design.unit_tokens[ok]}
     )
     by = frame.groupby("g", sort=True)
     r_s, f_s, m_s = by["r"].mean(), by["f"].mean(), by["r"].size()

@@ -65,6 +65,10 @@ class LineFit:
     residual_sd: float
     x_min: float
     x_max: float
+    dofs: tuple[float, float] | None = None  # (intercept, slope) when they differ from ``dof``
+
+    def dof_of(self, which: str) -> float:
+        return float(self.dofs[0 if which == "intercept" else 1]) if self.dofs else float(self.dof)
 
     @property
     def intercept_se(self) -> float:
@@ -77,7 +81,7 @@ class LineFit:
     def ci(self, which: str, level: float = LEVEL) -> tuple[float, float]:
         """t-based interval of ``"intercept"`` or ``"slope"`` (NaN when the covariance is undefined)."""
         est, se = (self.intercept, self.intercept_se) if which == "intercept" else (self.slope, self.slope_se)
-        t = t_quantile(level, self.dof)
+        t = t_quantile(level, self.dof_of(which))
         return (est - t * se, est + t * se)
 
 

@@ -47,33 +47,34 @@ def _unique_keys(points: dict[str, np.ndarray]) -> set[tuple[int, int]]:
     return {k for k, c in counts.items() if c == 1 and k[0] >= 0}
 
 
-def _matched(base: PrecisionFit, low: PrecisionFit) -> tuple[np.ndarray, np.ndarray]:
-    """(x, low - base) per (size, repeat) cell that each precision measured exactly once."""
+def _matched(base: PrecisionFit, low: PrecisionFit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, low - base, size) per (size, repeat) cell that each precision measured exactly once."""
     ok = _unique_keys(base.points) & _unique_keys(low.points)
     b = {
         (int(s), int(r)): (x, y)
         for s, r, x, y in zip(*(base.points[k] for k in ("label", "repeat", "x", "seconds")), strict=True)
         if (int(s), int(r)) in ok
     }
-    xs, ds = [], []
+    xs, ds, sizes = [], [], []
     for s, r, x, y in zip(*(low.points[k] for k in ("label", "repeat", "x", "seconds")), strict=True):
         if (int(s), int(r)) in b:
             xb, yb = b[(int(s), int(r))]
             xs.append(0.5 * (x + xb))
             ds.append(y - yb)
-    return np.asarray(xs, dtype=float), np.asarray(ds, dtype=float)
+            sizes.append(int(s))
+    return np.asarray(xs, dtype=float), np.asarray(ds, dtype=float), np.asarray(sizes, dtype=np.int64)
 
 
 def paired_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL) -> PairedBreakeven | None:
     """The case table on the fitted per-repeat difference (None without matched repeats at >= 2 sizes)."""
     if base.points is None or low.points is None or UNIT_ROW in (base.boot_unit, low.boot_unit):
         return None
-    x, d = _matched(base, low)
+    x, d, sizes = _matched(base, low)
     if len(np.unique(x)) < 2 or len(x) < 4:
         return None
-    f = fit_line(x, d)
+    f = fit_line(x, d, sizes)
     a, b = f.intercept, -f.slope
-    t = t_quantile(level, f.dof)
+    t = t_quantile(level, min(f.dof_of("intercept"), f.dof_of("slope")))
     if not (np.isfinite(t) and np.isfinite(f.cov).all()):
         return None
     a_ci = (a - t * f.intercept_se, a + t * f.intercept_se)

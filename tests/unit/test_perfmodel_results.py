@@ -88,3 +88,81 @@ def test_report_warns_when_inputs_come_from_different_machines(doc: dict) -> Non
         ],
     }
     assert "**Inputs from 2 different machines** (B200; H100)" in render_report(mixed)
+
+
+def test_every_v2_field_is_in_the_document(doc: dict) -> None:
+    e = next(m for m in doc["models"] if m["phase"] == "update" and m["precision"] == "mxfp8")
+    be = e["breakeven"]
+    assert be["basis"] == "wall" and be["model_ok"] is True and be["model"] == "line"
+    assert be["extrapolated"] is False and be["crossing"] is not None
+    assert be["crossing_detail"]["paired"] is True
+    gb = e["breakeven_gpu_busy"]
+    assert gb["basis"] == "gpu_busy" and {"case", "tokens", "ci", "model_ok", "crossing"} <= set(gb)
+    for f in e["fits"].values():
+        assert {"per_step_s", "per_step_ci", "per_step_basis", "model", "knee", "gpu_busy"} <= set(f)
+        assert f["per_step_basis"] == "micro-batch 0 of each step"
+        assert f["per_step_ci"][0] <= 0 <= f["per_step_ci"][1]  # the simulation has no per-step cost
+    assert e["host_stall"]["basis"] == "fitted intercepts"
+    assert set(e["sources"]) >= {"wall", "gpu_busy", "host_stall", "per_step", "crossing"}
+    assert e["sources"]["wall"].startswith("seconds of ")
+    frame = entries_frame(doc)
+    assert {"model_ok", "crossing", "tokens_gpu_busy"} <= set(frame.columns)
+
+
+# One truth per row of the case table (fixed_s, per_token_s, stall_fixed_s), against bf16 (10 ms, 4 us/token):
+SEVEN = [
+    ((0.019, 2e-6, 0.002), "faster_above", 4500.0),
+    ((0.010, 2e-6, 0.002), "always_faster", None),
+    ((0.005, 6e-6, 0.002), "faster_below", 2500.0),
+    ((0.010, 6e-6, 0.002), "never_faster", None),
+    ((0.019, 4e-6, 0.002), "never_faster", None),
+    ((0.005, 4e-6, 0.002), "always_faster", None),
+    ((0.010, 4e-6, 0.002), "indistinguishable", None),
+]
+
+
+@pytest.mark.parametrize(("low", "case", "n_star"), SEVEN)
+def test_the_seven_cases_on_simulations_with_known_truth(low, case, n_star) -> None:
+    from perfmodel.breakeven import find_breakeven
+    from perfmodel.fit import fit_cost_model
+
+    right = covered = 0
+    for seed in range(5):
+        mb = simulate_sweep({"bf16": (0.010, 4e-6, 0.002), "mxfp8": low}, rng=np.random.default_rng(seed))
+        fits = fit_cost_model(mb, n_boot=0)
+        be = find_breakeven(fits[("sim", "update", "bf16")], fits[("sim", "update", "mxfp8")])
+        assert be.model_ok
+        right += be.case == case
+        if n_star is not None and be.tokens is not None:
+            covered += be.ci[0] <= n_star <= be.ci[1]
+        if be.case not in ("faster_above", "faster_below"):
+            assert be.tokens is None
+    assert right >= 4  # a 95 % test misclassifies a zero difference now and then
+    assert n_star is None or covered >= 4
+
+
+def test_a_rejected_model_withholds_n_star_and_the_verdict_names_the_misfit_and_the_crossing() -> None:
+    from perfmodel.simulate import KNEE
+
+    mb = simulate_sweep(
+        KNEE, sizes=(512, 2048, 4096, 8192), rng=np.random.default_rng(13), stall_per_token_s=0.0
+    )
+    na = pd.array([None] * len(mb), dtype="Float64")
+    (e,) = analyze(FitInputs(mb.assign(gpu_busy_seconds=na, host_stall_seconds=na)), n_boot=100)["models"]
+    be = e["breakeven"]
+    assert be["model_ok"] is False and be["tokens"] is None and be["model"] is None
+    assert "n* withheld" in e["verdict"] and "Measured:" in e["verdict"]
+    assert "lack of fit" not in e["verdict"] or "line" in e["verdict"]
+    assert e["step"]["recommendation"]["precision"] is None
+    assert e["step"]["recommendation"]["reason"].startswith("withheld")
+    assert "n* = none" in render_report({**_doc_of(e)})
+
+
+def _doc_of(entry: dict) -> dict:
+    return {
+        "models": [entry],
+        "bootstrap": {"resamples": 100},
+        "x_variable": "num_tokens",
+        "inputs": [],
+        "min_tokens": 0,
+    }

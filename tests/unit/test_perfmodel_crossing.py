@@ -1,0 +1,68 @@
+"""The measured crossing: model-free, paired by repeat, spanning sizes whose difference is within noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.crossing import _flips, measured_crossing
+from perfmodel.fit import fit_cost_model
+from perfmodel.simulate import PAPER_LIKE, simulate_sweep
+
+
+def _pair(df: pd.DataFrame):
+    fits = fit_cost_model(df, n_boot=0)
+    return fits[("sim", "update", "bf16")], fits[("sim", "update", "mxfp8")]
+
+
+def test_sign_changes_skip_sizes_whose_difference_is_within_noise() -> None:
+    assert _flips([1, 1, 0, -1, -1]) == [(1, 3)]
+    assert _flips([1, -1, 1]) == [(0, 1), (1, 2)]
+    assert _flips([0, 0, 1, 1]) == []
+
+
+def test_the_crossing_brackets_the_true_breakeven_and_is_paired() -> None:
+    hits = 0
+    for seed in range(6):
+        c = measured_crossing(*_pair(simulate_sweep(rng=np.random.default_rng(seed))))
+        assert c.paired and c.grouping == "size" and c.direction == "faster_above"
+        hits += c.tokens[0] <= 4500 <= c.tokens[1]
+    assert hits >= 5
+    assert len(c.sizes) == 7 and len(c.diff_s) == len(c.p_values) == 7
+
+
+def test_no_crossing_when_one_precision_is_faster_everywhere() -> None:
+    truth = {"bf16": (0.010, 4e-6, 0.002), "mxfp8": (0.005, 3e-6, 0.002)}
+    c = measured_crossing(*_pair(simulate_sweep(truth, rng=np.random.default_rng(1))))
+    assert c.tokens is None and c.n_sign_changes == 0
+    assert "faster at every measured size" in c.note
+
+
+def test_a_crossing_between_noisy_sizes_is_not_called_significant() -> None:
+    truth = {
+        "bf16": (0.010, 4e-6, 0.002),
+        "mxfp8": (0.0108, 3.8e-6, 0.002),
+    }  # lines nearly on top of each other
+    c = measured_crossing(*_pair(simulate_sweep(truth, rng=np.random.default_rng(3), noise=0.05)))
+    assert c.tokens is None or c.significant is False
+
+
+def test_dynamic_batching_is_grouped_into_token_bins() -> None:
+    df = simulate_sweep(
+        PAPER_LIKE, rng=np.random.default_rng(4), dynamic=True, global_tokens=65536, repeats=2
+    )
+    df["step"] = df["repeat"] + 100 * (df["precision"] == "mxfp8").astype(
+        int
+    )  # a step holds several sizes ...
+    df["microbatch"] = df.groupby(["precision", "step"]).cumcount()  # ... in one traced step each
+    base, low = _pair(df)
+    c = measured_crossing(base, low)
+    assert c.grouping == "token bins" and not c.paired
+    assert c.tokens is not None and c.tokens[0] <= 4500 <= c.tokens[1]
+
+
+@pytest.mark.parametrize("basis", ["wall", "gpu_busy"])
+def test_the_crossing_is_given_per_basis(basis: str) -> None:
+    c = measured_crossing(*_pair(simulate_sweep(rng=np.random.default_rng(5))), basis)
+    assert c is not None and c.tokens is not None

@@ -1,0 +1,99 @@
+"""Knee-aware models on max(host, GPU) timings: chosen by the data, n* from a model that fits or withheld."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.breakeven import find_breakeven
+from perfmodel.breakeven_curves import crossing_roots, pick_root
+from perfmodel.crossing import measured_crossing
+from perfmodel.fit import fit_cost_model
+from perfmodel.model import Curve
+from perfmodel.simulate import KNEE, Truth, simulate_sweep, true_crossings
+
+TRUE_N = true_crossings(KNEE["bf16"], KNEE["mxfp8"])[-1]  # 4,250 tokens
+
+
+def _pair(df: pd.DataFrame, n_boot: int = 300):
+    fits = fit_cost_model(df, n_boot=n_boot)
+    return fits[("sim", "update", "bf16")], fits[("sim", "update", "mxfp8")]
+
+
+def _no_gpu(df: pd.DataFrame) -> pd.DataFrame:
+    na = pd.array([None] * len(df), dtype="Float64")
+    return df.assign(gpu_busy_seconds=na, host_stall_seconds=na)
+
+
+def test_the_true_crossing_of_the_simulation() -> None:
+    assert pytest.approx(4250, rel=1e-6) == TRUE_N
+
+
+def test_with_gpu_busy_the_parts_model_is_chosen_and_its_interval_covers_the_truth() -> None:
+    base, low = _pair(simulate_sweep(KNEE, rng=np.random.default_rng(11), stall_per_token_s=0.0))
+    for f, knee in ((base, 2000), (low, 8000)):
+        assert not f.wall.line_ok and f.wall.lack_of_fit.flag  # the straight line is rejected ...
+        assert f.wall.model == "parts"  # ... and the host line + GPU-busy line model fits
+        k = f.wall.knee
+        assert k.anchor_slope_s == pytest.approx(f.busy.line.coef("per_token"))
+        lo, hi = np.quantile(k.boot.knee, [0.025, 0.975])
+        assert lo <= knee <= hi
+    be = find_breakeven(base, low)
+    assert be.model_ok is False and be.model == "parts" and be.case == "faster_above"
+    assert be.ci[0] <= TRUE_N <= be.ci[1]
+    assert be.model_reason and "rejected" in be.model_reason
+
+
+def test_without_gpu_data_the_segmented_knee_model_is_chosen() -> None:
+    base, low = _pair(_no_gpu(simulate_sweep(KNEE, rng=np.random.default_rng(12), stall_per_token_s=0.0)))
+    assert base.busy is None and base.wall.model == "knee" and low.wall.model == "knee"
+    be = find_breakeven(base, low)
+    assert be.model == "knee" and be.ci[0] <= TRUE_N <= be.ci[1]
+    c = measured_crossing(base, low)
+    assert c.tokens[0] <= TRUE_N <= c.tokens[1] and c.direction == "faster_above"
+
+
+def test_too_few_sizes_for_a_knee_withholds_n_star_and_names_the_misfit() -> None:
+    df = simulate_sweep(
+        KNEE, sizes=(512, 2048, 4096, 8192), rng=np.random.default_rng(13), stall_per_token_s=0.0
+    )
+    base, low = _pair(_no_gpu(df))
+    assert base.wall.model is None and "too few sizes" in base.wall.note  # bf16 bends at 2,000 tokens
+    be = find_breakeven(base, low)
+    assert be.tokens is None and be.model is None and be.model_ok is False
+    assert "withheld" in be.ci_reason and be.model_reason
+    c = measured_crossing(base, low)
+    assert c.tokens is not None and c.tokens[0] <= TRUE_N <= c.tokens[1]
+
+
+def test_a_wrong_gpu_busy_slope_makes_the_data_prefer_the_free_knee() -> None:
+    # stall that grows with n even when GPU-bound: busy grows slower than wall, so anchoring the GPU line
+    # on the busy slope is wrong, and the unit residuals say so
+    truth = {
+        "bf16": Truth(0.002, 4e-6, stall_fixed_s=0.0005, host_fixed_s=0.010),
+        "mxfp8": Truth(0.003, 2e-6, stall_fixed_s=0.0005, host_fixed_s=0.019),
+    }
+    base, _ = _pair(
+        simulate_sweep(truth, rng=np.random.default_rng(14), stall_per_token_s=1.5e-6, noise=0.01)
+    )
+    assert base.wall.model == "knee"
+
+
+def test_crossings_of_two_knee_curves_are_exact() -> None:
+    def hinge(k: float, a1: float, b1: float, b2: float) -> Curve:
+        a2 = a1 + (b1 - b2) * k
+        return Curve(*(np.asarray(v) for v in (k, a1, b1, a2, b2)))
+
+    base = hinge(2000.0, 0.010, 0.0, 4e-6)  # max(10 ms, 2 ms + 4 us n)
+    low = hinge(8000.0, 0.019, 0.0, 2e-6)  # max(19 ms, 3 ms + 2 us n)
+    roots, slopes = crossing_roots(low, base)
+    found = roots[0][np.isfinite(roots[0])]
+    np.testing.assert_allclose(found, [4250.0])
+    assert pick_root(roots, slopes, "faster_above")[0] == pytest.approx(4250.0)
+    assert np.isnan(pick_root(roots, slopes, "faster_below")[0])
+    # two crossings: low faster at small sizes, slower in the middle, faster again at large ones
+    wavy = hinge(1000.0, 0.009, 3e-6, 1e-6)
+    roots, slopes = crossing_roots(wavy, base)
+    assert np.isfinite(roots[0]).sum() == 2
+    assert pick_root(roots, slopes, "faster_above")[0] > pick_root(roots, slopes, "faster_below")[0]
