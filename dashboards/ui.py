@@ -154,9 +154,9 @@ def unusable_notes(outputs: list[data.OutputEntry], what: str) -> None:
 # --------------------------------------------------------------------------------------------- step tables
 @st.cache_resource(max_entries=128, show_spinner=False)
 def _steps(
-    rel: str, stamps: tuple[int, ...], _entry: data.OutputEntry
+    root: str, rel: str, stamps: tuple[int, ...], _entry: data.OutputEntry
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    del rel, stamps
+    del root, rel, stamps  # cache key only
     entry = _entry
     if entry.kind == "ingest":
         per_process = table(entry, store.STEPS, required=False)
@@ -180,7 +180,7 @@ def step_data(entry: data.OutputEntry) -> tuple[pd.DataFrame, pd.DataFrame | Non
     root = runs_dir()
     names = (store.STEPS,) if entry.kind == "ingest" else (store.METRICS, store.RANGES)
     stamps = tuple(data.file_stamp(root, entry, n) for n in names)
-    return _steps(entry.rel, stamps, entry)
+    return _steps(str(root), entry.rel, stamps, entry)
 
 
 def step_table(entry: data.OutputEntry) -> pd.DataFrame:

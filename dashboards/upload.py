@@ -73,6 +73,8 @@ def check_output_name(runs_dir: Path, name: str) -> Path:
         raise InputError(
             f"output name {name!r}: use 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
+    if name == UPLOADS_DIR:
+        raise InputError(f"output name {name!r}: reserved for uploaded traces; choose another name")
     target = resolve_inside(runs_dir, name)
     if target.parent != Path(runs_dir).resolve():
         raise InputError(f"output name {name!r}: must be a folder directly under the runs directory")

@@ -509,3 +509,24 @@ def add_symlinked_outputs(root: Path, outside: Path) -> Path:
     folder = _run(outside, "elsewhere-run", "mxfp8", "mxfp8")
     (root / "linked-folder").symlink_to(folder, target_is_directory=True)
     return root
+
+
+def add_odd_outputs(root: Path) -> Path:
+    """Manifests that are valid JSON but odd: no config, config of the wrong type, an unknown kind, a date
+    that is not a date, a fit without fits.json, a fits.json with no models or an incomplete one."""
+    odd = {
+        "bare-run": {"kind": "run", "status": "complete"},
+        "bare-ingest": {"kind": "ingest", "status": "complete", "traces": "oops", "machine": [1, 2]},
+        "bare-fit": {"kind": "fit", "status": "complete", "config": {"inputs": "nope"}},
+        "fit-empty": {"kind": "fit", "status": "complete"},
+        "fit-incomplete": {"kind": "fit", "status": "complete"},
+        "sweep-bare": {"kind": "sweep", "status": "complete", "config": [1, 2]},
+        "weird-kind": {"kind": "banana", "status": "complete"},
+        "config-list": {"kind": "run", "status": "complete", "config": ["a"], "created": "not a date"},
+    }
+    for name, manifest in odd.items():
+        (root / name).mkdir(parents=True)
+        store.write_json(manifest, root / name / store.MANIFEST)
+    store.write_json({"models": []}, root / "fit-empty" / store.FITS)
+    store.write_json({"models": [{"model": "m"}]}, root / "fit-incomplete" / store.FITS)
+    return root

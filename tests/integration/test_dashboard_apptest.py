@@ -520,6 +520,21 @@ def test_corrupt_and_linked_tables_show_on_their_cards(
         assert any(why in w for w in _texts(at, "warning")), (rel, _texts(at, "warning"))
 
 
+def test_odd_manifests_give_messages_not_exceptions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = dash_fixtures.add_odd_outputs(tmp_path / "runs")
+    for page in PAGES:
+        at = _open(runs, page, monkeypatch)
+        assert not at.exception, (page, _texts(at, "exception"))
+    at = _open(runs, "breakeven", monkeypatch)
+    said = {}
+    for fit in at.selectbox(key="be_fit").options:
+        at.selectbox(key="be_fit").set_value(fit).run()
+        assert not at.exception, (fit, _texts(at, "exception"))
+        said[fit] = " ".join(_texts(at, "warning"))
+    assert "no fits.json" in said["bare-fit"] and "no models fitted" in said["fit-empty"]
+    assert "models[0] lacks" in said["fit-incomplete"]
+
+
 def test_missing_runs_dir_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = _open(tmp_path / "does-not-exist", "runs", monkeypatch)
     assert not at.exception

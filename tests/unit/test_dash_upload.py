@@ -38,7 +38,7 @@ def test_output_name_must_be_new_plain_and_inside(tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "link").symlink_to(tmp_path.parent)
     assert upload.check_output_name(tmp_path, "ingest-new") == tmp_path.resolve() / "ingest-new"
-    for bad in ("taken", "link", "../escape", "a/b", ".hidden", "", "x" * 101, "/abs"):
+    for bad in ("taken", "link", "../escape", "a/b", ".hidden", "", "x" * 101, "/abs", "uploads"):
         with pytest.raises(MxperfError):
             upload.check_output_name(tmp_path, bad)
 
