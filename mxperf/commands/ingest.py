@@ -175,13 +175,12 @@ def _microbatches(results: list[FileResult]) -> tuple[pd.DataFrame | None, list[
     return (table if len(table) else None), notes, [r.path for r in picked]
 
 
-def _microbatch_manifest(r: FileResult, picked: list[str]) -> dict[str, Any]:
-    """What the manifest records per trace: micro-batches found, per-phase notes, precision evidence."""
+def _microbatch_manifest(r: FileResult) -> dict[str, Any]:
+    """What the manifest adds per trace to its --json entry: per-phase micro-batch notes, precision evidence."""
     if r.microbatches is None:
         return {}
     mb = r.microbatches
     return {
-        "microbatches": len(mb.table) if r.path in picked else 0,
         "microbatch_notes": mb.notes,
         "precision_evidence": mb.precision.as_dict() if mb.precision else None,
         "warnings": mb.warnings,
@@ -200,7 +199,9 @@ def _phase_seconds(r: FileResult) -> dict[str, float]:
     return out
 
 
-def spec_json(results: list[FileResult]) -> dict[str, Any]:
+def spec_json(results: list[FileResult], picked: list[str] | None = None) -> dict[str, Any]:
+    """The ingest ``--json`` document; ``picked``: the files whose micro-batches went into the table
+    (default: all), so ``microbatches`` counts the rows each trace put in ``microbatches.parquet``."""
     traces = []
     for r in results:
         devices = [
@@ -218,7 +219,8 @@ def spec_json(results: list[FileResult]) -> dict[str, Any]:
         ]
         entry = {"path": r.path, "format": r.format, "devices": devices}
         if r.microbatches is not None:  # (v2) micro-batches found and wall seconds per phase
-            entry["microbatches"] = len(r.microbatches.table)
+            taken = picked is None or r.path in picked
+            entry["microbatches"] = len(r.microbatches.table) if taken else 0
             entry["phases"] = _phase_seconds(r)
         elif r.format == METRIC_LOG:  # no micro-batches; its timers' seconds per phase over its steps
             sums = r.steps[r.steps["phase"] != "other"].groupby("phase")["seconds"].sum(min_count=1)
@@ -293,12 +295,12 @@ def run(args: argparse.Namespace) -> int:
                 f.unlink(missing_ok=True)
             raise
         shutil.rmtree(stage, ignore_errors=True)
-        traces = spec_json(results)["traces"]
+        traces = spec_json(results, picked)["traces"]
         for t, r in zip(traces, results, strict=True):  # the machine that made the trace, where it says
             t["gpu_names"] = sorted({str(n) for n in (r.meta.get("gpu_names") or {}).values() if n})
             if r.format == METRIC_LOG:  # which framework, which keys went into which phase, its labels
                 t.update(r.meta, labels=_labels_for(r, cli_labels).as_dict())
-            t.update(_microbatch_manifest(r, picked))
+            t.update(_microbatch_manifest(r))
         od.update(
             traces=traces, microbatches=0 if microbatches is None else len(microbatches), notes=unfinished
         )
@@ -307,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     if microbatches is not None:
         print(f"{len(microbatches)} micro-batches -> {od.path / store.MICROBATCHES}", file=sys.stderr)
     if args.json:
-        print(json.dumps(spec_json(results), separators=(",", ":")))
+        print(json.dumps(spec_json(results, picked), separators=(",", ":")))
     return 0
 
 
