@@ -206,12 +206,16 @@ def rewrite(text: str, figures: list[Figure]) -> str:
 def results_section(figures: list[Figure]) -> str:
     import torch
 
+    from tracing.outputs.manifest import machine_info
+
     values = {f.key: f.value for f in figures}
+    machine = machine_info()
     lines = [
         f"## README figures ({dt.date.today().isoformat()}, `scripts/readme_figures.py --results`)",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-        f"torch {torch.__version__}. Deterministic: rerunning the commands gives the same figures here.",
+        f"Machine: {machine['cpu']} x{machine['cpu_count']}, Python {platform.python_version()}, torch "
+        f"{torch.__version__}. Deterministic: rerunning the commands gives the same figures on this machine; "
+        "`scripts/readme_figures.py --check` (or `make figures`) compares README with them.",
         "",
     ]
     if any(k.startswith("consistency:") for k in values):
