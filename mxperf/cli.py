@@ -183,23 +183,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     command = _chosen(argv)
+    who = f"mxperf {command}" if command in COMMANDS else "mxperf"
     if command in COMMANDS:
         missing = missing_packages(COMMANDS[command][1])
         if missing:
-            print(f"mxperf {command}: error: {needs_line(command, missing)}", file=sys.stderr)
+            print(f"{who}: error: {needs_line(command, missing)}", file=sys.stderr)
             return 2
-    parser = build_parser(command)
-    args = parser.parse_args(argv)
-    if getattr(args, "_module", None) is None:
-        parser.print_help(sys.stderr)
-        return 2
-    try:
+    try:  # building the parser imports the command's module: the same rule covers it
+        parser = build_parser(command)
+        args = parser.parse_args(argv)
+        if getattr(args, "_module", None) is None:
+            parser.print_help(sys.stderr)
+            return 2
         return int(args._module.run(args) or 0)
     except Terminated:
-        print(f"mxperf {args.command}: terminated", file=sys.stderr)
+        print(f"{who}: terminated", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
-        print(f"mxperf {args.command}: interrupted", file=sys.stderr)
+        print(f"{who}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         raise
@@ -209,7 +210,7 @@ def _dispatch(argv: list[str]) -> int:
             raise
         from tracing.outputs.placement import shown
 
-        print(f"mxperf {args.command}: error: {shown(line)}", file=sys.stderr)  # the output, not its temp
+        print(f"{who}: error: {shown(line)}", file=sys.stderr)  # the output's name, never its temp folder
         return 2
 
 
