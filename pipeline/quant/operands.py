@@ -136,19 +136,38 @@ def _quantize_mx(x_RK: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Ten
     return _to_e4m3(y).reshape(r, k), byte.to(torch.uint8).reshape(r, k // BLOCK)
 
 
+def _tensor(x_RK: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_tiles(x_RK, 0, 0)
+
+
+def _rowwise(x_RK: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_tiles(x_RK, 1, 0)
+
+
+def _block1x128(x_RK: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_tiles(x_RK, 1, TILE)
+
+
+def _block128x128(x_RK: torch.Tensor, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_tiles(x_RK, TILE, TILE)
+
+
+# One function per grid: torch.compile keeps its compiled variants per code object (and stops recompiling past
+# its cache limit), so each grid gets its own entry point and its own few variants (dtype, divisibility).
+GRID_KERNELS = {
+    "tensor": _tensor,
+    "rowwise": _rowwise,
+    "block1x128": _block1x128,
+    "block128x128": _block128x128,
+    "mx": _quantize_mx,
+}
+
+
 def quantize_grid(x_RK: torch.Tensor, grid: str, rule: str = "te") -> tuple[torch.Tensor, torch.Tensor]:
     """(uint8 data [R, K], scale) of ``x_RK`` on ``grid`` (see the module docstring); the fusable kernel."""
-    if grid == "tensor":
-        return _quantize_tiles(x_RK, 0, 0)
-    if grid == "rowwise":
-        return _quantize_tiles(x_RK, 1, 0)
-    if grid == "block1x128":
-        return _quantize_tiles(x_RK, 1, TILE)
-    if grid == "block128x128":
-        return _quantize_tiles(x_RK, TILE, TILE)
-    if grid == "mx":
-        return _quantize_mx(x_RK, rule)
-    raise ValueError(f"unknown operand grid {grid!r}")
+    if grid not in GRID_KERNELS:
+        raise ValueError(f"unknown operand grid {grid!r}")
+    return GRID_KERNELS[grid](x_RK, rule)
 
 
 def reference_grid(x_RK: torch.Tensor, grid: str, rule: str = "te") -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,7 +208,8 @@ def _kernel(grid: str, device: torch.device) -> Callable[..., tuple[torch.Tensor
         return quantize_grid
     fn = _COMPILED.get(grid)
     if fn is None:
-        fn = _COMPILED[grid] = torch.compile(quantize_grid, dynamic=True, fullgraph=True)
+        compiled = torch.compile(GRID_KERNELS[grid], dynamic=True, fullgraph=True)
+        fn = _COMPILED[grid] = lambda x, _grid, rule: compiled(x, rule)
     return fn
 
 
