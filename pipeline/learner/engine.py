@@ -26,7 +26,14 @@ from typing import Any
 import torch
 
 from pipeline.interfaces import scale_name
-from pipeline.learner.grpo import GRPOBatch, GRPOConfig, StepTotals, pack_microbatches, token_loss
+from pipeline.learner.grpo import (
+    GRPOBatch,
+    GRPOConfig,
+    StepTotals,
+    microbatch_range,
+    pack_microbatches,
+    token_loss,
+)
 from tracing.capture.ranges import RangeLog
 from tracing.outputs.errors import InputError
 
@@ -194,16 +201,7 @@ class HFLearner:
         self.last_microbatches = []
         for i, rows in enumerate(plan):
             mb = batch.select(rows)
-            num_tokens = int(mb.attention_mask.sum())
-            padded = int(mb.input_ids.numel())
-            with self.ranges.range(
-                "update/microbatch",
-                step=self.step_count,
-                microbatch=i,
-                tokens=num_tokens,
-                padded_tokens=padded,
-                precision=self.precision,
-            ) as attrs:
+            with microbatch_range(self.ranges, self.step_count, i, mb, self.precision) as attrs:
                 self.schedule.next_microbatch()  # per-microbatch weight casts happen inside this range
                 with probe.forward():
                     lp = self._token_logprobs(mb.input_ids.to(self.device), mb.attention_mask.to(self.device))
@@ -215,7 +213,8 @@ class HFLearner:
                 attrs["rss_delta_bytes"] = rss
             totals.add(loss, stats)
             self.last_microbatches.append(
-                {"microbatch": i, "num_tokens": num_tokens, "padded_tokens": padded, "peak_mem_bytes": peak}
+                {"microbatch": i, "num_tokens": attrs["tokens"], "padded_tokens": attrs["padded_tokens"]}
+                | {"peak_mem_bytes": peak}
             )
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=False)

@@ -200,3 +200,16 @@ def step_stats(
         "num_microbatches": float(num_microbatches),
         "update_tokens": float(batch.attention_mask.sum()),
     }
+
+
+def microbatch_range(ranges: Any, step: int, index: int, mb: GRPOBatch, precision: str) -> Any:
+    """The ``update/microbatch`` range of one micro-batch, with the attributes every learner records (step,
+    microbatch, tokens, padded_tokens, precision): the context manager yields that attribute dict."""
+    return ranges.range(
+        "update/microbatch",
+        step=step,
+        microbatch=index,
+        tokens=int(mb.attention_mask.sum()),
+        padded_tokens=int(mb.input_ids.numel()),
+        precision=precision,
+    )

@@ -54,7 +54,14 @@ from pipeline.engines.megatron.te_path import (
 from pipeline.engines.megatron.weights import megatron_to_hf
 from pipeline.interfaces import scale_name
 from pipeline.learner.engine import COMPUTE_DTYPES, check_learner_settings
-from pipeline.learner.grpo import GRPOBatch, GRPOConfig, StepTotals, pack_microbatches, token_loss
+from pipeline.learner.grpo import (
+    GRPOBatch,
+    GRPOConfig,
+    StepTotals,
+    microbatch_range,
+    pack_microbatches,
+    token_loss,
+)
 from tracing.capture.ranges import RangeLog
 
 SUPPORTED_PRECISIONS = ("bf16", "mxfp8")
@@ -167,15 +174,7 @@ class MegatronLearner:
         self.last_microbatches = []
         for i, rows in enumerate(plan):
             mb = batch.select(rows)
-            num_tokens, padded = int(mb.attention_mask.sum()), int(mb.input_ids.numel())
-            with self.ranges.range(
-                "update/microbatch",
-                step=self.step_count,
-                microbatch=i,
-                tokens=num_tokens,
-                padded_tokens=padded,
-                precision=self.precision,
-            ):
+            with microbatch_range(self.ranges, self.step_count, i, mb, self.precision) as attrs:
                 logits = self._forward(mb.input_ids, mb.attention_mask)
                 logprobs = _next_token_logprobs(logits, mb.input_ids.to(self.device)).cpu()
                 per_token, stats = token_loss(logprobs, mb, self.config)
@@ -186,7 +185,7 @@ class MegatronLearner:
                     torch.cuda.synchronize(self.device)
             totals.add(loss, stats)
             self.last_microbatches.append(
-                {"microbatch": i, "num_tokens": num_tokens, "padded_tokens": padded}
+                {"microbatch": i, "num_tokens": attrs["tokens"], "padded_tokens": attrs["padded_tokens"]}
             )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.master, self.config.max_grad_norm, foreach=False)
         self.optimizer.step()
