@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         TRAIN,
     ),
     "run": (
-        "run GRPO steps with a BF16/MXFP8 learner and sampler; write metrics, ranges, sync checks",
+        "run GRPO steps with a BF16, MXFP8 or FP8 learner and sampler; write metrics, ranges, sync checks",
         TRAIN,
     ),
     "sweep": (
