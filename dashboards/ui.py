@@ -208,8 +208,15 @@ def _precision(entry: data.OutputEntry) -> str:
     return entry.learner or entry.precision_label or entry.rel
 
 
+SIDEBAR_CHARS = 30  # what a sidebar picker shows whole at 1280 px; longer names keep their start and end
+
+
 def _short(entry: data.OutputEntry) -> str:
-    return f"{entry.rel} · {entry.precision_label}" if entry.precision_label else entry.rel
+    rel = entry.rel
+    if len(rel) <= SIDEBAR_CHARS:
+        return rel
+    half = (SIDEBAR_CHARS - 1) // 2
+    return f"{rel[:half]}…{rel[-half:]}"
 
 
 def pair_selector() -> compare.RunPair | None:
@@ -253,7 +260,10 @@ def pair_selector() -> compare.RunPair | None:
         )
         base, other = candidates[rels.index(a)], candidates[rels.index(b)]
         pair = compare.RunPair(model=str(base.model or other.model or "?"), baseline=base, other=other)
-    st.sidebar.caption(f"Baseline `{pair.baseline.rel}` · compared `{pair.other.rel}`")
+    st.sidebar.caption(
+        f"Baseline `{pair.baseline.rel}` ({run_label(pair.baseline)}) · compared `{pair.other.rel}` "
+        f"({run_label(pair.other)})"
+    )
     if left_out:
         with st.sidebar.expander(f"{len(left_out)} output(s) not offered"):
             st.markdown("\n".join(f"- `{rel}`: {why}" for rel, why in left_out.items()))

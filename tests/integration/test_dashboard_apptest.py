@@ -487,7 +487,7 @@ def test_a_complete_run_with_a_corrupt_table_is_never_the_auto_pair(
     assert not at.warning, _texts(at, "warning")  # both sides have phase times
     assert _charts(at) == 2
     assert any("run-mxfp8-corrupt" in m for m in _texts(at, "markdown"))  # listed as not offered, with why
-    assert any(c.endswith("· compared `run-mxfp8`") for c in _texts(at, "caption"))
+    assert any("· compared `run-mxfp8` (mxfp8)" in c for c in _texts(at, "caption"))
 
 
 def test_a_broken_sweep_manifest_is_named_not_called_missing(
