@@ -211,7 +211,7 @@ def probe_scaled_mm(precision: str, device: torch.device) -> str | None:
     a, b = quantize_operand(x, precision), quantize_operand(w, precision, weight=True)
     why: str | None = None
     try:
-        real = gemm(a, b, "scaled_mm", out_dtype=torch.float32).float()
+        real = gemm(a, b, "scaled_mm", out_dtype=torch.bfloat16).float()  # the dtype training runs it in
         emu = gemm(a, b, "emulated", out_dtype=torch.float32, compute_dtype=torch.float32)
         rel = float((real - emu).norm() / emu.norm().clamp_min(1e-30))
         if not rel < PROBE_REL_TOL:

@@ -15,8 +15,9 @@ The grids per precision id are in :mod:`pipeline.quant.operands` (MXFP8: 1x32 E8
 per tensor, per row, or DeepSeek's 1x128 activation / 128x128 weight tiles; E4M3 for gradients too). The bias
 and its gradient stay in high precision (TE does the same).
 
-Token padding: wgrad's blocks run along the token dim, so T is zero-padded to a multiple of 32 (MXFP8) or 16
-(FP8: ``torch._scaled_mm`` needs K % 16 == 0), as TE/Megatron pad packed sequences. Zero rows never change a
+Token padding: wgrad's blocks run along the token dim, so T is zero-padded to a multiple of 32 (MXFP8), 128
+(``fp8-block128``: whole 1x128 tiles) or 16 (other FP8: ``torch._scaled_mm`` needs K % 16 == 0), as TE/Megatron
+pad packed sequences. Zero rows never change a
 block's amax and add nothing to dW, so results do not depend on the padding.
 
 Weight casts (:class:`CastSchedule`): ``per-step`` caches the weight's operands per weight version
@@ -85,7 +86,11 @@ class GemmSpec:
 
     @property
     def token_pad(self) -> int:
-        return BLOCK if self.precision in MXFP8_RULE else 16
+        """wgrad's token padding: one MX block, one 1x128 tile (cuBLAS block scaling wants K in whole tiles),
+        or the 16 ``torch._scaled_mm`` needs for K."""
+        if self.precision in MXFP8_RULE:
+            return BLOCK
+        return 128 if self.precision == "fp8-block128" else 16
 
 
 def _pad_tokens(x_TK: torch.Tensor, multiple: int) -> torch.Tensor:

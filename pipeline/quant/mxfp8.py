@@ -42,6 +42,7 @@ Shape legend: ``x_MK`` has M rows and K columns; ``Kb = K // 32`` blocks per row
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -60,7 +61,9 @@ BLOCK = 32
 CHUNK_BLOCKS = 8192  # blocks per chunk: 256 Ki elements, a 1 MiB float32 temporary
 RULES = ("te", "te212", "floor")
 # fp32(1/448) = 0x3B124925: TE's `Quantized_Limits<e4m3>::max_norm_rcp`, relative error +4.5e-8.
-_RCP_448_F32 = torch.tensor(0x3B124925, dtype=torch.int32).view(torch.float32)  # 0-d: mixes with any device
+# A Python float holding that fp32 value exactly: ``amax * _RCP_448_F32`` on a float32 tensor stays a float32
+# multiply (a scalar does not promote), on any device and inside torch.compile'd graphs (no CPU tensor constant).
+_RCP_448_F32 = struct.unpack("<f", struct.pack("<I", 0x3B124925))[0]
 
 
 @dataclass
