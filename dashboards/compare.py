@@ -200,8 +200,17 @@ def _cell(stats: pd.DataFrame, key: str) -> str:
 
 def change_table(base: pd.DataFrame, other: pd.DataFrame, base_label: str, other_label: str) -> pd.DataFrame:
     """Per phase: both medians with their quartiles (seconds, ``median [q1 – q3]``), the relative change and
-    whether the quartile ranges overlap. ``base`` / ``other`` are :func:`phase_stats` tables."""
-    keys = [k for k in [*SHOWN_PHASES, "step"] if k in base.index or k in other.index]
+    whether the quartile ranges overlap; phases neither output spent time in are left out. ``base`` /
+    ``other`` are :func:`phase_stats` tables."""
+
+    def seen(k: str) -> bool:  # a phase neither output spent time in is left out (unmapped traces: all 0)
+        return any(k in s.index and s.loc[k, "q3_s"] > 0 for s in (base, other))
+
+    keys = [
+        k
+        for k in [*SHOWN_PHASES, "step"]
+        if (k in base.index or k in other.index) and (seen(k) or k == "step")
+    ]
     change = relative_change(base["median_s"].reindex(keys), other["median_s"].reindex(keys))
     return pd.DataFrame(
         {

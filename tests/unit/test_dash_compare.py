@@ -101,9 +101,10 @@ def test_change_words_spell_out_each_phase_the_step_counts_and_the_spread() -> N
 
 
 def test_change_table_reports_both_medians_with_iqr_and_na_for_zero_baseline() -> None:
-    base = _stats({"generate": [1.0, 1.0, 1.0], "sync": [0.0, 0.0, 0.0]})
-    low = _stats({"generate": [1.1, 1.1, 1.1], "sync": [0.2, 0.2, 0.2]})
+    base = _stats({"generate": [1.0, 1.0, 1.0], "sync": [0.0, 0.0, 0.0], "update": [0.0, 0.0, 0.0]})
+    low = _stats({"generate": [1.1, 1.1, 1.1], "sync": [0.2, 0.2, 0.2], "update": [0.0, 0.0, 0.0]})
     t = compare.change_table(base, low, "bf16", "mxfp8").set_index("phase")
+    assert "update" not in t.index  # neither output spent time in it
     assert t.loc["generate", "change"] == "+10 %" and t.loc["generate", "spread"] == "apart"
     assert t.loc["sync", "change"] == "n/a"
     assert t.loc["generate", "bf16 s, median [IQR] (n=3)"] == "1 [1 – 1]"
