@@ -363,20 +363,23 @@ def _nudge_slider(driver: object, thumb: object) -> bool:
     return False
 
 
+# The element of each widget kind that takes the interaction.
+WIDGETS: dict[str, str] = {
+    "select": '[data-testid="stSelectbox"] input[role="combobox"]',
+    "multi": '[data-testid="stMultiSelect"] input[role="combobox"]',
+    "slider": '[data-testid="stSlider"] input[type="range"]',
+    "radio": '[data-testid="stRadio"]',
+    "toggle": '[data-testid="stCheckbox"] label',
+    "text": '[data-testid="stTextInput"] input',
+    "number": '[data-testid="stNumberInput"] input',
+    "expander": '[data-testid="stExpander"] summary',
+}
+
+
 def _widgets(driver: object, sidebar: bool) -> list[tuple[str, int]]:
     """(kind, index) of every interactive widget now on the page, main area (and sidebar when asked)."""
-    kinds = {
-        "select": '[data-testid="stSelectbox"] input[role="combobox"]',
-        "multi": '[data-testid="stMultiSelect"] input[role="combobox"]',
-        "slider": '[data-testid="stSlider"] input[type="range"]',
-        "radio": '[data-testid="stRadio"]',
-        "toggle": '[data-testid="stCheckbox"] label',
-        "text": '[data-testid="stTextInput"] input',
-        "number": '[data-testid="stNumberInput"] input',
-        "expander": '[data-testid="stExpander"] summary',
-    }
     out = []
-    for kind, css in kinds.items():
+    for kind, css in WIDGETS.items():
         for i, el in enumerate(_find(driver, css)):
             in_sidebar = bool(
                 driver.execute_script("return !!arguments[0].closest('[data-testid=\"stSidebar\"]')", el)
@@ -399,17 +402,7 @@ def _select(driver: object, label: str, text: str) -> None:
 def _change(driver: object, kind: str, index: int) -> bool | None:
     from selenium.webdriver.common.keys import Keys
 
-    css = {
-        "select": '[data-testid="stSelectbox"] input[role="combobox"]',
-        "multi": '[data-testid="stMultiSelect"] input[role="combobox"]',
-        "slider": '[data-testid="stSlider"] input[type="range"]',
-        "radio": '[data-testid="stRadio"]',
-        "toggle": '[data-testid="stCheckbox"] label',
-        "text": '[data-testid="stTextInput"] input',
-        "number": '[data-testid="stNumberInput"] input',
-        "expander": '[data-testid="stExpander"] summary',
-    }[kind]
-    els = _find(driver, css)
+    els = _find(driver, WIDGETS[kind])
     if index >= len(els):
         return False
     el = els[index]
