@@ -218,6 +218,7 @@ return cut;
 """
 
 
+@pytest.mark.slow  # ~40 s: every page again at 1280 px
 def test_labels_and_picked_values_are_not_cut_at_1280px(server: str, browser: object, runs: Path) -> None:
     browser.set_window_size(1280, 800)
     cut = {}
