@@ -114,6 +114,8 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             )
         )
         return
+    if kind == "demo":
+        raise InputError(f"{path}: an mxperf demo folder; fit its sweep: mxperf fit {path / 'sweep'}")
     if kind not in ("sweep", "ingest"):
         raise InputError(
             f"{path}: a '{kind}' directory has no micro-batch measurements; pass a sweep or ingest"

@@ -55,6 +55,11 @@ def _sweep_output(d: Path) -> None:
         store.write_text("x", od.path / "placeholder.txt")
 
 
+def _demo_output(d: Path) -> None:
+    with OutputDir(d / "demo", kind="demo", command=["t"]) as od:
+        _sweep_output(od.path)
+
+
 def _run_dir(d: Path, status: str) -> None:
     log = RangeLog(emit_nvtx=False)
     with log.range("update/microbatch", step=0, microbatch=0, tokens=10, precision="bf16"):
@@ -310,6 +315,30 @@ CASES = [
         2,
         r"o\.json: no traceEvents array",
         _write("o.json", json.dumps({"rocprof": [{"k": i} for i in range(1000)]})),
+    ),
+    Case(
+        "ingest-of-an-ingest-output",
+        ["ingest", "ing", "-o", "again"],
+        2,
+        r"ing: already an ingest output: read it with mxperf ranges ing or mxperf fit ing",
+        _empty_ingest,
+        absent=["again"],
+    ),
+    Case(
+        "ingest-of-a-fit-output",
+        ["ingest", "fit", "-o", "again"],
+        2,
+        r"fit: a fit output \(fits\.json, report\.md\): there is nothing to ingest",
+        _fit_output,
+        absent=["again"],
+    ),
+    Case(
+        "fit-of-a-demo-folder",
+        ["fit", "demo", "-o", "f"],
+        2,
+        r"demo: an mxperf demo folder; fit its sweep: mxperf fit demo/sweep",
+        _demo_output,
+        absent=["f"],
     ),
     # reading outputs
     Case(

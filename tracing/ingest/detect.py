@@ -47,13 +47,17 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
     out: list[tuple[Path, str]] = []
     for raw in paths:
         p = Path(raw)
+        if p.is_dir():
+            refuse_mxperf_output(p)
         if is_run_dir(p):
             out.append((p, "rangelog"))
             traces = sorted((p / store.TRACE_DIR).glob("rank-*.json*"))
             traces += sorted((p / store.TRACE_DIR / store.SAMPLER_TRACE_DIR).glob("*.json*"))
             out.extend((t, "kineto") for t in traces)
         elif p.is_dir():
-            found = sorted({f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file()})
+            found = sorted(
+                {f for g in _TRACE_GLOBS for f in p.glob(g) if f.is_file() and f.name != store.MANIFEST}
+            )
             # JSON lines with a step (verl's file logger), not other JSON lines (NeMo RL's per-sample dumps)
             found += sorted(f for f in p.glob("*.jsonl") if f.is_file() and looks_like_metric_lines(f))
             if not found:
@@ -64,6 +68,29 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
         else:
             out.append((p, detect_format(p)))
     return out
+
+
+_NOT_TRACES = {
+    "ingest": "already an ingest output: read it with mxperf ranges {p} or mxperf fit {p}",
+    "fit": "a fit output (fits.json, report.md): there is nothing to ingest in it",
+    "demo": "a demo folder: its sweep is fitted with mxperf fit {p}/sweep",
+}
+
+
+def refuse_mxperf_output(p: Path) -> None:
+    """An mxperf output folder other than a run or sweep (those hold a range log and traces) is not a folder
+    of traces: say what it is, rather than reading its tables as a range log or its manifest as a trace."""
+    if not (p / store.MANIFEST).is_file():
+        return
+    try:
+        manifest = store.read_json(p / store.MANIFEST)
+    except InputError:
+        return
+    kind = manifest.get("kind")
+    if not isinstance(kind, str) or "mxperf_version" not in manifest or kind in ("run", "sweep"):
+        return
+    what = _NOT_TRACES.get(kind, f"an mxperf {kind} output, not a run, a sweep or a folder of traces")
+    raise InputError(f"{p}: {what.format(p=p)}")
 
 
 def load_trace(
