@@ -9,8 +9,12 @@ Output directory layout (docs/contracts.md, "Output directories"):
     run/      manifest.json metrics.parquet ranges.parquet sync_checks.parquet eval_fixed_weights.parquet
               trace/rank-<r>.json.gz trace/capture-rank-<r>.json [trace/sampler/*.pt.trace.json.gz]
     sweep/    manifest.json microbatches.parquet (+ the run files)
-    ingest/   manifest.json events/rank-<r>.parquet devices.parquet ranges.parquet kernels.parquet
+    ingest/   manifest.json events/rank-<r>.parquet devices.parquet streams.parquet ranges.parquet
+              kernels.parquet steps.parquet [microbatches.parquet] [mismatch.parquet]
     fit/      manifest.json fits.json report.md *.png
+    demo/     manifest.json sweep/ fit/ consistency/ (each an output of its own)
+
+A whole folder is built beside its final place and swapped in (``tracing.outputs.placement``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +146,43 @@ def write_table(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_table_parts(
+    frames: Iterable[pd.DataFrame], path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
+) -> tuple[Path, int]:
+    """:func:`write_table` for a table that arrives in parts (same columns and dtypes, categoricals with the
+    same categories): one row group per part, so only one part is in memory. Returns (path, rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    fd, tmp = atomic_target(path)
+    os.close(fd)
+    writer, rows = None, 0
+    try:
+        with writing(path):
+            for df in frames:
+                table = pa.Table.from_pandas(df, preserve_index=False)
+                if writer is None:
+                    kv = dict(table.schema.metadata or {})
+                    kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
+                    if meta:
+                        kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
+                    schema = table.schema.with_metadata(kv)
+                    writer = pq.ParquetWriter(tmp, schema)
+                writer.write_table(table.replace_schema_metadata(schema.metadata))
+                rows += len(df)
+            if writer is None:
+                raise ValueError("write_table_parts: no parts")
+            writer.close()
+            os.replace(tmp, path)
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path, rows
 
 
 def read_table(
