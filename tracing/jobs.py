@@ -12,6 +12,7 @@ every file succeeded, so a bad input never leaves partial Parquet behind.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,13 +70,33 @@ def analyze_trace(
     pattern: str | None = None,
 ) -> Analysis:
     """All per-trace tables: devices, streams, ranges, kernels, steps, microbatches (pure; no I/O)."""
-    ops = metrics.gpu_ops(trace.events)
+
+    def microbatches(
+        ranges: pd.DataFrame,
+        ops: pd.DataFrame,
+        timelines: list[metrics.DeviceTimeline],
+        kernels: pd.DataFrame,
+    ) -> MicrobatchResult:
+        return find_microbatches(
+            trace, ranges, labels, pattern=pattern, ops=ops, timelines=timelines, kernels=kernels
+        )
+
+    return analyze_parts(trace, metrics.gpu_ops(trace.events), phase_map, microbatches)
+
+
+def analyze_parts(
+    trace: Trace,
+    ops: pd.DataFrame,
+    phase_map: PhaseMap | None,
+    microbatches: Callable[..., MicrobatchResult],
+) -> Analysis:
+    """:func:`analyze_trace` from a trace's GPU ops (``metrics.gpu_ops``) and range rows (``trace.events``
+    needs only those) and a micro-batch finder called with (ranges, ops, timelines, kernels): the one table
+    builder of the in-memory and the streaming ingest (``tracing.streamed``)."""
     timelines = metrics.device_timelines(trace.events, ops)
     ranges = attribution.attribute_ranges(trace, phase_map, ops=ops, timelines=timelines)
     kernels = kernel_classes.kernel_table(ops)
-    mb = find_microbatches(
-        trace, ranges, labels, pattern=pattern, ops=ops, timelines=timelines, kernels=kernels
-    )
+    mb = microbatches(ranges, ops, timelines, kernels)
     tables = {
         "devices": metrics.device_metrics(trace.events, timelines),
         "streams": metrics.stream_breakdown(trace.events, ops=ops),
@@ -115,33 +136,52 @@ def ingest_file(
     include_python: bool = False,
     labels: Labels | None = None,
     pattern: str | None = None,
+    streaming: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> FileResult:
     """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given.
 
     ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
-    micro-batch ranges (``--microbatch-range``)."""
+    micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file is read in bounded memory
+    (``tracing.streamed``: same tables) when True, in memory when False, and by its size when None
+    (:func:`use_streaming`). ``progress(bytes_read, file_bytes)`` is called as a streamed file is read."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
     if fmt == METRIC_LOG:
         return _ingest_metric_log(path, phase_map)
-    trace = load_trace(path, fmt, rank=rank, include_python=include_python)
-    analysis = analyze_trace(trace, phase_map, labels, pattern)
-    tables = analysis.tables
-    staged = None
-    if stage_dir is not None:
-        staged = str(Path(stage_dir) / f".events-{index}.parquet")
-        store.write_table(
-            trace.events, staged, meta={"trace": trace.path, "format": trace.format, "rank": trace.rank}
+    staged = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
+    if fmt == "kineto" and use_streaming(path, streaming):
+        from tracing.streamed import stream_kineto  # bounded memory; the same tables
+
+        st = stream_kineto(
+            path,
+            rank=rank,
+            include_python=include_python,
+            phase_map=phase_map,
+            labels=labels,
+            pattern=pattern,
+            events_path=staged,
+            spill_dir=stage_dir,
+            progress=progress,
         )
+        trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
+    else:
+        trace = load_trace(path, fmt, rank=rank, include_python=include_python)
+        analysis = analyze_trace(trace, phase_map, labels, pattern)
+        num_events, num_gpu_ops = len(trace.events), trace.num_gpu_ops
+        if staged is not None:
+            meta = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
+            store.write_table(trace.events, staged, meta=meta)
+    tables = analysis.tables
     reason = ""
     if trace.format == "rangelog":
         reason = attribution.RANGELOG_REASON
-    elif trace.num_gpu_ops == 0:
+    elif num_gpu_ops == 0:
         reason = attribution.NO_GPU_REASON
     return FileResult(
         path=trace.path,
         format=trace.format,
         rank=trace.rank,
-        num_events=len(trace.events),
+        num_events=num_events,
         staged_events=staged,
         devices=_with_trace_cols(tables["devices"], trace, fmt=True),
         streams=_with_trace_cols(tables["streams"], trace),
@@ -153,6 +193,20 @@ def ingest_file(
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
     )
+
+
+STREAM_ABOVE_BYTES = 64 << 20  # on disk: ~64 MB gzipped is ~0.5 GB of JSON, ~1 GB of in-memory tables
+
+
+def use_streaming(path: str, streaming: bool | None) -> bool:
+    """Whether a Kineto file goes through the bounded-memory path (``streaming`` None: files above
+    :data:`STREAM_ABOVE_BYTES` on disk; small files are faster in memory)."""
+    if streaming is not None:
+        return streaming
+    try:
+        return os.path.getsize(path) > STREAM_ABOVE_BYTES
+    except OSError:
+        return False
 
 
 def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:

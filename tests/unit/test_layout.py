@@ -17,7 +17,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
     ("tracing.ingest", 1, ("tracing.ingest",)),
     ("tracing.capture", 1, ("tracing.capture",)),
     ("tracing.analysis", 2, ("tracing.analysis",)),
-    ("tracing", 3, ("tracing.jobs", "tracing.facade", "tracing")),
+    ("tracing", 3, ("tracing.jobs", "tracing.streamed", "tracing.progress", "tracing.facade", "tracing")),
     (
         "perfmodel.base",
         10,

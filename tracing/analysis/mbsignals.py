@@ -81,69 +81,135 @@ class Signals:
         return shapes.model_fingerprint(*table) if table else None
 
 
-def gather_signals(events: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame | None = None) -> Signals:
-    """Per-process host items and launches of a trace (``ops`` from ``metrics.gpu_ops``; ``kernels``, the
-    ``kernel_classes.kernel_table`` of ``ops``, saves classifying the kernel names again)."""
-    names = [str(n) for n in events["name"].cat.categories]
+def name_signals(names: list[str], shape_cats: list[str]) -> Signals:
+    """The per-name flags of a trace's names (its ``name`` categories), with no processes yet."""
     base = [shapes.base_op_name(n) for n in names]
     is_embedding = np.array([b in shapes.EMBEDDING_OPS for b in base], bool)
     gemm_arg = np.array([shapes.GEMM_OPS.get(b, -1) for b in base], np.int64)
     is_autograd = np.array([_AUTOGRAD.search(b) is not None for b in base], bool)
-    kind_cats = list(events["kind"].cat.categories)
-    kind = events["kind"].cat.codes.to_numpy()
-    launch_codes = [kind_cats.index(k) for k in schema.LAUNCH_KINDS if k in kind_cats]
     is_sync = np.array(
         [b in _SYNC_OPS or "Synchronize" in b or _BLOCKING_COPY.match(b) is not None for b in base], bool
     )
+    return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, shape_cats, {})
+
+
+def is_op_range(name: str) -> bool:
+    """An NVTX range ``emit_nvtx`` made for an op (``"aten::mm, seq = 3, op_id = 9"``): a host item."""
+    base = shapes.base_op_name(name)
+    return _EMIT_NVTX.search(name) is not None and ("::" in base or _AUTOGRAD.search(base) is not None)
+
+
+def is_optimizer(name: str) -> bool:
+    """torch.optim's ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` range."""
+    return _OPTIMIZER.match(shapes.base_op_name(name)) is not None
+
+
+def launch_signals(
+    ops: pd.DataFrame, kernels: pd.DataFrame | None = None
+) -> dict[int, dict[str, np.ndarray]]:
+    """Per process, its GPU launches (ops with a launch record) sorted by launch start (stable):
+    ``l_tid l_start l_end op_end l_kernel l_gemm``."""
+    kernel_gemm = _gemm_kernels(ops, kernels)
+    l_mask = ops["launch_start_ns"].to_numpy() != schema.NO_ID
+    lp = ops["pid"].to_numpy()
+    cols = {
+        "l_tid": ops["launch_tid"].to_numpy(),
+        "l_start": ops["launch_start_ns"].to_numpy(),
+        "l_end": ops["launch_end_ns"].to_numpy(),
+        "op_end": ops["end_ns"].to_numpy(),
+        "l_kernel": ops["kind"].to_numpy() == schema.KERNEL,
+        "l_gemm": kernel_gemm,
+    }
+    out = {}
+    for p in np.unique(lp[l_mask]).tolist():
+        lm = l_mask & (lp == p)
+        lorder = np.argsort(cols["l_start"][lm], kind="stable")
+        out[int(p)] = {c: v[lm][lorder] for c, v in cols.items()}
+    return out
+
+
+_NO_LAUNCHES = {
+    "l_tid": np.zeros(0, np.int64),
+    "l_start": np.zeros(0, np.int64),
+    "l_end": np.zeros(0, np.int64),
+    "op_end": np.zeros(0, np.int64),
+    "l_kernel": np.zeros(0, bool),
+    "l_gemm": np.zeros(0, bool),
+}
+
+
+def make_process(
+    pid: int,
+    host: dict[str, np.ndarray],
+    launches: dict[str, np.ndarray] | None,
+    opt_start: np.ndarray,
+    opt_end: np.ndarray,
+) -> Process:
+    """A :class:`Process` from its host items (``tid start end code shape is_call``, sorted by start),
+    its launches (:func:`launch_signals`) and its optimizer ranges (sorted by start)."""
+    lau = _NO_LAUNCHES if launches is None else launches
+    return Process(
+        pid=pid,
+        tid=host["tid"],
+        start=host["start"],
+        end=host["end"],
+        code=host["code"].astype(np.int64),
+        shape=np.maximum(host["shape"], 0).astype(np.int64),
+        is_launch_call=host["is_call"].astype(bool),
+        l_tid=lau["l_tid"],
+        l_start=lau["l_start"],
+        l_end=lau["l_end"],
+        op_end=lau["op_end"],
+        l_kernel=lau["l_kernel"],
+        l_gemm=lau["l_gemm"],
+        opt_start=opt_start,
+        opt_end=opt_end,
+    )
+
+
+def gather_signals(events: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame | None = None) -> Signals:
+    """Per-process host items and launches of a trace (``ops`` from ``metrics.gpu_ops``; ``kernels``, the
+    ``kernel_classes.kernel_table`` of ``ops``, saves classifying the kernel names again)."""
+    names = [str(n) for n in events["name"].cat.categories]
+    sig = name_signals(names, [str(s) for s in events["shapes"].cat.categories])
+    kind_cats = list(events["kind"].cat.categories)
+    kind = events["kind"].cat.codes.to_numpy()
+    launch_codes = [kind_cats.index(k) for k in schema.LAUNCH_KINDS if k in kind_cats]
     code = events["name"].cat.codes.to_numpy()
     is_call = np.isin(kind, launch_codes)
     host = metrics.kind_mask(events, (schema.CPU_OP,)) | is_call
     is_range = metrics.kind_mask(events, (schema.RANGE,))
     # nsys + emit_nvtx: op ranges ("aten::mm, seq = 3, op_id = 9") are host items; user ranges (which
     # emit_nvtx also suffixes with op_id) and Kineto user annotations are not
-    op_range = np.array(
-        [
-            _EMIT_NVTX.search(n) is not None and ("::" in b or _AUTOGRAD.search(b) is not None)
-            for n, b in zip(names, base, strict=True)
-        ],
-        bool,
-    )
+    op_range = np.array([is_op_range(n) for n in names], bool)
     safe = np.maximum(code, 0)
     host |= is_range & (code >= 0) & op_range[safe]
-    opt = is_range & (code >= 0) & np.array([_OPTIMIZER.match(b) is not None for b in base], bool)[safe]
+    opt = is_range & (code >= 0) & np.array([is_optimizer(n) for n in names], bool)[safe]
     shape_codes = events["shapes"].cat.codes.to_numpy()
     start = events["start_ns"].to_numpy()
     end = start + events["dur_ns"].to_numpy()
     pid, tid = events["pid"].to_numpy(), events["tid"].to_numpy()
-    procs: dict[int, Process] = {}
-    kernel_gemm = _gemm_kernels(ops, kernels)
-    l_mask = ops["launch_start_ns"].to_numpy() != schema.NO_ID
-    lp = ops["pid"].to_numpy()
-    for p in np.unique(np.concatenate([pid[host], lp[l_mask]])).tolist():
+    launches = launch_signals(ops, kernels)
+    for p in np.unique(np.concatenate([pid[host], np.array(list(launches), np.int64)])).tolist():
         hm = host & (pid == p) & (code >= 0)
         order = np.argsort(start[hm], kind="stable")
-        lm = l_mask & (lp == p)
-        lorder = np.argsort(ops["launch_start_ns"].to_numpy()[lm], kind="stable")
+        items = {
+            "tid": tid,
+            "start": start,
+            "end": end,
+            "code": code,
+            "shape": shape_codes,
+            "is_call": is_call,
+        }
         om = opt & (pid == p)
-        procs[int(p)] = Process(
-            pid=int(p),
-            tid=tid[hm][order],
-            start=start[hm][order],
-            end=end[hm][order],
-            code=code[hm][order].astype(np.int64),
-            shape=np.maximum(shape_codes[hm][order], 0).astype(np.int64),
-            is_launch_call=is_call[hm][order],
-            l_tid=ops["launch_tid"].to_numpy()[lm][lorder],
-            l_start=ops["launch_start_ns"].to_numpy()[lm][lorder],
-            l_end=ops["launch_end_ns"].to_numpy()[lm][lorder],
-            op_end=ops["end_ns"].to_numpy()[lm][lorder],
-            l_kernel=(ops["kind"].to_numpy() == schema.KERNEL)[lm][lorder],
-            l_gemm=kernel_gemm[lm][lorder],
-            opt_start=np.sort(start[om]),
-            opt_end=end[om][np.argsort(start[om], kind="stable")],
+        sig.processes[int(p)] = make_process(
+            int(p),
+            {c: v[hm][order] for c, v in items.items()},
+            launches.get(int(p)),
+            np.sort(start[om]),
+            end[om][np.argsort(start[om], kind="stable")],
         )
-    shape_cats = [str(s) for s in events["shapes"].cat.categories]
-    return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, shape_cats, procs)
+    return sig
 
 
 def _gemm_kernels(ops: pd.DataFrame, kernels: pd.DataFrame | None) -> np.ndarray:

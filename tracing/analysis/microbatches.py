@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -96,11 +97,25 @@ def find_microbatches(
     ops = metrics.gpu_ops(trace.events) if ops is None else ops
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
     sig = gather_signals(trace.events, ops, kernels)
+    findings = _findings(sig, ranges, pattern, trace.range_log is not None)
+    return microbatch_result(findings, sig, ops, kernels, labels, trace.rank, trace.format, timelines)
+
+
+def microbatch_result(
+    findings: list[mbdetect.Finding],
+    sig: Signals,
+    ops: pd.DataFrame,
+    kernels: pd.DataFrame | None,
+    labels: Labels,
+    rank: int | None,
+    fmt: str,
+    timelines: list[metrics.DeviceTimeline],
+) -> MicrobatchResult:
+    """The table and notes from the cuts (``sig`` needs every process's launches; host items are not read)."""
     evidence = detect_precision(ops if kernels is None else kernels)
     precision, warning = reconcile(labels.precision, evidence)
-    findings = _findings(sig, ranges, pattern, trace.range_log is not None)
-    rows, notes = _rows(findings, labels, precision, evidence, trace.format)
-    table = _table(rows, sig, trace, timelines, len(ops) > 0)
+    rows, notes = _rows(findings, labels, precision, evidence, fmt)
+    table = _table(rows, sig, rank, timelines, len(ops) > 0)
     _note_overlaps(table, notes)
     return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
 
@@ -129,32 +144,73 @@ def microbatch_table(
     return find_microbatches(trace, attribution.attribute_ranges(trace), labels, pattern=pattern).table
 
 
-def _findings(
-    sig: Signals, ranges: pd.DataFrame, pattern: str | None, ranges_only: bool = False
-) -> list[mbdetect.Finding]:
+@dataclass(frozen=True)
+class Job:
+    """One place to look for micro-batches: an explicit range (``row``) or a region to cut, or a finding that
+    needs no signals (``done``). ``pid``, ``lo``, ``hi``: the host window the cut reads (ns, trace clock)."""
+
+    pid: int
+    lo: int
+    hi: int
+    row: Any = None  # an explicit micro-batch range (a row of the range table)
+    phase: str | None = None  # the explicit range's phase
+    region: mbregions.Region | None = None
+    done: mbdetect.Finding | None = None
+
+
+def plan_jobs(
+    pids: set[int],
+    whole_region: Callable[[int], mbregions.Region | None],
+    ranges: pd.DataFrame,
+    pattern: str | None,
+    ranges_only: bool = False,
+) -> tuple[list[Job], list[mbregions.Region], pd.DataFrame]:
+    """Where to cut, in output order: explicit ranges, phase / step regions, whole processes. ``pids``: the
+    processes with host items or launches; ``whole_region(pid)``: a process's fallback region."""
     regions, explicit, whole = mbregions.find_regions(ranges, pattern)
     steps = mbregions.profiler_steps(ranges)
-    found: list[mbdetect.Finding] = []
+    jobs: list[Job] = []
     inside: set[int] = set()
     for r in explicit.itertuples(index=False):
         host = _enclosing(regions, int(r.pid), int(r.start_ns), int(r.end_ns))
         own = str(r.phase) if str(r.phase) in mbregions.MICROBATCH_PHASES else None
-        found.append(mbdetect.explicit_cut(sig, r, host.phase if host else own))
+        jobs.append(Job(int(r.pid), int(r.start_ns), int(r.end_ns), row=r, phase=host.phase if host else own))
         if host is not None:
             inside.add(regions.index(host))
     if pattern is not None or ranges_only:
         # --microbatch-range names the micro-batches; an mxperf range log has no ops to cut with
         if pattern is not None and len(explicit) == 0:
-            found.append(mbdetect.Finding(_NO_REGION, [], f"no range matches --microbatch-range {pattern!r}"))
-        return _with_steps(found, regions, steps)
+            reason = f"no range matches --microbatch-range {pattern!r}"
+            jobs.append(Job(-1, 0, -1, done=mbdetect.Finding(_NO_REGION, [], reason)))
+        return jobs, regions, steps
     # a range with explicit micro-batch ranges inside is cut by them
-    found += [mbdetect.cut_region(sig, g) for k, g in enumerate(regions) if k not in inside]
+    jobs += [Job(g.pid, g.start_ns, g.end_ns, region=g) for k, g in enumerate(regions) if k not in inside]
     has_ranges = set(ranges["pid"].tolist())
-    for pid in sorted((set(sig.processes) - has_ranges) | set(whole)):  # no ranges, or only op ranges
-        region = mbregions.whole_process_region(sig, pid)
+    for pid in sorted((pids - has_ranges) | set(whole)):  # no ranges, or only op ranges
+        region = whole_region(pid)
         if region is not None:
-            found.append(mbdetect.cut_region(sig, region))
-    return _with_steps(found, regions, steps)
+            jobs.append(Job(region.pid, region.start_ns, region.end_ns, region=region))
+    return jobs, regions, steps
+
+
+def run_job(sig: Signals, job: Job) -> mbdetect.Finding:
+    """The finding of one job; ``sig`` needs the job's process's host items in [job.lo, job.hi] only."""
+    if job.done is not None:
+        return job.done
+    if job.row is not None:
+        return mbdetect.explicit_cut(sig, job.row, job.phase)
+    assert job.region is not None
+    return mbdetect.cut_region(sig, job.region)
+
+
+def _findings(
+    sig: Signals, ranges: pd.DataFrame, pattern: str | None, ranges_only: bool = False
+) -> list[mbdetect.Finding]:
+    def whole(pid: int) -> mbregions.Region | None:
+        return mbregions.whole_process_region(sig, pid)
+
+    jobs, regions, steps = plan_jobs(set(sig.processes), whole, ranges, pattern, ranges_only)
+    return with_steps([run_job(sig, j) for j in jobs], regions, steps)
 
 
 _NO_REGION = mbregions.Region(-1, -1, None, 0, 0, -1, "")
@@ -169,7 +225,7 @@ def _enclosing(regions: list[mbregions.Region], pid: int, lo: int, hi: int) -> m
     return best
 
 
-def _with_steps(
+def with_steps(
     findings: list[mbdetect.Finding], regions: list[mbregions.Region], steps: pd.DataFrame
 ) -> list[mbdetect.Finding]:
     """Step of each cut: attributes, else the enclosing ProfilerStep#N, else its region's ordinal among the
@@ -292,7 +348,7 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
 
 
 def _table(
-    rows: list[dict[str, Any]], sig: Signals, trace: Trace, timelines: list[Any], has_gpu: bool
+    rows: list[dict[str, Any]], sig: Signals, rank: int | None, timelines: list[Any], has_gpu: bool
 ) -> pd.DataFrame:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
@@ -314,7 +370,7 @@ def _table(
         df["host_stall_seconds"] = stall / 1e9
     else:
         df["gpu_busy_seconds"] = df["host_stall_seconds"] = None
-    df["rank"] = trace.rank
+    df["rank"] = rank
     df = df.sort_values(["pid", "start_ns"], kind="stable", ignore_index=True)
     df["overlap_seconds"] = (
         _overlaps(df["pid"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()) / 1e9
@@ -327,7 +383,7 @@ def _table(
     for c in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
         values = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64, na_value=np.nan)
         df[c] = pd.arrays.FloatingArray(np.nan_to_num(values), np.isnan(values))  # missing -> <NA>
-    df["rank"] = pd.array([trace.rank] * len(df), dtype="Int64")
+    df["rank"] = pd.array([rank] * len(df), dtype="Int64")
     return schema.conform(df, cols, "microbatches")
 
 

@@ -41,9 +41,16 @@ class ChromeTraceReader:
     ``meta_raw`` maps each other top-level key to its JSON text (used to re-emit a trace unchanged).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, raw: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        raw: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.raw = raw
+        self._progress = progress  # called with (file bytes read, file size) after each chunk
         self.meta: dict[str, Any] = {}
         self.meta_raw: dict[str, str] = {}
         self._decoder = json.JSONDecoder(parse_float=str)
@@ -69,6 +76,7 @@ class ChromeTraceReader:
         if self.path.is_dir():
             raise TraceFormatError(self.path, "is a directory, expected a Kineto .json or .json.gz file")
         fh = self._raw = open(self.path, "rb")  # noqa: SIM115 -- closed in events()
+        self._size = os.fstat(fh.fileno()).st_size
         magic = fh.read(2)
         fh.seek(0)
         return gzip.GzipFile(fileobj=fh, mode="rb") if magic == b"\x1f\x8b" else fh  # type: ignore[return-value]
@@ -108,6 +116,8 @@ class ChromeTraceReader:
                 self.path, f"not UTF-8 text at byte {offset} of the JSON text (a name with invalid bytes?)"
             ) from None
         self._bytes_read += len(data)
+        if self._progress is not None:
+            self._progress(self._raw.tell(), self._size)
         if not data:
             self._eof = True
         parts.append(text)

@@ -65,25 +65,50 @@ def load_kineto_events(
 
 def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> Trace:
     """:func:`load_kineto_events`; ``fast=False`` decodes with ``json`` only (the reference for tests)."""
-    reader = ChromeTraceReader(path)
-    c = Columns()
-    skipped = 0
-    first = 0
-    saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
-    for batch in reader.batches(kineto_fast.decode_batch if fast else None):
-        saw_event = saw_event or any(_has_phase(ev) for ev in batch)
-        try:
-            kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
-            append_rows(c, kinds, names, cols)
-            skipped += n_skipped
-        except (Slow, AttributeError, TypeError, ValueError, OverflowError):
-            skipped += _slow_batch(path, batch, first, c, include_python)
-        first += len(batch)
-    if first and not saw_event:
-        raise TraceFormatError(
-            path, f"none of the {first} items in the event list is a trace event (no 'ph'): not a trace"
-        )
-    return _finish(path, reader.meta, c, rank, skipped)
+    dec = KinetoDecoder(path, include_python, fast=fast)
+    for _ in dec.run():
+        pass
+    return _finish(path, dec.reader.meta, dec.columns, rank, dec.skipped)
+
+
+class KinetoDecoder:
+    """Decodes a Kineto file batch by batch into ``columns`` (:class:`Columns`); :meth:`run` yields after each
+    batch, so a caller may :meth:`Columns.take` the rows so far and keep memory bounded (streaming ingest).
+    After the run, ``reader.meta`` holds the other top-level keys and ``skipped`` the X events left out."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        include_python: bool,
+        *,
+        fast: bool = kineto_fast.AVAILABLE,
+        progress: Any = None,
+    ) -> None:
+        self.path = Path(path)
+        self.reader = ChromeTraceReader(self.path, progress=progress)
+        self.columns = Columns()
+        self.include_python = include_python
+        self.fast = fast
+        self.skipped = 0
+
+    def run(self) -> Any:
+        path, c, include_python = self.path, self.columns, self.include_python
+        first = 0
+        saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
+        for batch in self.reader.batches(kineto_fast.decode_batch if self.fast else None):
+            saw_event = saw_event or any(_has_phase(ev) for ev in batch)
+            try:
+                kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
+                append_rows(c, kinds, names, cols)
+                self.skipped += n_skipped
+            except (Slow, AttributeError, TypeError, ValueError, OverflowError):
+                self.skipped += _slow_batch(path, batch, first, c, include_python)
+            first += len(batch)
+            yield
+        if first and not saw_event:
+            raise TraceFormatError(
+                path, f"none of the {first} items in the event list is a trace event (no 'ph'): not a trace"
+            )
 
 
 def _has_phase(ev: Any) -> bool:
@@ -117,13 +142,7 @@ def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_py
 
 
 def _finish(path: Path, meta: dict[str, Any], c: Columns, rank: int | None, skipped: int) -> Trace:
-    base = meta.get("baseTimeNanoseconds")
-    base_ns = 0
-    if base is not None:
-        try:
-            base_ns = as_int(base)
-        except (TypeError, ValueError):
-            raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}") from None
+    base_ns, resolved, info = trace_info(path, meta, rank, skipped)
     columns: dict[str, Any] = {
         k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, np.int64) for k, v in c.cols.items()
     }
@@ -134,6 +153,20 @@ def _finish(path: Path, meta: dict[str, Any], c: Columns, rank: int | None, skip
     columns["shapes"] = np.frombuffer(c.shape, dtype=np.int32) if len(c.shape) else np.zeros(0, np.int32)
     events = events_frame(columns, list(c.names), list(schema.EVENT_KINDS), [""], list(c.shapes))
     _assign_gpu_pids(events)
+    return Trace(str(path), "kineto", events, rank=resolved, meta=info)
+
+
+def trace_info(
+    path: Path, meta: dict[str, Any], rank: int | None, skipped: int
+) -> tuple[int, int | None, dict[str, Any]]:
+    """What a Kineto file says about itself: (base time ns, rank, the Trace's meta)."""
+    base = meta.get("baseTimeNanoseconds")
+    base_ns = 0
+    if base is not None:
+        try:
+            base_ns = as_int(base)
+        except (TypeError, ValueError):
+            raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}") from None
     dist = meta.get("distributedInfo")
     file_rank = dist.get("rank") if isinstance(dist, dict) else None
     if not isinstance(file_rank, int):
@@ -155,7 +188,7 @@ def _finish(path: Path, meta: dict[str, Any], c: Columns, rank: int | None, skip
         "skipped_events": skipped,
         "display_time_unit": meta.get("displayTimeUnit"),
     }
-    return Trace(str(path), "kineto", events, rank=resolved, meta=info)
+    return base_ns, resolved, info
 
 
 def _assign_gpu_pids(events: Any) -> None:

@@ -93,6 +93,23 @@ class Columns:
         self._raw_shapes: dict[bytes, int] = {b"": 0}  # raw text (msgspec) -> code
         self.text_ids: dict[str, int] = {}  # non-integer pid/tid values (e.g. "Spans") -> negative ids
 
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The rows held so far as int64 / int32 / int8 arrays (``name``, ``kind``, ``shapes`` codes and every
+        int column); the arrays are emptied, names and shapes stay interned (codes keep their meaning)."""
+        out: dict[str, np.ndarray] = {
+            k: np.frombuffer(v, dtype=np.int64).copy() for k, v in self.cols.items()
+        }
+        out["name"] = np.frombuffer(self.name, dtype=np.int32).copy()
+        out["kind"] = np.frombuffer(self.kind, dtype=np.int8).copy()
+        out["shapes"] = np.frombuffer(self.shape, dtype=np.int32).copy()
+        for v in self.cols.values():
+            del v[:]
+        del self.name[:], self.kind[:], self.shape[:]
+        return out
+
     def shape_code(self, value: Any) -> int:
         """Code of a decoded ``Input Dims`` value (None: absent -> 0)."""
         if value is None:

@@ -1,0 +1,164 @@
+"""Micro-batch detection over host items streamed in (process, start) order: one detection window at a time.
+
+The same cuts as :func:`tracing.analysis.microbatches.find_microbatches` (same jobs, same
+:func:`~tracing.analysis.microbatches.run_job`, same table), but the host items (``cpu_op``, launch calls,
+``emit_nvtx`` op ranges) are never all in memory: every cut reads only the host items inside its window
+(an explicit range, a phase range, a ``ProfilerStep``, or a whole process that has no ranges), so memory
+is bounded by the largest window, not by the trace. GPU launches (one row per GPU op) come from ``ops``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis import mbregions, metrics
+from tracing.analysis.mbdetect import Finding
+from tracing.analysis.mbsignals import Signals, launch_signals, make_process, name_signals
+from tracing.analysis.microbatches import (
+    MicrobatchResult,
+    microbatch_result,
+    plan_jobs,
+    run_job,
+    with_steps,
+)
+from tracing.outputs.labels import Labels
+
+HOST_COLUMNS = ("pid", "start", "rid", "tid", "end", "code", "shape", "is_call")
+
+
+@dataclass
+class HostStats:
+    """What a pass over a process's host items (code >= 0) keeps for its whole-process region."""
+
+    first_ns: int | None = None
+    last_ns: int | None = None
+    tids: Counter = field(default_factory=Counter)
+
+    def add(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        if len(start) == 0:
+            return
+        lo, hi = int(start.min()), int(end.max())
+        self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
+        self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
+        values, counts = np.unique(tid, return_counts=True)
+        self.tids.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+
+
+def find_microbatches_streamed(
+    names: list[str],
+    shape_cats: list[str],
+    host_chunks: Iterable[dict[str, np.ndarray]],
+    host_pids: set[int],
+    stats: dict[int, HostStats],
+    optimizer: dict[int, tuple[np.ndarray, np.ndarray]],
+    ranges: pd.DataFrame,
+    ops: pd.DataFrame,
+    kernels: pd.DataFrame | None,
+    labels: Labels | None,
+    pattern: str | None,
+    rank: int | None,
+    fmt: str,
+    timelines: list[metrics.DeviceTimeline],
+) -> MicrobatchResult:
+    """The micro-batch table of one trace from its host items in (pid, start, row) order.
+
+    ``host_pids``: processes with any host item; ``stats``: per process, over its host items with a name;
+    ``optimizer``: per process, its optimizer ranges' (start, end) sorted by start."""
+    labels = labels or Labels()
+    launches = launch_signals(ops, kernels)
+    pids = host_pids | set(launches)
+    base = name_signals(names, shape_cats)
+    empty_host = {c: np.zeros(0, np.int64) for c in HOST_COLUMNS}
+    no_opt = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def process(pid: int, host: dict[str, np.ndarray]) -> object:
+        return make_process(pid, host, launches.get(pid), *optimizer.get(pid, no_opt))
+
+    def whole(pid: int) -> mbregions.Region | None:
+        st = stats.get(pid)
+        if st is None or st.first_ns is None:
+            return None
+        pool = launches[pid]["l_tid"] if pid in launches and len(launches[pid]["l_tid"]) else None
+        counts = Counter(pool.tolist()) if pool is not None else st.tids
+        top = max(counts.values())
+        tid = min(t for t, k in counts.items() if k == top)  # np.unique + argmax: the smallest of the most
+        assert st.last_ns is not None
+        return mbregions.Region(pid, int(tid), None, st.first_ns, st.last_ns, -1, "")
+
+    jobs, regions, steps = plan_jobs(pids, whole, ranges, pattern, False)
+    findings: list[Finding | None] = [None] * len(jobs)
+    window = _Window(iter(host_chunks))
+    todo = sorted(
+        (k for k, j in enumerate(jobs) if j.done is None and j.pid in pids),
+        key=lambda k: (jobs[k].pid, jobs[k].lo, jobs[k].hi),
+    )
+    for i, k in enumerate(todo):
+        job = jobs[k]
+        host = window.items(job.pid, job.lo, job.hi)
+        sig = _with(base, {job.pid: process(job.pid, host)})
+        findings[k] = run_job(sig, job)
+        if i + 1 < len(todo):
+            window.release(jobs[todo[i + 1]].pid, jobs[todo[i + 1]].lo)
+    for k, job in enumerate(jobs):  # a process with no host items and no launches: no signals at all
+        if findings[k] is None:
+            findings[k] = run_job(base, job)
+    launch_sig = _with(base, {p: process(p, empty_host) for p in pids})
+    done = with_steps([f for f in findings if f is not None], regions, steps)
+    return microbatch_result(done, launch_sig, ops, kernels, labels, rank, fmt, timelines)
+
+
+def _with(base: Signals, processes: dict) -> Signals:
+    return Signals(
+        base.names,
+        base.base,
+        base.is_embedding,
+        base.gemm_arg,
+        base.is_autograd,
+        base.is_sync,
+        base.shapes,
+        processes,
+    )
+
+
+class _Window:
+    """Host-item chunks sorted by (pid, start), pulled on demand; what no later window needs is dropped."""
+
+    def __init__(self, chunks: Iterator[dict[str, np.ndarray]]) -> None:
+        self._it = chunks
+        self._parts: list[dict[str, np.ndarray]] = []
+        self._done = False
+
+    def _last(self) -> tuple[int, int]:
+        p = self._parts[-1]
+        return int(p["pid"][-1]), int(p["start"][-1])
+
+    def items(self, pid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Host items of ``pid`` whose start lies in [lo, hi], sorted by (start, row)."""
+        while not self._done and (not self._parts or self._last() <= (pid, hi)):
+            chunk = next(self._it, None)
+            if chunk is None:
+                self._done = True
+            elif len(chunk["pid"]):
+                self._parts.append(chunk)
+        self.release(pid, lo)
+        if not self._parts:
+            return {c: np.zeros(0, np.int64) for c in HOST_COLUMNS}
+        cat = {c: np.concatenate([p[c] for p in self._parts]) for c in HOST_COLUMNS}
+        a, b = np.searchsorted(cat["pid"], [pid, pid + 1])
+        s = cat["start"][a:b]
+        i, j = a + np.searchsorted(s, lo, side="left"), a + np.searchsorted(s, hi, side="right")
+        return {c: v[i:j] for c, v in cat.items()}
+
+    def release(self, pid: int, lo: int) -> None:
+        """Drop the chunks that end before (pid, lo)."""
+        while self._parts and self._part_last(0) < (pid, lo):
+            self._parts.pop(0)
+
+    def _part_last(self, k: int) -> tuple[int, int]:
+        p = self._parts[k]
+        return int(p["pid"][-1]), int(p["start"][-1])

@@ -1,0 +1,363 @@
+"""Streaming ingest of one Kineto trace in bounded memory: the same tables as the in-memory path, any trace size.
+
+    file --(KinetoDecoder: ~1M rows at a time)--> raw rows (disk) | launches, host items (sorted runs, disk)
+                                                  | GPU ops, ranges (memory: a few % of the events)
+    raw rows --(launching pid of GPU rows, base time)--> events Parquet, one row group per chunk
+    GPU ops --(merge join with the launches in (pid, correlation) order)--> ops --> devices, streams, kernels,
+    ranges (tracing.jobs.analyze_parts) ; host items in (pid, start) order --> micro-batches, one window at a
+    time (tracing.analysis.mbwindows)
+
+Held in memory: one chunk of rows, the GPU ops (~100 bytes each), the device busy / stall intervals, the
+ranges, and the host items of the largest micro-batch detection window (a phase range or ``ProfilerStep``;
+the whole process when the trace has no ranges). Spill files live in ``spill_dir`` and are removed at the end.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis import metrics
+from tracing.analysis.mbsignals import is_op_range, is_optimizer
+from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
+from tracing.analysis.phases import PhaseMap
+from tracing.ingest.kineto import KinetoDecoder, trace_info
+from tracing.ingest.kineto_rows import KIND_CODE
+from tracing.ingest.spill import RowFile, SortedRuns
+from tracing.ingest.trace import Trace, events_frame
+from tracing.outputs import schema, store
+from tracing.outputs.labels import Labels
+
+CHUNK_ROWS = 1 << 20  # decoded rows per chunk (and per event-table row group)
+RUN_ROWS = 1 << 21  # rows per sorted run of launches / host items
+_INT_COLUMNS = tuple(c for c in schema.EVENT_COLUMNS if schema.EVENT_COLUMNS[c] == "int64")
+RAW_COLUMNS = ("rid", "kind", "name", "shapes", *_INT_COLUMNS)
+LAUNCH_COLUMNS = ("key", "rid", "tid", "start", "dur", "corr", "pid")
+OP_COLUMNS = ("rid", "kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation")
+_OP_CODES = [KIND_CODE[k] for k in schema.GPU_OP_KINDS]
+_LAUNCH_CODES = [KIND_CODE[k] for k in schema.LAUNCH_KINDS]
+_RANGE, _CPU_OP = KIND_CODE[schema.RANGE], KIND_CODE[schema.CPU_OP]
+
+
+@dataclass
+class StreamedTrace:
+    """A streamed file: what the in-memory :class:`Trace` would say about it, without its events."""
+
+    trace: Trace  # path, format, rank, meta; events = the range rows only
+    num_events: int
+    num_gpu_ops: int
+    analysis: Any  # tracing.jobs.Analysis
+
+
+class _Pass1:
+    """What one pass over the decoded rows keeps: raw rows and sorted runs on disk, GPU ops and ranges here."""
+
+    def __init__(self, spill: Path) -> None:
+        self.raw = RowFile(spill / "raw.bin", RAW_COLUMNS)
+        self.launches = SortedRuns(spill, LAUNCH_COLUMNS, ("key", "rid"), RUN_ROWS)
+        self.host = SortedRuns(spill, HOST_COLUMNS, ("pid", "start", "rid"), RUN_ROWS)
+        self.ops: list[dict[str, np.ndarray]] = []
+        self.ranges: list[dict[str, np.ndarray]] = []
+        self.launch_pids: Counter = Counter()
+        self.host_pids: set[int] = set()
+        self.stats: dict[int, HostStats] = {}
+        self.optimizer: list[tuple[int, int, int]] = []  # (pid, start, end), relative times
+        self.rows = 0
+        self.gpu_rows = 0
+        self._op_range = np.zeros(0, bool)
+        self._opt = np.zeros(0, bool)
+
+    def flags(self, names: list[str]) -> None:
+        """Per-name flags for names interned since the last chunk."""
+        k = len(self._op_range)
+        if len(names) > k:
+            self._op_range = np.append(self._op_range, [is_op_range(n) for n in names[k:]])
+            self._opt = np.append(self._opt, [is_optimizer(n) for n in names[k:]])
+
+    def add(self, c: dict[str, np.ndarray]) -> None:
+        n = len(c["kind"])
+        c["rid"] = np.arange(self.rows, self.rows + n, dtype=np.int64)
+        self.rows += n
+        self.raw.add(c)
+        kind, pid, corr = c["kind"], c["pid"], c["correlation"]
+        self.gpu_rows += int(np.count_nonzero(c["device"] >= 0))
+        is_op = np.isin(kind, _OP_CODES)
+        self.ops.append({k: c[k][is_op] for k in OP_COLUMNS})
+        is_call = np.isin(kind, _LAUNCH_CODES)
+        launch = is_call & (corr >= 0)
+        if launch.any():
+            lp = pid[launch]
+            self.launch_pids.update(
+                dict(zip(*(a.tolist() for a in np.unique(lp, return_counts=True)), strict=True))
+            )
+            key = metrics.launch_key(lp, corr[launch]).view(np.int64)
+            self.launches.add(
+                {
+                    "key": key,
+                    "rid": c["rid"][launch],
+                    "tid": c["tid"][launch],
+                    "start": c["start_ns"][launch],
+                    "dur": c["dur_ns"][launch],
+                    "corr": corr[launch],
+                    "pid": lp,
+                }
+            )
+        is_range = kind == _RANGE
+        code = c["name"].astype(np.int64)
+        safe = np.maximum(code, 0)
+        if is_range.any():
+            self.ranges.append({k: c[k][is_range] for k in RAW_COLUMNS})
+            opt = is_range & (code >= 0) & self._opt[safe]
+            ends = (c["start_ns"] + c["dur_ns"])[opt].tolist()
+            self.optimizer += zip(pid[opt].tolist(), c["start_ns"][opt].tolist(), ends, strict=True)
+        host = (kind == _CPU_OP) | is_call | (is_range & (code >= 0) & self._op_range[safe])
+        self.host_pids.update(np.unique(pid[host]).tolist())
+        hm = host & (code >= 0)
+        end = c["start_ns"] + c["dur_ns"]
+        self.host.add(
+            {
+                "pid": pid[hm],
+                "start": c["start_ns"][hm],
+                "rid": c["rid"][hm],
+                "tid": c["tid"][hm],
+                "end": end[hm],
+                "code": code[hm],
+                "shape": c["shapes"][hm].astype(np.int64),
+                "is_call": is_call[hm].astype(np.int64),
+            }
+        )
+        hp = pid[hm]
+        for p in np.unique(hp).tolist():
+            m = hp == p
+            self.stats.setdefault(int(p), HostStats()).add(c["tid"][hm][m], c["start_ns"][hm][m], end[hm][m])
+
+    def close(self) -> None:
+        self.raw.close()
+        self.raw.path.unlink(missing_ok=True)
+        self.launches.close()
+        self.host.close()
+
+
+def stream_kineto(
+    path: str,
+    *,
+    rank: int | None,
+    include_python: bool,
+    phase_map: PhaseMap,
+    labels: Labels | None,
+    pattern: str | None,
+    events_path: str | None,
+    spill_dir: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> StreamedTrace:
+    """Ingest one Kineto file in bounded memory: writes its event table to ``events_path`` (when given) and
+    returns every per-trace table, equal to ``tracing.jobs.analyze_trace(load_trace(path))``'s."""
+    with tempfile.TemporaryDirectory(prefix=".spill-", dir=spill_dir) as tmp:
+        p1 = _Pass1(Path(tmp))
+        try:
+            return _stream(path, p1, rank, include_python, phase_map, labels, pattern, events_path, progress)
+        finally:
+            p1.close()
+
+
+def _stream(
+    path: str,
+    p1: _Pass1,
+    rank: int | None,
+    include_python: bool,
+    phase_map: PhaseMap,
+    labels: Labels | None,
+    pattern: str | None,
+    events_path: str | None,
+    progress: Callable[[int, int], None] | None,
+) -> StreamedTrace:
+    from tracing.jobs import analyze_parts  # jobs dispatches here; the table building is shared
+
+    dec = KinetoDecoder(path, include_python, progress=progress)
+    for _ in dec.run():
+        if len(dec.columns) >= CHUNK_ROWS:
+            p1.flags(list(dec.columns.names))
+            p1.add(dec.columns.take())
+    p1.flags(list(dec.columns.names))
+    p1.add(dec.columns.take())
+    names, shape_cats = list(dec.columns.names), list(dec.columns.shapes)
+    base_ns, resolved, info = trace_info(Path(path), dec.reader.meta, rank, dec.skipped)
+    fix = _gpu_pid_fixer(p1)
+    if events_path is not None:
+        meta = {"trace": str(Path(path)), "format": "kineto", "rank": resolved}
+        store.write_table_parts(_event_parts(p1.raw, base_ns, fix, names, shape_cats), events_path, meta)
+    ops = _ops(p1, base_ns, fix, names, shape_cats)
+    range_rows = _concat(p1.ranges, RAW_COLUMNS)
+    range_rows["start_ns"] = range_rows["start_ns"] + np.int64(base_ns)
+    trace = Trace(str(Path(path)), "kineto", _frame(range_rows, names, shape_cats), rank=resolved, meta=info)
+    optimizer = _optimizer(p1.optimizer, base_ns)
+    for st in p1.stats.values():
+        if st.first_ns is not None:
+            st.first_ns += base_ns
+            st.last_ns += base_ns  # type: ignore[operator]
+
+    def microbatches(ranges: pd.DataFrame, ops: pd.DataFrame, timelines: list, kernels: pd.DataFrame) -> Any:
+        return find_microbatches_streamed(
+            names,
+            shape_cats,
+            _shifted(p1.host.merged(), base_ns),
+            p1.host_pids,
+            p1.stats,
+            optimizer,
+            ranges,
+            ops,
+            kernels,
+            labels,
+            pattern,
+            resolved,
+            "kineto",
+            timelines,
+        )
+
+    analysis = analyze_parts(trace, ops, phase_map, microbatches)
+    return StreamedTrace(trace, p1.rows, len(ops), analysis)
+
+
+def _concat(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    if not parts:
+        return {c: np.zeros(0, np.int64) for c in columns}
+    return {c: np.concatenate([p[c] for p in parts]) for c in columns}
+
+
+def _frame(cols: dict[str, Any], names: list[str], shape_cats: list[str]) -> pd.DataFrame:
+    """Event-table rows (``schema.EVENT_COLUMNS``; absent int columns are -1) from column arrays."""
+    n = len(cols["kind"])
+    full = {c: cols[c] if c in cols else np.full(n, schema.NO_ID, np.int64) for c in _INT_COLUMNS}
+    full.update(kind=cols["kind"], name=cols["name"], shapes=cols.get("shapes", np.zeros(n, np.int32)))
+    return events_frame(full, names, list(schema.EVENT_KINDS), [""], shape_cats)
+
+
+def _event_parts(
+    raw: RowFile,
+    base_ns: int,
+    fix: Callable[[dict[str, np.ndarray]], None],
+    names: list[str],
+    shapes: list[str],
+) -> Iterator[pd.DataFrame]:
+    for block in raw.blocks(CHUNK_ROWS):
+        block["start_ns"] = block["start_ns"] + np.int64(base_ns)
+        fix(block)
+        yield _frame(block, names, shapes)
+
+
+def _shifted(chunks: Iterator[dict[str, np.ndarray]], base_ns: int) -> Iterator[dict[str, np.ndarray]]:
+    for c in chunks:
+        c["start"] = c["start"] + np.int64(base_ns)
+        c["end"] = c["end"] + np.int64(base_ns)
+        yield c
+
+
+def _optimizer(rows: list[tuple[int, int, int]], base_ns: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per process, its optimizer ranges' starts (sorted) and ends (in start order, stable), as
+    ``mbsignals.gather_signals`` keeps them."""
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    arr = np.array(rows, np.int64).reshape(-1, 3)
+    for p in np.unique(arr[:, 0]).tolist():
+        mine = arr[arr[:, 0] == p]
+        order = np.argsort(mine[:, 1], kind="stable")
+        out[int(p)] = (np.sort(mine[:, 1]) + base_ns, mine[:, 2][order] + base_ns)
+    return out
+
+
+def _gpu_pid_fixer(p1: _Pass1) -> Callable[[dict[str, np.ndarray]], None]:
+    """The pid of each GPU row (device >= 0): its launch call's, as ``kineto._assign_gpu_pids`` gives it.
+
+    One launching process (Kineto writes one per file): every GPU row gets it. Several: the (correlation ->
+    first launch's pid) map is held (16 bytes a launch), plus a pass over the rows for each device's fill."""
+    if p1.gpu_rows == 0 or not p1.launch_pids:
+        return lambda block: None
+    if len(p1.launch_pids) == 1:
+        only = next(iter(p1.launch_pids))
+
+        def one(block: dict[str, np.ndarray]) -> None:
+            block["pid"][block["device"] >= 0] = only
+
+        return one
+    parts = list(p1.launches.merged(CHUNK_ROWS))
+    corr = np.concatenate([c["corr"] for c in parts])
+    rid = np.concatenate([c["rid"] for c in parts])
+    pid = np.concatenate([c["pid"] for c in parts])
+    order = np.lexsort((rid, corr))
+    l_corr, l_pid = corr[order], pid[order]
+    top = max(p1.launch_pids.values())
+    overall = min(p for p, k in p1.launch_pids.items() if k == top)
+
+    def lookup(block: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        g = np.flatnonzero(block["device"] >= 0)
+        c = block["correlation"][g]
+        pos = np.minimum(np.searchsorted(l_corr, c), len(l_corr) - 1)
+        return g, l_corr[pos] == c, l_pid[pos]
+
+    per_device: dict[int, Counter] = {}
+    for block in p1.raw.blocks(CHUNK_ROWS):
+        g, found, lp = lookup(block)
+        for d, q in zip(block["device"][g][found].tolist(), lp[found].tolist(), strict=True):
+            per_device.setdefault(d, Counter())[q] += 1
+    fill = {d: min(q for q, k in cnt.items() if k == max(cnt.values())) for d, cnt in per_device.items()}
+
+    def many(block: dict[str, np.ndarray]) -> None:
+        g, found, lp = lookup(block)
+        devices = block["device"][g]
+        block["pid"][g] = np.where(
+            found, lp, np.array([fill.get(d, overall) for d in devices.tolist()], np.int64)
+        )
+
+    return many
+
+
+def _ops(
+    p1: _Pass1,
+    base_ns: int,
+    fix: Callable[[dict[str, np.ndarray]], None],
+    names: list[str],
+    shapes: list[str],
+) -> pd.DataFrame:
+    """``metrics.gpu_ops`` of the trace: GPU op rows (memory) joined with the launch runs (disk) in key order."""
+    cols = _concat(p1.ops, OP_COLUMNS)
+    p1.ops = []
+    cols["start_ns"] = cols["start_ns"] + np.int64(base_ns)
+    fix(cols)
+    ops = metrics.gpu_ops(_frame(cols, names, shapes), categorical_names=True)
+    del cols
+    key = metrics.launch_key(ops["pid"].to_numpy(), ops["correlation"].to_numpy()).view(np.int64)
+    has_corr = np.flatnonzero(ops["correlation"].to_numpy() >= 0)
+    order = has_corr[np.argsort(key[has_corr], kind="stable")]
+    keys = key[order]
+    l_start = np.full(len(ops), schema.NO_ID, np.int64)
+    l_end, l_tid = l_start.copy(), l_start.copy()
+    last = None
+    for chunk in p1.launches.merged(CHUNK_ROWS):
+        k = chunk["key"]
+        first = np.r_[True, k[1:] != k[:-1]]  # runs sorted by (key, rid): the first launch record wins
+        if last is not None:
+            first[0] = k[0] != last
+        last = k[-1]
+        u = np.flatnonzero(first)
+        lo, hi = np.searchsorted(keys, k[u], side="left"), np.searchsorted(keys, k[u], side="right")
+        hit = hi > lo
+        u, lo, hi = u[hit], lo[hit], hi[hit]
+        if len(u) == 0:
+            continue
+        n = hi - lo
+        rows = order[np.repeat(lo, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))]
+        src = np.repeat(u, n)
+        start = chunk["start"][src] + np.int64(base_ns)
+        l_start[rows] = start
+        l_end[rows] = start + chunk["dur"][src]
+        l_tid[rows] = chunk["tid"][src]
+    ops["launch_start_ns"] = l_start
+    ops["launch_end_ns"] = l_end
+    ops["launch_tid"] = l_tid
+    return ops
