@@ -180,7 +180,9 @@ def quantize_module(pattern: str) -> Callable[[Any], None]:
             return default_is_quantized(name) or pattern in name
 
         old = engine.weights
-        engine.weights = SamplerWeights(old.config, old.mode, old.grid_fraction, policy=policy, device=old.device)
+        engine.weights = SamplerWeights(
+            old.config, old.mode, old.grid_fraction, policy=policy, device=old.device
+        )
 
     return apply
 
