@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA_DIR, REPO_ROOT
+from test_analysis_without_torch import _BLOCK
 
 from mxperf.cli import main
 from tracing.outputs import store
@@ -22,14 +23,7 @@ from tracing.outputs.manifest import read_manifest
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
 CSV = DATA_DIR / "perfmodel" / "sim_no_stall.csv"
 HEAVY = ("pandas", "numpy", "pyarrow", "torch", "scipy", "matplotlib", "streamlit")
-_NO_TORCH = (
-    "import sys, importlib.abc\n"
-    "class _NoTrainingStack(importlib.abc.MetaPathFinder):\n"
-    "    def find_spec(self, name, path, target=None):\n"
-    "        if name.split('.')[0] in ('torch', 'transformers'):\n"
-    "            raise ModuleNotFoundError(f'No module named {name!r} (blocked by the test)')\n"
-    "sys.meta_path.insert(0, _NoTrainingStack())\n"
-)
+_NO_TORCH = _BLOCK  # a meta-path finder that refuses torch and transformers
 
 
 def _python(code: str, *, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
