@@ -40,6 +40,8 @@ LEGACY_PATTERNS = (
     store.REPORT,
     "*.png",
     "tokenizer.json",
+    "microbatches.csv",  # benchmarks/gpu_sweep.py, before its Parquet conversion
+    "traces",
     ".staging",
     ".*.tmp",
     ".*.tmp.png",
