@@ -40,9 +40,10 @@ def gpu_columns(df: pd.DataFrame, trace: Any) -> tuple[pd.DataFrame, str]:
     """Fill ``gpu_busy_seconds`` / ``host_stall_seconds`` from a trace's ``update/microbatch`` ranges (pure).
 
     Rows match on (precision, learner step, micro-batch index), which the traced range names carry
-    (``RangeLog(encode_attrs=True)``, as a traced sweep records them). Busy is the union of the GPU work
-    launched in the range's window from any thread (autograd launches the backward); host stall is the
-    device's launch-end-rule stall inside the window. Rows outside the traced window stay null.
+    (``RangeLog(encode_attrs=True)``, as a traced sweep records them). One time basis (docs/contracts.md):
+    busy is the device busy union inside the micro-batch's window (first host op -> later of its last host
+    op and the end of the last GPU op it launched), so it never exceeds the window; host stall is the
+    device's launch-end-rule stall inside the same window. Rows outside the traced window stay null.
     """
     from tracing.analysis import attribution
 
@@ -54,7 +55,7 @@ def gpu_columns(df: pd.DataFrame, trace: Any) -> tuple[pd.DataFrame, str]:
     for r in mb.itertuples(index=False):
         a = json.loads(r.attrs) if r.attrs else {}
         key = (str(a.get("precision")), int(a.get("step", -1)), int(a.get("microbatch", -1)))
-        busy[key], stall[key] = r.window_busy_ns, r.host_stall_ns
+        busy[key], stall[key] = r.busy_in_window_ns, r.host_stall_ns
     keys = list(zip(df["precision"], df["step"], df["microbatch"], strict=True))
     out = df.copy()
     out["gpu_busy_seconds"] = pd.array([_seconds(busy.get(k)) for k in keys], dtype="Float64")
