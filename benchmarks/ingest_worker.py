@@ -10,6 +10,9 @@ Tools (each imports its libraries first, then records the baseline RSS, then tim
   ``get_idle_time_breakdown`` + ``get_temporal_breakdown``. PATH is a directory of rank files.
 - ``gunzip``: the floor for a .json.gz: stream-decompress it (1 MiB chunks) and discard the bytes.
 - ``sqlite``: the floor for an nsys export: the same SELECTs mxperf runs, ``fetchall`` only.
+- ``mxperf-file``: ``tracing.jobs.ingest_file`` on one file, event Parquet included (``MXPERF_STREAM=1`` /
+  ``0``: the streaming / in-memory path; unset: chosen by size).
+- ``mxperf-cli``: ``mxperf ingest PATH -o TMP/out`` plus ``MXPERF_ARGS`` (e.g. ``--workers 2``, ``--ray local``).
 
 Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
 The mxperf tools choose Arrow's allocator as the ``mxperf`` command does at start-up
@@ -86,6 +89,32 @@ def main(tool: str, path: str) -> dict[str, object]:
             class_totals(kernel_table(ops))
             info[f.name] = {"busy_ns": int(dev["busy_ns"].sum())}
             del trace, ops
+    elif tool == "mxperf-file":  # one file through tracing.jobs.ingest_file, event Parquet included
+        import tempfile
+
+        from tracing.ingest.detect import detect_format
+        from tracing.jobs import ingest_file
+
+        stream = {"1": True, "0": False}.get(os.environ.get("MXPERF_STREAM", ""))
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="mxperf-bench-", dir=os.environ.get("MXPERF_TMP")) as tmp:
+            r = ingest_file(str(p), detect_format(p), None, tmp, 0, streaming=stream)
+            info = {"events": r.num_events, "busy_ns": int(r.devices["busy_ns"].sum()), "streamed": stream}
+    elif tool == "mxperf-cli":  # the whole command (MXPERF_ARGS: extra flags), e.g. a rank set
+        import shlex
+        import tempfile
+
+        from mxperf.cli import main as cli
+
+        base = _rss_bytes()
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="mxperf-bench-", dir=os.environ.get("MXPERF_TMP")) as tmp:
+            out = Path(tmp) / "out"
+            args = ["ingest", str(p), "-o", str(out), *shlex.split(os.environ.get("MXPERF_ARGS", ""))]
+            if cli(args) != 0:
+                raise SystemExit(f"mxperf {' '.join(args)} failed")
+            info = _cross_rank_info(out)
     elif tool == "mxperf-load":
         from tracing.ingest.detect import load_trace
 
@@ -104,15 +133,16 @@ def main(tool: str, path: str) -> dict[str, object]:
         idle = ta.get_idle_time_breakdown(visualize=False)[0]
         temporal = ta.get_temporal_breakdown(visualize=False)
         info = {"idle_rows": len(idle), "temporal_rows": len(temporal)}
-    elif tool == "gunzip":
+    elif tool == "gunzip":  # a file, or every file of a directory
         import gzip
 
         base = _rss_bytes()
         t0 = time.perf_counter()
         n = 0
-        with gzip.open(p, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                n += len(chunk)
+        for f in sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]:
+            with gzip.open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    n += len(chunk)
         info = {"bytes": n}
     elif tool == "sqlite":
         import sqlite3
@@ -133,6 +163,19 @@ def main(tool: str, path: str) -> dict[str, object]:
         "peak_rss_bytes": _peak_bytes() - base,
         "info": info,
     }
+
+
+def _cross_rank_info(out: Path) -> dict[str, object]:
+    """What a rank set's ingest folder says across ranks: rank count, and the slowest rank of each step."""
+    import pandas as pd
+
+    devices = pd.read_parquet(out / "devices.parquet")
+    info: dict[str, object] = {"ranks": int(devices["rank"].nunique()), "busy_ns": int(devices["busy_ns"].sum())}
+    slow = out / "stragglers.parquet"
+    if slow.is_file():
+        s = pd.read_parquet(slow)
+        info["slowest_rank_by_step"] = dict(zip(s["step"].astype(int), s["slowest_rank"].astype(int), strict=True))
+    return info
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import store
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
+from tracing.progress import Progress
 
 
 @dataclass
@@ -303,10 +304,13 @@ def ingest_many(
     include_python: bool = False,
     labels: list[Labels] | None = None,
     pattern: str | None = None,
+    streaming: bool | None = None,
+    progress: Progress | None = None,
 ) -> list[FileResult]:
     """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray.
 
-    ``labels[i]`` are item i's labels (command line, sidecar, run config)."""
+    ``labels[i]`` are item i's labels (command line, sidecar, run config). ``progress`` shows files done
+    (and, serially, the bytes read of a streamed file) on stderr."""
     many = len(items) > 1
     per_item = labels if labels is not None else [None] * len(items)
     jobs = [
@@ -320,19 +324,31 @@ def ingest_many(
             include_python,
             lab,
             pattern,
+            streaming,
         )
         for i, ((p, fmt), lab) in enumerate(zip(items, per_item, strict=True))
     ]
     if ray_address is not None:
-        return _ingest_ray(jobs, ray_address)
+        return _ingest_ray(jobs, ray_address, progress)
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
             futures = [pool.submit(ingest_file, *job) for job in jobs]
-            return [f.result() for f in futures]
-    return [ingest_file(*job) for job in jobs]
+            for _ in as_completed(futures):
+                if progress is not None:
+                    progress.file_done()
+            return [f.result() for f in futures]  # in order: the first failing file's error
+    out = []
+    for job in jobs:
+        out.append(ingest_file(*job, progress=progress.bytes_read if progress is not None else None))
+        if progress is not None:
+            progress.file_done()
+    return out
 
 
-def _ingest_ray(jobs: list[tuple[Any, ...]], address: str) -> list[FileResult]:
+def _ingest_ray(
+    jobs: list[tuple[Any, ...]], address: str, progress: Progress | None = None
+) -> list[FileResult]:
+    """One Ray task per file (1 CPU each). Paths and ``stage_dir`` must be on storage every node sees."""
     try:
         import ray
     except ImportError:
@@ -347,8 +363,14 @@ def _ingest_ray(jobs: list[tuple[Any, ...]], address: str) -> list[FileResult]:
         else:
             ray.init(address=address, log_to_driver=False)
     remote = ray.remote(num_cpus=1)(ingest_file)
+    refs = [remote.remote(*job) for job in jobs]
     try:
-        return ray.get([remote.remote(*job) for job in jobs])
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=1)
+            if progress is not None:
+                progress.file_done()
+        return ray.get(refs)
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, MxperfError):  # bad input on a worker: one line, like a local failure

@@ -35,8 +35,8 @@ from tracing.ingest.trace import Trace, events_frame
 from tracing.outputs import schema, store
 from tracing.outputs.labels import Labels
 
-CHUNK_ROWS = 1 << 20  # decoded rows per chunk (and per event-table row group)
-RUN_ROWS = 1 << 21  # rows per sorted run of launches / host items
+CHUNK_ROWS = 1 << 17  # decoded rows per chunk (and per event-table row group)
+RUN_ROWS = 1 << 18  # rows per sorted run of launches / host items
 _INT_COLUMNS = tuple(c for c in schema.EVENT_COLUMNS if schema.EVENT_COLUMNS[c] == "int64")
 RAW_COLUMNS = ("rid", "kind", "name", "shapes", *_INT_COLUMNS)
 LAUNCH_COLUMNS = ("key", "rid", "tid", "start", "dur", "corr", "pid")

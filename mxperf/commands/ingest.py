@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from tracing.analysis.crossrank import cross_rank_tables
 from tracing.analysis.metrics import measure
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG
@@ -30,6 +31,7 @@ from tracing.outputs.labels import Labels, parse_labels, sidecar_labels
 from tracing.outputs.manifest import OutputDir
 from tracing.outputs.placement import FORCE_HELP, OUT_HELP
 from tracing.outputs.precisions import PRECISION_IDS
+from tracing.progress import Progress
 
 STAGING = ".staging"
 
@@ -50,6 +52,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rank", type=int, help="rank of a single input that names none (no distributedInfo, no rank-N)"
     )
     p.add_argument("--workers", type=int, default=1, help="local processes, one file each (default 1)")
+    p.add_argument(
+        "--stream",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="read Kineto files in bounded memory (same tables; auto: files over 64 MB on disk)",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress line on stderr: files done, bytes read (default: when stderr is a terminal)",
+    )
     p.add_argument(
         "--ray",
         metavar="ADDRESS",
@@ -273,17 +287,25 @@ def run(args: argparse.Namespace) -> int:
         stage = od.path / STAGING
         stage.mkdir()
         try:
-            results = ingest_many(
-                items,
-                str(stage),
-                rank=args.rank,
-                workers=args.workers,
-                ray_address=args.ray,
-                phase_map_path=args.phase_map,
-                include_python=args.python_functions,
-                labels=[_labels_for(SimpleNamespace(path=str(p), format=f), cli_labels) for p, f in items],
-                pattern=args.microbatch_range,
-            )
+            progress = Progress(len(items), enabled=args.progress)
+            try:
+                results = ingest_many(
+                    items,
+                    str(stage),
+                    rank=args.rank,
+                    workers=args.workers,
+                    ray_address=args.ray,
+                    phase_map_path=args.phase_map,
+                    include_python=args.python_functions,
+                    labels=[
+                        _labels_for(SimpleNamespace(path=str(p), format=f), cli_labels) for p, f in items
+                    ],
+                    pattern=args.microbatch_range,
+                    streaming={"auto": None, "on": True, "off": False}[args.stream],
+                    progress=progress,
+                )
+            finally:
+                progress.close()
             colocated = share_devices(results) if args.colocated else []
             microbatches, notes, picked = _microbatches(results)
             notes = [*colocated, *notes]
@@ -332,6 +354,11 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
         store.write_table(schema.conform(df, cols, name), out / name)
     if microbatches is not None:
         store.write_table(microbatches, out / store.MICROBATCHES)
+    devices, steps = (pd.read_parquet(out / n) for n in (store.DEVICES, store.STEPS))
+    for name, table in cross_rank_tables(devices, steps).items():  # several ranks: across them
+        store.write_table(
+            table, out / {"stragglers": store.STRAGGLERS, "rank_spread": store.RANK_SPREAD}[name]
+        )
 
 
 def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> list[str]:

@@ -131,7 +131,16 @@ def _records(cols: dict[str, np.ndarray], columns: Sequence[str], dtype: np.dtyp
 
 
 def _order(rec: np.ndarray, keys: Sequence[str]) -> np.ndarray:
-    return np.lexsort([rec[k] for k in reversed(keys)])
+    """Stable sort order of ``rec`` by ``keys``. The last key (the unique row id) is only a tie-breaker, and
+    rows arrive in its order (in a buffer, and run after run in a merge), so a stable sort by the others
+    gives the same order; a key that is constant in ``rec`` is skipped (one process: one sort by time)."""
+    cols = [np.ascontiguousarray(rec[k]) for k in keys[:-1]]
+    cols = [c for c in cols if len(c) and c.min() != c.max()]
+    if not cols:
+        return np.arange(len(rec))
+    if len(cols) == 1:
+        return np.argsort(cols[0], kind="stable")
+    return np.lexsort(cols[::-1])
 
 
 def _columns(rec: np.ndarray, columns: Sequence[str]) -> dict[str, np.ndarray]:
@@ -162,7 +171,8 @@ def _merge(
             if not live:
                 return
             lasts = np.array([blocks[i][-1] for i in live], dtype=dtype)
-            bound = lasts[_order(lasts, keys)[0]]  # the smallest last key: no run holds an earlier row unread
+            # the smallest last key (row id included: keys are unique): no run holds an earlier row unread
+            bound = lasts[np.lexsort([lasts[k] for k in reversed(keys)])[0]]
             parts = []
             for i in live:
                 k = _not_after(blocks[i], keys, bound)
@@ -171,7 +181,7 @@ def _merge(
                     blocks[i] = blocks[i][k:]
                 if len(blocks[i]) == 0:
                     blocks[i] = np.fromfile(files[i], dtype=dtype, count=block_rows)
-            rec = np.concatenate(parts)
+            rec = np.concatenate(parts)  # parts in run order = row-id order: a stable sort keeps ties right
             yield _columns(rec[_order(rec, keys)], columns)
     finally:
         for f in files:

@@ -173,6 +173,37 @@ STEP_COLUMNS: dict[str, str] = {
 # Rows from a metric log (verl timing_s/*, NeMo RL timing/train/*): trace = the log, rank null, pid -1 (the
 # timers belong to no one process), seconds = the summed timers of the phase; NaN = the log does not say.
 
+# Across the ranks of one ingest (written when it holds more than one rank):
+# stragglers.parquet, one row per step: the rank the job waited for (tracing.analysis.ranks.stragglers).
+STRAGGLER_COLUMNS: dict[str, str] = {
+    "step": "int64",
+    "processes": "int64",  # processes that ran the step
+    "slowest": "string",  # "rank 3" (or "pid N" without a rank)
+    "slowest_rank": "Int64",
+    "slowest_seconds": "float64",
+    "fastest": "string",
+    "fastest_rank": "Int64",
+    "fastest_seconds": "float64",
+    "median_seconds": "float64",
+    "lag_seconds": "float64",  # slowest - median
+    "spread_pct": "float64",  # 100 * (slowest / fastest - 1)
+    "job_seconds": "float64",  # = slowest_seconds: the step time the job waits for
+}
+# rank_spread.parquet, one row per device index: busy and host stall across the (rank, process) rows using it.
+RANK_SPREAD_COLUMNS: dict[str, str] = {
+    "device": "int64",
+    "processes": "int64",
+    "busy_min_ns": "int64",
+    "busy_median_ns": "float64",
+    "busy_max_ns": "int64",
+    "busy_spread_pct": "float64",  # 100 * (max / min - 1)
+    "least_busy_rank": "Int64",
+    "most_busy_rank": "Int64",
+    "host_stall_median_ns": "float64",
+    "host_stall_max_ns": "int64",
+    "most_stalled_rank": "Int64",
+}
+
 MISMATCH_COLUMNS: dict[str, str] = {
     "trace": "string",  # the metric log
     "framework": "string",  # verl | nemo_rl

@@ -77,6 +77,8 @@ CONSISTENCY = "consistency.parquet"
 STREAMS = "streams.parquet"  # ingest: HTA-style idle breakdown per (device, stream)
 STEPS = "steps.parquet"  # ingest: seconds per (rank, process, step, phase)
 MISMATCH = "mismatch.parquet"  # ingest of a metric log: sampler/learner mismatch metrics per step
+STRAGGLERS = "stragglers.parquet"  # ingest of several ranks: the slowest rank of each step
+RANK_SPREAD = "rank_spread.parquet"  # ingest of several ranks: busy / host stall spread per device index
 
 
 def trace_path(out_dir: Path, rank: int) -> Path:

@@ -1,0 +1,168 @@
+"""Scale benchmark (#17): peak RSS and time against trace size and against rank count, next to the gunzip floor.
+
+    .venv/bin/python benchmarks/bench_scale.py size --gb 0.25 1 4 [--in-memory-up-to 1]
+    .venv/bin/python benchmarks/bench_scale.py ranks --ranks 16 64 256 [--workers 2] [--ray]
+
+``size``: one synthetic Kineto trace per size (``make_synthetic_trace.py``: the A100 trace repeated, built in
+``--tmp``, deleted after), each ingested in a fresh process (``ingest_worker.py mxperf-file``: decode,
+analysis and the event Parquet) by the streaming path and, up to ``--in-memory-up-to`` GB, the in-memory
+path; ``gunzip`` is the decompression floor. The busy time must be exactly (repetitions x the A100 trace's).
+``ranks``: a synthetic N-rank set (the two real ranks of tests/data/real/hta_sampled_2rank, time-shifted and
+stretched per rank) ingested by the whole command, serially, with ``--workers`` local processes and (``--ray``)
+on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must be the one the stretches give.
+
+Time = wall seconds of the work; memory = peak RSS minus the RSS after imports (the command's largest pool
+child included; Ray's workers are separate processes, reported by the driver only). One thread per process.
+Prints a table, then one JSON line with every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = ROOT / "benchmarks" / "ingest_worker.py"
+MAKE = ROOT / "benchmarks" / "make_synthetic_trace.py"
+A100_BUSY_NS = 157_500_014  # tests/data/real/hta_a100_ddp_rank0_hostbound.json.gz (README: busy 157.5 ms)
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run_worker(tool: str, path: Path, env: dict[str, str]) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), tool, str(path)], capture_output=True, text=True, env={**ENV, **env}
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{tool} on {path} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def make(args: list[str]) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(MAKE), *args], capture_output=True, text=True, env=ENV, check=True
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def median_runs(tools: dict[str, tuple[str, dict[str, str]]], path: Path, repeats: int) -> dict:
+    runs: dict[str, list[dict]] = {name: [] for name in tools}
+    for _ in range(repeats):  # round-robin: the tools share the machine's load
+        for name, (tool, env) in tools.items():
+            runs[name].append(run_worker(tool, path, env))
+            print(f"  {path.name}: {name} {runs[name][-1]['seconds']:.2f} s", file=sys.stderr)
+    return {
+        name: {
+            "seconds": statistics.median(r["seconds"] for r in rs),
+            "peak_rss_mb": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20,
+            "runs": [round(r["seconds"], 3) for r in rs],
+            "info": rs[-1]["info"],
+        }
+        for name, rs in runs.items()
+    }
+
+
+def by_size(args: argparse.Namespace) -> dict:
+    out = {}
+    for gb in args.gb:
+        trace = args.tmp / f"mxperf_scale_{gb:g}gb.json.gz"
+        made = make(["--gb", str(gb), "-o", str(trace)])
+        tools = {"stream": ("mxperf-file", {"MXPERF_STREAM": "1", "MXPERF_TMP": str(args.tmp)})}
+        if gb <= args.in_memory_up_to:
+            tools["in-memory"] = ("mxperf-file", {"MXPERF_STREAM": "0", "MXPERF_TMP": str(args.tmp)})
+        tools["gunzip"] = ("gunzip", {})
+        try:
+            res = median_runs(tools, trace, args.repeats)
+        finally:
+            trace.unlink(missing_ok=True)  # never left behind: 4 GB of JSON is ~0.5 GB gzipped
+        truth = made["repetitions"] * A100_BUSY_NS
+        for name in tools:
+            if "busy_ns" in res[name]["info"]:
+                res[name]["busy_exact"] = res[name]["info"]["busy_ns"] == truth
+        out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], "events": made["events"], **res}
+    return out
+
+
+def by_ranks(args: argparse.Namespace) -> dict:
+    out = {}
+    for n in args.ranks:
+        folder = args.tmp / f"mxperf_ranks_{n}"
+        made = make(["--ranks", str(n), "-o", str(folder)])
+        stretch = made["stretch_permille"]
+        tmp = {"MXPERF_TMP": str(args.tmp)}
+        tools = {"serial": ("mxperf-cli", {**tmp, "MXPERF_ARGS": "--no-progress"})}
+        if args.workers > 1:
+            tools[f"pool-{args.workers}"] = (
+                "mxperf-cli",
+                {**tmp, "MXPERF_ARGS": f"--workers {args.workers} --no-progress"},
+            )
+        if args.ray:
+            tools["ray-local"] = ("mxperf-cli", {**tmp, "MXPERF_ARGS": "--ray local --no-progress"})
+        tools["gunzip"] = ("gunzip", {})
+        try:
+            res = median_runs(tools, folder, args.repeats)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        truth = slowest_ranks(n, stretch)
+        for r in res.values():
+            slow = r["info"].get("slowest_rank_by_step")
+            if slow:
+                r["slowest_rank_exact"] = {int(k): int(v) for k, v in slow.items()} == truth
+        out[f"{n}ranks"] = {"json_bytes": made["uncompressed_bytes"], **res}
+    return out
+
+
+def slowest_ranks(n: int, stretch: list[int]) -> dict[int, int]:
+    """The slowest rank of each step of a generated set: rank r is source r % 2 stretched by (1000 + s_r)."""
+    sys.path.insert(0, str(ROOT))
+    from tracing.jobs import ingest_file
+
+    sources = sorted((ROOT / "tests" / "data" / "real" / "hta_sampled_2rank").glob("rank-*.json.gz"))
+    per_step = [
+        ingest_file(str(p), "kineto", None, None, 0).steps.groupby("step")["seconds"].sum() for p in sources
+    ]
+    return {
+        int(s): max(range(n), key=lambda r: per_step[r % len(sources)][s] * (1000 + stretch[r]))
+        for s in per_step[0].index
+    }
+
+
+def table(results: dict) -> str:
+    lines = [f"{'case':<12} {'tool':<12} {'median s':>9} {'peak MB':>9}  check"]
+    for case, tools in results.items():
+        for tool, r in tools.items():
+            if not isinstance(r, dict):
+                continue
+            check = r.get("busy_exact", r.get("slowest_rank_exact", ""))
+            lines.append(f"{case:<12} {tool:<12} {r['seconds']:>9.2f} {r['peak_rss_mb']:>9.1f}  {check}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("size")
+    s.add_argument("--gb", type=float, nargs="+", default=[0.25, 1.0, 4.0])
+    s.add_argument("--in-memory-up-to", type=float, default=1.0, help="GB; larger sizes: streaming only")
+    r = sub.add_parser("ranks")
+    r.add_argument("--ranks", type=int, nargs="+", default=[16, 64, 256])
+    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("--ray", action="store_true", help="also on a local Ray cluster (needs mxperf[ray])")
+    for q in (s, r):
+        q.add_argument("--repeats", type=int, default=1)
+        q.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where traces are built")
+    args = p.parse_args()
+    results = by_size(args) if args.mode == "size" else by_ranks(args)
+    print(table(results))
+    print(json.dumps({"schema_version": 1, "benchmark": f"scale-{args.mode}", "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
