@@ -18,7 +18,7 @@ intervals is measured by simulation (docs/cost-model.md, tests/unit/test_perfmod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse, stats
@@ -26,6 +26,7 @@ from scipy import sparse, stats
 from perfmodel.model import LEVEL, t_quantile
 
 _MAX_CHUNK_ELEMENTS = 4_000_000
+_MAX_CACHED = 20_000_000  # replicate x pattern totals kept per matrix up to this many numbers (160 MB)
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,6 +37,7 @@ class Draws:
     counts: np.ndarray
     expand: float
     stratified: bool
+    _totals: dict = field(default_factory=dict, repr=False)  # id(matrix) -> (matrix, W @ matrix)
 
     @property
     def n_boot(self) -> int:
@@ -43,24 +45,47 @@ class Draws:
 
     def project(self, mat: sparse.spmatrix | np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         """``W @ mat @ features`` for all replicates: (B x features) (or (B x patterns) without features,
-        (B,) for a per-unit vector). The cheaper multiplication order is chosen per call."""
+        (B,) for a per-unit vector).
+
+        With few patterns (a size grid) the (B x patterns) totals ``W @ mat`` are computed once per matrix
+        and reused by every fit; with many (dynamic batching) the product goes through the units."""
+        if id(mat) in self._totals:
+            totals = self._totals[id(mat)][1]
+            return totals if features is None else totals @ features
         if isinstance(mat, np.ndarray) and mat.ndim == 1:
             return self._chunks(lambda w: w @ mat)
-        if isinstance(mat, np.ndarray):  # a small design: plain dense products
-            if features is None:
-                return self._chunks(lambda w: w @ mat)
-            per_unit = mat @ features
-            return self._chunks(lambda w: w @ per_unit)
-        mat = sparse.csr_matrix(mat)
-        if features is None:
-            return self._chunks(lambda w: np.asarray((mat.T @ w.T).T))
+        if self._cacheable(mat) or features is None:
+            self.prepare([mat])
+            return self.project(mat, features)
+        per_unit = np.asarray(mat @ features)
+        return self._chunks(lambda w: w @ per_unit)
+
+    def _cacheable(self, mat: sparse.spmatrix | np.ndarray) -> bool:
+        """Keep ``W @ mat`` when it is small and cheaper than going through the units every time: fewer
+        patterns than units (a size grid), not dynamic batching (many patterns, few steps)."""
         g, p = mat.shape
-        f = features.shape[1]
-        b = self.n_boot
-        if g * f * b + mat.nnz * f < mat.nnz * b + b * p * f:
-            per_unit = np.asarray(mat @ features)
-            return self._chunks(lambda w: w @ per_unit)
-        return self._chunks(lambda w: np.asarray((mat.T @ w.T).T) @ features)
+        return p <= g and self.n_boot * p <= _MAX_CACHED
+
+    def prepare(self, mats: list[sparse.spmatrix | np.ndarray]) -> None:
+        """Compute ``W @ mat`` for several matrices (and per-unit vectors) in one pass over the draws: the
+        replicate x pattern totals every later projection of them reuses. Matrices with too many patterns
+        to keep (dynamic batching) are left to :meth:`project`."""
+        todo = [m for m in mats if id(m) not in self._totals and (m.ndim == 1 or self._cacheable(m))]
+        if not todo:
+            return
+        dense = [m for m in todo if isinstance(m, np.ndarray)]
+        cells = _SparseCells([m for m in todo if not isinstance(m, np.ndarray)])
+        parts: dict[int, list[np.ndarray]] = {id(m): [] for m in todo}
+        g = self.counts.shape[1]
+        step = max(1, _MAX_CHUNK_ELEMENTS // max(g, 1))
+        for i in range(0, self.n_boot, step):
+            w = self.counts[i : i + step].astype(float)
+            for m in dense:
+                parts[id(m)].append(w @ m)
+            for m, out in cells.apply(w):
+                parts[id(m)].append(out)
+        for m in todo:
+            self._totals[id(m)] = (m, np.concatenate(parts[id(m)], axis=0))
 
     def _chunks(self, fn) -> np.ndarray:
         g = self.counts.shape[1]
@@ -69,12 +94,55 @@ class Draws:
         return np.concatenate(parts, axis=0) if parts else np.empty((0,))
 
 
+class _SparseCells:
+    """``w @ mat`` for several sparse (units x patterns) matrices at once. Every unit touches few patterns,
+    so the product is a gather of ``w``'s columns at the nonzero cells -- done once for all matrices (they
+    share their cells: one design's responses) -- then, per matrix, a weighted sum per pattern."""
+
+    def __init__(self, mats: list[sparse.spmatrix]) -> None:
+        self.mats = mats
+        if not mats:
+            return
+        coos = [sparse.coo_matrix(m) for m in mats]
+        g, self.p = mats[0].shape
+        keys = np.unique(np.concatenate([c.col.astype(np.int64) * g + c.row for c in coos]))
+        self.rows, cols = keys % g, keys // g  # sorted by pattern, then unit
+        self.present, self.starts = np.unique(cols, return_index=True)
+        self.ends = np.append(self.starts[1:], len(keys))
+        self.identity = len(self.rows) == g and bool((self.rows == np.arange(g)).all())
+        self.vals = np.zeros((len(keys), len(coos)))  # (cells, matrices)
+        for j, c in enumerate(coos):
+            self.vals[np.searchsorted(keys, c.col.astype(np.int64) * g + c.row), j] = c.data
+
+    def apply(self, w: np.ndarray) -> list[tuple[sparse.spmatrix, np.ndarray]]:
+        if not self.mats:
+            return []
+        gathered = w if self.identity else w[:, self.rows]
+        res = np.zeros((len(self.mats), w.shape[0], self.p))
+        if len(self.present) <= 512:  # one small matrix product per pattern, for every matrix at once
+            for p, s, e in zip(self.present, self.starts, self.ends, strict=True):
+                res[:, :, p] = (gathered[:, s:e] @ self.vals[s:e]).T
+        else:
+            for j in range(len(self.mats)):
+                res[j][:, self.present] = np.add.reduceat(gathered * self.vals[:, j], self.starts, axis=1)
+        return [(m, res[j]) for j, m in enumerate(self.mats)]
+
+
 def _draw_counts(rng: np.random.Generator, n_rep: int, groups: list[np.ndarray], g: int) -> np.ndarray:
+    """(n_rep x g) draw counts: within each group, as many draws with replacement as it has members."""
     out = np.zeros((n_rep, g), dtype=np.uint16)
-    rows = np.arange(n_rep)[:, None]
-    for members in groups:
-        idx = members[(rng.random((n_rep, len(members))) * len(members)).astype(np.int64)]
-        np.add.at(out, (np.broadcast_to(rows, idx.shape), idx), 1)
+    step = max(1, _MAX_CHUNK_ELEMENTS // max(g, 1))
+    for start in range(0, n_rep, step):
+        rows = min(step, n_rep - start)
+        offsets = np.arange(rows, dtype=np.int32)[:, None] * np.int32(g)  # rows * g <= 4e6: int32 is enough
+        flat = [
+            offsets + (idx if len(m) == g else m.astype(np.int32)[idx])
+            for m in groups
+            for idx in [rng.integers(0, len(m), (rows, len(m)), dtype=np.int32)]
+        ]
+        out[start : start + rows] = np.bincount(
+            np.concatenate([f.ravel() for f in flat]), minlength=rows * g
+        ).reshape(rows, g)
     return out
 
 

@@ -336,11 +336,15 @@ def find_breakeven(
     line = _line_breakeven(b.line2(), lo.line2(), b.line_boot(), lo.line_boot(), level)
     if b.line_ok and lo.line_ok:
         return replace(line, basis=basis)
-    why = "; ".join(f"{p}: {f.note}" for p, f in (("baseline", b), ("low", lo)) if not f.line_ok)
+    names = [getattr(f, "precision", d) for f, d in ((base, "baseline"), (low, "low"))]
+    why = "; ".join(f"{n}: {f.rejection}" for n, f in zip(names, (b, lo), strict=True) if not f.line_ok)
     if b.model is not None and lo.model is not None:
         kinds = sorted({b.model, lo.model})
         curve = _curve_breakeven(b, lo, line.measured_tokens, level)
         return replace(curve, basis=basis, model_ok=False, model="+".join(kinds), model_reason=why)
+    why += "; " + "; ".join(
+        f"{n}: {f.knee_failure}" for n, f in zip(names, (b, lo), strict=True) if f.model is None
+    )
     return replace(
         line,
         basis=basis,

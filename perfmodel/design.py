@@ -122,27 +122,29 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def _codes(*cols: np.ndarray) -> np.ndarray:
-    """One integer per distinct combination of the columns (row order kept)."""
-    return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    """0..k-1 per distinct combination of the columns (any hashable values), in order of first appearance."""
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:
+        codes, uniq = pd.factorize(c, use_na_sentinel=False)
+        key = pd.factorize(key * len(uniq) + codes)[0].astype(np.int64)  # re-code: never overflows
+    return key
 
 
 def _distinct_per(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """How many distinct ``values`` each group holds (indexed by group code)."""
-    pairs = np.unique(np.stack([group, values], axis=1), axis=0)
-    return np.bincount(pairs[:, 0])
+    """How many distinct ``values`` each group holds (indexed by group code 0..k-1)."""
+    pairs = _codes(group, values)
+    first = np.zeros(pairs.max() + 1, dtype=np.int64)
+    first[pairs] = group
+    return np.bincount(first, minlength=int(group.max()) + 1)
 
 
 def _units(df: pd.DataFrame, label: np.ndarray) -> tuple[np.ndarray, str]:
     keys = [c for c in ("input", "trace", "repeat", "step", "rank") if c in df.columns]
-    base = _codes(*(pd.factorize(df[k], use_na_sentinel=False)[0] for k in keys))
-    mb = (
-        pd.factorize(df["microbatch"], use_na_sentinel=False)[0]
-        if "microbatch" in df.columns
-        else np.zeros(len(df), int)
-    )
+    base = _codes(*(df[k].to_numpy() for k in keys))
+    mb = df["microbatch"].to_numpy() if "microbatch" in df.columns else np.zeros(len(df), int)
     if (_distinct_per(base, label) == 1).all():
         unit, kind = base, UNIT_STEP
-    elif len(np.unique(np.stack([base, mb], axis=1), axis=0)) == len(df):
+    elif _codes(base, mb).max() + 1 == len(df):
         unit, kind = base, UNIT_STEP  # one step, micro-batches of several sizes
     else:
         unit, kind = _codes(base, label), UNIT_REPEAT
@@ -157,7 +159,7 @@ def _strata(unit: np.ndarray, label: np.ndarray, n_units: int) -> np.ndarray | N
         return None
     first = np.zeros(n_units, dtype=label.dtype)
     first[unit] = label
-    size_code = np.unique(first, return_inverse=True)[1].reshape(-1)
+    size_code = _codes(first)
     if (np.bincount(size_code) < 2).any():
         return None
     return size_code
@@ -221,12 +223,18 @@ def build_design(df: pd.DataFrame, x_col: str = "num_tokens") -> Design:
     n = _col(df, x_col)
     n = np.where(np.isfinite(n) & (n > 0), n, label.astype(float))
     unit_raw, kind = _units(df, label)
-    _, unit = np.unique(unit_raw, return_inverse=True)
+    unit = _codes(unit_raw)
     g = int(unit.max()) + 1
     names, cols, dropped = _regressors(df, n)
     x_rows = np.stack(cols, axis=1)
-    x, pattern = np.unique(x_rows, axis=0, return_inverse=True)
-    pattern = pattern.reshape(-1)
+    pattern = _codes(*x_rows.T)
+    x = np.zeros((int(pattern.max()) + 1, x_rows.shape[1]))
+    x[pattern] = x_rows
+    # number units in the order of their first pattern: many one-row units then sit in contiguous blocks per
+    # pattern, which the bootstrap sums without gathering (perfmodel.bootstrap)
+    first = np.zeros(g, dtype=np.int64)
+    first[unit[::-1]] = pattern[::-1]
+    unit = np.argsort(np.argsort(first, kind="stable"), kind="stable")[unit]
     values = {name: _col(df, col) for name, col in RESPONSES.items()}
     values[GPU_SIDE] = values["seconds"] - values["host_stall_seconds"]
     responses = {

@@ -184,6 +184,8 @@ def fit_precision(
         raise InputError(f"{model}/{phase}/{precision}: needs at least two micro-batch sizes")
     design = build_design(df, x_col)
     draws = draw(design.n_units, design.strata, n_boot, rng) if n_boot > 0 else None
+    if draws is not None:  # one pass over the draws for every response's sums
+        draws.prepare([m for r in design.responses.values() for m in (r.count, r.total, r.sumsq)])
     busy_fit = None
     busy = None
     if design.has("gpu_busy_seconds", GPU_BUSY_MIN_SHARE):

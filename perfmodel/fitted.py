@@ -137,6 +137,22 @@ class BasisFit:
         return not (self.lack_of_fit is not None and self.lack_of_fit.flag) and not self.implausible
 
     @property
+    def rejection(self) -> str:
+        """Why the straight line is rejected, in a few words ('' when it is not)."""
+        lof = [self.lack_of_fit.note] if self.lack_of_fit is not None and self.lack_of_fit.flag else []
+        return "; ".join([*lof, *self.implausible])
+
+    @property
+    def knee_failure(self) -> str:
+        """Why no knee model took over ('' when one did or none was needed)."""
+        if self.model is not None or self.line_ok:
+            return ""
+        if self.knee is None:
+            return "too few sizes for a knee model (it needs 5)"
+        note = self.knee_lack_of_fit.note if self.knee_lack_of_fit else "it does not fit"
+        return f"the {self.knee.kind} model does not fit either ({note})"
+
+    @property
     def slope_extra(self) -> dict[str, float]:
         """Attention's quadratic term at the reference sequence length, as extra cost per token."""
         if self.line.has("per_sq_token") and self.seq_len_ref:

@@ -50,12 +50,8 @@ def _case(be: Breakeven, cross: Crossing | None) -> str:
         est = f" (point estimate {_tok(be.tokens_estimate)} tokens)" if be.tokens_estimate is not None else ""
         return f"; undetermined{est}: {be.ci_reason}"
     if be.model is None:  # the line is rejected and no knee model fits: n* withheld
-        return f"; n* withheld: {be.model_reason or 'no model fits'}"
-    rejected = (
-        ""
-        if be.model_ok
-        else f"; the straight line is rejected ({be.model_reason}), so n* is the {be.model} model's"
-    )
+        return f": n* withheld, the straight lines are rejected and no knee model fits ({be.model_reason})"
+    rejected = "" if be.model_ok else f" (the straight lines are rejected: {be.model_reason})"
     tail = {
         "faster_above": f"; pays off above {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
         "faster_below": f"; faster only below {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
@@ -130,11 +126,14 @@ def verdict(
 ) -> str:
     """'mxfp8 adds X ms fixed per micro-batch and saves Y us/token; pays off above N* tokens [CI]. ...'."""
     low, base = entry["precision"], entry["baseline"]
-    head = f"{entry['model']}/{entry['phase']}: {low} vs {base}: {_costs(be, low)}"
+    head = f"{entry['model']}/{entry['phase']}: {low} vs {base}"
+    if be.model is not None:  # a rejected line's coefficients are not stated as facts
+        head += f": {_costs(be, low)}"
     pair = ""
     if paired is not None and paired.case != be.case:
         n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""
         pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
-    text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + _per_step(entry, low)
+    per_step = _per_step(entry, low) if be.model is not None else ""
+    text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + per_step
     text += pair + _stall(share, be)
     return text + "."

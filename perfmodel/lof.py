@@ -112,13 +112,10 @@ def lack_of_fit(
     worst_size = round(float(n_s.iloc[worst]))
     if not flag:
         note = "the model fits the measured sizes"
-    elif small_above:
-        note = (
-            f"small micro-batches take longer than the line predicts (worst {rel_dev:.1%} at {worst_size:,} "
-            "tokens): the host (launch-bound) or an under-filled GPU sets their time"
-        )
     else:
-        note = f"the model misses the mean time by {rel_dev:.1%} at {worst_size:,} tokens"
+        note = f"it misses the mean time by {rel_dev:.1%} at {worst_size:,} tokens"
+        if small_above:
+            note += "; small micro-batches are slower than it predicts (a launch-bound host or an under-filled GPU)"
     return LackOfFit(flag, test, p, rel_dev, worst_size, small_above, None, note)
 
 

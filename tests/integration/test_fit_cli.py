@@ -219,7 +219,7 @@ def test_a_host_gpu_knee_is_fitted_by_parts_and_named_in_the_headline(
     assert be["model"] == "parts" and be["ci_method"] == "bootstrap"  # ... a model that fits gives n*
     assert be["ci"][0] <= 4250 <= be["ci"][1]  # the true crossing of max(host, GPU)
     assert be["crossing"][0] <= 4250 <= be["crossing"][1]
-    assert "straight line is rejected" in lines[0] and "parts model" in lines[0]
+    assert "straight lines are rejected" in lines[0] and "parts model" in lines[0]
     assert "Measured:" in lines[0] and "host overhead removed" in lines[0]
     gb = entry["breakeven_gpu_busy"]
     assert gb["basis"] == "gpu_busy" and gb["model_ok"] is True

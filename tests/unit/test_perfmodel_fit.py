@@ -141,7 +141,7 @@ def test_under_filled_small_sizes_reject_the_line_and_a_knee_model_takes_over() 
     b = fit_basis(d, "seconds", "wall", draws)
     assert b.lack_of_fit is not None and b.lack_of_fit.flag
     assert b.lack_of_fit.small_sizes_above_line
-    assert "under-filled GPU" in b.lack_of_fit.note
+    assert "under-filled GPU" in b.lack_of_fit.note and "slower than it predicts" in b.lack_of_fit.note
     assert not b.line_ok and b.model == "knee"
     assert b.knee.curve.knee == pytest.approx(512, rel=0.05)
     assert b.knee.curve.b1 == pytest.approx(0.0, abs=2e-8) and b.knee.curve.b2 == pytest.approx(
