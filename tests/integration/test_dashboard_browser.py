@@ -246,10 +246,26 @@ def test_labels_and_picked_values_are_not_cut_at_1280px(server: str, browser: ob
 
 
 # --------------------------------------------------------------------------------------------- add a trace
-def _table_text(driver: object) -> str:
-    return " ".join(
-        e.get_attribute("textContent") or "" for e in _find(driver, '[data-testid="stDataFrame"]')
-    )
+def _wait_for(driver: object, css: str, timeout_s: float = 30) -> object:
+    """The first element matching ``css`` once the page drew it."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := _find(driver, css)):
+        assert time.monotonic() < deadline, f"{css} never appeared"
+        time.sleep(0.2)
+    return found[0]
+
+
+def _table_text(driver: object, needle: str, timeout_s: float = 30) -> str:
+    """The text of the page's tables once it holds ``needle`` (the data grid fills its accessible table
+    after it first paints), or whatever it holds when the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = " ".join(
+            e.get_attribute("textContent") or "" for e in _find(driver, '[data-testid="stDataFrame"]')
+        )
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
 
 
 def test_upload_a_trace_and_find_it_listed(
@@ -261,14 +277,14 @@ def test_upload_a_trace_and_find_it_listed(
 
     traces = [dash_fixtures.kineto_trace(tmp_path / f"rank-{r}.json.gz", r, slow=1 + 0.3 * r) for r in (0, 1)]
     _open(browser, server, "add_trace")
-    upload = _find(browser, '[data-testid="stFileUploader"] input[type="file"]')[0]
+    upload = _wait_for(browser, '[data-testid="stFileUploader"] input[type="file"]')
     upload.send_keys("\n".join(str(t) for t in traces))  # two ranks at once: one trace set
     _settle(browser)
-    name = _find(browser, '[data-testid="stTextInput"] input')[0]
+    name = _wait_for(browser, '[data-testid="stTextInput"] input')
     name.send_keys(Keys.CONTROL, "a")
     name.send_keys("ingest-uploaded-2rank", Keys.ENTER)
     _settle(browser)
-    _find(browser, '[data-testid="stBaseButton-primary"]')[0].click()
+    _wait_for(browser, '[data-testid="stBaseButton-primary"]:not([disabled])').click()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any(
         "is now listed" in e.text for e in _find(browser, '[data-testid="stAlertContentSuccess"]')
@@ -285,8 +301,8 @@ def test_upload_a_trace_and_find_it_listed(
         "rank-1.json.gz",
     ]
     _open(browser, server, "runs")
-    assert "ingest-uploaded-2rank" in _table_text(browser)
-    assert dash_fixtures.GPU_NAME in _table_text(browser)  # the GPU named in the uploaded trace
+    assert "ingest-uploaded-2rank" in _table_text(browser, "ingest-uploaded-2rank")
+    assert dash_fixtures.GPU_NAME in _table_text(browser, dash_fixtures.GPU_NAME)  # the GPU its trace names
     _find(browser, '[data-testid="stDownloadButton"] button')[0].click()  # the Runs table as CSV
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not list(downloads.glob("runs*.csv")):
