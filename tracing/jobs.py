@@ -139,18 +139,20 @@ def ingest_file(
     pattern: str | None = None,
     streaming: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
+    decode_workers: int = 1,
 ) -> FileResult:
     """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given.
 
     ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
     micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file is read in bounded memory
     (``tracing.streamed``: same tables) when True, in memory when False, and by its size when None
-    (:func:`use_streaming`). ``progress(bytes_read, file_bytes)`` is called as a streamed file is read."""
+    (:func:`use_streaming`). ``progress(bytes_read, file_bytes)`` is called as a streamed file is read.
+    ``decode_workers`` > 1: a Kineto file is streamed and decoded by that many processes (same tables)."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
     if fmt == METRIC_LOG:
         return _ingest_metric_log(path, phase_map)
     staged = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
-    if fmt == "kineto" and use_streaming(path, streaming):
+    if fmt == "kineto" and (use_streaming(path, streaming) or decode_workers > 1):
         from tracing.streamed import stream_kineto  # bounded memory; the same tables
 
         st = stream_kineto(
@@ -163,6 +165,7 @@ def ingest_file(
             events_path=staged,
             spill_dir=stage_dir,
             progress=progress,
+            workers=decode_workers,
         )
         trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
     else:
@@ -338,8 +341,10 @@ def ingest_many(
                     progress.file_done()
             return [f.result() for f in futures]  # in order: the first failing file's error
     out = []
+    one = workers if len(jobs) == 1 else 1  # one file: its decoding spreads over the workers
     for job in jobs:
-        out.append(ingest_file(*job, progress=progress.bytes_read if progress is not None else None))
+        bytes_read = progress.bytes_read if progress is not None else None
+        out.append(ingest_file(*job, progress=bytes_read, decode_workers=one))
         if progress is not None:
             progress.file_done()
     return out

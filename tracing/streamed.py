@@ -29,6 +29,7 @@ from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
 from tracing.analysis.phases import PhaseMap
 from tracing.ingest.kineto import KinetoDecoder, trace_info
+from tracing.ingest.kineto_parallel import Fallback, ParallelKinetoDecoder
 from tracing.ingest.kineto_rows import KIND_CODE
 from tracing.ingest.spill import RowFile, SortedRuns
 from tracing.ingest.trace import Trace, events_frame
@@ -156,13 +157,32 @@ def stream_kineto(
     events_path: str | None,
     spill_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
 ) -> StreamedTrace:
     """Ingest one Kineto file in bounded memory: writes its event table to ``events_path`` (when given) and
-    returns every per-trace table, equal to ``tracing.jobs.analyze_trace(load_trace(path))``'s."""
+    returns every per-trace table, equal to ``tracing.jobs.analyze_trace(load_trace(path))``'s.
+
+    ``workers`` > 1 decodes the file in that many processes (``kineto_parallel``); a piece it cannot decode
+    alone sends the whole file back through the serial reader."""
+    args = (rank, include_python, phase_map, labels, pattern, events_path)
+    if workers > 1:
+        try:
+            return _spilled(
+                path,
+                spill_dir,
+                ParallelKinetoDecoder(path, include_python, workers, progress=progress),
+                *args,
+            )
+        except Fallback:
+            pass
+    return _spilled(path, spill_dir, KinetoDecoder(path, include_python, progress=progress), *args)
+
+
+def _spilled(path: str, spill_dir: str | None, dec: Any, *args: Any) -> StreamedTrace:
     with tempfile.TemporaryDirectory(prefix=".spill-", dir=spill_dir) as tmp:
         p1 = _Pass1(Path(tmp))
         try:
-            return _stream(path, p1, rank, include_python, phase_map, labels, pattern, events_path, progress)
+            return _stream(path, p1, dec, *args)
         finally:
             p1.close()
 
@@ -170,17 +190,16 @@ def stream_kineto(
 def _stream(
     path: str,
     p1: _Pass1,
+    dec: Any,
     rank: int | None,
     include_python: bool,
     phase_map: PhaseMap,
     labels: Labels | None,
     pattern: str | None,
     events_path: str | None,
-    progress: Callable[[int, int], None] | None,
 ) -> StreamedTrace:
     from tracing.jobs import analyze_parts  # jobs dispatches here; the table building is shared
 
-    dec = KinetoDecoder(path, include_python, progress=progress)
     for _ in dec.run():
         if len(dec.columns) >= CHUNK_ROWS:
             p1.flags(list(dec.columns.names))
@@ -193,7 +212,7 @@ def _stream(
     if events_path is not None:
         meta = {"trace": str(Path(path)), "format": "kineto", "rank": resolved}
         store.write_table_parts(_event_parts(p1.raw, base_ns, fix, names, shape_cats), events_path, meta)
-    ops = _ops(p1, base_ns, fix, names, shape_cats)
+    ops = _ops(p1, base_ns, fix, names)
     range_rows = _concat(p1.ranges, RAW_COLUMNS)
     range_rows["start_ns"] = range_rows["start_ns"] + np.int64(base_ns)
     trace = Trace(str(Path(path)), "kineto", _frame(range_rows, names, shape_cats), rank=resolved, meta=info)
@@ -318,19 +337,23 @@ def _gpu_pid_fixer(p1: _Pass1) -> Callable[[dict[str, np.ndarray]], None]:
 
 
 def _ops(
-    p1: _Pass1,
-    base_ns: int,
-    fix: Callable[[dict[str, np.ndarray]], None],
-    names: list[str],
-    shapes: list[str],
+    p1: _Pass1, base_ns: int, fix: Callable[[dict[str, np.ndarray]], None], names: list[str]
 ) -> pd.DataFrame:
     """``metrics.gpu_ops`` of the trace: GPU op rows (memory) joined with the launch runs (disk) in key order."""
     cols = _concat(p1.ops, OP_COLUMNS)
     p1.ops = []
     cols["start_ns"] = cols["start_ns"] + np.int64(base_ns)
     fix(cols)
-    ops = metrics.gpu_ops(_frame(cols, names, shapes), categorical_names=True)
-    del cols
+    # metrics.gpu_ops(events, categorical_names=True) of these rows, built column by column (no event table)
+    kinds = np.array([*schema.EVENT_KINDS, np.nan], dtype=object)
+    data: dict[str, Any] = {
+        "kind": pd.Series(kinds[cols.pop("kind")], dtype=object, copy=False),
+        "name": pd.Series(pd.Categorical.from_codes(cols.pop("name").astype(np.int32), categories=names)),
+    }
+    data.update({c: cols.pop(c) for c in ("pid", "device", "stream", "start_ns", "dur_ns", "correlation")})
+    ops = pd.DataFrame(data, copy=False)
+    ops["end_ns"] = ops["start_ns"] + ops["dur_ns"]
+    del cols, data
     key = metrics.launch_key(ops["pid"].to_numpy(), ops["correlation"].to_numpy()).view(np.int64)
     has_corr = np.flatnonzero(ops["correlation"].to_numpy() >= 0)
     order = has_corr[np.argsort(key[has_corr], kind="stable")]

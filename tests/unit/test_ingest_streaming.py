@@ -128,3 +128,52 @@ def test_sorted_runs_merge_equals_one_stable_sort(tmp_path):
         assert np.array_equal(got[k], cols[k][order]), k
     runs.close()
     assert not list(tmp_path.glob("run-*"))
+
+
+@pytest.mark.parametrize("path", REAL[:2], ids=lambda p: p.name)
+def test_decoding_in_two_processes_gives_the_same_tables(path, tmp_path, monkeypatch):
+    from tracing.ingest import kineto_parallel
+
+    monkeypatch.setattr(kineto_parallel, "PIECE_CHARS", 64 << 10)  # many pieces, several in flight
+    monkeypatch.setattr(streamed, "CHUNK_ROWS", 997)
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=False)
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    for attr in ("devices", "streams", "ranges", "kernels", "steps"):
+        pd.testing.assert_frame_equal(getattr(a, attr), getattr(b, attr), check_exact=True, obj=attr)
+    events_a, events_b = store.read_table(a.staged_events), store.read_table(b.staged_events)
+    pd.testing.assert_frame_equal(events_a, events_b, check_exact=True, obj="events")
+
+
+def _kineto(path: Path, events: list[dict]) -> Path:
+    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}))
+    return path
+
+
+def _x(cat: str, name: str, pid: object, ts: str, **args: object) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": "1.5", "args": args}
+
+
+def test_two_processes_fall_back_to_the_serial_reader_where_ids_span_the_file(tmp_path):
+    """A text pid gets its id by first appearance in the whole file: the parallel decoder hands the file to
+    the serial reader, and the tables are the in-memory path's."""
+    events = [_x("cpu_op", f"op{i}", 7 if i % 3 else "Spans", f"{100 + i}.250") for i in range(50)]
+    path = _kineto(tmp_path / "spans.json", events)
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=False)
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    pd.testing.assert_frame_equal(store.read_table(a.staged_events), store.read_table(b.staged_events))
+    assert (store.read_table(b.staged_events)["pid"] < -1).any()
+
+
+def test_a_bad_event_gives_the_same_error_streamed_in_two_processes(tmp_path):
+    from tracing.outputs.errors import TraceFormatError
+
+    events = [_x("cpu_op", "op", 7, f"{100 + i}.250") for i in range(40)]
+    del events[33]["ts"]
+    path = _kineto(tmp_path / "bad.json", events)
+    errors = []
+    for kw in ({"streaming": False}, {"decode_workers": 2}, {"streaming": True}):
+        with pytest.raises(TraceFormatError) as exc:
+            ingest_file(str(path), "kineto", None, str(tmp_path), 0, **kw)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1] == errors[2] and "traceEvents[33]" in errors[0] and "'ts'" in errors[0]
+    assert not list(tmp_path.glob(".spill-*")) and not list(tmp_path.glob("*.parquet"))

@@ -164,7 +164,7 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
         return schema.empty_frame({c: schema.KERNEL_COLUMNS[c] for c in cols})
     dev_codes, dev_uniq = _sorted_codes(ops["device"].to_numpy(np.int64))
     kind_codes, kind_uniq = _sorted_codes(ops["kind"].to_numpy(object))
-    name_codes, name_uniq = _sorted_codes(ops["name"].to_numpy(object))
+    name_codes, name_uniq = _sorted_codes_of(ops["name"])
     dur = ops["dur_ns"].to_numpy(np.int64)
     keep = (kind_codes >= 0) & (name_codes >= 0)  # like groupby's dropna: a missing key drops the op
     if not keep.all():
@@ -199,6 +199,20 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
         {c: pd.array(values[c], dtype="string") if dtypes[c] == "string" else values[c] for c in cols},
         copy=False,
     )
+
+
+def _sorted_codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_sorted_codes` of a column; a categorical one (``tracing.streamed``) is ranked
+    through its used categories, never a string per row."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return _sorted_codes(col.to_numpy(object))
+    codes = col.cat.codes.to_numpy()
+    used = np.unique(codes[codes >= 0])
+    names = np.array([str(c) for c in col.cat.categories[used]], dtype=object)
+    by_value = np.argsort(names, kind="stable")
+    rank = np.full(len(col.cat.categories) + 1, -1, np.int64)  # the last slot: code -1 (missing)
+    rank[used[by_value]] = np.arange(len(used))
+    return rank[codes], names[by_value]
 
 
 def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

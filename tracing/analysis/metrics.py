@@ -57,12 +57,12 @@ def kind_mask(events: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
     return np.isin(events["kind"].cat.codes.to_numpy(), codes)
 
 
-def gpu_ops(events: pd.DataFrame, *, categorical_names: bool = False) -> pd.DataFrame:
+def gpu_ops(events: pd.DataFrame) -> pd.DataFrame:
     """Kernel/memcpy/memset rows with their launch call joined by (pid, correlation).
 
     Adds ``end_ns``, ``launch_start_ns``, ``launch_end_ns``, ``launch_tid`` (-1 when no launch record).
-    ``categorical_names``: keep ``name`` as the events' categorical (4 bytes a row instead of a string per
-    row; every analysis of ops gives the same result with either).
+    (``tracing.streamed`` builds the same frame with ``name`` as a categorical: 4 bytes a row instead of a
+    string per row; every analysis of ops gives the same result with either.)
     """
     is_op = kind_mask(events, schema.GPU_OP_KINDS)
     cols = ["pid", "device", "stream", "start_ns", "dur_ns", "correlation"]
@@ -76,9 +76,7 @@ def gpu_ops(events: pd.DataFrame, *, categorical_names: bool = False) -> pd.Data
     data = {
         "kind": pd.Series(kind_names[kind.codes[is_op]], dtype=object, copy=False),
         "name": (
-            pd.Series(name[is_op], copy=False)
-            if categorical_names
-            else pd.Series(names.take(name_codes, allow_fill=True), copy=False)
+            pd.Series(names.take(name_codes, allow_fill=True), copy=False)
             if (name_codes >= 0).any()
             else name.to_numpy()[is_op]  # no names: let pandas infer as for the rows (object, float)
         ),

@@ -110,6 +110,17 @@ class Columns:
         del self.name[:], self.kind[:], self.shape[:]
         return out
 
+    def extend(self, rows: dict[str, np.ndarray], names: list[str], shapes: list[str]) -> None:
+        """Append rows :meth:`take` gave from another :class:`Columns` whose names / shapes were ``names`` /
+        ``shapes``: their codes are re-interned here, in the order they first appear there."""
+        name_lut = np.array([self.name_code(n) for n in names] or [0], np.int32)
+        shape_lut = np.array([self.shapes.setdefault(t, len(self.shapes)) for t in shapes] or [0], np.int32)
+        for k, v in self.cols.items():
+            v.frombytes(rows[k].astype(np.int64, copy=False).tobytes())
+        self.name.frombytes(name_lut[rows["name"]].tobytes())
+        self.kind.frombytes(rows["kind"].astype(np.int8, copy=False).tobytes())
+        self.shape.frombytes(shape_lut[rows["shapes"]].tobytes())
+
     def shape_code(self, value: Any) -> int:
         """Code of a decoded ``Input Dims`` value (None: absent -> 0)."""
         if value is None:
