@@ -1,16 +1,18 @@
-"""Cost model: fixed + per-token fits, breakeven with intervals, step-level predictions. Needs no torch.
+"""Cost model: per-micro-batch fits (line or knee), breakeven with honest intervals, step predictions. No torch.
 
 Data flow (one public verb per module):
 
-    inputs.load_inputs        sweep / labelled ingest / run dirs, CSV -> one micro-batch table
-    fit.fit_cost_model        per (model, phase, precision): OLS + HC3, bootstrap, lack of fit, hold-out
-    breakeven.find_breakeven  docs/contracts.md case table, n* = d_fixed / d_tok, Fieller + bootstrap intervals
-    hoststall.host_stall_share  share of the added fixed cost that is host stall
-    step.recommend            step time for a global batch, memory cap, what-if knobs
-    results.analyze           -> the fits.json document (results.load_fits reads it back)
-    report.render_report / plots.*   report.md and PNGs;  cli_fit: `mxperf fit`
+    inputs.load_inputs          sweep / ingest / run dirs, CSV, Parquet -> one micro-batch table (columns.py)
+    design.build_design         units (steps), regressors the data identify (per-step, attention), sums
+    fit.fit_cost_model          per (model, phase, precision): line (linear.py, CR3, Satterthwaite dof),
+                                unit bootstrap (bootstrap.py), lack of fit (lof.py), knee models (knee.py)
+    breakeven.find_breakeven    case table (+ undetermined), Fieller or knee-curve n*, model_ok, withheld n*
+    crossing.measured_crossing  the model-free crossing;  hoststall.host_stall_share  bounded share
+    steplevel.step_section      step costs with per-step terms, step breakeven per global batch, what-ifs
+    results.analyze             -> the fits.json document (headline.verdict; results.load_fits reads it)
+    report.render_report / plots.*   report.md and PNGs;  mxperf.commands.fit: `mxperf fit`
 
-The model and its formulas are explained in ``perfmodel.model`` and docs/cost-model.md.
+The model and its formulas: ``perfmodel.model`` and docs/cost-model.md.
 """
 
 from __future__ import annotations

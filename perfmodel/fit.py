@@ -162,6 +162,23 @@ def per_step_share(design: Design, fit: LinearFit, response: str = "seconds") ->
         return np.where(cnt > 0, np.asarray(resp.count @ extra).ravel() / cnt, 0.0)
 
 
+def curve_size_means(
+    design: Design, basis: BasisFit | None, response: str, sizes: tuple[int, ...]
+) -> tuple[float, ...] | None:
+    """Mean seconds per size with the fitted per-step cost taken out: the points the micro-batch curve
+    (which is for a micro-batch that is not the first of its step) should go through."""
+    if basis is None or response not in design.responses:
+        return None
+    resp = design.responses[response]
+    extra = per_step_share(design, basis.line, response) * resp.unit_count
+    out = []
+    for s in sizes:
+        sel = design.unit_label == s
+        n = resp.unit_count[sel].sum()
+        out.append(float((resp.unit_total[sel].sum() - extra[sel].sum()) / n) if n > 0 else float("nan"))
+    return tuple(out)
+
+
 def _points(design: Design, fit: LinearFit) -> dict[str, np.ndarray]:
     """One point per unit (label, repeat, mean tokens, mean seconds without the fitted per-step cost): the
     paired cross-check's input."""
@@ -215,6 +232,8 @@ def fit_precision(
         size_count=tuple(int(v) for v in df.groupby("tokens_per_microbatch").size().to_numpy()),
         stall_size_mean_s=_size_means(df, "host_stall_seconds"),
         busy_size_mean_s=_size_means(df, "gpu_busy_seconds"),
+        size_mean_curve_s=curve_size_means(design, wall, "seconds", sizes),
+        busy_size_mean_curve_s=curve_size_means(design, busy, "gpu_busy_seconds", sizes),
         points=_points(design, wall.line),
         n_microbatches=len(df),
     )

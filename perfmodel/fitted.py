@@ -239,6 +239,8 @@ class PrecisionFit:
     size_count: tuple[int, ...] = ()
     stall_size_mean_s: tuple[float, ...] | None = None
     busy_size_mean_s: tuple[float, ...] | None = None
+    size_mean_curve_s: tuple[float, ...] | None = None  # per size, the fitted per-step cost taken out
+    busy_size_mean_curve_s: tuple[float, ...] | None = None
     points: dict[str, np.ndarray] | None = None  # one point per unit: label, repeat, x, seconds
     n_microbatches: int = 0
 

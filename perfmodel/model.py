@@ -3,37 +3,33 @@
 Tutorial
 --------
 A learner step over a global batch of ``N`` tokens is split into ``N / n`` micro-batches of ``n`` tokens.
-Each micro-batch pays a cost that does not depend on its size (kernel launches, optimizer-independent
-bookkeeping and, for MXFP8, quantizing the weights and their scales) and a cost per token (the GEMMs)::
+Each micro-batch pays a cost that does not depend on its size (kernel launches, bookkeeping and, for MXFP8,
+quantizing weights and their scales) and a cost per token (the GEMMs); some costs are paid once per step
+(a weight cast cached across micro-batches lands on micro-batch 0)::
 
-    seconds(n) = fixed_s + per_token_s * n                         (one micro-batch)
-    step(N, n) = (N / n) * fixed_s + N * per_token_s + other_s     (one step; other_s: generate, logprob, sync)
+    seconds(n) = fixed_s + per_token_s * n  [+ per_step_s on micro-batch 0]          (one micro-batch)
+    step(N, n) = (N / n) * (fixed_s + per_token_s * n) + per_step_s + other_s           (one step)
 
-MXFP8 typically *adds* fixed cost (quantize/cast/transpose kernels, host stalls between small kernels) and
-*saves* per-token cost (faster GEMMs). Against the baseline (``bf16``)::
+MXFP8 typically *adds* fixed cost (quantize/cast kernels, host stalls between small kernels) and *saves*
+per-token cost (faster GEMMs). Against the baseline (``bf16``)::
 
     d_fixed = fixed_low - fixed_base          (> 0: the low precision adds fixed cost)
     d_tok   = per_token_base - per_token_low  (> 0: the low precision saves per token)
 
     time_low(n) < time_base(n)  <=>  d_tok * n > d_fixed
 
-so with both positive the low precision pays off above the breakeven size ``n* = d_fixed / d_tok``.
-Which of the seven cases of docs/contracts.md applies is decided by 95 % significance of the two differences
-(:mod:`perfmodel.breakeven`); the interval of ``n*`` is Fieller's (a ratio of two noisy estimates).
+so with both positive the low precision pays off above ``n* = d_fixed / d_tok`` (Fieller's interval: a
+ratio of two noisy estimates). When small micro-batches are launch-bound (the GPU waits for the host) the
+time is ``max(host(n), gpu(n))``: two lines joined at a knee (:class:`Curve`), and n* is where the two
+precisions' curves cross (:mod:`perfmodel.knee`, :mod:`perfmodel.breakeven_curves`).
 
-``n`` is the number of tokens a micro-batch actually processed (``num_tokens``); it equals the swept budget
-``tokens_per_microbatch`` for every full micro-batch, and is smaller for a trailing partial one, which then
-still contributes a correct point. The budget labels the *sizes* (grid points) used for repeats, hold-out
-splits and the "measured range" of ``extrapolated``. CSV inputs without ``num_tokens`` use the budget.
+``n`` is the number of tokens a micro-batch actually processed (``num_tokens``); the budget
+``tokens_per_microbatch`` labels the *sizes* (grid points) used for strata, hold-out splits and the measured
+range. The fixed cost splits further into GPU work and host stall (the contract's launch-end rule); the
+share of the added fixed cost that is host stall is :mod:`perfmodel.hoststall`.
 
-The fixed cost per micro-batch splits further into time the GPU computes and time it waits for the host
-(host stall, docs/contracts.md launch-end rule). Fitting ``host_stall_seconds`` the same way gives a stall intercept per
-precision; ``(stall_fixed_low - stall_fixed_base) / d_fixed`` is the share of the added fixed cost that is the
-GPU waiting for the host -- the paper's "most of the added time is host stall".
-
-This module holds the fitted objects and the small pure prediction functions the report and the dashboard
-share. Fitting lives in :mod:`perfmodel.fit`, breakeven in :mod:`perfmodel.breakeven`, step-level questions in
-:mod:`perfmodel.step`.
+This module holds the small fitted objects (a line, a lack-of-fit result, a curve) and the pure prediction
+functions the report and the dashboard share; :mod:`perfmodel.fitted` holds the per-precision fits.
 """
 
 from __future__ import annotations

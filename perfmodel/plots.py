@@ -111,10 +111,14 @@ def _basis_figure(entry: dict[str, Any], basis: str) -> Figure:
             ax.plot(
                 [k], [curve_of(f)(k)], marker="v", color=c, ms=7, ls="none", label=f"{prec} knee {k:,.0f}"
             )
-        means = entry["fits"][prec].get("size_mean_s" if basis == "wall" else "busy_size_mean_s")
+        fp = entry["fits"][prec]
+        curve_key = "size_mean_curve_s" if basis == "wall" else "busy_size_mean_curve_s"
+        means = fp.get(curve_key) or fp.get("size_mean_s" if basis == "wall" else "busy_size_mean_s")
         if means:
-            x = entry["fits"][prec].get("size_mean_tokens") or entry["fits"][prec]["sizes"]
-            ax.plot(x, means, "o", color=c, ms=4, label=f"{prec} measured (mean)")
+            x = fp.get("size_mean_tokens") or fp["sizes"]
+            out = fp.get(curve_key) and fp.get("per_step_s")
+            what = "measured mean, per-step cost out" if out else "measured mean"
+            ax.plot(x, means, "o", color=c, ms=4, label=f"{prec} {what}")
     be = entry.get(key) or {}
     _breakeven_marks(ax, be, ns, "n*" if basis == "wall" else "n* (GPU busy)")
     ax.set_xscale("log")

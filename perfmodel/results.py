@@ -192,6 +192,8 @@ def precision_entry(f: PrecisionFit) -> dict[str, Any]:
         "holdout": f.holdout,
         "gpu_busy": basis_entry(f.busy) if f.busy is not None else None,
         "busy_size_mean_s": list(f.busy_size_mean_s) if f.busy_size_mean_s else None,
+        "size_mean_curve_s": list(f.size_mean_curve_s) if f.size_mean_curve_s else None,
+        "busy_size_mean_curve_s": list(f.busy_size_mean_curve_s) if f.busy_size_mean_curve_s else None,
         "host_stall": _line(f.stall),
         "stall_size_mean_s": list(f.stall_size_mean_s) if f.stall_size_mean_s else None,
         "memory": _line(f.memory),

@@ -59,6 +59,9 @@ def test_step_breakeven_per_global_batch_includes_the_per_step_cost() -> None:
     for n_global, s in sb.items():
         truth = 0.003 / (2e-6 - 0.03 / n_global)  # 17,700 at 16k tokens per step, 1,860 at 64k
         assert s["ci"][0] <= truth <= (s["ci"][1] if s["ci"][1] is not None else np.inf)
+    low = entry["fits"]["mxfp8"]
+    raw, curve = np.array(low["size_mean_s"]), np.array(low["size_mean_curve_s"])
+    assert (raw > curve).all()  # the per-step cost is taken out of the points the curve goes through
     diff, ci = entry["step"]["per_step_difference_s"], entry["step"]["per_step_difference_ci"]
     assert ci[0] > 0 and diff == pytest.approx(0.03, rel=0.2)
     assert "once per step" in entry["verdict"]
