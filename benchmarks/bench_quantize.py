@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import sys
 import time
@@ -38,16 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.quant import dequantize_mxfp8, quantize_mxfp8
 from pipeline.quant.operands import Operand, dequantize_operand, quantize_grid
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from tracing.outputs.manifest import cpu_name
 
 
 def _torchao() -> tuple[str | None, Callable[[torch.Tensor], tuple] | None, Callable | None]:
@@ -167,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": "bfloat16",
         "threads": 1,
         "repeats": args.repeats,
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "torch": torch.__version__,
         "torchao": ao_version,
         "results": rows,

@@ -19,7 +19,6 @@ A GPU op joins its launch on (pid, correlationId), since correlation ids are per
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import sqlite3
@@ -112,42 +111,6 @@ def _need(path: Path, tables: dict[str, set[str]], table: str, cols: tuple[str, 
         )
 
 
-def _select(
-    con: sqlite3.Connection,
-    table: str,
-    int_exprs: list[str],
-    text_expr: str | None = None,
-    where: str = "",
-    *,
-    bulk: bool = True,
-) -> tuple[np.ndarray, list[str]]:
-    """``SELECT int_exprs..., text_expr FROM table AS n [WHERE where]`` -> int64 matrix + text column.
-
-    In bulk (:mod:`tracing.ingest.sqlite_bulk`) when the values allow it, else row by row -- the same values, or the
-    exact error (``TypeError`` on a NULL, ``OverflowError`` out of range).
-    """
-    if bulk:
-        got = sqlite_bulk.select_columns(con, table, int_exprs, text_expr, where)
-        if got is not None:
-            return got
-    exprs = [*int_exprs, *([text_expr] if text_expr is not None else [])]
-    cond = f" WHERE {where}" if where else ""
-    rows = con.execute(f"SELECT {', '.join(exprs)} FROM {table} AS n{cond}").fetchall()
-    k = len(int_exprs)
-    if text_expr is None:
-        return _ints_of_rows(rows, k), []
-    return _ints_of_rows([r[:k] for r in rows], k), [r[k] for r in rows]
-
-
-def _ints_of_rows(rows: list[tuple[Any, ...]], ncols: int) -> np.ndarray:
-    """``fetchall()`` rows -> an (n, ncols) int64 matrix; a flat ``fromiter`` is ~1.7x faster than
-    ``np.array(rows)`` and converts values the same way (int() semantics, TypeError on NULL)."""
-    if not rows:
-        return np.zeros((0, ncols), np.int64)
-    flat = itertools.chain.from_iterable(rows)
-    return np.fromiter(flat, np.int64, len(rows) * ncols).reshape(len(rows), ncols)
-
-
 def _nz(col: str) -> str:
     return f"coalesce({col}, {schema.NO_ID})"
 
@@ -232,7 +195,7 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None, bulk: bool) -> 
             '"end"',
             *map(_nz, ("deviceId", "streamId", "correlationId", "globalPid", name_col)),
         ]
-        m, _ = _select(con, table, [*exprs, *([_nz(bytes_col)] if bytes_col else [])], bulk=bulk)
+        m, _ = sqlite_bulk.select(con, table, [*exprs, *([_nz(bytes_col)] if bytes_col else [])], bulk=bulk)
         if len(m) == 0:
             continue
         start, end = m[:, 0], m[:, 1]
@@ -256,7 +219,7 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None, bulk: bool) -> 
             "CUPTI_ACTIVITY_KIND_RUNTIME",
             ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"),
         )
-        m, _ = _select(
+        m, _ = sqlite_bulk.select(
             con,
             "CUPTI_ACTIVITY_KIND_RUNTIME",
             ["start", '"end"', *map(_nz, ("eventClass", "globalTid", "correlationId", "nameId"))],
@@ -300,7 +263,7 @@ def _load_nvtx(
     }
     # One pass over NVTX_EVENTS; the name is inline text, else the StringIds value of textId (a scalar
     # subquery: one row per event, evaluated only when text is NULL).
-    m, names = _select(
+    m, names = sqlite_bulk.select(
         con,
         "NVTX_EVENTS",
         [
@@ -310,8 +273,8 @@ def _load_nvtx(
             _nz("n.endGlobalTid" if has_end_tid else "NULL"),
             "coalesce(n.domainId, 0)",
         ],
-        "coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '')",
-        f'n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL',
+        text="coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '')",
+        where=f'n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL',
         bulk=bulk,
     )
     if len(m) == 0:

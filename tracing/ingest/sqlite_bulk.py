@@ -20,7 +20,9 @@ limit falls back), or a text value holding the separator ``char(0)`` (NVTX names
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
+from typing import Any
 
 import numpy as np
 
@@ -90,3 +92,36 @@ def select_columns(
     if not blocks:
         return np.zeros((0, k), np.int64), []
     return (blocks[0] if len(blocks) == 1 else np.concatenate(blocks)), texts
+
+
+def select(
+    con: sqlite3.Connection,
+    table: str,
+    int_exprs: list[str],
+    *,
+    text: str | None = None,
+    where: str = "",
+    bulk: bool = True,
+) -> tuple[np.ndarray, list[str]]:
+    """The same SELECT as :func:`select_columns`, always answered: in bulk when the values allow it, else row by
+    row -- the same values, or the exact error (``TypeError`` on a NULL, ``OverflowError`` out of range)."""
+    if bulk:
+        got = select_columns(con, table, int_exprs, text, where)
+        if got is not None:
+            return got
+    exprs = [*int_exprs, *([text] if text is not None else [])]
+    cond = f" WHERE {where}" if where else ""
+    rows = con.execute(f"SELECT {', '.join(exprs)} FROM {table} AS n{cond}").fetchall()
+    k = len(int_exprs)
+    if text is None:
+        return _ints_of_rows(rows, k), []
+    return _ints_of_rows([r[:k] for r in rows], k), [r[k] for r in rows]
+
+
+def _ints_of_rows(rows: list[tuple[Any, ...]], ncols: int) -> np.ndarray:
+    """``fetchall()`` rows -> an (n, ncols) int64 matrix; a flat ``fromiter`` is ~1.7x faster than
+    ``np.array(rows)`` and converts values the same way (int() semantics, TypeError on NULL)."""
+    if not rows:
+        return np.zeros((0, ncols), np.int64)
+    flat = itertools.chain.from_iterable(rows)
+    return np.fromiter(flat, np.int64, len(rows) * ncols).reshape(len(rows), ncols)

@@ -39,7 +39,8 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model (/proc/cpuinfo), else what platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -59,7 +60,7 @@ def machine_info() -> dict[str, Any]:
         if torch.cuda.is_available():
             gpu = torch.cuda.get_device_name(0)
     return {
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "gpu": gpu,
         "python": platform.python_version(),
