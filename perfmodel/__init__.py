@@ -4,7 +4,7 @@ Data flow (one public verb per module):
 
     inputs.load_inputs          sweep / ingest / run dirs, CSV, Parquet -> one micro-batch table (columns.py)
     design.build_design         units (steps), regressors the data identify (per-step, attention), sums
-    fit.fit_cost_model          per (model, phase, precision): line (linear.py, CR3, Satterthwaite dof),
+    fitting.fit_cost_model      per (model, phase, precision): line (linear.py, CR3, Satterthwaite dof),
                                 unit bootstrap (bootstrap.py), lack of fit (lof.py), knee models (knee.py)
     breakeven.find_breakeven    case table (+ undetermined), Fieller or knee-curve n*, model_ok, withheld n*
     crossing.measured_crossing  the model-free crossing;  hoststall.host_stall_share  bounded share

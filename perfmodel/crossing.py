@@ -22,8 +22,8 @@ import pandas as pd
 from scipy import stats
 
 from perfmodel.design import scale_cols
-from perfmodel.fit import per_step_share
 from perfmodel.fitted import PER_STEP_TERMS, BasisFit, PrecisionFit
+from perfmodel.fitting import per_step_share
 
 ALPHA = 0.05
 _BINS = 6

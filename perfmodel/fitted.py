@@ -1,7 +1,7 @@
 """The fitted objects every later stage reads: a linear fit, a knee model, one basis, one precision.
 
 Containers only (and the few numbers derived from them); fitting lives in :mod:`perfmodel.linear`,
-:mod:`perfmodel.knee` and :mod:`perfmodel.fit`, which fills them.
+:mod:`perfmodel.knee` and :mod:`perfmodel.fitting`, which fills them.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ import pandas as pd
 
 from perfmodel.bootstrap import percentile_ci
 from perfmodel.breakeven import fieller_interval
-from perfmodel.fit import line_refit
 from perfmodel.fitted import PrecisionFit
+from perfmodel.fitting import line_refit
 from perfmodel.lof import lack_of_fit
 from perfmodel.model import LEVEL, t_quantile
 

@@ -3,7 +3,7 @@
 Small micro-batches are launch-bound (the GPU waits for the host: time follows host(n)), large ones
 GPU-bound (time follows gpu(n)), so wall = max(host, GPU): two lines joined at a knee. A straight line
 through such data is rejected by lack of fit and its n* can be far off. Two models, chosen by the data
-(:mod:`perfmodel.fit`):
+(:mod:`perfmodel.fitting`):
 
 - ``parts`` (GPU busy known): the GPU line's slope ``g1`` is the GPU-busy slope (fitted on
   ``gpu_busy_seconds``, same bootstrap draws); the host line and the GPU-bound wall's offset come from wall
@@ -176,7 +176,7 @@ def fit_segmented(
     """The ``parts`` model when ``anchor`` (the GPU-busy fit) is given, else the ``knee`` model; None when
     the sizes cannot carry a knee (fewer than five distinct sizes, or no knot identifies the model).
     ``dof``: degrees of freedom for the small-sample calibration of the replicates (default: units minus
-    parameters; :mod:`perfmodel.fit` passes the line's Satterthwaite dof, which knows how few units carry
+    parameters; :mod:`perfmodel.fitting` passes the line's Satterthwaite dof, which knows how few units carry
     the large sizes)."""
     kind = "parts" if anchor is not None else "knee"
     resp = design.responses.get(response)

@@ -36,8 +36,8 @@ import pandas as pd
 from perfmodel.bootstrap import percentile_ci
 from perfmodel.breakeven import Breakeven, find_breakeven
 from perfmodel.crossing import Crossing, measured_crossing
-from perfmodel.fit import fit_cost_model
 from perfmodel.fitted import BasisFit, LinearFit, PrecisionFit
+from perfmodel.fitting import fit_cost_model
 from perfmodel.headline import verdict
 from perfmodel.hoststall import host_stall_share
 from perfmodel.inputs import FitInputs

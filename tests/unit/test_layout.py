@@ -31,7 +31,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.simulate",
         ),
     ),
-    ("perfmodel.fit", 11, ("perfmodel.fit", "perfmodel.linear", "perfmodel.knee", "perfmodel.lof")),
+    ("perfmodel.fit", 11, ("perfmodel.fitting", "perfmodel.linear", "perfmodel.knee", "perfmodel.lof")),
     (
         "perfmodel.compare",
         12,

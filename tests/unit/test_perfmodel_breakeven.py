@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from perfmodel.breakeven import classify_case, fieller_interval, find_breakeven
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.simulate import simulate_sweep
 
 SIZES = np.array([256, 512, 1024, 2048, 4096, 8192])

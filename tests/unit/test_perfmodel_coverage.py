@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from perfmodel.breakeven import find_breakeven
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.simulate import KNEE, PAPER_LIKE, Truth, as_truth, simulate_sweep, true_crossings
 
 PER_STEP = {"bf16": Truth(0.010, 4e-6, 0.002), "mxfp8": Truth(0.013, 2e-6, 0.005, per_step_s=0.03)}

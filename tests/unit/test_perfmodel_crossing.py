@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from perfmodel.crossing import _flips, measured_crossing
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.simulate import PAPER_LIKE, simulate_sweep
 
 

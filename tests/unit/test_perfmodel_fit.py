@@ -8,7 +8,7 @@ import pytest
 
 from perfmodel import bootstrap
 from perfmodel.design import UNIT_ROW, UNIT_STEP, build_design
-from perfmodel.fit import fit_basis, fit_cost_model, fit_line
+from perfmodel.fitting import fit_basis, fit_cost_model, fit_line
 from perfmodel.linear import fit_linear
 from perfmodel.lof import lack_of_fit
 from perfmodel.model import fit_band, predict_microbatch_seconds

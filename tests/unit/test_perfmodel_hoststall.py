@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.hoststall import host_stall_share
 from perfmodel.simulate import KNEE, simulate_sweep
 

@@ -9,7 +9,7 @@ import pytest
 from perfmodel.breakeven import find_breakeven
 from perfmodel.breakeven_curves import crossing_roots, pick_root
 from perfmodel.crossing import measured_crossing
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.model import Curve
 from perfmodel.simulate import KNEE, Truth, simulate_sweep, true_crossings
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.breakeven import find_breakeven
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.paired import paired_breakeven
 from perfmodel.simulate import simulate_sweep
 

@@ -124,7 +124,7 @@ SEVEN = [
 @pytest.mark.parametrize(("low", "case", "n_star"), SEVEN)
 def test_the_seven_cases_on_simulations_with_known_truth(low, case, n_star) -> None:
     from perfmodel.breakeven import find_breakeven
-    from perfmodel.fit import fit_cost_model
+    from perfmodel.fitting import fit_cost_model
 
     right = covered = 0
     for seed in range(5):
@@ -166,3 +166,13 @@ def _doc_of(entry: dict) -> dict:
         "inputs": [],
         "min_tokens": 0,
     }
+
+
+def test_the_notebook_entry_stays_callable_after_the_fitting_module_is_imported() -> None:
+    import perfmodel
+    import perfmodel.fitting  # once, a submodule named "fit" shadowed the function
+
+    mb = simulate_sweep(rng=np.random.default_rng(6), sizes=(512, 1024, 2048, 4096), repeats=2)
+    first = perfmodel.fit(mb, n_boot=20)
+    again = perfmodel.fit(mb, n_boot=20)
+    assert first["models"][0]["verdict"] == again["models"][0]["verdict"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.model import Curve
 from perfmodel.recommend import max_tokens_under_cap, recommend
 from perfmodel.simulate import simulate_sweep

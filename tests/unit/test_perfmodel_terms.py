@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from perfmodel.breakeven import find_breakeven
-from perfmodel.fit import fit_cost_model
+from perfmodel.fitting import fit_cost_model
 from perfmodel.inputs import FitInputs
 from perfmodel.results import analyze
 from perfmodel.simulate import Truth, simulate_sweep
