@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_scale.py size --gb 0.25 1 4 [--in-memory-up-to 1]
     .venv/bin/python benchmarks/bench_scale.py ranks --ranks 16 64 256 [--workers 2] [--ray]
+    .venv/bin/python benchmarks/bench_scale.py cores --gb 1 --workers 1 2
 
 ``size``: one synthetic Kineto trace per size (``make_synthetic_trace.py``: the A100 trace repeated, built in
 ``--tmp``, deleted after), each ingested in a fresh process (``ingest_worker.py mxperf-file``: decode,
@@ -10,6 +11,7 @@ path; ``gunzip`` is the decompression floor. The busy time must be exactly (repe
 ``ranks``: a synthetic N-rank set (the two real ranks of tests/data/real/hta_sampled_2rank, time-shifted and
 stretched per rank) ingested by the whole command, serially, with ``--workers`` local processes and (``--ray``)
 on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must be the one the stretches give.
+``cores``: one synthetic trace decoded by 1, 2, ... processes (``--workers K`` with one input), streaming path.
 
 Time = wall seconds of the work; memory = peak RSS minus the RSS after imports (the command's largest pool
 child included; Ray's workers are separate processes, reported by the driver only). One thread per process.
@@ -89,6 +91,32 @@ def by_size(args: argparse.Namespace) -> dict:
     return out
 
 
+def by_cores(args: argparse.Namespace) -> dict:
+    """One file decoded by 1, 2, ... processes (``--workers K`` on one input), streaming path."""
+    out = {}
+    for gb in args.gb:
+        trace = args.tmp / f"mxperf_cores_{gb:g}gb.json.gz"
+        made = make(["--gb", str(gb), "-o", str(trace)])
+        tools = {
+            f"decode-{k}": (
+                "mxperf-file",
+                {"MXPERF_STREAM": "1", "MXPERF_DECODE_WORKERS": str(k), "MXPERF_TMP": str(args.tmp)},
+            )
+            for k in args.workers
+        }
+        tools["gunzip"] = ("gunzip", {})
+        try:
+            res = median_runs(tools, trace, args.repeats)
+        finally:
+            trace.unlink(missing_ok=True)
+        truth = made["repetitions"] * A100_BUSY_NS
+        for name in tools:
+            if "busy_ns" in res[name]["info"]:
+                res[name]["busy_exact"] = res[name]["info"]["busy_ns"] == truth
+        out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], **res}
+    return out
+
+
 def by_ranks(args: argparse.Namespace) -> dict:
     out = {}
     for n in args.ranks:
@@ -154,11 +182,14 @@ def main() -> int:
     r.add_argument("--ranks", type=int, nargs="+", default=[16, 64, 256])
     r.add_argument("--workers", type=int, default=2)
     r.add_argument("--ray", action="store_true", help="also on a local Ray cluster (needs mxperf[ray])")
-    for q in (s, r):
+    c = sub.add_parser("cores")
+    c.add_argument("--gb", type=float, nargs="+", default=[1.0])
+    c.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    for q in (s, r, c):
         q.add_argument("--repeats", type=int, default=1)
         q.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where traces are built")
     args = p.parse_args()
-    results = by_size(args) if args.mode == "size" else by_ranks(args)
+    results = {"size": by_size, "ranks": by_ranks, "cores": by_cores}[args.mode](args)
     print(table(results))
     print(json.dumps({"schema_version": 1, "benchmark": f"scale-{args.mode}", "results": results}))
     return 0

@@ -11,7 +11,8 @@ Tools (each imports its libraries first, then records the baseline RSS, then tim
 - ``gunzip``: the floor for a .json.gz: stream-decompress it (1 MiB chunks) and discard the bytes.
 - ``sqlite``: the floor for an nsys export: the same SELECTs mxperf runs, ``fetchall`` only.
 - ``mxperf-file``: ``tracing.jobs.ingest_file`` on one file, event Parquet included (``MXPERF_STREAM=1`` /
-  ``0``: the streaming / in-memory path; unset: chosen by size).
+  ``0``: the streaming / in-memory path; unset: chosen by size; ``MXPERF_DECODE_WORKERS=K``: decoded by K
+  processes).
 - ``mxperf-cli``: ``mxperf ingest PATH -o TMP/out`` plus ``MXPERF_ARGS`` (e.g. ``--workers 2``, ``--ray local``).
 
 Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
@@ -82,7 +83,8 @@ def main(tool: str, path: str) -> dict[str, object]:
         base = _rss_bytes()
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mxperf-bench-", dir=os.environ.get("MXPERF_TMP")) as tmp:
-            r = ingest_file(str(p), detect_format(p), None, tmp, 0, streaming=stream)
+            workers = int(os.environ.get("MXPERF_DECODE_WORKERS", "1"))
+            r = ingest_file(str(p), detect_format(p), None, tmp, 0, streaming=stream, decode_workers=workers)
             info = {"events": r.num_events, "busy_ns": int(r.devices["busy_ns"].sum()), "streamed": stream}
     elif tool == "mxperf-cli":  # the whole command (MXPERF_ARGS: extra flags), e.g. a rank set
         import shlex
