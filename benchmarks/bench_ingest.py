@@ -44,12 +44,27 @@ def measure(tool: str, path: Path) -> dict:
         tool, env = "mxperf", {**ENV, "MXPERF_KINETO_DECODER": "json"}
     elif tool == "hta-system":  # HTA with the allocator mxperf picks, to show what that choice is worth
         tool, env = "hta", {**ENV, "ARROW_DEFAULT_MEMORY_POOL": "system"}
+    return run_worker(tool, path, env)
+
+
+def run_worker(tool: str, path: Path, env: dict[str, str]) -> dict:
+    """One fresh ``ingest_worker.py`` process: its JSON line (seconds, peak_rss_bytes, info)."""
     proc = subprocess.run(
         [sys.executable, str(WORKER), tool, str(path)], capture_output=True, text=True, env=env
     )
     if proc.returncode != 0:
-        raise SystemExit(f"{tool} on {path} failed:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"{tool} on {path} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summary(rs: list[dict]) -> dict:
+    """Median seconds and peak RSS (MB) of one tool's runs, every run's seconds, the last run's info."""
+    return {
+        "seconds": statistics.median(r["seconds"] for r in rs),
+        "peak_rss_mb": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20,
+        "runs": [round(r["seconds"], 4) for r in rs],
+        "info": rs[-1]["info"],
+    }
 
 
 def run_case(name: str, tools: list[tuple[str, Path]], repeats: int) -> dict:
@@ -58,14 +73,7 @@ def run_case(name: str, tools: list[tuple[str, Path]], repeats: int) -> dict:
         for tool, path in tools:
             runs[tool].append(measure(tool, path))
             print(f"  {name}: {tool} {runs[tool][-1]['seconds']:.3f} s", file=sys.stderr)
-    return {
-        tool: {
-            "seconds": statistics.median(r["seconds"] for r in rs),
-            "peak_rss_mb": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20,
-            "runs": [round(r["seconds"], 4) for r in rs],
-        }
-        for tool, rs in runs.items()
-    }
+    return {tool: summary(rs) for tool, rs in runs.items()}
 
 
 def table(results: dict) -> str:

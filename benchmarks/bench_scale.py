@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_scale.py size --gb 0.25 1 4 [--in-memory-up-to 1]
     .venv/bin/python benchmarks/bench_scale.py ranks --ranks 16 64 256 [--workers 2] [--ray]
     .venv/bin/python benchmarks/bench_scale.py cores --gb 1 --workers 1 2
+    .venv/bin/python benchmarks/bench_scale.py engine --gb 1 [--duckdb-memory 256MB 1GB]
+    .venv/bin/python benchmarks/bench_scale.py nsys --copies 1 16 64
 
 ``size``: one synthetic Kineto trace per size (``make_synthetic_trace.py``: the A100 trace repeated, built in
 ``--tmp``, deleted after), each ingested in a fresh process (``ingest_worker.py mxperf-file``: decode,
@@ -12,6 +14,10 @@ path; ``gunzip`` is the decompression floor. The busy time must be exactly (repe
 stretched per rank) ingested by the whole command, serially, with ``--workers`` local processes and (``--ray``)
 on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must be the one the stretches give.
 ``cores``: one synthetic trace decoded by 1, 2, ... processes (``--workers K`` with one input), streaming path.
+``engine``: the design choice: the streaming path's overhead over the in-memory path, against DuckDB running
+the out-of-core steps (busy union, launch join, host items in (pid, start) order) over the event Parquet it wrote.
+``nsys``: the real nsys export with its event tables repeated 1, 16, 64 times (shifted, ids renumbered): an
+export is read in memory, so this shows its peak RSS per event row next to a plain SELECT's (``sqlite``).
 
 Time = wall seconds of the work; memory = peak RSS minus the RSS after imports (the command's largest pool
 child included; Ray's workers are separate processes, reported by the driver only). One thread per process.
@@ -22,28 +28,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-WORKER = ROOT / "benchmarks" / "ingest_worker.py"
+import bench_ingest  # this folder: run as a script
+from bench_ingest import ENV, ROOT, summary
+
 MAKE = ROOT / "benchmarks" / "make_synthetic_trace.py"
+
 A100_BUSY_NS = 157_500_014  # tests/data/real/hta_a100_ddp_rank0_hostbound.json.gz (README: busy 157.5 ms)
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
 def run_worker(tool: str, path: Path, env: dict[str, str]) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), tool, str(path)], capture_output=True, text=True, env={**ENV, **env}
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"{tool} on {path} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return bench_ingest.run_worker(tool, path, {**ENV, **env})
 
 
 def make(args: list[str]) -> dict:
@@ -59,15 +59,14 @@ def median_runs(tools: dict[str, tuple[str, dict[str, str]]], path: Path, repeat
         for name, (tool, env) in tools.items():
             runs[name].append(run_worker(tool, path, env))
             print(f"  {path.name}: {name} {runs[name][-1]['seconds']:.2f} s", file=sys.stderr)
-    return {
-        name: {
-            "seconds": statistics.median(r["seconds"] for r in rs),
-            "peak_rss_mb": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20,
-            "runs": [round(r["seconds"], 3) for r in rs],
-            "info": rs[-1]["info"],
-        }
-        for name, rs in runs.items()
-    }
+    return {name: summary(rs) for name, rs in runs.items()}
+
+
+def check_busy(res: dict, repetitions: int) -> None:
+    """Mark each tool's busy time exact or not: a synthetic trace's is (repetitions x the A100 trace's)."""
+    for r in res.values():
+        if "busy_ns" in r["info"]:
+            r["busy_exact"] = r["info"]["busy_ns"] == repetitions * A100_BUSY_NS
 
 
 def by_size(args: argparse.Namespace) -> dict:
@@ -83,10 +82,7 @@ def by_size(args: argparse.Namespace) -> dict:
             res = median_runs(tools, trace, args.repeats)
         finally:
             trace.unlink(missing_ok=True)  # never left behind: 4 GB of JSON is ~0.5 GB gzipped
-        truth = made["repetitions"] * A100_BUSY_NS
-        for name in tools:
-            if "busy_ns" in res[name]["info"]:
-                res[name]["busy_exact"] = res[name]["info"]["busy_ns"] == truth
+        check_busy(res, made["repetitions"])
         out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], "events": made["events"], **res}
     return out
 
@@ -109,11 +105,105 @@ def by_cores(args: argparse.Namespace) -> dict:
             res = median_runs(tools, trace, args.repeats)
         finally:
             trace.unlink(missing_ok=True)
-        truth = made["repetitions"] * A100_BUSY_NS
-        for name in tools:
-            if "busy_ns" in res[name]["info"]:
-                res[name]["busy_exact"] = res[name]["info"]["busy_ns"] == truth
+        check_busy(res, made["repetitions"])
         out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], **res}
+    return out
+
+
+def by_engine(args: argparse.Namespace) -> dict:
+    """The design choice by measurement: the sort-merge streaming path against the in-memory path (its
+    overhead) and against DuckDB doing the out-of-core steps over the event Parquet the stream writes."""
+    out = {}
+    for gb in args.gb:
+        trace = args.tmp / f"mxperf_engine_{gb:g}gb.json.gz"
+        events = args.tmp / f"mxperf_engine_{gb:g}gb.events.parquet"
+        made = make(["--gb", str(gb), "-o", str(trace)])
+        tmp = {"MXPERF_TMP": str(args.tmp)}
+        tools = {
+            "stream": ("mxperf-file", {**tmp, "MXPERF_STREAM": "1", "MXPERF_KEEP_EVENTS": str(events)}),
+            "in-memory": ("mxperf-file", {**tmp, "MXPERF_STREAM": "0"}),
+            "gunzip": ("gunzip", {}),
+        }
+        try:
+            res = median_runs(tools, trace, args.repeats)
+            trace.unlink()
+            for limit in args.duckdb_memory:
+                env = {**tmp, "MXPERF_DUCKDB_MEMORY": limit}
+                res[f"duckdb-{limit}"] = median_runs({"d": ("duckdb", env)}, events, args.repeats)["d"]
+        finally:
+            trace.unlink(missing_ok=True)
+            events.unlink(missing_ok=True)
+            shutil.rmtree(args.tmp / "duckdb-spill", ignore_errors=True)
+        check_busy(res, made["repetitions"])
+        out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], "events": made["events"], **res}
+    return out
+
+
+NSYS = ROOT / "tests" / "data" / "real" / "nsysai_h100x2_mfu_before.sqlite"
+NSYS_EVENT_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+)
+
+
+def nsys_copies(out: Path, copies: int) -> int:
+    """The real nsys export with its event tables repeated ``copies`` times, each copy shifted by the slice's
+    extent + 1 ms (no overlap) and its correlation ids renumbered; returns the event rows written."""
+    import sqlite3
+
+    shutil.copyfile(NSYS, out)
+    con = sqlite3.connect(out)
+    lo, hi = con.execute('SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+    shift = hi - lo + 1_000_000
+    corr = max(
+        con.execute(f"SELECT coalesce(max(correlationId), 0) FROM {t}").fetchone()[0]
+        for t in NSYS_EVENT_TABLES[:-1]
+    )
+    rows = 0
+    for t in NSYS_EVENT_TABLES:
+        cols = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
+        last = con.execute(f"SELECT coalesce(max(rowid), 0) FROM {t}").fetchone()[0]
+        for k in range(1, copies):
+            sel = [
+                f'"{c}" + {k * shift}'
+                if c in ("start", "end")
+                else f'"{c}" + {k * (corr + 1)}'
+                if c == "correlationId"
+                else f'"{c}"'
+                for c in cols
+            ]
+            names = ", ".join(f'"{c}"' for c in cols)
+            con.execute(f"INSERT INTO {t} ({names}) SELECT {', '.join(sel)} FROM {t} WHERE rowid <= {last}")
+        rows += con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+    con.commit()
+    con.close()
+    return rows
+
+
+def by_nsys(args: argparse.Namespace) -> dict:
+    """nsys exports are read in memory (SQLite is on disk already): peak RSS against the export's size."""
+    out = {}
+    base_busy = None
+    for copies in sorted(args.copies):
+        db = args.tmp / f"mxperf_nsys_x{copies}.sqlite"
+        try:
+            rows = nsys_copies(db, copies)
+            tools = {"mxperf": ("mxperf-file", {"MXPERF_TMP": str(args.tmp)}), "sqlite": ("sqlite", {})}
+            res = median_runs(tools, db, args.repeats)
+            size = db.stat().st_size
+        finally:
+            db.unlink(missing_ok=True)
+        busy = res["mxperf"]["info"]["busy_ns"]
+        if copies == 1:
+            base_busy = busy
+        elif base_busy is not None:
+            res["mxperf"]["busy_exact"] = busy == copies * base_busy
+        per_row = res["mxperf"]["peak_rss_mb"] * 2**20 / rows
+        out[f"x{copies}"] = {"sqlite_bytes": size, "event_rows": rows, "bytes_per_row": per_row, **res}
     return out
 
 
@@ -185,11 +275,17 @@ def main() -> int:
     c = sub.add_parser("cores")
     c.add_argument("--gb", type=float, nargs="+", default=[1.0])
     c.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    for q in (s, r, c):
+    e = sub.add_parser("engine")
+    e.add_argument("--gb", type=float, nargs="+", default=[1.0])
+    e.add_argument("--duckdb-memory", nargs="+", default=["1GB"], help="DuckDB memory_limit values")
+    n = sub.add_parser("nsys")
+    n.add_argument("--copies", type=int, nargs="+", default=[1, 16, 64])
+    for q in (s, r, c, e, n):
         q.add_argument("--repeats", type=int, default=1)
         q.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where traces are built")
     args = p.parse_args()
-    results = {"size": by_size, "ranks": by_ranks, "cores": by_cores}[args.mode](args)
+    modes = {"size": by_size, "ranks": by_ranks, "cores": by_cores, "engine": by_engine, "nsys": by_nsys}
+    results = modes[args.mode](args)
     print(table(results))
     print(json.dumps({"schema_version": 1, "benchmark": f"scale-{args.mode}", "results": results}))
     return 0
