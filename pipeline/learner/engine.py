@@ -143,12 +143,12 @@ class HFLearner:
             self.gemm_backend, self.gemm_reason = choose_backend(precision, self.device, gemm)
         except (ValueError, HardwareUnavailableError) as exc:
             raise InputError(str(exc)) from None
-        self.quantized_modules: list[str] = []
-        if precision != "bf16":
-            policy = PrecisionPolicy(precision, bf16_first_layers, bf16_last_layers)
-            options = {"backend": self.gemm_backend, "schedule": self.schedule}
-            dtype = COMPUTE_DTYPES[compute_dtype]
-            self.quantized_modules = list(convert_linears(self.model, policy, dtype, **options))
+        # The BF16 baseline runs the same linears through the same GEMM code, unquantized (see convert_linears).
+        policy = PrecisionPolicy(precision, bf16_first_layers, bf16_last_layers)
+        backend = "emulated" if precision == "bf16" else self.gemm_backend
+        options = {"backend": backend, "schedule": self.schedule, "baseline_gemms": True}
+        dtype = COMPUTE_DTYPES[compute_dtype]
+        self.quantized_modules: list[str] = list(convert_linears(self.model, policy, dtype, **options))
         self.optimizer = self.config.optimizer([p for p in self.model.parameters() if p.requires_grad])
         self.step_count = 0
         self.last_microbatches: list[dict[str, Any]] = []

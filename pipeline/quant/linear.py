@@ -88,6 +88,8 @@ class GemmSpec:
     def token_pad(self) -> int:
         """wgrad's token padding: one MX block, one 1x128 tile (cuBLAS block scaling wants K in whole tiles),
         or the 16 ``torch._scaled_mm`` needs for K."""
+        if self.precision == "bf16":
+            return 1
         if self.precision in MXFP8_RULE:
             return BLOCK
         return 128 if self.precision == "fp8-block128" else 16
@@ -307,9 +309,8 @@ class QuantLinear(nn.Linear):
         return self._operands.quantized(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.precision == "bf16":
-            b = self.bias.to(self.compute_dtype) if self.bias is not None else None
-            return F.linear(x.to(self.compute_dtype), self.weight.to(self.compute_dtype), b)
+        # bf16 too: the same three GEMM calls with unquantized operands (grid ``none``), so BF16 and a low
+        # precision differ only by quantization, never by how the GEMMs are called.
         return QuantLinearFunction.apply(x, self.weight, self.bias, BoundWeight(self._operands, self.weight))
 
     def extra_repr(self) -> str:

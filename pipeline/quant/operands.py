@@ -20,7 +20,13 @@ id                activation / grad     weight
 ``fp8-rowwise``   ``rowwise``           ``rowwise``
 ``fp8-block128``  ``block1x128``        ``block128x128``
 MXFP8 ids         ``mx`` (1x32, E8M0)   ``mx``
+``bf16``          ``none``              ``none``
 ================  ====================  ====================
+
+``none`` is the BF16 baseline running through the same GEMM code with unquantized operands (``data`` is the
+tensor itself, cast to the compute dtype by the GEMM), as Transformer Engine runs BF16 through the same
+``te.Linear``: a BF16 vs low-precision comparison then differs only by quantization, not by the GEMM call
+(on CPUs without native BF16, oneDNN's BF16 GEMM speed depends several-fold on operand layout).
 
 On a GPU the quantizer is one sync-free function per grid (``quantize_grid``: no ``.item()``, no data-dependent
 branches) fused by ``torch.compile``; on a CPU the reference implementations run (:mod:`pipeline.quant.fp8`,
@@ -71,9 +77,10 @@ COMPILE_ENV = "MXPERF_COMPILE_QUANT"  # 0: never torch.compile the quantizers (1
 
 @dataclass(frozen=True)
 class Operand:
-    """One quantized GEMM operand: uint8 E4M3 ``data`` [R, K] (row-major), ``scale`` of its grid (``mx``:
+    """One GEMM operand: uint8 E4M3 ``data`` [R, K] (row-major), ``scale`` of its grid (``mx``:
     uint8 E8M0 [R, K/32]; FP8 grids: float32, one entry per tile: [1, 1], [R, 1], [R, ceil(K/128)] or
-    [ceil(R/128), ceil(K/128)]), the ``granularity``, the precision id and the MX scale ``rule``."""
+    [ceil(R/128), ceil(K/128)]), the ``granularity``, the precision id and the MX scale ``rule``. Grid
+    ``none`` (``bf16``): ``data`` is the unquantized tensor and ``scale`` is empty."""
 
     data: torch.Tensor
     scale: torch.Tensor
@@ -89,6 +96,8 @@ class Operand:
 def granularity(precision: str, weight: bool) -> str:
     """The scale grid of an operand of ``precision`` (a weight or an activation / gradient)."""
     check_precision(precision)
+    if precision == "bf16":
+        return "none"
     if precision in MXFP8_RULE:
         return "mx"
     if precision not in GRANULARITY:
@@ -218,6 +227,8 @@ def quantize_operand(x_RK: torch.Tensor, precision: str, *, weight: bool = False
     if x_RK.ndim != 2:
         raise ValueError(f"a GEMM operand is 2-D [rows, K], got shape {tuple(x_RK.shape)}")
     grid = granularity(precision, weight)
+    if grid == "none":
+        return Operand(x_RK, x_RK.new_empty(0), grid, precision)
     rule = MXFP8_RULE.get(precision)
     if grid == "mx" and x_RK.shape[1] % BLOCK:
         raise ValueError(
@@ -240,13 +251,15 @@ def quantize_operand(x_RK: torch.Tensor, precision: str, *, weight: bool = False
 def transpose_operand(op: Operand) -> Operand:
     """The same values transposed, for grids where that is exact (one tensor scale, square 128x128 tiles):
     Wᵀ's dgrad operand from W's fprop operand, as TE's cast-transpose and DeepSeek's weights do."""
-    if op.granularity not in ("tensor", "block128x128"):
+    if op.granularity not in ("tensor", "block128x128", "none"):
         raise ValueError(f"a {op.granularity} operand cannot be transposed (its blocks run along K)")
     return Operand(op.data.t().contiguous(), op.scale.t().contiguous(), op.granularity, op.precision, op.rule)
 
 
 def to_quantized(op: Operand, orig_dtype: torch.dtype = torch.float32) -> MXFP8Tensor | FP8Tensor:
     """The operand as the reference numerics' tensor type (what ``export_weights`` sends, what tests compare)."""
+    if op.granularity == "none":
+        raise ValueError("a bf16 operand is not quantized: it has no quantized tensor form")
     if op.granularity == "mx":
         return MXFP8Tensor(op.data, op.scale, -1, op.rule or "te", orig_dtype)
     r, k = op.data.shape
@@ -261,5 +274,7 @@ def to_quantized(op: Operand, orig_dtype: torch.dtype = torch.float32) -> MXFP8T
 
 def dequantize_operand(op: Operand, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The operand's values in ``dtype`` (exact in float32; MXFP8 values are exact in bfloat16 too)."""
+    if op.granularity == "none":
+        return op.data.to(dtype)
     q = to_quantized(op)
     return dequantize_mxfp8(q, dtype) if isinstance(q, MXFP8Tensor) else dequantize_fp8(q, dtype)

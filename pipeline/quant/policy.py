@@ -98,6 +98,7 @@ def convert_linears(
     *,
     backend: str = "emulated",
     schedule: CastSchedule | None = None,
+    baseline_gemms: bool = False,
 ) -> list[str]:
     """Replace every module ``policy`` quantizes, in place; return their names in module order.
 
@@ -105,6 +106,10 @@ def convert_linears(
     :class:`QuantExperts`, all with GEMM ``backend`` (``emulated`` | ``scaled_mm``) and one shared weight-cast
     ``schedule``. Modules already converted are left alone (returned again). A quantized linear whose features
     the grid cannot block (MXFP8: multiples of 32) raises ValueError naming it.
+
+    ``baseline_gemms`` (a ``bf16`` policy only): route the modules a low-precision policy would quantize through
+    the same GEMM code with unquantized operands (grid ``none``), so that a BF16 vs low-precision comparison
+    measures quantization, not two different GEMM calls. Nothing is quantized, so it returns ``[]``.
     """
     if policy.bf16_last_layers and policy.num_layers is None:
         n = _num_layers(model)
@@ -113,11 +118,13 @@ def convert_linears(
                 "bf16_last_layers needs the layer count: model.config.num_hidden_layers is missing"
             )
         policy = dataclasses.replace(policy, num_layers=n)
-    if policy.precision == "bf16":
+    baseline = policy.precision == "bf16"
+    if baseline and not baseline_gemms:
         return []
+    selector = dataclasses.replace(policy, precision="mxfp8") if baseline else policy  # the same modules
     converted = []
     for name, module in list(model.named_modules()):
-        if not name or not policy.is_quantized(name):
+        if not name or not selector.is_quantized(name):
             continue
         if isinstance(module, QuantLinear | QuantExperts):
             converted.append(name)
@@ -139,4 +146,4 @@ def convert_linears(
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         converted.append(name)
-    return converted
+    return [] if baseline else converted

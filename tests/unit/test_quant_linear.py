@@ -151,3 +151,51 @@ def test_features_not_divisible_by_32_are_rejected_clearly():
     with pytest.raises(ValueError, match="valid ids"):
         QuantLinear.from_linear(torch.nn.Linear(64, 96), "fp4")
     QuantLinear.from_linear(torch.nn.Linear(48, 96), "fp8-rowwise")  # FP8 grids need no 32-blocks
+
+
+def test_bf16_baseline_runs_the_same_three_gemm_calls_as_a_low_precision_linear(monkeypatch) -> None:
+    """BF16 vs MXFP8 must differ by quantization only: both linears call the GEMM with the same operand
+    shapes and layouts (on CPUs without native BF16, oneDNN's speed depends several-fold on layout)."""
+    import pipeline.quant.gemm as gemm_mod
+    from pipeline.quant import PrecisionPolicy, convert_linears
+
+    calls: dict[str, list[tuple]] = {}
+    real = gemm_mod.F.linear
+
+    def spy(a, b, bias=None):
+        calls.setdefault(prec, []).append((a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride()))
+        return real(a, b, bias)
+
+    monkeypatch.setattr(gemm_mod.F, "linear", spy)
+    for prec in ("mxfp8", "bf16"):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 96))
+        convert_linears(model, PrecisionPolicy(prec), torch.bfloat16, baseline_gemms=True)
+        x = torch.randn(64, 64, requires_grad=True)  # whole 32-token blocks: MXFP8's wgrad pads nothing
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = model(x)
+        y.float().square().sum().backward()
+        assert x.grad is not None and model[0].weight.grad is not None
+    assert len(calls["bf16"]) == 3  # fprop, dgrad, wgrad
+    assert calls["bf16"] == calls["mxfp8"]
+
+
+def test_bf16_baseline_gemms_match_nn_linear() -> None:
+    from pipeline.quant import PrecisionPolicy, convert_linears
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(64, 96))
+    routed = torch.nn.Sequential(torch.nn.Linear(64, 96))
+    routed.load_state_dict(ref.state_dict())
+    assert convert_linears(routed, PrecisionPolicy("bf16"), torch.bfloat16, baseline_gemms=True) == []
+    x = torch.randn(40, 64)
+    outs, grads = [], []
+    for m in (ref, routed):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(xi)
+        y.float().square().sum().backward()
+        outs.append(y.float())
+        grads.append((xi.grad, m[0].weight.grad))
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)  # the forward is the same GEMM
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=2e-2, atol=2e-2)  # bf16 GEMMs, other order
+    torch.testing.assert_close(grads[0][1], grads[1][1], rtol=2e-2, atol=2e-2)
