@@ -1,6 +1,7 @@
 """The Breakeven page's step-level cards: predicted step time over (N, n) with its interval and what-ifs, and
-a fit's prediction against the runs of its model. Streamlit rendering only; the numbers come from
-``perfmodel`` (``step``, ``step_interval``, ``Curve``) and ``dashboards.fitsview``.
+a fit's prediction against the runs of its model.
+
+Streamlit rendering only; the numbers come from ``perfmodel`` (``step``, ``step_interval``, ``Curve``) and ``dashboards.fitsview``.
 """
 
 from __future__ import annotations

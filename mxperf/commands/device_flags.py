@@ -1,6 +1,7 @@
 """The flags of the commands that train or generate (``run``, ``sweep``, ``consistency``, ``faults``,
-``pretrain``), in one place: ``--device``, ``--threads`` and, where a learner runs, ``--gemm`` and
-``--weight-cast``. Values are checked before any work starts (one line, exit 2)."""
+``pretrain``), in one place: ``--device``, ``--threads``, ``--gemm`` and ``--weight-cast``.
+
+``--gemm`` and ``--weight-cast`` apply where a learner runs. Values are checked before any work starts (one line, exit 2)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ canonicalized explicitly. The tests check all of this against an integer-only re
 
 Decoding uses torch's fp8 -> float cast only once, to build lookup tables; the hot path gathers two elements at
 a time from a 65,536-entry table indexed by the little-endian uint16 view of the bytes (eager torch's fp8 casts
-are scalar loops, about 5x slower than this on one core).
+are scalar loops, several times slower than this on one core).
 
 E8M0 (scale): 8 exponent bits, bias 127, no sign and no mantissa: byte b means 2^(b - 127); 0x00 = 2^-127 (there
 is no zero) and 0xFF = NaN.

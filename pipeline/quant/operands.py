@@ -30,7 +30,7 @@ tensor itself, cast to the compute dtype by the GEMM), as Transformer Engine run
 
 On a GPU the quantizer is one sync-free function per grid (``quantize_grid``: no ``.item()``, no data-dependent
 branches) fused by ``torch.compile``; on a CPU the reference implementations run (:mod:`pipeline.quant.fp8`,
-:mod:`pipeline.quant.mxfp8`: cache-blocked, ~2.7x faster than ``quantize_grid`` eager on one core). The two give
+:mod:`pipeline.quant.mxfp8`: cache-blocked, faster than ``quantize_grid`` eager on one core). The two give
 the same bytes and scales for every input -- TE's NaN-skipping amax, saturation, NaN as 0x7F, Inf -- checked
 on a CPU, eager and compiled (``tests/unit/test_quant_gemm.py``).
 

@@ -1,6 +1,5 @@
-"""Weight-sync faults drawn from failures reported in real RL frameworks (notes section 6), one or more per
-invariant, each applied by patching a well-defined seam of a live engine -- never by editing what the
-checker reads.
+"""Weight-sync faults drawn from failures reported in real RL frameworks, one or more per invariant, each
+applied by patching a well-defined seam of a live engine -- never by editing what the checker reads.
 
 Seams (all on one engine instance, before its first sync):
 

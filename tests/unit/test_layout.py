@@ -144,3 +144,16 @@ def test_the_stage_order_is_the_data_flow() -> None:
     assert stage_of("tracing.analysis.metrics")[1] < stage_of("mxperf.commands.ingest")[1]
     assert stage_of("pipeline.sampler.engine")[1] == stage_of("pipeline.learner.engine")[1]
     assert stage_of("pipeline.sampler.engine")[0] != stage_of("pipeline.learner.engine")[0]
+
+
+def test_every_module_says_what_it_is_for_in_two_lines() -> None:
+    # the docstring's first paragraph is the module's purpose; design detail may follow, history may not
+    bad = []
+    for path in _sources():
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        rel = path.relative_to(ROOT)
+        if not doc:
+            bad.append(f"{rel}: no module docstring")
+        elif len(doc.split("\n\n")[0].splitlines()) > 2:
+            bad.append(f"{rel}: the first paragraph of its docstring runs past two lines")
+    assert not bad, "\n".join(bad)

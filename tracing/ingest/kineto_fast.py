@@ -4,7 +4,7 @@ Why: Python's C JSON decoder builds a dict for every event and every ``args`` ob
 of the Kineto ingest time. ``msgspec`` decodes a batch straight into small typed records holding only the
 keys the event table needs (``ph cat name pid tid ts dur`` and five ``args`` keys); every other key is
 skipped in C (``args["Input Dims"]``, with ``record_shapes=True``, is kept as its raw text and canonicalized
-once per distinct text). It is about 2x faster on the same text and gives the same values:
+once per distinct text). It is faster on the same text (benchmarks/RESULTS.md) and gives the same values:
 
 - Floats arrive as their exact decimal text (``float_hook=str``), integers of any size as Python ints, so
   microseconds still convert to int64 ns with no float rounding -- no float fast path is needed.

@@ -1,5 +1,6 @@
-"""vLLM-specific weight-sync faults, applied to a live ``VllmSampler`` at its seams (never to what the checker
-reads): the push the client sends (``transform_push``: HF-named BF16 tensors after unpacking) and the prefix
+"""vLLM-specific weight-sync faults, applied to a live ``VllmSampler`` at its seams, never to what the checker reads.
+
+Seams: the push the client sends (``transform_push``: HF-named BF16 tensors after unpacking) and the prefix
 cache reset that follows a load. Same ``Fault`` records as ``pipeline.sync.faults`` so ``mxperf faults`` can run
 them; the invariant named is the one that must catch it.
 
