@@ -31,7 +31,9 @@ _BINS = 6
 
 @dataclass(frozen=True)
 class Crossing:
-    tokens: tuple[float, float] | None  # adjacent measured sizes bracketing the sign change
+    tokens: (
+        tuple[float, float] | None
+    )  # adjacent measured sizes (mean tokens processed) bracketing the change
     significant: bool | None
     direction: str | None  # "faster_above" (low becomes faster above) | "faster_below"
     n_sign_changes: int
@@ -128,7 +130,7 @@ def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall"
         paired = grouping == "size" and len(shared) >= 2 and len(shared) == len(b) == len(lo)
         all_paired &= paired
         diff, p = _test(b, lo, paired)
-        size = float(s) if grouping == "size" else float(pd.concat([b, lo])["tokens"].mean())
+        size = float(pd.concat([b, lo])["tokens"].mean())  # tokens processed: n*'s scale, not the label
         rows.append((size, diff, p))
     sizes, diffs, ps = (list(v) for v in zip(*rows, strict=True))
     known = [0 if p is not None and p >= ALPHA else int(np.sign(d)) for d, p in zip(diffs, ps, strict=True)]

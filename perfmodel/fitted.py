@@ -196,7 +196,11 @@ class BasisFit:
         if not terms:
             return np.zeros(n)
         if self.model in ("knee", "parts") and self.knee is not None:
-            return np.asarray(sum(self.knee.boot_terms[t] for t in terms if t in self.knee.boot_terms), float)
+            if self.knee.boot is None:  # no replicates (--bootstrap 0)
+                return np.empty(0)
+            return np.atleast_1d(
+                np.asarray(sum(self.knee.boot_terms.get(t, np.zeros(n)) for t in terms), float)
+            )
         return self.line.contrast({t: 1.0 for t in terms})[2]
 
     def per_step(self, level: float = LEVEL) -> tuple[float, tuple[float, float] | None, str] | None:

@@ -103,9 +103,29 @@ def _per_step(entry: dict[str, Any], low: str) -> str:
     if not ci or d is None or not (ci[0] > 0 or ci[1] < 0):
         return ""
     word = "more" if d > 0 else "less"
-    return (
+    text = (
         f". {low} also pays {_ms(abs(d))} {word} once per step ({entry['fits'][low].get('per_step_basis')})"
     )
+    steps = [_step_case(sb) for sb in step.get("step_breakeven") or []]
+    return text + ("; step time, per-step cost included: " + "; ".join(steps) if steps else "")
+
+
+def _step_case(sb: dict[str, Any]) -> str:
+    """One global batch's step-level breakeven in words (``perfmodel.recommend.step_breakeven_interval``)."""
+    at = f"at a global batch of {sb['global_batch_tokens']:,} tokens: "
+    case, n = sb.get("case"), sb.get("tokens")
+    if sb.get("within_global_batch"):
+        return at + f"{sb['within_global_batch']} at every micro-batch size (the steps cross only above it)"
+    if n is not None and case == "faster_above":
+        return at + f"pays off above {_tok(n)} tokens per micro-batch {_ci(sb.get('ci'))}"
+    if n is not None and case == "faster_below":
+        return at + f"faster only below {_tok(n)} tokens per micro-batch {_ci(sb.get('ci'))}"
+    words = {
+        "always_faster": "faster at every micro-batch size",
+        "never_faster": "never faster",
+        "indistinguishable": "indistinguishable",
+    }
+    return at + words.get(str(case), "no step-level answer (" + str(sb.get("reason")) + ")")
 
 
 def _stall(share: HostStallShare, be: Breakeven) -> str:
@@ -113,7 +133,15 @@ def _stall(share: HostStallShare, be: Breakeven) -> str:
         return ""
     lo, hi = share.ci
     where = "" if share.basis == "fitted intercepts" else f", {share.basis}"
-    return f". Host stall is {share.share:.0%} [{lo:.0%} to {hi:.0%}] of the added fixed cost{where}"
+    return f". Host stall is {_pct(share.share)} [{_pct(lo)} to {_pct(hi)}] of the added fixed cost{where}"
+
+
+def _pct(x: float) -> str:
+    """A share in percent: one decimal below 10 %, never '-0%'."""
+    v = 100.0 * x
+    if abs(v) < 0.05:
+        return "0%"
+    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
 
 
 def verdict(

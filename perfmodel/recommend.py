@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.bootstrap import percentile_ci
-from perfmodel.breakeven_curves import replicate_roots
+from perfmodel.breakeven import _sign, classify_case
+from perfmodel.breakeven_curves import crossing_roots, ends, pick_root, replicate_roots
 from perfmodel.fitted import BasisFit
 from perfmodel.model import LEVEL, LineFit
 from perfmodel.step import StepCost, step_breakeven
@@ -124,17 +125,51 @@ def step_breakeven_interval(
     global_tokens: float,
     level: float = LEVEL,
 ) -> dict[str, object]:
-    """Step-level breakeven for one global batch: tokens (None when the step times never cross) and the
-    bootstrap interval of the same root (null ends where unbounded; None without replicates)."""
-    n = step_breakeven(base_cost, low_cost, global_tokens)
-    out: dict[str, object] = {"global_batch_tokens": int(global_tokens), "tokens": n, "ci": None}
+    """Step-level breakeven for one global batch ``N``: the case (the contract's table on the step-time
+    difference, per-step costs included: ``d_tok' = d_tok - d_per_step / N``), ``tokens`` (only for
+    ``faster_above`` / ``faster_below`` and only when the crossing is a possible micro-batch size, n <= N),
+    ``tokens_estimate`` (the crossing even when it is not), the bootstrap interval of the same root (null
+    ends where unbounded; None without replicates), ``within_global_batch`` (``faster`` | ``slower`` |
+    None: low at every micro-batch size up to N, when the crossing lies above N) and ``reason``."""
+    n_est = step_breakeven(base_cost, low_cost, global_tokens)
+    out: dict[str, object] = {
+        "global_batch_tokens": int(global_tokens),
+        "case": "undetermined",
+        "tokens": None,
+        "tokens_estimate": n_est,
+        "ci": None,
+        "within_global_batch": None,
+        "reason": None,
+    }
     bb, bl = base.boot_curve(), low.boot_curve()
-    if n is None or bb is None or bl is None:
+    if bb is None or bl is None:
+        out["reason"] = "no bootstrap replicates (--bootstrap 0): the step-level case has no interval"
         return out
     dp = low.per_step_boot() - base.per_step_boot()
-    above = float(low_cost.seconds(global_tokens, n * 1.01) - base_cost.seconds(global_tokens, n * 1.01))
-    case = "faster_above" if above < 0 else "faster_below"
-    r = replicate_roots(bl.shifted(dp / global_tokens), bb, case)
+    shifted = bl.shifted(dp / global_tokens)
+    d0, dtok = ends(shifted, bb)
+    case = classify_case(_sign(percentile_ci(dtok, level)), _sign(percentile_ci(d0, level)))
+    out["case"] = case
+    if case not in ("faster_above", "faster_below"):
+        out["reason"] = f"case {case} at this global batch (per-step costs included)"
+        return out
+    d_step = low_cost.per_step_s - base_cost.per_step_s
+    roots, slopes = crossing_roots(low_cost.as_curve().shifted(d_step / global_tokens), base_cost.as_curve())
+    root = float(pick_root(roots, slopes, case)[0])
+    n_est = root if np.isfinite(root) and root >= 1 else None
+    out["tokens_estimate"] = n_est
+    r = replicate_roots(shifted, bb, case)
     lo, hi = percentile_ci(r, level)
     out["ci"] = [float(lo) if np.isfinite(lo) else None, float(hi) if np.isfinite(hi) else None]
+    if n_est is None:
+        out["reason"] = "the fitted step times do not cross"
+    elif n_est > global_tokens:  # a micro-batch holds at most the whole global batch
+        side = "slower" if case == "faster_above" else "faster"
+        out["within_global_batch"] = side
+        out["reason"] = (
+            f"the step times cross at {n_est:,.0f} tokens per micro-batch, above the global batch "
+            f"({global_tokens:,.0f}): the low precision is {side} at every micro-batch size of this global batch"
+        )
+    else:
+        out["tokens"] = n_est
     return out

@@ -208,11 +208,12 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
     for sb in step.get("step_breakeven") or []:
         ci = sb.get("ci")
         n = sb.get("tokens")
+        what = f"{n:,.0f} tokens" + (f" {_ci(ci)}" if ci else "") if n is not None else "none"
         out.append(
             f"- Step-level breakeven at a global batch of {sb['global_batch_tokens']:,} tokens (per-step costs "
-            f"included): {'none (the step times never cross)' if n is None else f'{n:,.0f} tokens'}"
-            + (f" {_ci(ci)}" if ci else "")
-            + "."
+            f"included): {what} (case `{sb.get('case')}`"
+            + (f"; {sb['reason']}" if sb.get("reason") else "")
+            + ")."
         )
     other = step.get("other_phases_s") or {}
     if other:
@@ -234,7 +235,7 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
         out.append(
             f"- What if ({knobs}): {best}; step-level breakeven "
             + ", ".join(
-                f"{p}: {_tok(v) + ' tokens' if v is not None else 'none (the step times never cross)'}"
+                f"{p}: {_tok(v) + ' tokens' if v is not None else 'none (no crossing up to the global batch)'}"
                 for p, v in wi["step_breakeven_tokens"].items()
             )
             + "."

@@ -64,6 +64,11 @@ def _line(f: PrecisionFit, base: PrecisionFit) -> StepLine:
     return StepLine(f.precision, float(c.a1), float(c.b2), f.per_step_s, sig)
 
 
+def _feasible(n: float | None, global_tokens: int) -> float | None:
+    """A step-level crossing is a micro-batch size only when it is at most the global batch."""
+    return n if n is not None and n <= global_tokens else None
+
+
 def _cost_entry(c: StepCost) -> dict[str, Any]:
     return {
         "precision": c.precision,
@@ -124,8 +129,10 @@ def step_section(
             "knobs": asdict(knobs),
             "weight_quant_s": wq if knobs.weight_quant == "per_step" else None,
             "weight_quant_source": sources if knobs.weight_quant == "per_step" else None,
-            "step_breakeven_tokens": {
-                p: step_breakeven(adj[baseline], c, n_global) for p, c in adj.items() if p != baseline
+            "step_breakeven_tokens": {  # null: no crossing at a micro-batch size this global batch allows
+                p: _feasible(step_breakeven(adj[baseline], c, n_global), n_global)
+                for p, c in adj.items()
+                if p != baseline
             },
             "recommendation": recommend(adj, memory, n_global, sizes, mem_cap, withheld),
             "costs": {p: _cost_entry(c) for p, c in adj.items()},

@@ -77,7 +77,7 @@ def test_csv_fit_writes_fits_report_plots_and_json(tmp_path: Path, capsys) -> No
     report = (out / store.REPORT).read_text()
     assert "pays off above" in report and "hold-out MAPE" in report
     sb = entry["step"]["what_if"]["step_breakeven_tokens"]["mxfp8"]
-    want = "none (the step times never cross)" if sb is None else f"{sb:,.0f} tokens"
+    want = "none (no crossing up to the global batch)" if sb is None else f"{sb:,.0f} tokens"
     assert f"step-level breakeven mxfp8: {want}" in report
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == [
@@ -247,3 +247,17 @@ def test_one_measurement_per_size_without_bootstrap_is_undetermined(tmp_path: Pa
     be = json.loads(stdout.strip().splitlines()[-1])["models"][0]["breakeven"]
     assert be["case"] == "undetermined" and be["tokens"] is None
     assert "undetermined" in stdout.splitlines()[0]
+
+
+def test_a_knee_model_without_bootstrap_is_undetermined_not_a_traceback(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "knee.csv"
+    _knee_table().drop(columns=["gpu_busy_seconds", "host_stall_seconds"]).to_csv(path, index=False)
+    rc = main(["fit", str(path), "-o", str(tmp_path / "o"), "--json", "--bootstrap", "0"])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    (entry,) = json.loads(stdout.strip().splitlines()[-1])["models"]
+    be = entry["breakeven"]
+    assert be["model"] == "knee" and be["case"] == "undetermined" and be["tokens"] is None
+    assert 3000 < be["tokens_estimate"] < 6000  # the point estimate is still given, flagged
+    assert all(s["case"] == "undetermined" and s["tokens"] is None for s in entry["step"]["step_breakeven"])
+    assert "undetermined (point estimate" in stdout.splitlines()[0]

@@ -139,9 +139,9 @@ def _coverage(reps: int, seed0: int, n_boot: int) -> tuple[float, float]:
 
 
 def test_fieller_interval_covers_the_true_breakeven_about_95_percent() -> None:
-    fieller, _ = _coverage(200, 1000, n_boot=0)
-    # 200 reps: binomial sd 1.5 %; HC3 with 28 points per fit is slightly conservative.
-    assert 0.90 <= fieller <= 0.99
+    fieller, _ = _coverage(100, 1000, n_boot=0)
+    # 100 reps (binomial sd 2.2 %); the slow test below runs 1000.
+    assert 0.89 <= fieller <= 0.995
 
 
 @pytest.mark.slow

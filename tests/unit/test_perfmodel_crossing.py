@@ -66,3 +66,14 @@ def test_dynamic_batching_is_grouped_into_token_bins() -> None:
 def test_the_crossing_is_given_per_basis(basis: str) -> None:
     c = measured_crossing(*_pair(simulate_sweep(rng=np.random.default_rng(5))), basis)
     assert c is not None and c.tokens is not None
+
+
+def test_sizes_are_the_tokens_processed_not_the_size_labels() -> None:
+    # each step's micro-batches hold 40-100 % of their size label (padding-free packing): the crossing is on
+    # n*'s scale (num_tokens), so it brackets the true 4,500 tokens, not the labels around it
+    df = simulate_sweep(rng=np.random.default_rng(6), dynamic=True, repeats=4, noise=0.01)
+    c = measured_crossing(*_pair(df))
+    assert c.grouping == "size"
+    labels = sorted(df["tokens_per_microbatch"].unique())
+    assert all(s < lab for s, lab in zip(c.sizes, labels, strict=True))
+    assert c.tokens[0] <= 4500 <= c.tokens[1]

@@ -57,14 +57,46 @@ def test_step_breakeven_per_global_batch_includes_the_per_step_cost() -> None:
     sb = {s["global_batch_tokens"]: s for s in entry["step"]["step_breakeven"]}
     assert set(sb) == {16384, 65536}
     for n_global, s in sb.items():
-        truth = 0.003 / (2e-6 - 0.03 / n_global)  # 17,700 at 16k tokens per step, 1,860 at 64k
+        truth = 0.003 / (2e-6 - 0.03 / n_global)  # 17,700 at 16k tokens per step, 1,945 at 64k
         assert s["ci"][0] <= truth <= (s["ci"][1] if s["ci"][1] is not None else np.inf)
+        assert s["tokens"] is None or s["tokens"] <= n_global  # a micro-batch holds at most the step
     low = entry["fits"]["mxfp8"]
     raw, curve = np.array(low["size_mean_s"]), np.array(low["size_mean_curve_s"])
     assert (raw > curve).all()  # the per-step cost is taken out of the points the curve goes through
     diff, ci = entry["step"]["per_step_difference_s"], entry["step"]["per_step_difference_ci"]
     assert ci[0] > 0 and diff == pytest.approx(0.03, rel=0.2)
     assert "once per step" in entry["verdict"]
+
+
+def test_a_step_crossing_above_the_global_batch_is_not_reported_as_a_micro_batch_size() -> None:
+    # truth at 16k tokens per step: 0.003 / (2e-6 - 0.03 / 16384) = 17,700 tokens per micro-batch > N, so
+    # mxfp8 is slower at every micro-batch size a 16k-token step can have; at 64k it pays off above 1,945
+    df = simulate_sweep(
+        PER_STEP,
+        rng=np.random.default_rng(23),
+        global_tokens=[16384, 65536],
+        repeats=3,
+        noise=0.004,
+        repeat_noise=0.002,
+    )
+    (entry,) = analyze(FitInputs(df), n_boot=200)["models"]
+    sb = {s["global_batch_tokens"]: s for s in entry["step"]["step_breakeven"]}
+    small, large = sb[16384], sb[65536]
+    assert small["tokens"] is None and small["tokens_estimate"] > 16384
+    assert small["within_global_batch"] == "slower" and "above the global batch" in small["reason"]
+    assert small["ci"][0] <= 0.003 / (2e-6 - 0.03 / 16384) <= small["ci"][1]
+    truth = 0.003 / (2e-6 - 0.03 / 65536)
+    assert large["case"] == "faster_above" and large["ci"][0] <= truth <= large["ci"][1]
+    assert "16,384 tokens: slower at every micro-batch size" in entry["verdict"]
+    assert "65,536 tokens: pays off above" in entry["verdict"]
+
+
+def test_step_breakeven_is_withheld_when_the_step_times_do_not_differ_significantly() -> None:
+    same = {"bf16": Truth(0.010, 4e-6), "mxfp8": Truth(0.010, 4e-6, per_step_s=0.0)}
+    df = simulate_sweep(same, rng=np.random.default_rng(5), global_tokens=16384, repeats=3)
+    (entry,) = analyze(FitInputs(df), n_boot=200)["models"]
+    (sb,) = entry["step"]["step_breakeven"]
+    assert sb["case"] not in ("faster_above", "faster_below") and sb["tokens"] is None
 
 
 def test_weight_quant_what_if_does_not_move_a_cost_the_fit_already_finds_per_step() -> None:
