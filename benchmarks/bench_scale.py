@@ -10,6 +10,8 @@
 ``--tmp``, deleted after), each ingested in a fresh process (``ingest_worker.py mxperf-file``: decode,
 analysis and the event Parquet) by the streaming path and, up to ``--in-memory-up-to`` GB, the in-memory
 path; ``gunzip`` is the decompression floor. The busy time must be exactly (repetitions x the A100 trace's).
+``--source`` repeats another trace (e.g. a GPU-heavy rank of hta_sampled_2rank: a quarter of its events are GPU
+ops, which the stream holds in memory).
 ``ranks``: a synthetic N-rank set (the two real ranks of tests/data/real/hta_sampled_2rank, time-shifted and
 stretched per rank) ingested by the whole command, serially, with ``--workers`` local processes and (``--ray``)
 on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must be the one the stretches give.
@@ -62,18 +64,30 @@ def median_runs(tools: dict[str, tuple[str, dict[str, str]]], path: Path, repeat
     return {name: summary(rs) for name, rs in runs.items()}
 
 
-def check_busy(res: dict, repetitions: int) -> None:
-    """Mark each tool's busy time exact or not: a synthetic trace's is (repetitions x the A100 trace's)."""
+def check_busy(res: dict, repetitions: int, source_busy_ns: int = A100_BUSY_NS) -> None:
+    """Mark each tool's busy time exact or not: a synthetic trace's is (repetitions x its source's)."""
     for r in res.values():
         if "busy_ns" in r["info"]:
-            r["busy_exact"] = r["info"]["busy_ns"] == repetitions * A100_BUSY_NS
+            r["busy_exact"] = r["info"]["busy_ns"] == repetitions * source_busy_ns
+
+
+def source_busy_ns(source: Path | None) -> int:
+    """The busy time of the trace a synthetic one repeats (the A100 trace's is known; another's is read)."""
+    if source is None:
+        return A100_BUSY_NS
+    sys.path.insert(0, str(ROOT))
+    from tracing.jobs import ingest_file
+
+    return int(ingest_file(str(source), "kineto", None, None, 0, streaming=False).devices["busy_ns"].sum())
 
 
 def by_size(args: argparse.Namespace) -> dict:
     out = {}
     for gb in args.gb:
         trace = args.tmp / f"mxperf_scale_{gb:g}gb.json.gz"
-        made = make(["--gb", str(gb), "-o", str(trace)])
+        made = make(
+            ["--gb", str(gb), "-o", str(trace), *(["--source", str(args.source)] if args.source else [])]
+        )
         tools = {"stream": ("mxperf-file", {"MXPERF_STREAM": "1", "MXPERF_TMP": str(args.tmp)})}
         if gb <= args.in_memory_up_to:
             tools["in-memory"] = ("mxperf-file", {"MXPERF_STREAM": "0", "MXPERF_TMP": str(args.tmp)})
@@ -82,7 +96,7 @@ def by_size(args: argparse.Namespace) -> dict:
             res = median_runs(tools, trace, args.repeats)
         finally:
             trace.unlink(missing_ok=True)  # never left behind: 4 GB of JSON is ~0.5 GB gzipped
-        check_busy(res, made["repetitions"])
+        check_busy(res, made["repetitions"], source_busy_ns(args.source))
         out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], "events": made["events"], **res}
     return out
 
@@ -268,6 +282,7 @@ def main() -> int:
     s = sub.add_parser("size")
     s.add_argument("--gb", type=float, nargs="+", default=[0.25, 1.0, 4.0])
     s.add_argument("--in-memory-up-to", type=float, default=1.0, help="GB; larger sizes: streaming only")
+    s.add_argument("--source", type=Path, help="the Kineto trace to repeat (default: the A100 trace)")
     r = sub.add_parser("ranks")
     r.add_argument("--ranks", type=int, nargs="+", default=[16, 64, 256])
     r.add_argument("--workers", type=int, default=2)

@@ -5,8 +5,9 @@
 
 With ``--ranks N`` the sources default to the two real ranks of tests/data/real/hta_sampled_2rank; rank r is a
 copy of source ``r % len(sources)`` with ``distributedInfo.rank = r``, its times shifted by r ms and stretched
-by ``(1000 + s_r) / 1000`` with ``s_r = (37 r) % --stretch-permille`` (0 = no stretch), so step times differ
-across ranks and the slowest rank of every step is known: the one with the largest ``s_r``.
+by ``(1000 + s_r) / 1000`` with ``s_r = (37 r) % m``, ``m`` = ``--stretch-permille`` or, with more ranks than
+that, the smallest ``m >= N`` that 37 does not divide (0 = no stretch): every rank's stretch differs, so step
+times differ across ranks and the slowest rank of every step is known, with no ties.
 
 Each repetition k copies every event of the source trace (default: the A100 trace in tests/data/real) with
 its time shifted by k x (the source's time extent + 1 ms) and its ids (``correlation``, flow ``id``,
@@ -149,10 +150,20 @@ def repeated(src: Source, out: Path, gb: float) -> dict:
     }
 
 
+def stretch_modulus(ranks: int, stretch_permille: int) -> int:
+    """The modulus of ``s_r = (37 r) % m``: ``stretch_permille``, raised to the smallest m >= ranks that 37
+    does not divide, so every rank's stretch differs (no tie for the slowest rank of a step)."""
+    if not stretch_permille:
+        return 0
+    m = max(stretch_permille, ranks)
+    return m + 1 if m % 37 == 0 else m
+
+
 def rank_set(sources: list[Source], out: Path, ranks: int, stretch_permille: int) -> dict:
     """``out/rank-<r>.json.gz`` for r < ranks (see the module docstring)."""
     out.mkdir(parents=True, exist_ok=True)
-    stretch = [(37 * r) % stretch_permille if stretch_permille else 0 for r in range(ranks)]
+    m = stretch_modulus(ranks, stretch_permille)
+    stretch = [(37 * r) % m if m else 0 for r in range(ranks)]
     written = 0
     for r in range(ranks):
         src = sources[r % len(sources)]

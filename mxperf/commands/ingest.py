@@ -51,7 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rank", type=int, help="rank of a single input that names none (no distributedInfo, no rank-N)"
     )
-    p.add_argument("--workers", type=int, default=1, help="local processes, one file each (default 1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="local processes: one file each; one input: its decoding (default 1)",
+    )
     p.add_argument(
         "--stream",
         choices=("auto", "on", "off"),

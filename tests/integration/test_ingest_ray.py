@@ -1,6 +1,6 @@
 """`mxperf ingest --ray`: a job's rank set mapped over a local Ray cluster (marker `ray`; needs the ray extra),
 against the local process pool (the embedded default) and the serial ingest, and the output read back as one
-dataset (pandas, pyarrow.dataset, DuckDB when installed).
+dataset (pandas, pyarrow.dataset, DuckDB and polars when installed).
 
 The rank sets are synthetic (benchmarks/make_synthetic_trace.py --ranks): the two real ranks of
 tests/data/real/hta_sampled_2rank copied, time-shifted and stretched per rank, so the slowest rank of every
@@ -77,6 +77,13 @@ def _check_dataset(out: Path, n: int, slowest: dict[int, int]) -> None:
         assert got == (n,)
         rows = con.execute(f"SELECT count(*) FROM read_parquet('{out}/events/*.parquet')").fetchone()[0]
         assert rows == events.count_rows()
+    if importlib.util.find_spec("polars") is not None:
+        import polars as pl
+
+        assert pl.scan_parquet(out / "events" / "*.parquet").select(pl.len()).collect().item() == (
+            events.count_rows()
+        )
+        assert pl.read_parquet(out / "stragglers.parquet")["slowest_rank"].to_list() == list(slowest.values())
 
 
 def _events_per_file(out: Path) -> list[int]:
@@ -85,6 +92,14 @@ def _events_per_file(out: Path) -> list[int]:
     import pyarrow.parquet as pq
 
     return [pq.ParquetFile(f).metadata.num_rows for f in sorted((out / "events").iterdir())]
+
+
+@pytest.mark.parametrize("n", [2, 8, 37, 50, 64, 74, 256, 1000])
+def test_every_rank_of_a_synthetic_set_gets_its_own_stretch(n):
+    """No two ranks tie for the slowest (a 256-rank set with stretches mod 50 had five)."""
+    m = _maker().stretch_modulus(n, 50)
+    stretch = [(37 * r) % m for r in range(n)]
+    assert len(set(stretch)) == n and max(stretch) >= min(49, n - 1)
 
 
 def test_process_pool_matches_serial_and_writes_cross_rank_tables(tmp_path, capsys):
