@@ -179,3 +179,13 @@ def percentile_ci(samples: np.ndarray, level: float = LEVEL) -> tuple[float, flo
     method = "linear" if np.isfinite(s).all() else "inverted_cdf"  # never interpolate towards an infinity
     lo, hi = np.quantile(s, [0.5 - level / 2.0, 0.5 + level / 2.0], method=method)
     return (float(lo), float(hi))
+
+
+def covering_ci(samples: np.ndarray, estimate: float, level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval widened, where needed, to hold the point estimate: a knee search can skew the
+    replicates away from the estimate (a knee resting on one size), and an interval that excludes its own
+    estimate would call a difference significant that the fit itself does not show."""
+    lo, hi = percentile_ci(samples, level)
+    if not np.isfinite(estimate) or np.isnan(lo):
+        return (lo, hi)
+    return (min(lo, float(estimate)), max(hi, float(estimate)))

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perfmodel.bootstrap import percentile_ci
+from perfmodel.bootstrap import covering_ci, percentile_ci
 from perfmodel.breakeven_curves import crossing_roots, ends, pick_root, root_interval, within_sizes
 from perfmodel.fitted import BasisFit, PrecisionFit
 from perfmodel.model import LEVEL, LineFit, t_quantile
@@ -290,7 +290,7 @@ def _curve_breakeven(base: BasisFit, low: BasisFit, measured: tuple[float, float
             **common,
         )
     a_b, b_b = ends(bl, bb)
-    a_ci, b_ci = percentile_ci(a_b, level), percentile_ci(b_b, level)
+    a_ci, b_ci = covering_ci(a_b, d0, level), covering_ci(b_b, dtok, level)
     case = classify_case(_sign(b_ci), _sign(a_ci))
     tokens = ci = None
     reason = None
@@ -298,6 +298,14 @@ def _curve_breakeven(base: BasisFit, low: BasisFit, measured: tuple[float, float
         r = pick_root(roots, slopes, case)[0]
         tokens = float(r) if np.isfinite(r) else None
         ci = root_interval(bl, bb, case, level)
+        if tokens is not None and not (
+            (ci[0] is None or ci[0] <= tokens) and (ci[1] is None or tokens <= ci[1])
+        ):  # a skewed knee search: widen to hold the estimate, and say so
+            ci = (
+                None if ci[0] is None else min(ci[0], tokens),
+                None if ci[1] is None else max(ci[1], tokens),
+            )
+            reason = "the bootstrap interval did not hold the estimate (a skewed knee search); widened to it"
     else:
         reason = f"case {case}: the fitted curves do not cross in the direction of a breakeven"
     others = tuple(r for r in all_roots if tokens is None or abs(r - tokens) > 1e-9 * max(tokens, 1.0))

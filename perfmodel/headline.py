@@ -55,8 +55,8 @@ def _case(be: Breakeven, cross: Crossing | None) -> str:
     tail = {
         "faster_above": f"; pays off above {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
         "faster_below": f"; faster only below {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
-        "always_faster": "; faster at every micro-batch size (95 %)",
-        "never_faster": "; never faster at any micro-batch size (95 %)",
+        "always_faster": _one_sided(be, "always_faster"),
+        "never_faster": _one_sided(be, "never_faster"),
         "indistinguishable": "; neither difference is significant at 95 % (indistinguishable: more repeats or "
         "sizes would tell)",
     }[be.case]
@@ -64,7 +64,44 @@ def _case(be: Breakeven, cross: Crossing | None) -> str:
     if be.case not in ("faster_above", "faster_below") and be.within_measured in ("faster", "slower"):
         lo, hi = be.measured_tokens
         within = f"; within the measured sizes ({lo:,.0f} to {hi:,.0f} tokens) it is significantly {be.within_measured} at every size"
+    elif be.case in ("always_faster", "never_faster") and be.within_measured == "mixed":
+        within = "; it is not significantly " + ("faster" if be.case == "always_faster" else "slower")
+        within += " at every measured size"
+    if be.case in ("always_faster", "never_faster") and cross is not None and cross.significant:
+        within += "; the measured times change sign significantly (see the crossing): a breakeven the line's "
+        within += "intervals do not resolve"
     return tail + rejected + within
+
+
+def _significant(be: Breakeven) -> tuple[bool, bool]:
+    """(d_fixed, d_tok) significant in the direction of an always_faster / never_faster case."""
+    faster = be.case == "always_faster"
+    fixed_sig = be.d_fixed_ci[1] < 0 if faster else be.d_fixed_ci[0] > 0
+    tok_sig = be.d_tok_ci[0] > 0 if faster else be.d_tok_ci[1] < 0
+    return bool(fixed_sig), bool(tok_sig)
+
+
+def _one_sided(be: Breakeven, case: str) -> str:
+    """always_faster / never_faster in words: a claim about every size only when both differences are
+    significant (the case table also gives these cases when one difference is within noise)."""
+    faster = case == "always_faster"
+    fixed_sig, tok_sig = _significant(be)
+    if fixed_sig and tok_sig:
+        return (
+            "; faster at every micro-batch size (95 %)"
+            if faster
+            else "; never faster at any micro-batch size (95 %)"
+        )
+    lo, hi = (_ms(v) for v in be.d_fixed_ci)
+    if not fixed_sig:
+        text = f"; {case} by the case table, but the fixed-cost difference is within noise ({lo} to {hi})"
+    else:
+        tlo, thi = (_us(v) for v in be.d_tok_ci)
+        text = f"; {case} by the case table, but the per-token difference is within noise ({tlo} to {thi})"
+    bound = be.ci[1] if be.ci_shape == "bounded" and faster else None
+    if bound is not None and bound > 0:
+        text += f": any breakeven lies below {_tok(bound)} tokens (95 %)"
+    return text
 
 
 def _crossing(cross: Crossing | None, low: str) -> str:
@@ -94,6 +131,8 @@ def _gpu_busy(be: Breakeven | None) -> str:
         "never_faster": "never faster",
         "indistinguishable": "indistinguishable",
     }[be.case]
+    if be.case in ("always_faster", "never_faster") and not all(_significant(be)):
+        words = f"{be.case} by the case table (one difference within noise)"
     return f". With host overhead removed (GPU busy time): {words}"
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.bootstrap import percentile_ci
+from perfmodel.bootstrap import covering_ci
 from perfmodel.breakeven import Breakeven, find_breakeven
 from perfmodel.crossing import Crossing, measured_crossing
 from perfmodel.fitted import BasisFit, LinearFit, PrecisionFit
@@ -131,7 +131,16 @@ def _knee(b: BasisFit) -> dict[str, Any] | None:
     if k is None:
         return None
     out = {"kind": k.kind, **k.curve.as_dict(), "chosen": b.model == k.kind}
-    out["knee_ci"] = percentile_ci(np.asarray(k.boot.knee, float)) if k.boot is not None else None
+    for key, side, field in (
+        ("knee_ci", None, "knee"),
+        ("intercept_ci", "left", "a1"),
+        ("slope_ci", "left", "b1"),
+        ("intercept_ci", "right", "a2"),
+        ("slope_ci", "right", "b2"),
+    ):
+        est = float(getattr(k.curve, field))
+        ci = covering_ci(np.asarray(getattr(k.boot, field), float), est) if k.boot is not None else None
+        (out if side is None else out[side])[key] = ci
     out["lack_of_fit"] = asdict(b.knee_lack_of_fit) if b.knee_lack_of_fit else None
     if k.kind == "parts":
         out["gpu_busy_slope_s"] = k.anchor_slope_s

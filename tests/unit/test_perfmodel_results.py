@@ -176,3 +176,28 @@ def test_the_notebook_entry_stays_callable_after_the_fitting_module_is_imported(
     first = perfmodel.fit(mb, n_boot=20)
     again = perfmodel.fit(mb, n_boot=20)
     assert first["models"][0]["verdict"] == again["models"][0]["verdict"]
+
+
+@pytest.mark.parametrize(
+    ("low", "claim"),
+    [
+        ((0.005, 2e-6, 0.002), True),  # removes fixed cost and saves per token: faster at every size
+        ((0.010, 2e-6, 0.002), False),  # same fixed cost: the case table says always_faster, on noise
+    ],
+)
+def test_faster_at_every_size_is_claimed_only_when_both_differences_are_significant(low, claim) -> None:
+    mb = simulate_sweep({"bf16": (0.010, 4e-6, 0.002), "mxfp8": low}, rng=np.random.default_rng(0))
+    (e,) = analyze(FitInputs(mb), n_boot=100)["models"]
+    assert e["breakeven"]["case"] == "always_faster"
+    assert ("faster at every micro-batch size (95 %)" in e["verdict"]) is claim
+    if not claim:  # the hedge names the difference within noise and bounds any breakeven
+        assert "by the case table, but the fixed-cost difference is within noise" in e["verdict"]
+        assert "any breakeven lies below" in e["verdict"]
+
+
+def test_a_bootstrap_interval_always_holds_its_own_estimate() -> None:
+    from perfmodel.bootstrap import covering_ci
+
+    skewed = np.linspace(2.0, 3.0, 101)  # replicates all above the estimate (a knee resting on one size)
+    assert covering_ci(skewed, 1.0) == (1.0, pytest.approx(2.975))
+    assert covering_ci(skewed, 2.5) == pytest.approx((2.025, 2.975))
