@@ -129,20 +129,30 @@ class _SparseCells:
 
 
 def _draw_counts(rng: np.random.Generator, n_rep: int, groups: list[np.ndarray], g: int) -> np.ndarray:
-    """(n_rep x g) draw counts: within each group, as many draws with replacement as it has members."""
+    """(n_rep x g) draw counts: within each group, as many draws with replacement as it has members.
+
+    A chunk of replicates draws its unit indices into one buffer (a group of consecutive units -- the usual
+    case, units are numbered by pattern -- needs no gather); each replicate is then counted on its own, so
+    the count stays in cache (one bincount over the whole chunk scatters across it and is ~4x slower)."""
     out = np.zeros((n_rep, g), dtype=np.uint16)
     step = max(1, _MAX_CHUNK_ELEMENTS // max(g, 1))
+    firsts = [int(m[0]) if len(m) and bool((np.diff(m) == 1).all()) else None for m in groups]
+    total = sum(len(m) for m in groups)
+    buf = np.empty((min(step, n_rep), total), dtype=np.int32)
     for start in range(0, n_rep, step):
         rows = min(step, n_rep - start)
-        offsets = np.arange(rows, dtype=np.int32)[:, None] * np.int32(g)  # rows * g <= 4e6: int32 is enough
-        flat = [
-            offsets + (idx if len(m) == g else m.astype(np.int32)[idx])
-            for m in groups
-            for idx in [rng.integers(0, len(m), (rows, len(m)), dtype=np.int32)]
-        ]
-        out[start : start + rows] = np.bincount(
-            np.concatenate([f.ravel() for f in flat]), minlength=rows * g
-        ).reshape(rows, g)
+        pos = 0
+        for m, first in zip(groups, firsts, strict=True):
+            k = len(m)
+            idx = rng.integers(0, k, (rows, k), dtype=np.int32)
+            view = buf[:rows, pos : pos + k]
+            if first is not None:
+                np.add(idx, np.int32(first), out=view)
+            else:
+                np.take(m.astype(np.int32), idx, out=view)
+            pos += k
+        for r in range(rows):
+            out[start + r] = np.bincount(buf[r], minlength=g)
     return out
 
 

@@ -204,9 +204,16 @@ def step_time_figure(entry: dict[str, Any], global_tokens: int) -> Figure:
         per_step = float(f.get("per_step_s") or 0.0) + other
         curve = curve_of(f)
         secs = (global_tokens / ns) * curve(ns) + per_step
-        ax.plot(
-            ns, secs, color=_color(prec, base), label=prec + ("" if f.get("model") else " (no model fits)")
-        )
+        label = prec + ("" if f.get("model") else " (no model fits)")
+        if f.get("per_step_s"):
+            label += f", per step {float(f['per_step_s']) * 1e3:.3g} ms"
+        ax.plot(ns, secs, color=_color(prec, base), label=label)
+    for sb in step.get("step_breakeven") or []:
+        if sb.get("global_batch_tokens") == global_tokens and sb.get("tokens"):
+            ci = [v for v in sb.get("ci") or [] if v is not None]
+            if len(ci) == 2:
+                ax.axvspan(max(ci[0], ns[0]), min(ci[1], ns[-1]), color="0.6", alpha=0.15)
+            ax.axvline(sb["tokens"], color="0.3", ls="--", lw=1, label=f"step breakeven {sb['tokens']:,.0f}")
     wi = step.get("what_if")
     if wi:
         cost = _cost(wi["costs"][entry["precision"]])
@@ -231,7 +238,7 @@ def step_time_figure(entry: dict[str, Any], global_tokens: int) -> Figure:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("tokens per micro-batch")
     ax.set_ylabel("predicted seconds per step")
-    ax.set_title(f"step time for a global batch of {global_tokens:,} tokens")
+    ax.set_title(f"step time for a global batch of {global_tokens:,} tokens (per-step costs included)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -40,16 +40,32 @@ def _fit_table(e: dict[str, Any]) -> list[str]:
         "| R^2 | units | micro-batches | hold-out MAPE interp / extrap |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = set()
     for prec in (e["baseline"], e["precision"]):
         f = e["fits"][prec]
         ho = f.get("holdout") or {}
+        fixed, fixed_ci, tok, tok_ci = f["fixed_s"], f["fixed_ci"], f["per_token_s"], f["per_token_ci"]
+        model = f.get("model")
+        knee = f.get("knee") or {}
+        if model in ("knee", "parts") and knee.get(
+            "chosen"
+        ):  # the chosen curve's ends, not the rejected line
+            fixed, fixed_ci = knee["left"]["intercept_s"], knee["left"].get("intercept_ci")
+            tok, tok_ci = knee["right"]["slope_s"], knee["right"].get("slope_ci")
+            model = f"{model}*"
+            notes.add(
+                "\\* knee model: fixed = its time at n -> 0 (launch-bound line), per token = its slope above the "
+                "knee (GPU-bound), bootstrap intervals; the rejected line is in fits.json `fixed_s` / `per_token_s`."
+            )
+        elif model is None:
+            model = "**none fits** (line shown, rejected)"
         lines.append(
-            f"| {prec} | {f.get('model') or '**none fits**'} | {_ms(f['fixed_s'])} | {_ci(f['fixed_ci'], _ms)} "
-            f"| {_us(f['per_token_s'])} | {_ci(f['per_token_ci'], _us)} | {_ms(f.get('per_step_s'))} "
+            f"| {prec} | {model} | {_ms(fixed)} | {_ci(fixed_ci, _ms)} "
+            f"| {_us(tok)} | {_ci(tok_ci, _us)} | {_ms(f.get('per_step_s'))} "
             f"| {_ci(f.get('per_step_ci'), _ms)} | {f['r2']:.4f} | {f['n_points']} | {f.get('n_microbatches', '')} "
             f"| {_pct(ho.get('interpolation_mape'))} / {_pct(ho.get('extrapolation_mape'))} |"
         )
-    return lines
+    return lines + (["", *sorted(notes)] if notes else [])
 
 
 def _model_lines(prec: str, f: dict[str, Any], what: str = "") -> list[str]:
