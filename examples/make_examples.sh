@@ -18,4 +18,13 @@ $M ingest tests/data/real/hta_a100_ddp_rank0_hostbound.json.gz -o $O/ingest-a100
 $M ingest tests/data/real/hta_sampled_2rank/rank-0.json.gz tests/data/real/hta_sampled_2rank/rank-1.json.gz \
     -o $O/ingest-2rank
 $M ingest tests/data/real/nsysai_h100x2_mfu_before.sqlite -o $O/ingest-h100x2-nsys
+# someone else's job without labels: simulated verl FSDP traces (truth built in), then metric logs (real key names)
+SIM=$(mktemp -d)
+.venv/bin/python examples/simulate_verl_traces.py "$SIM"
+$M ingest "$SIM/bf16" -o $O/ingest-verl-sim-bf16
+$M ingest "$SIM/mxfp8" -o $O/ingest-verl-sim-mxfp8
+rm -rf "$SIM"
+$M fit $O/ingest-verl-sim-bf16 $O/ingest-verl-sim-mxfp8 -o $O/fit-verl-sim
+$M ingest tests/data/metric_logs/verl_grpo_bf16.jsonl -o $O/metrics-verl-bf16 --label model=qwen3-8b,precision=bf16
+$M ingest tests/data/metric_logs/verl_grpo_mxfp8.jsonl -o $O/metrics-verl-mxfp8 --label model=qwen3-8b,precision=mxfp8
 du -sh $O
