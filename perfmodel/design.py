@@ -149,7 +149,8 @@ def _units(df: pd.DataFrame, label: np.ndarray) -> tuple[np.ndarray, str]:
     else:
         unit, kind = _codes(base, label), UNIT_REPEAT
     per_label = _distinct_per(_codes(label), unit)
-    if (per_label == 1).all() and len(df) > per_label.sum():
+    within_label = bool((_distinct_per(_codes(unit), label) == 1).all())  # no step spans several sizes
+    if within_label and (per_label == 1).all() and len(df) > per_label.sum():
         return np.arange(len(df)), UNIT_ROW
     return unit, kind
 

@@ -86,7 +86,14 @@ def fit_basis(
     if line is None:
         return None
     lof = lack_of_fit(
-        design, response, line.unit_resid, line.unit_fitted, len(line.names), line_refit(response)
+        design,
+        response,
+        line.unit_resid,
+        line.unit_fitted,
+        len(line.names),
+        line_refit(response),
+        line.pattern_fitted,
+        line=True,
     )
     b = BasisFit(basis, line, lof, seq_len_ref=design.seq_len_ref)
     line2 = b.line2()
@@ -107,6 +114,7 @@ def fit_basis(
             f.unit_fitted,
             f.n_params,
             _knee_refit(response, anchor if k == "parts" else None),
+            f.pattern_fitted,
         )
         for k, f in fits.items()
         if f

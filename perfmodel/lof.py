@@ -35,6 +35,36 @@ def _groups(design: Design, ok: np.ndarray) -> np.ndarray:
     return np.digitize(design.unit_tokens, edges[1:-1])
 
 
+def _cell_frame(design: Design, response: str, pattern_fitted: np.ndarray) -> pd.DataFrame | None:
+    """One observation per (step, token bin): the relative residual of the step's micro-batches in that bin.
+
+    Dynamic batching mixes sizes within a step, so step means all sit near the same mean size and hide a
+    bend; cells keep the size. Bins: quantiles of the micro-batches' tokens (up to 8). Cells of one step
+    share its noise, which makes differences between bins less noisy than the pure error says (the test is
+    conservative)."""
+    resp = design.responses[response]
+    # micro-batch 0 carries the per-step cost, whose estimate absorbs part of any misfit: leave it out
+    later = design.x[:, design.names.index("per_step")] == 0 if "per_step" in design.names else True
+    cnt = np.where(later, np.asarray(resp.pattern_count), 0.0)
+    if not (cnt > 0).any():
+        return None
+    order = np.argsort(design.tokens)
+    cum = np.cumsum(cnt[order]) / cnt.sum()
+    qs = np.interp(np.linspace(0, 1, _MAX_BINS + 1)[1:-1], cum, design.tokens[order])
+    bins = np.digitize(design.tokens, np.unique(qs))
+    onehot = np.eye(int(bins.max()) + 1)[bins] * np.asarray(later, float).reshape(-1, 1)  # (patterns, bins)
+    c = np.asarray(resp.count @ onehot)
+    tot = np.asarray(resp.total @ onehot)
+    fit = np.asarray(resp.count @ (onehot * pattern_fitted[:, None]))
+    tok = np.asarray(resp.count @ (onehot * design.tokens[:, None]))
+    u, b = np.nonzero((c > 0) & (fit > 0))
+    if len(np.unique(b)) < 3:
+        return None
+    return pd.DataFrame(
+        {"g": b, "r": (tot[u, b] - fit[u, b]) / fit[u, b], "f": 1.0, "n": tok[u, b] / c[u, b]}
+    )
+
+
 def _curvature_p(design: Design, response: str) -> float | None:
     """p-value of an added (standardized) squared-size term, CR3 t test; None when it cannot be tested."""
     n = design.tokens
@@ -67,13 +97,18 @@ def lack_of_fit(
     unit_fitted: np.ndarray,
     n_params: int,
     refit: Callable[[Design], tuple[np.ndarray, np.ndarray] | None] | None = None,
+    pattern_fitted: np.ndarray | None = None,
+    line: bool = False,
 ) -> LackOfFit | None:
     """Test a fitted model against the sizes (None when there are too few sizes to test anything).
 
     Timing noise scales with the time (a 16k-token micro-batch varies by milliseconds where a 256-token one
     varies by microseconds), so the test is on relative residuals of a relative fit: ``refit`` refits the
     model on the design weighted by 1 / fitted^2 per unit (WLS) and returns its (unit residuals, unit fitted
-    values); without it the given fit's residuals are used."""
+    values); without it the given fit's residuals are used. When steps hold micro-batches of several sizes
+    (dynamic batching) and ``pattern_fitted`` (the fit's value per regressor pattern) is given, the
+    observations are (step, token bin) cells instead of step means (:func:`_cell_frame`), and for a
+    straight line (``line``) an added squared-size term is tested as well (the smaller p, Bonferroni)."""
     if refit is not None:
         ok0 = np.isfinite(unit_fitted) & (unit_fitted > 0)
         w = np.where(ok0, 1.0 / np.where(ok0, unit_fitted, 1.0) ** 2, 0.0)
@@ -81,15 +116,22 @@ def lack_of_fit(
         if again is not None:
             unit_resid, unit_fitted = again
     ok = np.isfinite(unit_resid) & np.isfinite(unit_fitted) & (unit_fitted > 0)
-    group = _groups(design, ok)
-    n_params = size_parameters(design, response, n_params)
-    frame = pd.DataFrame(
-        {"g": group[ok], "r": unit_resid[ok] / unit_fitted[ok], "f": 1.0, "n": design.unit_tokens[ok]}
-    )
+    cells = None
+    if pattern_fitted is not None and (design.unit_label[ok] < 0).any():
+        cells = _cell_frame(design, response, pattern_fitted)
+    if cells is not None:  # steps hold several sizes: a bend shows within steps, not in their means
+        frame = cells
+        n_params = int(n_params)
+    else:
+        group = _groups(design, ok)
+        n_params = size_parameters(design, response, n_params)
+        frame = pd.DataFrame(
+            {"g": group[ok], "r": unit_resid[ok] / unit_fitted[ok], "f": 1.0, "n": design.unit_tokens[ok]}
+        )
     by = frame.groupby("g", sort=True)
     r_s, f_s, m_s = by["r"].mean(), by["f"].mean(), by["r"].size()
     n_s = by["n"].mean()
-    sizes, units = len(r_s), int(ok.sum())
+    sizes, units = len(r_s), (len(frame) if cells is not None else int(ok.sum()))
     if sizes < n_params + 1:
         return None
     rel = (r_s / f_s).to_numpy()
@@ -104,8 +146,11 @@ def lack_of_fit(
         else:
             p = 0.0 if ss_lof > 0 else 1.0
         test = "pure_error_F"
+        p_curv = _curvature_p(design, response) if cells is not None and line else None
+        if p_curv is not None:  # a wide bin hides misfit in its pure error: the squared-size term too
+            test, p = "pure_error_F+quadratic", min(1.0, 2.0 * min(p, p_curv))  # Bonferroni
     else:
-        test, p = "quadratic", (_curvature_p(design, response) if n_params <= 2 else None)
+        test, p = "quadratic", (_curvature_p(design, response) if n_params <= 2 or line else None)
     rel_dev = float(np.abs(rel[worst]))
     flag = p is not None and p < LOF_ALPHA and rel_dev > LOF_MIN_REL_DEV
     small_above = bool(np.all(rel[: max(1, sizes // 3)] > 0))

@@ -46,8 +46,13 @@ def default_global_tokens(mb: pd.DataFrame) -> int:
         return int(pd.to_numeric(mb["global_tokens"], errors="coerce").median())
     if (mb["step"] == 0).all() and (mb["microbatch"] == 0).all():
         return int(mb["tokens_per_microbatch"].max())
-    cols = ["model", "phase", "precision", "tokens_per_microbatch", "repeat", "step"]
-    per_step = mb.groupby(cols, sort=False)["num_tokens"].sum()
+    keys = ["model", "phase", "precision", *(c for c in ("input", "trace", "rank") if c in mb.columns)]
+    keys += ["repeat", "step"]
+    first = mb.groupby(keys, sort=False, dropna=False)
+    spans_sizes = (first["tokens_per_microbatch"].nunique() > 1).any()
+    if not (spans_sizes and not first["microbatch"].apply(lambda m: m.duplicated().any()).any()):
+        keys.insert(3, "tokens_per_microbatch")  # a step holds one size (or step ids repeat across sizes)
+    per_step = mb.groupby(keys, sort=False, dropna=False)["num_tokens"].sum()
     if per_step.nunique() > 1 or per_step.max() > mb["tokens_per_microbatch"].max():
         return int(per_step.median())
     return int(mb["tokens_per_microbatch"].max())

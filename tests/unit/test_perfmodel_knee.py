@@ -97,3 +97,44 @@ def test_crossings_of_two_knee_curves_are_exact() -> None:
     roots, slopes = crossing_roots(wavy, base)
     assert np.isfinite(roots[0]).sum() == 2
     assert pick_root(roots, slopes, "faster_above")[0] > pick_root(roots, slopes, "faster_below")[0]
+
+
+def _traced_steps(truth, seed: int, steps: int = 8) -> pd.DataFrame:
+    """Dynamic batching as traces show it: each traced step holds micro-batches of many sizes (the size
+    label is the detected size), a step of one rank is the unit."""
+    rng = np.random.default_rng(seed)
+    sizes = np.unique(np.geomspace(256, 32768, 40).astype(int))
+    df = simulate_sweep(truth, sizes=sizes, repeats=steps, microbatches=1, rng=rng, stall_per_token_s=0.0)
+    df["step"] = df["repeat"]
+    df["microbatch"] = df.groupby(["precision", "step"]).cumcount()
+    df = df.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # micro-batch order within a step
+    return df.assign(source="detected")
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_knee_inside_dynamic_steps_is_found_within_steps_not_hidden_in_their_means(gpu: bool) -> None:
+    df = _traced_steps(KNEE, seed=3)
+    base, low = _pair(df if gpu else _no_gpu(df))
+    for f in (base, low):
+        assert f.design.unit_kind == "step" and f.design.n_units == 8  # steps, not single micro-batches
+        assert not f.wall.line_ok and f.wall.lack_of_fit.test.startswith("pure_error_F")
+        assert f.wall.model == ("parts" if gpu else "knee")
+    be = find_breakeven(base, low)
+    assert be.ci[0] <= TRUE_N <= be.ci[1]
+
+
+def test_a_straight_line_inside_dynamic_steps_is_kept() -> None:
+    from perfmodel.simulate import PAPER_LIKE
+
+    base, low = _pair(_traced_steps(PAPER_LIKE, seed=4))
+    assert base.wall.line_ok and low.wall.line_ok
+    be = find_breakeven(base, low)
+    assert be.model == "line" and be.ci[0] <= 4500 <= be.ci[1]
+
+
+def test_the_global_batch_of_dynamic_steps_is_the_tokens_of_a_step() -> None:
+    from perfmodel.recommend import default_global_tokens
+
+    df = _traced_steps(KNEE, seed=5)
+    per_step = df.groupby(["precision", "step"])["num_tokens"].sum()
+    assert default_global_tokens(df) == int(per_step.median())
