@@ -105,8 +105,10 @@ def _one_sided(be: Breakeven, case: str) -> str:
 
 
 def _crossing(cross: Crossing | None, low: str) -> str:
-    if cross is None or not cross.sizes:
+    if cross is None:
         return ""
+    if not cross.sizes:  # the model-free answer is always stated, also when there is none
+        return f". Measured: no model-free crossing ({cross.note})"
     if cross.tokens is None:
         return f". Measured: {cross.note}".replace("low is", f"{low} is")
     lo, hi = cross.tokens

@@ -201,3 +201,13 @@ def test_a_bootstrap_interval_always_holds_its_own_estimate() -> None:
     skewed = np.linspace(2.0, 3.0, 101)  # replicates all above the estimate (a knee resting on one size)
     assert covering_ci(skewed, 1.0) == (1.0, pytest.approx(2.975))
     assert covering_ci(skewed, 2.5) == pytest.approx((2.025, 2.975))
+
+
+def test_the_headline_says_when_there_is_no_model_free_crossing() -> None:
+    a = simulate_sweep(
+        {"bf16": (0.010, 4e-6, 0.002)}, sizes=(256, 1024, 4096, 16384), rng=np.random.default_rng(1)
+    )
+    b = simulate_sweep({"mxfp8": (0.019, 2e-6, 0.009)}, sizes=(512, 2048, 8192), rng=np.random.default_rng(2))
+    (e,) = analyze(FitInputs(pd.concat([a, b], ignore_index=True)), n_boot=100)["models"]
+    assert e["breakeven"]["crossing"] is None
+    assert "Measured: no model-free crossing (fewer than two sizes measured in both)" in e["verdict"]
