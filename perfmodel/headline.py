@@ -134,7 +134,10 @@ def _gpu_busy(be: Breakeven | None) -> str:
         "indistinguishable": "indistinguishable",
     }[be.case]
     if be.case in ("always_faster", "never_faster") and not all(_significant(be)):
-        words = f"{be.case} by the case table (one difference within noise)"
+        fixed_sig, _ = _significant(be)
+        lo, hi = (_ms(v) for v in be.d_fixed_ci) if not fixed_sig else (_us(v) for v in be.d_tok_ci)
+        what = "fixed-cost" if not fixed_sig else "per-token"
+        words = f"{be.case} by the case table (the {what} difference is within noise: {lo} to {hi})"
     return f". With host overhead removed (GPU busy time): {words}"
 
 

@@ -193,6 +193,8 @@ def test_faster_at_every_size_is_claimed_only_when_both_differences_are_signific
     if not claim:  # the hedge names the difference within noise and bounds any breakeven
         assert "by the case table, but the fixed-cost difference is within noise" in e["verdict"]
         assert "any breakeven lies below" in e["verdict"]
+        busy = e["verdict"].split("With host overhead removed")[1]
+        assert "by the case table (the fixed-cost difference is within noise" in busy
 
 
 def test_a_bootstrap_interval_always_holds_its_own_estimate() -> None:
