@@ -39,7 +39,10 @@ def _rss_bytes() -> int:
 
 
 def _peak_bytes() -> int:
-    self_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """This process's high-water RSS (``VmHWM``: its own address space; ``ru_maxrss`` would carry the
+    parent's peak across fork + exec) or its largest reaped child's, whichever is larger."""
+    with open("/proc/self/status") as fh:
+        self_kib = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
     child_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(self_kib, child_kib) * 1024
 
@@ -83,11 +86,14 @@ def main(tool: str, path: str) -> dict[str, object]:
 
         stream = {"1": True, "0": False}.get(os.environ.get("MXPERF_STREAM", ""))
         base = _rss_bytes()
+        cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mxperf-bench-", dir=os.environ.get("MXPERF_TMP")) as tmp:
             workers = int(os.environ.get("MXPERF_DECODE_WORKERS", "1"))
             r = ingest_file(str(p), detect_format(p), None, tmp, 0, streaming=stream, decode_workers=workers)
             info = {"events": r.num_events, "busy_ns": int(r.devices["busy_ns"].sum()), "streamed": stream}
+            cpu = _cpu_seconds()  # load-independent: what K idle cores would overlap
+            info.update({k: round(v - cpu0[k], 3) for k, v in cpu.items()})
             if os.environ.get("MXPERF_KEEP_EVENTS"):  # for the duckdb tool (a rename: same disk)
                 os.replace(r.staged_events, os.environ["MXPERF_KEEP_EVENTS"])
     elif tool == "mxperf-cli":  # the whole command (MXPERF_ARGS: extra flags), e.g. a rank set
@@ -203,6 +209,12 @@ def _duckdb_steps(con: object, p: Path) -> dict[str, object]:
     host = sum(b.num_rows for b in reader)
     seconds["host_sort"] = time.perf_counter() - t
     return {"busy_ns": int(busy or 0), "joined_ops": int(joined), "host_items": host, "seconds": seconds}
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """CPU seconds of this process and of its reaped children (e.g. ``--workers`` decoders)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"cpu_main_s": me.ru_utime + me.ru_stime, "cpu_children_s": kids.ru_utime + kids.ru_stime}
 
 
 def _full_analysis(trace: object) -> int:

@@ -14,6 +14,7 @@ the whole process when the trace has no ranges). Spill files live in ``spill_dir
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -165,6 +166,7 @@ def stream_kineto(
     ``workers`` > 1 decodes the file in that many processes (``kineto_parallel``); a piece it cannot decode
     alone sends the whole file back through the serial reader."""
     args = (rank, include_python, phase_map, labels, pattern, events_path)
+    return_large_frees()
     if workers > 1:
         try:
             return _spilled(
@@ -176,6 +178,34 @@ def stream_kineto(
         except Fallback:
             pass
     return _spilled(path, spill_dir, KinetoDecoder(path, include_python, progress=progress), *args)
+
+
+MMAP_THRESHOLD_BYTES = 128 << 10
+
+
+def return_large_frees() -> bool:
+    """Fix glibc's mmap threshold at 128 KiB, so every freed array (a chunk's columns, the per-op
+    temporaries of the analysis) goes back to the OS at once. By default glibc raises the threshold to the
+    largest block freed (up to 32 MiB) and then serves such blocks from its heap, which it keeps: a streamed
+    4 GB GPU-heavy trace peaked ~15 % higher, and the RSS after each analysis step stayed at its high-water
+    mark. Process-wide and idempotent; False (nothing done) where the C library is not glibc or
+    ``MALLOC_MMAP_THRESHOLD_`` is set."""
+    import ctypes
+    import ctypes.util
+
+    global _FREES_RETURNED
+    if _FREES_RETURNED is None and os.environ.get("MALLOC_MMAP_THRESHOLD_"):  # the user's choice stands
+        _FREES_RETURNED = False
+    if _FREES_RETURNED is None:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _FREES_RETURNED = bool(libc.mallopt(-3, MMAP_THRESHOLD_BYTES))  # M_MMAP_THRESHOLD
+        except (OSError, AttributeError):
+            _FREES_RETURNED = False
+    return _FREES_RETURNED
+
+
+_FREES_RETURNED: bool | None = None
 
 
 def _spilled(path: str, spill_dir: str | None, dec: Any, *args: Any) -> StreamedTrace:
