@@ -21,7 +21,9 @@ ROWS = list(csv.DictReader(NAMES.open(newline="")))
 def _why(name: str) -> str:
     pm = default_phase_map()
     i = pm.rule_for(name)
-    return "no rule" if i is None else f"rule {i} ({pm.frameworks[i] or 'generic'}): {pm.rules[i][0].pattern!r}"
+    return (
+        "no rule" if i is None else f"rule {i} ({pm.frameworks[i] or 'generic'}): {pm.rules[i][0].pattern!r}"
+    )
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['framework']}:{r['name']}" for r in ROWS])
