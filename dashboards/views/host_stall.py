@@ -17,7 +17,12 @@ st.caption(
     "(launch-end rule), as a share of the GPU's active span. Only a GPU trace has it: CPU runs never show 0 %."
 )
 
-ingests = ui.usable("ingest")
+# a metric-log import has step timers but no GPU ops: nothing to say about host stall
+ingests = [
+    e
+    for e in ui.usable("ingest")
+    if any(t.get("format") != "metric_log" for t in e.manifest.get("traces") or [{}])
+]
 pair = ui.current_pair()
 if not ingests:
     ui.unusable_notes([e for e in ui.entries() if e.kind == "ingest"], "ingest")
