@@ -143,6 +143,10 @@ def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall"
         significant = None if significant else significant
     if not flips:
         side = "slower" if diffs[0] > 0 else "faster"
+        n_sig = sum(1 for p in ps if p is not None and p < ALPHA)
+        strength = (
+            "" if n_sig == len(ps) else f" (point estimates; significant at {n_sig} of {len(ps)} sizes)"
+        )
         return Crossing(
             None,
             None,
@@ -153,7 +157,7 @@ def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall"
             ps,
             all_paired,
             grouping,
-            f"low is {side} at every measured size",
+            f"low is {side} at every measured size{strength}",
         )
     i, j = flips[0]
     note = ""

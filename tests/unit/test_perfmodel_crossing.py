@@ -39,6 +39,20 @@ def test_no_crossing_when_one_precision_is_faster_everywhere() -> None:
     assert "faster at every measured size" in c.note
 
 
+def test_same_sign_everywhere_within_noise_is_said_to_be_point_estimates() -> None:
+    # a tiny, constant difference drowned in noise: the signs may agree, the claim must not be confident
+    truth = {"bf16": (0.010, 4e-6, 0.002), "mxfp8": (0.0097, 3.95e-6, 0.002)}
+    for seed in range(20):
+        c = measured_crossing(*_pair(simulate_sweep(truth, noise=0.1, rng=np.random.default_rng(seed))))
+        if c.tokens is None and "at every measured size" in c.note:
+            n_sig = sum(1 for p in c.p_values if p is not None and p < 0.05)
+            assert (n_sig == len(c.p_values)) == ("point estimates" not in c.note), c.note
+            if n_sig < len(c.p_values):
+                assert f"significant at {n_sig} of {len(c.p_values)} sizes" in c.note
+                return
+    raise AssertionError("no seed gave a same-sign, not-all-significant case")
+
+
 def test_a_crossing_between_noisy_sizes_is_not_called_significant() -> None:
     truth = {
         "bf16": (0.010, 4e-6, 0.002),
