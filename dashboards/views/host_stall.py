@@ -18,11 +18,14 @@ st.caption(
 )
 
 # a metric-log import has step timers but no GPU ops: nothing to say about host stall
-ingests = [
-    e
-    for e in ui.usable("ingest")
-    if any(t.get("format") != "metric_log" for t in e.manifest.get("traces") or [{}])
-]
+
+
+def _metric_logs_only(traces: object) -> bool:
+    items = traces if isinstance(traces, list) else []
+    return bool(items) and all(isinstance(t, dict) and t.get("format") == "metric_log" for t in items)
+
+
+ingests = [e for e in ui.usable("ingest") if not _metric_logs_only(e.manifest.get("traces"))]
 pair = ui.current_pair()
 if not ingests:
     ui.unusable_notes([e for e in ui.entries() if e.kind == "ingest"], "ingest")
