@@ -18,8 +18,8 @@ on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must
 ``cores``: one synthetic trace decoded by 1, 2, ... processes (``--workers K`` with one input), streaming path.
 ``engine``: the design choice: the streaming path's overhead over the in-memory path, against DuckDB running
 the out-of-core steps (busy union, launch join, host items in (pid, start) order) over the event Parquet it wrote.
-``nsys``: the real nsys export with its event tables repeated 1, 16, 64 times (shifted, ids renumbered): an
-export is read in memory, so this shows its peak RSS per event row next to a plain SELECT's (``sqlite``).
+``nsys``: the real nsys export with its event tables repeated 1, 16, 64 times (shifted, ids renumbered), read
+a block of rows at a time (``stream``) and whole (``memory``), next to a plain SELECT's ``fetchall`` (``sqlite``).
 
 Time = wall seconds of the work; memory = peak RSS minus the RSS after imports (the command's largest pool
 child included; Ray's workers are separate processes, reported by the driver only). One thread per process.
@@ -199,25 +199,31 @@ def nsys_copies(out: Path, copies: int) -> int:
 
 
 def by_nsys(args: argparse.Namespace) -> dict:
-    """nsys exports are read in memory (SQLite is on disk already): peak RSS against the export's size."""
+    """nsys exports read a block of rows at a time (``stream``) and whole (``memory``), next to the plain
+    SELECTs (``sqlite``): peak RSS and time against the export's size; busy must be copies x the original's."""
     out = {}
     base_busy = None
     for copies in sorted(args.copies):
         db = args.tmp / f"mxperf_nsys_x{copies}.sqlite"
         try:
             rows = nsys_copies(db, copies)
-            tools = {"mxperf": ("mxperf-file", {"MXPERF_TMP": str(args.tmp)}), "sqlite": ("sqlite", {})}
+            tmp = {"MXPERF_TMP": str(args.tmp)}
+            tools = {
+                "stream": ("mxperf-file", {**tmp, "MXPERF_STREAM": "1"}),
+                "memory": ("mxperf-file", {**tmp, "MXPERF_STREAM": "0"}),
+                "sqlite": ("sqlite", {}),
+            }
             res = median_runs(tools, db, args.repeats)
             size = db.stat().st_size
         finally:
             db.unlink(missing_ok=True)
-        busy = res["mxperf"]["info"]["busy_ns"]
         if copies == 1:
-            base_busy = busy
-        elif base_busy is not None:
-            res["mxperf"]["busy_exact"] = busy == copies * base_busy
-        per_row = res["mxperf"]["peak_rss_mb"] * 2**20 / rows
-        out[f"x{copies}"] = {"sqlite_bytes": size, "event_rows": rows, "bytes_per_row": per_row, **res}
+            base_busy = res["memory"]["info"]["busy_ns"]
+        for tool in ("stream", "memory"):
+            busy = res[tool]["info"]["busy_ns"]
+            res[tool]["busy_exact"] = base_busy is not None and busy == copies * base_busy
+            res[tool]["bytes_per_row"] = res[tool]["peak_rss_mb"] * 2**20 / rows
+        out[f"x{copies}"] = {"sqlite_bytes": size, "event_rows": rows, **res}
     return out
 
 

@@ -13,13 +13,15 @@ is a bug and keeps its traceback; ``MXPERF_DEBUG=1`` shows the traceback of ever
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import importlib
 import importlib.util
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tracing.outputs.version import __version__
@@ -190,7 +192,12 @@ def _dispatch(argv: list[str]) -> int:
             print(f"{who}: error: {needs_line(command, missing)}", file=sys.stderr)
             return 2
     try:  # building the parser imports the command's module: the same rule covers it
-        parser = build_parser(command)
+        with _imports_uncollected():
+            if command == "ingest":  # a lone Kineto file is decoded by a child while pandas imports
+                from mxperf.commands.ingest_args import start_prefetch
+
+                start_prefetch(argv[argv.index(command) + 1 :])
+            parser = build_parser(command)
         args = parser.parse_args(argv)
         if getattr(args, "_module", None) is None:
             parser.print_help(sys.stderr)
@@ -212,6 +219,25 @@ def _dispatch(argv: list[str]) -> int:
 
         print(f"{who}: error: {shown(line)}", file=sys.stderr)  # the output's name, never its temp folder
         return 2
+
+
+@contextlib.contextmanager
+def _imports_uncollected() -> Iterator[None]:
+    """In a fresh process (pandas not imported yet), no garbage collection while the command's modules are
+    imported, then freeze what they made: it lives as long as the process, and later collections skip it.
+
+    Imports make almost no garbage (~750 objects for ``mxperf ingest``'s) but ~120k tracked objects, which
+    the collector would otherwise traverse again and again (0.06-0.09 s of a 0.9 s ingest). In-process
+    callers that already imported pandas (tests, notebooks), or run without a collector, keep theirs as it is."""
+    fresh = "pandas" not in sys.modules and gc.isenabled()
+    if fresh:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if fresh:
+            gc.enable()
+            gc.freeze()
 
 
 def one_line(exc: BaseException) -> str | None:

@@ -26,6 +26,7 @@ from tracing.analysis.logged_steps import logged_step_tables
 from tracing.analysis.microbatches import MicrobatchResult, find_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
 from tracing.ingest.detect import load_trace
+from tracing.ingest.kineto_decode import STREAM_ABOVE_BYTES as _STREAM_ABOVE_BYTES
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import store
@@ -103,10 +104,13 @@ def analyze_parts(
         "streams": metrics.stream_breakdown(trace.events, ops=ops),
         "ranges": ranges,
         "kernels": kernels,
-        "steps": steps.trace_step_phases(_with_trace_cols(ranges, trace)),
+        "steps": steps.trace_step_phases(_with_trace_cols(ranges[list(_STEP_INPUT)], trace)),
         "microbatches": mb.table,
     }
     return Analysis(tables, mb, timelines)
+
+
+_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns")  # what trace_step_phases reads (+ trace, rank)
 
 
 def analyze(
@@ -144,8 +148,8 @@ def ingest_file(
     """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given.
 
     ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
-    micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file is read in bounded memory
-    (``tracing.streamed``: same tables) when True, in memory when False, and by its size when None
+    micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file or nsys export is read in
+    bounded memory (``tracing.streamed``: same tables) when True, in memory when False, and by its size when None
     (:func:`use_streaming`). ``progress(bytes_read, file_bytes)`` is called as a streamed file is read.
     ``decode_workers`` > 1: a Kineto file is streamed and decoded by that many processes (same tables)."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
@@ -166,6 +170,20 @@ def ingest_file(
             spill_dir=stage_dir,
             progress=progress,
             workers=decode_workers,
+        )
+        trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
+    elif fmt == "nsys" and use_streaming(path, streaming):
+        from tracing.streamed import stream_nsys  # a block of rows at a time; the same tables
+
+        st = stream_nsys(
+            path,
+            rank=rank,
+            phase_map=phase_map,
+            labels=labels,
+            pattern=pattern,
+            events_path=staged,
+            spill_dir=stage_dir,
+            progress=progress,
         )
         trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
     else:
@@ -199,12 +217,13 @@ def ingest_file(
     )
 
 
-STREAM_ABOVE_BYTES = 64 << 20  # on disk: ~64 MB gzipped is ~0.5 GB of JSON, ~1 GB of in-memory tables
+# files above this size on disk are streamed by default (mxperf ingest decides from the same constant)
+STREAM_ABOVE_BYTES = _STREAM_ABOVE_BYTES
 
 
 def use_streaming(path: str, streaming: bool | None) -> bool:
-    """Whether a Kineto file goes through the bounded-memory path (``streaming`` None: files above
-    :data:`STREAM_ABOVE_BYTES` on disk; small files are faster in memory)."""
+    """Whether a Kineto file or nsys export goes through the bounded-memory path (``streaming`` None: files
+    above :data:`STREAM_ABOVE_BYTES` on disk; small files are faster in memory)."""
     if streaming is not None:
         return streaming
     try:
@@ -341,10 +360,11 @@ def ingest_many(
                     progress.file_done()
             return [f.result() for f in futures]  # in order: the first failing file's error
     out = []
-    one = workers if len(jobs) == 1 else 1  # one file: its decoding spreads over the workers
+    # One file stays in this process whatever ``workers`` says: splitting its decoding over processes
+    # (``ingest_file(decode_workers=K)``) measured slower on any core count (docs/tracing.md).
     for job in jobs:
         bytes_read = progress.bytes_read if progress is not None else None
-        out.append(ingest_file(*job, progress=bytes_read, decode_workers=one))
+        out.append(ingest_file(*job, progress=bytes_read))
         if progress is not None:
             progress.file_done()
     return out

@@ -1,6 +1,7 @@
-"""Streaming ingest of one Kineto trace in bounded memory: the same tables as the in-memory path, any trace size.
+"""Streaming ingest of one Kineto trace or nsys export in bounded memory: the in-memory path's tables, any size.
 
     file --(KinetoDecoder: ~1M rows at a time)--> raw rows (disk) | launches, host items (sorted runs, disk)
+         (NsysDecoder: a block of rowids of each table at a time)
                                                   | GPU ops, ranges (memory: a few % of the events)
     raw rows --(launching pid of GPU rows, base time)--> events Parquet, one row group per chunk
     GPU ops --(merge join with the launches in (pid, correlation) order)--> ops --> devices, streams, kernels,
@@ -32,6 +33,8 @@ from tracing.analysis.phases import PhaseMap
 from tracing.ingest.kineto import KinetoDecoder, trace_info
 from tracing.ingest.kineto_parallel import Fallback, ParallelKinetoDecoder
 from tracing.ingest.kineto_rows import KIND_CODE
+from tracing.ingest.nsys import nvtx_shape_codes
+from tracing.ingest.nsys_stream import NsysDecoder
 from tracing.ingest.spill import RowFile, SortedRuns
 from tracing.ingest.trace import Trace, events_frame
 from tracing.outputs import schema, store
@@ -40,7 +43,7 @@ from tracing.outputs.labels import Labels
 CHUNK_ROWS = 1 << 17  # decoded rows per chunk (and per event-table row group)
 RUN_ROWS = 1 << 18  # rows per sorted run of launches / host items
 _INT_COLUMNS = tuple(c for c in schema.EVENT_COLUMNS if schema.EVENT_COLUMNS[c] == "int64")
-RAW_COLUMNS = ("rid", "kind", "name", "shapes", *_INT_COLUMNS)
+RAW_COLUMNS = ("rid", "kind", "name", "shapes", "domain", *_INT_COLUMNS)
 LAUNCH_COLUMNS = ("key", "rid", "tid", "start", "dur", "corr", "pid")
 OP_COLUMNS = ("rid", "kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation")
 _OP_CODES = [KIND_CODE[k] for k in schema.GPU_OP_KINDS]
@@ -85,6 +88,8 @@ class _Pass1:
 
     def add(self, c: dict[str, np.ndarray]) -> None:
         n = len(c["kind"])
+        if "domain" not in c:  # Kineto rows: one (empty) domain
+            c["domain"] = np.zeros(n, np.int32)
         c["rid"] = np.arange(self.rows, self.rows + n, dtype=np.int64)
         self.rows += n
         self.raw.add(c)
@@ -180,6 +185,24 @@ def stream_kineto(
     return _spilled(path, spill_dir, KinetoDecoder(path, include_python, progress=progress), *args)
 
 
+def stream_nsys(
+    path: str,
+    *,
+    rank: int | None,
+    phase_map: PhaseMap,
+    labels: Labels | None,
+    pattern: str | None,
+    events_path: str | None,
+    spill_dir: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> StreamedTrace:
+    """:func:`stream_kineto` for an Nsight Systems SQLite export: read a block of rows at a time
+    (``tracing.ingest.nsys_stream``), the tables of ``tracing.jobs.analyze_trace(load_nsys_events(path))``."""
+    return_large_frees()
+    args = (rank, False, phase_map, labels, pattern, events_path)
+    return _spilled(path, spill_dir, NsysDecoder(path, progress=progress), *args)
+
+
 MMAP_THRESHOLD_BYTES = 128 << 10
 
 
@@ -236,16 +259,25 @@ def _stream(
             p1.add(dec.columns.take())
     p1.flags(list(dec.columns.names))
     p1.add(dec.columns.take())
-    names, shape_cats = list(dec.columns.names), list(dec.columns.shapes)
-    base_ns, resolved, info = trace_info(Path(path), dec.reader.meta, rank, dec.skipped)
-    fix = _gpu_pid_fixer(p1)
+    names = list(dec.columns.names)
+    if isinstance(dec, NsysDecoder):  # session-clock ns, GPU rows carry their own pid, shapes by name
+        fmt, base_ns, domains = "nsys", 0, dec.domains
+        resolved, info = dec.finish(rank)
+        shape_cats, lut = dec.shape_names, dec.shape_lut
+        fix = _nsys_shapes(lut)
+        host_chunks: Iterator[dict[str, np.ndarray]] = _nsys_host_shapes(p1.host.merged(), lut)
+    else:
+        fmt, domains, shape_cats = "kineto", [""], list(dec.columns.shapes)
+        base_ns, resolved, info = trace_info(Path(path), dec.reader.meta, rank, dec.skipped)
+        fix = _gpu_pid_fixer(p1)
+        host_chunks = _shifted(p1.host.merged(), base_ns)
     if events_path is not None:
-        meta = {"trace": str(Path(path)), "format": "kineto", "rank": resolved}
-        store.write_table_parts(_event_parts(p1.raw, base_ns, fix, names, shape_cats), events_path, meta)
+        meta = {"trace": str(Path(path)), "format": fmt, "rank": resolved}
+        parts = _event_parts(p1.raw, base_ns, fix, names, shape_cats, domains)
+        store.write_table_parts(parts, events_path, meta)
     ops = _ops(p1, base_ns, fix, names)
-    range_rows = _concat(p1.ranges, RAW_COLUMNS)
-    range_rows["start_ns"] = range_rows["start_ns"] + np.int64(base_ns)
-    trace = Trace(str(Path(path)), "kineto", _frame(range_rows, names, shape_cats), rank=resolved, meta=info)
+    ranges = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
+    trace = Trace(str(Path(path)), fmt, ranges, rank=resolved, meta=info)
     optimizer = _optimizer(p1.optimizer, base_ns)
     for st in p1.stats.values():
         if st.first_ns is not None:
@@ -256,7 +288,7 @@ def _stream(
         return find_microbatches_streamed(
             names,
             shape_cats,
-            _shifted(p1.host.merged(), base_ns),
+            host_chunks,
             p1.host_pids,
             p1.stats,
             optimizer,
@@ -266,7 +298,7 @@ def _stream(
             labels,
             pattern,
             resolved,
-            "kineto",
+            fmt,
             timelines,
         )
 
@@ -274,18 +306,38 @@ def _stream(
     return StreamedTrace(trace, p1.rows, len(ops), analysis)
 
 
-def _concat(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:
-    if not parts:
-        return {c: np.zeros(0, np.int64) for c in columns}
-    return {c: np.concatenate([p[c] for p in parts]) for c in columns}
+def _range_frame(
+    p1: _Pass1,
+    base_ns: int,
+    fix: Callable[[dict[str, np.ndarray]], None],
+    names: list[str],
+    shape_cats: list[str],
+    domains: list[str],
+) -> pd.DataFrame:
+    """The range rows as event-table rows (the trace's ``events``); the raw rows are freed on the way."""
+    rows = _concat_freeing(p1.ranges, RAW_COLUMNS)
+    rows["start_ns"] += np.int64(base_ns)
+    fix(rows)
+    return _frame(rows, names, shape_cats, domains)
 
 
-def _frame(cols: dict[str, Any], names: list[str], shape_cats: list[str]) -> pd.DataFrame:
+def _concat_freeing(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The parts' rows as one array per column, one column at a time, dropping each part's column once
+    copied (and emptying ``parts``): holds the rows once plus one column, not twice."""
+    out: dict[str, np.ndarray] = {}
+    for c in columns:
+        out[c] = np.concatenate([p.pop(c) for p in parts]) if parts else np.zeros(0, np.int64)
+    parts.clear()
+    return out
+
+
+def _frame(cols: dict[str, Any], names: list[str], shape_cats: list[str], domains: list[str]) -> pd.DataFrame:
     """Event-table rows (``schema.EVENT_COLUMNS``; absent int columns are -1) from column arrays."""
     n = len(cols["kind"])
     full = {c: cols[c] if c in cols else np.full(n, schema.NO_ID, np.int64) for c in _INT_COLUMNS}
     full.update(kind=cols["kind"], name=cols["name"], shapes=cols.get("shapes", np.zeros(n, np.int32)))
-    return events_frame(full, names, list(schema.EVENT_KINDS), [""], shape_cats)
+    full["domain"] = cols.get("domain", np.zeros(n, np.int32))
+    return events_frame(full, names, list(schema.EVENT_KINDS), domains, shape_cats)
 
 
 def _event_parts(
@@ -294,11 +346,31 @@ def _event_parts(
     fix: Callable[[dict[str, np.ndarray]], None],
     names: list[str],
     shapes: list[str],
+    domains: list[str],
 ) -> Iterator[pd.DataFrame]:
     for block in raw.blocks(CHUNK_ROWS):
         block["start_ns"] = block["start_ns"] + np.int64(base_ns)
         fix(block)
-        yield _frame(block, names, shapes)
+        yield _frame(block, names, shapes, domains)
+
+
+def _nsys_shapes(lut: np.ndarray) -> Callable[[dict[str, np.ndarray]], None]:
+    """An nsys export's rows get their emit_nvtx shape codes (by range name) once every name is known."""
+
+    def fix(block: dict[str, np.ndarray]) -> None:
+        if "shapes" in block:
+            block["shapes"] = nvtx_shape_codes(block["kind"], block["name"].astype(np.int64), lut)
+
+    return fix
+
+
+def _nsys_host_shapes(
+    chunks: Iterator[dict[str, np.ndarray]], lut: np.ndarray
+) -> Iterator[dict[str, np.ndarray]]:
+    """Host items of an export (runtime / driver calls and NVTX op ranges) with their ranges' shape codes."""
+    for c in chunks:
+        c["shape"] = np.where(c["is_call"] == 1, 0, lut[c["code"]] if len(lut) else 0).astype(np.int64)
+        yield c
 
 
 def _shifted(chunks: Iterator[dict[str, np.ndarray]], base_ns: int) -> Iterator[dict[str, np.ndarray]]:
@@ -370,25 +442,17 @@ def _ops(
     p1: _Pass1, base_ns: int, fix: Callable[[dict[str, np.ndarray]], None], names: list[str]
 ) -> pd.DataFrame:
     """``metrics.gpu_ops`` of the trace: GPU op rows (memory) joined with the launch runs (disk) in key order."""
-    cols = _concat(p1.ops, OP_COLUMNS)
-    p1.ops = []
-    cols["start_ns"] = cols["start_ns"] + np.int64(base_ns)
+    cols = _concat_freeing(p1.ops, OP_COLUMNS)
+    cols["start_ns"] += np.int64(base_ns)
     fix(cols)
-    # metrics.gpu_ops(events, categorical_names=True) of these rows, built column by column (no event table)
-    kinds = np.array([*schema.EVENT_KINDS, np.nan], dtype=object)
-    data: dict[str, Any] = {
-        "kind": pd.Series(kinds[cols.pop("kind")], dtype=object, copy=False),
-        "name": pd.Series(pd.Categorical.from_codes(cols.pop("name").astype(np.int32), categories=names)),
-    }
-    data.update({c: cols.pop(c) for c in ("pid", "device", "stream", "start_ns", "dur_ns", "correlation")})
-    ops = pd.DataFrame(data, copy=False)
-    ops["end_ns"] = ops["start_ns"] + ops["dur_ns"]
-    del cols, data
-    key = metrics.launch_key(ops["pid"].to_numpy(), ops["correlation"].to_numpy()).view(np.int64)
-    has_corr = np.flatnonzero(ops["correlation"].to_numpy() >= 0)
+    n_ops = len(cols["kind"])
+    # the launch join on arrays first, the frame last: pandas copies a column set on a frame
+    key = metrics.launch_key(cols["pid"], cols["correlation"]).view(np.int64)
+    has_corr = np.flatnonzero(cols["correlation"] >= 0)
     order = has_corr[np.argsort(key[has_corr], kind="stable")]
     keys = key[order]
-    l_start = np.full(len(ops), schema.NO_ID, np.int64)
+    del key, has_corr
+    l_start = np.full(n_ops, schema.NO_ID, np.int64)
     l_end, l_tid = l_start.copy(), l_start.copy()
     last = None
     for chunk in p1.launches.merged(CHUNK_ROWS):
@@ -410,7 +474,14 @@ def _ops(
         l_start[rows] = start
         l_end[rows] = start + chunk["dur"][src]
         l_tid[rows] = chunk["tid"][src]
-    ops["launch_start_ns"] = l_start
-    ops["launch_end_ns"] = l_end
-    ops["launch_tid"] = l_tid
-    return ops
+    del order, keys
+    # metrics.gpu_ops(events) of these rows (names as a categorical), built from the arrays without copies
+    kinds = np.array([*schema.EVENT_KINDS, np.nan], dtype=object)
+    data: dict[str, Any] = {
+        "kind": pd.Series(kinds[cols.pop("kind")], dtype=object, copy=False),
+        "name": pd.Series(pd.Categorical.from_codes(cols.pop("name").astype(np.int32), categories=names)),
+    }
+    data.update({c: cols.pop(c) for c in ("pid", "device", "stream", "start_ns", "dur_ns", "correlation")})
+    data["end_ns"] = data["start_ns"] + data["dur_ns"]
+    data.update(launch_start_ns=l_start, launch_end_ns=l_end, launch_tid=l_tid)
+    return pd.DataFrame(data, copy=False)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from mxperf.commands.ingest_args import add_arguments
 from tracing.analysis.crossrank import cross_rank_tables
 from tracing.analysis.metrics import measure
 from tracing.ingest.detect import expand_inputs
@@ -29,71 +30,11 @@ from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 from tracing.outputs.labels import Labels, parse_labels, sidecar_labels
 from tracing.outputs.manifest import OutputDir
-from tracing.outputs.placement import FORCE_HELP, OUT_HELP
 from tracing.outputs.precisions import PRECISION_IDS
 from tracing.progress import Progress
 
 STAGING = ".staging"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="Kineto .json(.gz), nsys .sqlite, mxperf run dir, or a dir of traces",
-    )
-    p.add_argument("-o", "--out", required=True, type=Path, help=OUT_HELP)
-    p.add_argument(
-        "--json", action="store_true", help="print the docs/contracts.md ingest JSON as the last stdout line"
-    )
-    p.add_argument("--label", help="model=M,precision=P,tokens_per_microbatch=N[,phase=update][,repeat=R]")
-    p.add_argument(
-        "--rank", type=int, help="rank of a single input that names none (no distributedInfo, no rank-N)"
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="local processes: one file each; one input: its decoding (default 1)",
-    )
-    p.add_argument(
-        "--stream",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="read Kineto files in bounded memory (same tables; auto: files over 64 MB on disk)",
-    )
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress line on stderr: files done, bytes read (default: when stderr is a terminal)",
-    )
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="map files over a Ray cluster ('local' starts one); needs mxperf[ray]",
-    )
-    p.add_argument(
-        "--microbatch-range",
-        metavar="PATTERN",
-        help="regex (full match) naming your micro-batch ranges (default: found from the trace's structure)",
-    )
-    p.add_argument(
-        "--colocated",
-        action="store_true",
-        help="the inputs are processes of one machine sharing GPUs by device index (sampler + learner): "
-        "union each device's busy time over all of them",
-    )
-    p.add_argument(
-        "--phase-map", metavar="FILE", help="phase-map TOML replacing tracing/analysis/phase_map.toml"
-    )
-    p.add_argument(
-        "--python-functions",
-        action="store_true",
-        help="keep Kineto python_function events (with_stack traces) in the event table (skipped by default)",
-    )
-    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+__all__ = ["add_arguments", "run"]
 
 
 def _events_name(r: FileResult, taken: set[str], index: int) -> str:
@@ -342,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | None) -> None:
     taken: set[str] = set()
+    num_ranks = 0
     for i, r in enumerate(results):
         if r.staged_events:
             target = store.events_path(out, _events_name(r, taken, i))
@@ -356,9 +298,14 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
     ):
         frames = [getattr(r, attr) for r in results if len(getattr(r, attr))]
         df = pd.concat(frames, ignore_index=True) if frames else schema.empty_frame(cols)
-        store.write_table(schema.conform(df, cols, name), out / name)
+        table = schema.conform(df, cols, name)
+        store.write_table(table, out / name)
+        if name == store.DEVICES:
+            num_ranks = table["rank"].nunique(dropna=True)
     if microbatches is not None:
         store.write_table(microbatches, out / store.MICROBATCHES)
+    if num_ranks < 2:  # cross_rank_tables gives nothing for fewer than two ranks: skip reading back
+        return
     devices, steps = (pd.read_parquet(out / n) for n in (store.DEVICES, store.STEPS))
     for name, table in cross_rank_tables(devices, steps).items():  # several ranks: across them
         store.write_table(

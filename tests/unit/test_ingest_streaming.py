@@ -1,4 +1,4 @@
-"""The streaming (bounded-memory) Kineto ingest gives exactly the in-memory path's tables.
+"""The streaming (bounded-memory) Kineto and nsys ingest gives exactly the in-memory path's tables.
 
 Every real Kineto trace in tests/data, every Kineto quirk, and simulated verl / Megatron traces with known
 micro-batches (tests/synthetic_traces.py), each read twice by ``tracing.jobs.ingest_file``: in memory and
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 
 import tests.synthetic_traces as st
 from tracing import streamed
-from tracing.ingest import spill
+from tracing.ingest import spill, sqlite_bulk
 from tracing.jobs import ingest_file
 from tracing.outputs import store
 from tracing.outputs.labels import Labels
@@ -31,11 +32,12 @@ REAL = [
 QUIRKS = sorted((DATA / "quirks").glob("*/trace.json"))
 
 
-def _both(path: Path, tmp: Path, monkeypatch, chunk: int = 997, run: int = 1511, **kw):
+def _both(path: Path, tmp: Path, monkeypatch, chunk: int = 997, run: int = 1511, fmt: str = "kineto", **kw):
     monkeypatch.setattr(streamed, "CHUNK_ROWS", chunk)
     monkeypatch.setattr(streamed, "RUN_ROWS", run)
-    a = ingest_file(str(path), "kineto", None, str(tmp), 0, streaming=False, **kw)
-    b = ingest_file(str(path), "kineto", None, str(tmp), 1, streaming=True, **kw)
+    monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", 613)  # nsys: tables read in many rowid blocks
+    a = ingest_file(str(path), fmt, None, str(tmp), 0, streaming=False, **kw)
+    b = ingest_file(str(path), fmt, None, str(tmp), 1, streaming=True, **kw)
     for attr in ("devices", "streams", "ranges", "kernels", "steps"):
         pd.testing.assert_frame_equal(getattr(a, attr), getattr(b, attr), check_exact=True, obj=attr)
     pd.testing.assert_frame_equal(a.microbatches.table, b.microbatches.table, check_exact=True)
@@ -177,3 +179,66 @@ def test_a_bad_event_gives_the_same_error_streamed_in_two_processes(tmp_path):
         errors.append(str(exc.value))
     assert errors[0] == errors[1] == errors[2] and "traceEvents[33]" in errors[0] and "'ts'" in errors[0]
     assert not list(tmp_path.glob(".spill-*")) and not list(tmp_path.glob("*.parquet"))
+
+
+NSYS_QUIRK = DATA / "quirks" / "nsys_unmatched_push_pop" / "schema.sql"
+
+
+def _nsys_cases(tmp: Path) -> dict[str, Path]:
+    steps = ((2048, 1024, (4, 512)), (4096, 512))
+    learner = st.simulate(st.Job(framework="nemo-rl", steps=steps, pid=100, device=0))
+    sampler = st.simulate(
+        st.Job(framework="nemo-rl", steps=((512,) * 6,), logprob=False, pid=200, start_ns=3_000_000, seed=3)
+    )
+    quirk = tmp / "quirk.sqlite"
+    con = sqlite3.connect(quirk)
+    con.executescript(NSYS_QUIRK.read_text())
+    con.close()
+    return {
+        "real": DATA / "real" / "nsysai_h100x2_mfu_before.sqlite",
+        "emit_nvtx": st.write_nsys_sqlite([learner], tmp / "megatron_policy_worker_3:5_4242.sqlite"),
+        "no_shapes": st.write_nsys_sqlite([learner], tmp / "plain.sqlite", emit_nvtx=False),
+        "two_processes": st.write_nsys_sqlite([learner, sampler], tmp / "colocated.sqlite"),
+        "quirk": quirk,
+    }
+
+
+@pytest.mark.parametrize("case", ["real", "emit_nvtx", "no_shapes", "two_processes", "quirk"])
+def test_streamed_nsys_export_equals_in_memory(case, tmp_path, monkeypatch):
+    """An nsys export read a block of rowids at a time (runtime and driver calls in separate passes,
+    names and domains interned over whole columns first, emit_nvtx shapes applied by name at the end)."""
+    a, b = _both(_nsys_cases(tmp_path)[case], tmp_path, monkeypatch, fmt="nsys")
+    assert a.format == b.format == "nsys" and a.num_events > 0
+    if case == "emit_nvtx":  # sizes read from emit_nvtx names: micro-batches with tokens, both ways
+        assert len(a.microbatches.table) > 0
+
+
+def test_streamed_nsys_errors_are_the_in_memory_errors(tmp_path):
+    from tracing.outputs.errors import TraceFormatError
+
+    path = tmp_path / "bad.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.execute('CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, "end" INTEGER, deviceId INTEGER)')
+    con.commit()
+    con.close()
+    errors = []
+    for streaming in (False, True):
+        with pytest.raises(TraceFormatError) as exc:
+            ingest_file(str(path), "nsys", None, str(tmp_path), 0, streaming=streaming)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1] and "CUPTI_ACTIVITY_KIND_KERNEL" in errors[0]
+    assert not list(tmp_path.glob(".spill-*")) and not list(tmp_path.glob("*.parquet"))
+
+
+def test_streamed_nsys_export_reports_its_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", 4096)
+    path = DATA / "real" / "nsysai_h100x2_mfu_before.sqlite"
+    seen: list[tuple[int, int]] = []
+    ingest_file(
+        str(path), "nsys", None, str(tmp_path), 0, streaming=True, progress=lambda d, t: seen.append((d, t))
+    )
+    size = path.stat().st_size
+    assert len(seen) > 5 and all(t == size and 0 <= d <= size for d, t in seen)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] > size // 2  # estimated from the rows read, in order

@@ -45,6 +45,21 @@ def test_job_step_is_the_slowest_rank_never_the_sum() -> None:
     assert job.to_dict() == pytest.approx(slow["job_seconds"].to_dict())
 
 
+def test_ties_go_to_the_lowest_rank_number_not_the_path_that_sorts_first() -> None:
+    # "rank-127.json" sorts before "rank-27.json" as text; the tie must name rank 27 (and rank 3 as the
+    # fastest, though "rank-300.json" < "rank-3b.json" would put 300 first by path)
+    tied = _steps(
+        [
+            ("rank-127.json", 127, 1, 1, "update", 2.0),
+            ("rank-27.json", 27, 2, 1, "update", 2.0),
+            ("rank-300.json", 300, 3, 1, "update", 1.0),
+            ("rank-3b.json", 3, 4, 1, "update", 1.0),
+        ]
+    )
+    slow = ranks.stragglers(tied).iloc[0]
+    assert (slow["slowest"], slow["fastest"]) == ("rank 27", "rank 3")
+
+
 def test_rank_summary_counts_how_often_each_rank_was_slowest_and_skips_warmup() -> None:
     summary = ranks.rank_summary(TWO_RANKS).set_index("process")
     assert summary.loc["rank 1", "slowest_in"] == 1 and summary.loc["rank 0", "slowest_in"] == 1

@@ -156,3 +156,34 @@ def test_slice_measures_fall_back_when_shifted_times_would_overflow():
     end = np.array([10, 20, 2**61 + 10, 2**61 + 4], dtype=np.int64)
     got = attribution._slice_measures(start, end, np.array([0, 0, 2]), np.array([2, 4, 4]))
     np.testing.assert_array_equal(got, [20, 30, 10])
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 18])
+def test_measure_in_blocks_equals_the_union_intervals_sum(monkeypatch, block):
+    # measure() sums a block of ops at a time (bounded memory for ranges over millions of ops); the carried
+    # running max must give the union's length exactly: touching, nested, duplicate and zero-length ops
+    monkeypatch.setattr(metrics, "_MEASURE_BLOCK", block)
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        n = int(rng.integers(1, 300))
+        start = rng.integers(4_458_700_000_000_000, 4_458_700_000_002_000, n)
+        end = start + rng.integers(0, 300, n)
+        zero = rng.random(n) < 0.1
+        end[zero] = start[zero]
+        s, e = metrics.union_intervals(start, end)
+        assert metrics.measure(start, end) == int((e - s).sum())
+    assert metrics.measure(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 1 << 18])
+def test_same_stream_overlap_in_blocks_equals_one_pass(monkeypatch, block):
+    monkeypatch.setattr(metrics, "_MEASURE_BLOCK", block)
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 3, 17, 250):
+        stream = rng.integers(7, 10, n)
+        start = rng.integers(0, 2_000, n)
+        end = start + rng.integers(0, 400, n)
+        order = np.lexsort((start, stream))
+        st, s, e = stream[order], start[order], end[order]
+        want = np.clip((np.minimum(e[:-1], e[1:]) - s[1:])[st[1:] == st[:-1]], 0, None).sum()
+        assert metrics._same_stream_overlap(stream, start, end) == int(want)

@@ -126,3 +126,20 @@ def test_a_text_start_is_still_a_clear_error(tmp_path):
     p = _edited_copy(tmp_path / "text_start.sqlite", sql)
     with pytest.raises(TraceFormatError, match=r"text_start\.sqlite: unexpected value in an nsys table"):
         ingest_nsys.load_nsys_events(p)
+
+
+@pytest.mark.parametrize("block_rows", [1, 3, 4, 1 << 18])
+def test_select_blocks_gives_a_plain_select_block_by_block(monkeypatch, block_rows):
+    # the streaming nsys reader: rowid blocks in order; a block the bulk text cannot reproduce (a REAL, a
+    # NULL text) is read row by row on its own, the other blocks stay in bulk
+    monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", block_rows)
+    rows = [(i * 7 - 20, i, f"name {i % 3}") for i in range(11)]
+    rows[5] = (5.0, 5, None)
+    con = _db(rows)
+    con.execute("DELETE FROM x WHERE rowid = 3")  # a gap in the rowids
+    blocks = list(sqlite_bulk.select_blocks(con, "x", ["a", "b"], text="t", where="n.b != 8"))
+    assert all(len(m) for m, _ in blocks) and len(blocks) >= (1 if block_rows > 11 else 3)
+    ref_m, ref_t = _plain(con, ["a", "b"], "t", "n.b != 8")
+    assert np.array_equal(np.concatenate([m for m, _ in blocks]), ref_m)
+    assert [t for _, texts in blocks for t in texts] == ref_t and None in ref_t
+    assert list(sqlite_bulk.select_blocks(_db([]), "x", ["a"])) == []

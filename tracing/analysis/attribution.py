@@ -146,10 +146,9 @@ def attribute_ranges(
         reason = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
         return _frame(cols, reason)
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
-    keep = ops["launch_start_ns"].to_numpy() != schema.NO_ID
+    # the ops' columns as views (no per-op copies here: each pass sorts only what it needs)
     launched = {
-        c: ops[c].to_numpy(np.int64)[keep]
-        for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
+        c: ops[c].to_numpy(np.int64) for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
     }
     pid, tid = cols["pid"], cols["tid"]
     start, end = cols["start_ns"], cols["end_ns"]
@@ -294,24 +293,27 @@ def _attribute(
     by: list[str],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Ops launched in each range (same ``by`` key, launch start in [start, end]): count, busy, first op
-    start and last op end (0 where none).
+    start and last op end (0 where none). Ops without a launch record (launch start -1) are left out.
 
     Vectorized: ops sorted by (group, launch start); each range's ops are one contiguous slice [lo, hi) of
     that order (searchsorted per group); first/last by ``reduceat`` over the slice bounds; busy by
-    :func:`_slice_measures`.
+    :func:`_slice_measures`. Per op this holds the sort order and five sorted columns (~50 bytes).
     """
     n = len(starts)
     ops_n = np.zeros(n, np.int64)
     busy = np.zeros(n, np.int64)
     first = np.zeros(n, np.int64)
     last = np.zeros(n, np.int64)
-    op_keys = [launched[k] for k in by]
     ls = launched["launch_start_ns"]
-    order = np.lexsort((ls, *reversed(op_keys)))
+    # stable order by (group, launch start) of the ops with a launch record: those without one (launch
+    # start -1) go after all others ("no launch" as the primary key) and are cut off
+    order = np.lexsort((ls, *(launched[k] for k in reversed(by)), ls == schema.NO_ID))
+    order = order[: len(order) - int(np.count_nonzero(ls == schema.NO_ID))]
     ls = ls[order]
     s_all = launched["start_ns"][order]
     e_all = launched["end_ns"][order]
-    op_keys = [k[order] for k in op_keys]
+    op_keys = [launched[k][order] for k in by]
+    del order
     new_group = np.zeros(len(ls), bool)
     if len(ls):
         new_group[0] = True
@@ -345,7 +347,7 @@ def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.nd
     return ufunc.reduceat(padded, idx)[0::2]
 
 
-_SLICE_CHUNK = 1 << 21  # ops gathered per vectorized step: bounds the memory of nested wide ranges
+_SLICE_CHUNK = 1 << 18  # ops gathered per vectorized step (~100 bytes each): bounds nested wide ranges
 
 
 def _slice_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

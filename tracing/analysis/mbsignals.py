@@ -122,9 +122,9 @@ def launch_signals(
     }
     out = {}
     for p in np.unique(lp[l_mask]).tolist():
-        lm = l_mask & (lp == p)
-        lorder = np.argsort(cols["l_start"][lm], kind="stable")
-        out[int(p)] = {c: v[lm][lorder] for c, v in cols.items()}
+        rows = np.flatnonzero(l_mask & (lp == p))
+        rows = rows[np.argsort(cols["l_start"][rows], kind="stable")]  # one gather per column below
+        out[int(p)] = {c: v[rows] for c, v in cols.items()}
     return out
 
 

@@ -136,10 +136,29 @@ def union_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     return s[first], run_end[last]
 
 
+_MEASURE_BLOCK = 1 << 18  # ops per step of :func:`measure`
+
+
 def measure(start: np.ndarray, end: np.ndarray) -> int:
-    """|union of [start, end)| in ns."""
-    s, e = union_intervals(start, end)
-    return int((e - s).sum())
+    """|union of [start, end)| in ns, equal to the sum of :func:`union_intervals`' lengths.
+
+    In start order with M_j the running max of ends, |union| = sum_j (M_j - max(s_j, M_{j-1})) (each block
+    of the union telescopes to its end minus its first start); summed a block of ops at a time, carrying M,
+    so it holds the sort order (8 bytes an op) and one block, however many ops a range covers."""
+    n = len(start)
+    if n == 0:
+        return 0
+    order = np.argsort(start, kind="stable")
+    total, carry = 0, np.iinfo(np.int64).min
+    for a in range(0, n, _MEASURE_BLOCK):
+        idx = order[a : a + _MEASURE_BLOCK]
+        s, e = np.asarray(start[idx], np.int64), np.asarray(end[idx], np.int64)
+        run = np.maximum.accumulate(np.maximum(e, carry))
+        prev = np.empty_like(run)
+        prev[0], prev[1:] = carry, run[:-1]
+        total += int((run - np.maximum(s, prev)).sum())
+        carry = int(run[-1])
+    return total
 
 
 @dataclass(frozen=True)
@@ -170,15 +189,21 @@ def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> Devic
     has_launch = l_end != schema.NO_ID
     # Sort by start, ties by earliest launch end (ops without a launch record last).
     order = np.lexsort((np.where(has_launch, l_end, np.iinfo(np.int64).max), start))
-    s, e, ls, le, hl = start[order], end[order], l_start[order], l_end[order], has_launch[order]
-    run_end = np.maximum.accumulate(e)
+    s = start[order]
+    run_end = np.maximum.accumulate(end[order])
     gap_at = np.flatnonzero(s[1:] > run_end[:-1]) + 1  # index of k, the first op after each gap
+    k = order[gap_at]  # the op after each gap (its launch columns are read for these only)
+    del order
     g0, g1 = run_end[gap_at - 1], s[gap_at]
-    attributed = hl[gap_at]
-    stall = np.where(attributed, np.clip(np.minimum(g1, le[gap_at]) - g0, 0, None), 0)
-    ambiguous = np.where(attributed & (ls[gap_at] <= g0), stall, 0)
-    busy_start, busy_end = union_intervals(s, e)
-    span = int(run_end[-1] - s[0])
+    attributed = has_launch[k]
+    stall = np.where(attributed, np.clip(np.minimum(g1, l_end[k]) - g0, 0, None), 0)
+    ambiguous = np.where(attributed & (l_start[k] <= g0), stall, 0)
+    # the busy union's blocks (= union_intervals(s, e): s is sorted, its blocks split at the gaps)
+    busy_start = s[np.r_[0, gap_at]]
+    busy_end = run_end[np.r_[gap_at - 1, len(s) - 1]]
+    first_ns, last_ns = int(s[0]), int(run_end[-1])
+    del s, run_end
+    span = last_ns - first_ns
     busy = int((busy_end - busy_start).sum())
     host_stall = int(stall.sum())
     keep = stall > 0
@@ -186,8 +211,8 @@ def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> Devic
     row: dict[str, float | int] = {
         "pid": pid,
         "device": device,
-        "first_ns": int(s[0]),
-        "last_ns": int(run_end[-1]),
+        "first_ns": first_ns,
+        "last_ns": last_ns,
         "span_ns": span,
         "busy_ns": busy,
         "idle_ns": span - busy,
@@ -206,11 +231,16 @@ def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> Devic
 
 
 def _same_stream_overlap(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
+    """Sum over consecutive ops of one stream (in start order) of how far the later one starts before the
+    earlier one ends; a block of ops at a time (blocks share their edge op), so it holds the sort order."""
     order = np.lexsort((start, stream))  # stable: by stream, then start, then row order
-    st, s, e = stream[order], start[order], end[order]
-    same = st[1:] == st[:-1]
-    overlap = np.minimum(e[:-1], e[1:]) - s[1:]
-    return int(np.clip(overlap[same], 0, None).sum())
+    total = 0
+    for a in range(0, max(len(order) - 1, 0), _MEASURE_BLOCK):
+        idx = order[a : a + _MEASURE_BLOCK + 1]
+        st, s, e = stream[idx], start[idx], end[idx]
+        overlap = np.minimum(e[:-1], e[1:]) - s[1:]
+        total += int(np.clip(overlap[st[1:] == st[:-1]], 0, None).sum())
+    return total
 
 
 def device_timelines(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> list[DeviceTimeline]:
@@ -218,9 +248,10 @@ def device_timelines(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> l
     ops = gpu_ops(events) if ops is None else ops
     cols = {c: ops[c].to_numpy() for c in _TIMELINE_COLUMNS}
     pid, dev = ops["pid"].to_numpy(np.int64), ops["device"].to_numpy(np.int64)
-    order = np.lexsort((dev, pid))  # stable: groups in (pid, device) order, rows in their order
-    cols = {c: v[order] for c, v in cols.items()}
-    pid, dev = pid[order], dev[order]
+    if len(pid) and not (pid.min() == pid.max() and dev.min() == dev.max()):  # one device: no copies
+        order = np.lexsort((dev, pid))  # stable: groups in (pid, device) order, rows in their order
+        cols = {c: v[order] for c, v in cols.items()}
+        pid, dev = pid[order], dev[order]
     return [
         _device_timeline({c: v[a:b] for c, v in cols.items()}, int(pid[a]), int(dev[a]))
         for a, b in _runs(pid, dev)
@@ -280,13 +311,12 @@ def stream_breakdown(
     launches = ops["launch_start_ns" if rule == "start" else "launch_end_ns"].to_numpy()
     # stable: groups in (pid, device, stream) order, each sorted by (start, end), ties in row order
     order = np.lexsort((ends, starts, streams, devs, pids))
-    pids, devs, streams, starts, ends, launches = (
-        a[order] for a in (pids, devs, streams, starts, ends, launches)
-    )
-    for a, b in _runs(pids, devs, streams):
-        pid, dev, stream = pids[a], devs[a], streams[a]
-        s, e = starts[a:b], ends[a:b]
-        launch = launches[a + 1 : b]
+    runs = _runs(pids[order], devs[order], streams[order])
+    for a, b in runs:  # each stream's columns gathered on their own (no sorted copy of every column)
+        idx = order[a:b]
+        pid, dev, stream = pids[idx[0]], devs[idx[0]], streams[idx[0]]
+        s, e = starts[idx], ends[idx]
+        launch = launches[idx[1:]]
         gap = s[1:] - e[:-1]
         negative = gap < 0
         gap = np.clip(gap, 0, None)

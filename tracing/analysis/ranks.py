@@ -63,6 +63,10 @@ def step_totals(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
         return pd.DataFrame(columns=["process", *keys, "step", "seconds"])
     totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
+    # rows by rank *number* (then pid, then path): ties between ranks go to the lowest rank, never to the
+    # path that sorts first as text ("rank-127.json" < "rank-27.json")
+    order = [k for k in ("rank", "pid", "trace") if k in keys]
+    totals = totals.sort_values([*order, "step"], kind="stable", na_position="last", ignore_index=True)
     totals.insert(0, "process", process_labels(totals))
     return totals
 
@@ -72,7 +76,7 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
 
     ``job_seconds`` (= ``slowest_seconds``) is the step time the job waits for. ``lag_seconds`` = slowest -
     median over processes; ``spread_pct`` = (slowest - fastest) / fastest. ``processes`` counts the processes
-    that ran the step (a step missing on some rank is visible here).
+    that ran the step (a step missing on some rank is visible here). Ties go to the lowest rank number.
     """
     totals = step_totals(steps)
     cols = [

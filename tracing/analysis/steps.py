@@ -11,6 +11,7 @@ never one summed row (what a job waits for is the slowest rank).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -106,7 +107,13 @@ def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
         return schema.empty_frame(schema.STEP_COLUMNS)
     names = ranges["name"].astype(str)
     phase_col = ranges["phase"] if "phase" in ranges else pd.Series("", index=ranges.index)
-    is_step = names.str.match(_STEP_RANGE) | (phase_col == "step")
+    # names.str.match, once per distinct name (an nsys export has a range per op: no str object per row)
+    step_re = re.compile(_STEP_RANGE)
+    codes, uniques = pd.factorize(names)
+    matched = np.array(
+        [isinstance(n, str) and step_re.match(n) is not None for n in uniques.tolist()] + [False]
+    )
+    is_step = pd.Series(matched[codes], index=ranges.index, dtype=bool) | (phase_col == "step")
     steps = ranges[is_step]
     if steps.empty:
         return schema.empty_frame(schema.STEP_COLUMNS)
@@ -118,14 +125,15 @@ def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
     fallback = steps.groupby(["trace", "pid"], dropna=False).cumcount()
     steps["step_no"] = steps["step_no"].fillna(fallback).astype("int64")
     phased = ranges[phase_col.isin(PHASES)]
+    # numpy columns once (pandas masks per step cost ~1 ms each); every phased row has a phase (isin)
+    p_pid, p_start, p_end = (phased[c].to_numpy() for c in ("pid", "start_ns", "end_ns"))
+    p_phase = phased["phase"].to_numpy(object)
+    p_trace = phased["trace"].to_numpy(object) if "trace" in phased else None
     rows = []
-    for st in steps.itertuples(index=False):
-        inside = phased[
-            (phased["pid"] == st.pid)
-            & (phased["start_ns"] >= st.start_ns)
-            & (phased["end_ns"] <= st.end_ns)
-            & ((phased["trace"] == st.trace) if "trace" in phased else True)
-        ]
+    for st in steps[[*keys, "start_ns", "end_ns", "step_no"]].itertuples(index=False):
+        inside = (p_pid == st.pid) & (p_start >= st.start_ns) & (p_end <= st.end_ns)
+        if p_trace is not None:
+            inside &= p_trace == st.trace
         wide: dict[str, object] = {
             "trace": st.trace,
             "rank": st.rank,
@@ -133,15 +141,47 @@ def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
             "step": int(st.step_no),
         }
         for phase in PHASES:
-            sel = inside[inside["phase"] == phase]
-            wide[phase] = (
-                measure(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy()) / 1e9 if len(sel) else 0.0
-            )
+            sel = inside & (p_phase == phase)
+            wide[phase] = measure(p_start[sel], p_end[sel]) / 1e9 if sel.any() else 0.0
         wide["_wall"] = (st.end_ns - st.start_ns) / 1e9
         rows.append(wide)
-    wide_df = pd.DataFrame(rows).groupby([*keys, "step"], as_index=False, dropna=False).sum()
-    long = _with_other(wide_df.drop(columns="_wall"), wide_df["_wall"].to_numpy(), [*keys, "step"])
+    long = _long_table(rows)
+    if long is None:
+        wide_df = pd.DataFrame(rows).groupby([*keys, "step"], as_index=False, dropna=False).sum()
+        long = _with_other(wide_df.drop(columns="_wall"), wide_df["_wall"].to_numpy(), [*keys, "step"])
     return schema.conform(long, schema.STEP_COLUMNS, "steps")
+
+
+def _long_table(rows: list[dict[str, object]]) -> pd.DataFrame | None:
+    """The long table straight from per-step rows whose keys are plain (text trace, integer rank) and unique:
+    what groupby-sum and :func:`_with_other` give then (same order, same float sums), at a fraction of their
+    pandas cost on a trace's few steps; None otherwise (that path then)."""
+    by_key: dict[tuple[object, ...], dict[str, object]] = {}
+    for r in rows:
+        k = (r["trace"], r["rank"], r["pid"], r["step"])
+        if (
+            type(k[0]) is not str
+            or not isinstance(k[1], (int, np.integer))
+            or isinstance(k[1], bool)
+            or k in by_key
+        ):
+            return None
+        by_key[k] = r
+    out: dict[str, list[object]] = {c: [] for c in ("trace", "rank", "pid", "step", "phase", "seconds")}
+    for k in sorted(by_key):  # type: ignore[type-var]  # (str, int, int, int): groupby's sorted key order
+        r = by_key[k]
+        seconds = [float(r[p]) for p in PHASES]  # type: ignore[arg-type]
+        phase_sum = 0.0
+        for x in seconds:
+            phase_sum += x
+        other = float(r["_wall"]) - phase_sum  # type: ignore[arg-type]
+        seconds.append(other if other > 0 or other != other else 0.0)  # clip(min=0); NaN stays
+        for phase, x in zip(STEP_PHASES, seconds, strict=True):
+            for c, v in zip(("trace", "rank", "pid", "step"), k, strict=True):
+                out[c].append(v)
+            out["phase"].append(phase)
+            out["seconds"].append(x)
+    return pd.DataFrame(out)
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:

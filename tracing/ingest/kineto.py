@@ -16,6 +16,9 @@ int64 columns (``array('q')``) plus interned names are kept.
 
     file --(jsonstream: batches)--> kineto_rows (kineto_time: exact ns) --> columns --(_finish)--> Trace
 
+Decoding (:mod:`tracing.ingest.kineto_decode`) needs no pandas; ``mxperf ingest`` of one file may run it in a
+child while pandas is imported (:mod:`tracing.ingest.prefetch`), and this module then only builds the table.
+
 Three paths give the same table (:mod:`tracing.ingest.kineto_rows`): batches decoded by msgspec into records
 (``kineto_fast``), batches decoded by ``json`` into dicts, and, for any batch either meets something unusual
 in, event by event, which names the bad event and field.
@@ -30,24 +33,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.ingest import kineto_fast
-from tracing.ingest.jsonstream import ChromeTraceReader
-from tracing.ingest.kineto_rows import (
-    CATEGORY_KIND,
-    KIND_CODE,
-    Columns,
-    Slow,
-    append_rows,
-    as_int,
-    batch_rows,
-    event_row,
-)
+from tracing.ingest import kineto_fast, prefetch
+from tracing.ingest.kineto_decode import KinetoDecoder, _has_phase, _slow_batch
+from tracing.ingest.kineto_rows import CATEGORY_KIND, KIND_CODE, Columns, as_int
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace, events_frame, rank_from_name
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 
-__all__ = ["CATEGORY_KIND", "load_kineto_events", "us_text_to_ns"]
+# KinetoDecoder, _has_phase, _slow_batch: imported from here by the streaming and parallel decoders
+__all__ = [
+    "CATEGORY_KIND",
+    "KinetoDecoder",
+    "_has_phase",
+    "_slow_batch",
+    "load_kineto_events",
+    "us_text_to_ns",
+]
 
 
 def load_kineto_events(
@@ -60,6 +62,9 @@ def load_kineto_events(
     Batches of events are decoded with list comprehensions; a batch with anything unusual is redone event by
     event, which gives the same table or the exact error (event index and field).
     """
+    done = prefetch.claim(path, include_python)  # decoded by a child while this process imported pandas
+    if done is not None:
+        return _finish(Path(path), *done, rank)
     return _load(Path(path), rank, include_python, fast=kineto_fast.AVAILABLE)
 
 
@@ -68,80 +73,10 @@ def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> 
     dec = KinetoDecoder(path, include_python, fast=fast)
     for _ in dec.run():
         pass
-    return _finish(path, dec.reader.meta, dec.columns, rank, dec.skipped)
+    return _finish(path, dec.reader.meta, dec.columns, dec.skipped, rank)
 
 
-class KinetoDecoder:
-    """Decodes a Kineto file batch by batch into ``columns`` (:class:`Columns`); :meth:`run` yields after each
-    batch, so a caller may :meth:`Columns.take` the rows so far and keep memory bounded (streaming ingest).
-    After the run, ``reader.meta`` holds the other top-level keys and ``skipped`` the X events left out."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        include_python: bool,
-        *,
-        fast: bool = kineto_fast.AVAILABLE,
-        progress: Any = None,
-    ) -> None:
-        self.path = Path(path)
-        self.reader = ChromeTraceReader(self.path, progress=progress)
-        self.columns = Columns()
-        self.include_python = include_python
-        self.fast = fast
-        self.skipped = 0
-
-    def run(self) -> Any:
-        path, c, include_python = self.path, self.columns, self.include_python
-        first = 0
-        saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
-        for batch in self.reader.batches(kineto_fast.decode_batch if self.fast else None):
-            saw_event = saw_event or any(_has_phase(ev) for ev in batch)
-            try:
-                kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
-                append_rows(c, kinds, names, cols)
-                self.skipped += n_skipped
-            except (Slow, AttributeError, TypeError, ValueError, OverflowError):
-                self.skipped += _slow_batch(path, batch, first, c, include_python)
-            first += len(batch)
-            yield
-        if first and not saw_event:
-            raise TraceFormatError(
-                path, f"none of the {first} items in the event list is a trace event (no 'ph'): not a trace"
-            )
-
-
-def _has_phase(ev: Any) -> bool:
-    if type(ev) is dict:
-        return "ph" in ev
-    return getattr(ev, "ph", None) is not None  # a msgspec record; anything else fails the batch anyway
-
-
-def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:
-    if kineto_fast.is_event_batch(batch):
-        batch = [kineto_fast.as_dict(ev) for ev in batch]
-    rows, skipped = [], 0
-    for i, ev in enumerate(batch):
-        try:
-            row = event_row(ev, c, include_python)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise TraceFormatError(path, f"traceEvents[{first + i}]: {exc}") from None
-        if row is None:
-            skipped += 1 if type(ev) is dict and ev.get("ph") == "X" else 0
-        else:
-            rows.append(row)
-    if rows:
-        cols = [list(col) for col in zip(*rows, strict=True)]
-        try:
-            append_rows(c, cols[0], cols[1], cols[2:])
-        except OverflowError:
-            raise TraceFormatError(
-                path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64"
-            ) from None
-    return skipped
-
-
-def _finish(path: Path, meta: dict[str, Any], c: Columns, rank: int | None, skipped: int) -> Trace:
+def _finish(path: Path, meta: dict[str, Any], c: Columns, skipped: int, rank: int | None) -> Trace:
     base_ns, resolved, info = trace_info(path, meta, rank, skipped)
     columns: dict[str, Any] = {
         k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, np.int64) for k, v in c.cols.items()

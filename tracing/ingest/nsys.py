@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,7 @@ class _Builder:
         self.strings = strings
         self.names: dict[str, int] = {}
         self.domains: dict[str, int] = {"": 0}
+        self.nvtx_domains: dict[int, str] = {}  # NVTX domain id -> name (eventType 75 rows)
         self.parts: list[dict[str, np.ndarray]] = []
 
     def codes(self, names: list[str], table: dict[str, int]) -> np.ndarray:
@@ -162,24 +165,73 @@ def _load_file(path: Path, rank: int | None, *, bulk: bool) -> Trace:
     """:func:`load_nsys_events`; ``bulk=False`` reads every table row by row (the reference for tests)."""
     con = open_readonly(path)
     try:
-        return _load(path, con, rank, bulk)
+        with format_errors(path):
+            return _load(path, con, rank, bulk)
+    finally:
+        con.close()
+
+
+@contextmanager
+def format_errors(path: Path) -> Iterator[None]:
+    """SQLite errors and unexpected values inside an export become one-line ``TraceFormatError`` errors."""
+    try:
+        yield
     except sqlite3.DatabaseError as exc:
         raise TraceFormatError(path, f"SQLite error while reading ({exc})") from None
     except TraceFormatError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:  # e.g. text where nsys writes integers
         raise TraceFormatError(path, f"unexpected value in an nsys table ({exc})") from None
-    finally:
-        con.close()
 
 
 def _load(path: Path, con: sqlite3.Connection, rank: int | None, bulk: bool) -> Trace:
     tables = _tables(con)
+    b = open_builder(path, con, tables)
+    for _ in read_parts(path, con, tables, b, bulk=bulk, blocked=False):
+        pass
+    return _finish(path, con, tables, b, rank)
+
+
+def open_builder(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]]) -> _Builder:
+    """The name / domain interning of one export (checks that it is one: a ``StringIds`` table)."""
     for t in REQUIRED_TABLES:
         if t not in tables:
             raise TraceFormatError(path, f"no {t} table: not an Nsight Systems SQLite export")
-    strings = dict(con.execute("SELECT id, value FROM StringIds").fetchall())
-    b = _Builder(strings)
+    return _Builder(dict(con.execute("SELECT id, value FROM StringIds").fetchall()))
+
+
+def _rows(
+    con: sqlite3.Connection, table: str, exprs: list[str], *, bulk: bool, blocked: bool, **kw: Any
+) -> Iterator[tuple[np.ndarray, list[str]]]:
+    """A SELECT's rows in rowid order: whole (in memory) or a block of rowids at a time (streaming)."""
+    if blocked:
+        yield from sqlite_bulk.select_blocks(con, table, exprs, bulk=bulk, **kw)
+        return
+    m, texts = sqlite_bulk.select(con, table, exprs, bulk=bulk, **kw)
+    if len(m):
+        yield m, texts
+
+
+def _intern_ids(con: sqlite3.Connection, b: _Builder, table: str, expr: str, name_of: Any) -> None:
+    """Intern the names of every distinct id of ``expr`` in ``table`` in ascending id order: the codes
+    ``_Builder.codes_of_ids`` gives when it sees the whole column at once, whatever blocks come later."""
+    for (i,) in con.execute(f"SELECT DISTINCT {expr} FROM {table} AS n ORDER BY 1"):
+        b.names.setdefault(name_of(int(i)), len(b.names))
+
+
+def read_parts(
+    path: Path,
+    con: sqlite3.Connection,
+    tables: dict[str, set[str]],
+    b: _Builder,
+    *,
+    bulk: bool,
+    blocked: bool,
+) -> Iterator[None]:
+    """Add the export's events to ``b.parts`` -- GPU ops, runtime calls, driver calls, NVTX ranges, in that
+    order, each table in rowid order -- yielding after each part (``blocked``: at most
+    ``sqlite_bulk.BLOCK_ROWS`` rowids a part, so a consumer that takes the parts holds one block)."""
+    strings = b.strings
     namers = {
         schema.KERNEL: lambda i: strings.get(i, f"<string {i}>") if i != schema.NO_ID else "<unnamed kernel>",
         schema.MEMCPY: lambda i: f"Memcpy {MEMCPY_KIND.get(i, i)}",
@@ -190,80 +242,82 @@ def _load(path: Path, con: sqlite3.Connection, rank: int | None, bulk: bool) -> 
         if table not in tables:
             continue
         _need(path, tables, table, (*_GPU_COLUMNS, name_col))
+        _intern_ids(con, b, table, _nz(name_col), namers[kind])
         exprs = [
             "start",
             '"end"',
             *map(_nz, ("deviceId", "streamId", "correlationId", "globalPid", name_col)),
+            *([_nz(bytes_col)] if bytes_col else []),
         ]
-        m, _ = sqlite_bulk.select(con, table, [*exprs, *([_nz(bytes_col)] if bytes_col else [])], bulk=bulk)
-        if len(m) == 0:
-            continue
-        start, end = m[:, 0], m[:, 1]
-        pid, _ = decode_global_tid(m[:, 5])
-        b.add(
-            kind,
-            len(m),
-            name=b.codes_of_ids(m[:, 6], namers[kind]),
-            pid=pid,
-            device=m[:, 2].copy(),
-            stream=m[:, 3].copy(),
-            start_ns=start.copy(),
-            dur_ns=np.maximum(end - start, 0),
-            correlation=m[:, 4].copy(),
-            bytes=m[:, 7].copy() if bytes_col else np.full(len(m), schema.NO_ID, np.int64),
-        )
+        for m, _ in _rows(con, table, exprs, bulk=bulk, blocked=blocked):
+            start, end = m[:, 0], m[:, 1]
+            pid, _ = decode_global_tid(m[:, 5])
+            b.add(
+                kind,
+                len(m),
+                name=b.codes_of_ids(m[:, 6], namers[kind]),
+                pid=pid,
+                device=m[:, 2].copy(),
+                stream=m[:, 3].copy(),
+                start_ns=start.copy(),
+                dur_ns=np.maximum(end - start, 0),
+                correlation=m[:, 4].copy(),
+                bytes=m[:, 7].copy() if bytes_col else np.full(len(m), schema.NO_ID, np.int64),
+            )
+            yield
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        _need(
-            path,
-            tables,
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-            ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"),
-        )
-        m, _ = sqlite_bulk.select(
-            con,
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-            ["start", '"end"', *map(_nz, ("eventClass", "globalTid", "correlationId", "nameId"))],
-            bulk=bulk,
-        )
-        if len(m):
-            pid, tid = decode_global_tid(m[:, 3])
-            codes = b.codes_of_ids(m[:, 5], lambda i: strings.get(i, f"<string {i}>"))
-            is_driver = m[:, 2] == DRIVER_CLASS
-            for kind, sel in ((schema.RUNTIME, ~is_driver), (schema.DRIVER, is_driver)):
-                if sel.any():
-                    b.add(
-                        kind,
-                        int(sel.sum()),
-                        name=codes[sel],
-                        pid=pid[sel],
-                        tid=tid[sel],
-                        start_ns=m[sel, 0],
-                        dur_ns=np.maximum(m[sel, 1] - m[sel, 0], 0),
-                        correlation=m[sel, 4],
-                    )
-    domains = _load_nvtx(path, con, tables, b, bulk)
-    return _finish(path, con, tables, b, rank, domains)
+        table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        _need(path, tables, table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"))
+        _intern_ids(con, b, table, _nz("nameId"), lambda i: strings.get(i, f"<string {i}>"))
+        exprs = ["start", '"end"', *map(_nz, ("globalTid", "correlationId", "nameId"))]
+        # runtime (eventClass 0, or anything but 1) calls first, then driver calls: one pass per class
+        for kind, cond in ((schema.RUNTIME, "<>"), (schema.DRIVER, "=")):
+            where = f"{_nz('n.eventClass')} {cond} {DRIVER_CLASS}"
+            for m, _ in _rows(con, table, exprs, bulk=bulk, blocked=blocked, where=where):
+                pid, tid = decode_global_tid(m[:, 2])
+                b.add(
+                    kind,
+                    len(m),
+                    name=b.codes_of_ids(m[:, 4], lambda i: strings.get(i, f"<string {i}>")),
+                    pid=pid,
+                    tid=tid,
+                    start_ns=m[:, 0],
+                    dur_ns=np.maximum(m[:, 1] - m[:, 0], 0),
+                    correlation=m[:, 3],
+                )
+                yield
+    yield from _load_nvtx(path, con, tables, b, bulk, blocked)
 
 
 def _load_nvtx(
-    path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder, bulk: bool
-) -> dict[int, str]:
+    path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder, bulk: bool, blocked: bool
+) -> Iterator[None]:
     if "NVTX_EVENTS" not in tables:
-        return {}
+        return
     _need(
         path, tables, "NVTX_EVENTS", ("start", "end", "eventType", "text", "globalTid", "textId", "domainId")
     )
     has_end_tid = "endGlobalTid" in tables["NVTX_EVENTS"]
-    domains = {
+    domains = b.nvtx_domains = {
         int(d): t
         for d, t in con.execute(
             f"SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"
         )
         if t and d is not None
     }
+    where = f'n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL'
+
+    def domain_code(d: int) -> int:
+        return b.domains.setdefault(domains.get(d, "" if d == 0 else f"domain {d}"), len(b.domains))
+
+    # domain codes in ascending id order over the whole table (what np.unique over all rows gives)
+    for (d,) in con.execute(
+        f"SELECT DISTINCT coalesce(n.domainId, 0) FROM NVTX_EVENTS AS n WHERE {where} ORDER BY 1"
+    ):
+        domain_code(int(d))
     # One pass over NVTX_EVENTS; the name is inline text, else the StringIds value of textId (a scalar
     # subquery: one row per event, evaluated only when text is NULL).
-    m, names = sqlite_bulk.select(
+    rows = _rows(
         con,
         "NVTX_EVENTS",
         [
@@ -274,37 +328,29 @@ def _load_nvtx(
             "coalesce(n.domainId, 0)",
         ],
         text="coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '')",
-        where=f'n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL',
+        where=where,
         bulk=bulk,
+        blocked=blocked,
     )
-    if len(m) == 0:
-        return domains
-    pid, tid = decode_global_tid(m[:, 2])
-    end_g = m[:, 3]
-    _, end_tid = decode_global_tid(np.where(end_g == schema.NO_ID, 0, end_g))
-    end_tid = np.where(end_g == schema.NO_ID, schema.NO_ID, end_tid)
-    dom_ids, dom_inv = np.unique(m[:, 4], return_inverse=True)
-    dom_lut = np.array(
-        [
-            b.domains.setdefault(
-                domains.get(int(d), "" if int(d) == 0 else f"domain {int(d)}"), len(b.domains)
-            )
-            for d in dom_ids
-        ],
-        dtype=np.int32,
-    )
-    b.add(
-        schema.RANGE,
-        len(m),
-        name=b.codes(names, b.names),
-        domain=dom_lut[dom_inv],
-        pid=pid,
-        tid=tid,
-        start_ns=m[:, 0].copy(),
-        dur_ns=np.maximum(m[:, 1] - m[:, 0], 0),
-        end_tid=end_tid,
-    )
-    return domains
+    for m, names in rows:
+        pid, tid = decode_global_tid(m[:, 2])
+        end_g = m[:, 3]
+        _, end_tid = decode_global_tid(np.where(end_g == schema.NO_ID, 0, end_g))
+        end_tid = np.where(end_g == schema.NO_ID, schema.NO_ID, end_tid)
+        dom_ids, dom_inv = np.unique(m[:, 4], return_inverse=True)
+        dom_lut = np.array([domain_code(int(d)) for d in dom_ids], dtype=np.int32)
+        b.add(
+            schema.RANGE,
+            len(m),
+            name=b.codes(names, b.names),
+            domain=dom_lut[dom_inv],
+            pid=pid,
+            tid=tid,
+            start_ns=m[:, 0].copy(),
+            dur_ns=np.maximum(m[:, 1] - m[:, 0], 0),
+            end_tid=end_tid,
+        )
+        yield
 
 
 # torch.autograd.profiler.emit_nvtx(record_shapes=True) names: "aten::mm, seq = 3, op_id = 9, sizes = [[4, 8],
@@ -318,19 +364,23 @@ def nvtx_sizes(name: str) -> str:
     return m.group(1).replace(" ", "") if m else ""
 
 
-def _emit_nvtx_shapes(columns: dict[str, np.ndarray], names: list[str]) -> tuple[list[str], np.ndarray]:
-    """Shape categories and per-row codes: each distinct range name's ``sizes`` is parsed once."""
-    is_range = columns["kind"] == schema.EVENT_KINDS.index(schema.RANGE)
-    codes = np.zeros(len(columns["kind"]), np.int32)
+def nvtx_shape_lut(range_name_codes: np.ndarray, names: list[str]) -> tuple[list[str], np.ndarray]:
+    """Shape categories and a code per name code, from the sorted distinct name codes of the range rows:
+    each distinct range name's ``sizes`` is parsed once; names without sizes (and non-ranges) map to 0."""
     cats: dict[str, int] = {"": 0}
-    uniq = np.unique(columns["name"][is_range])
     lut = np.zeros(len(names), np.int32)
-    for code in uniq.tolist():
+    for code in range_name_codes.tolist():
         if ", sizes = " in names[code]:
             lut[code] = cats.setdefault(nvtx_sizes(names[code]), len(cats))
-    if len(cats) > 1:
-        codes[is_range] = lut[columns["name"][is_range]]
-    return list(cats), codes
+    return list(cats), lut
+
+
+def nvtx_shape_codes(kind: np.ndarray, name: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """Per row: its range name's shape code (:func:`nvtx_shape_lut`), 0 for every other row."""
+    is_range = kind == schema.EVENT_KINDS.index(schema.RANGE)
+    codes = np.zeros(len(kind), np.int32)
+    codes[is_range] = lut[name[is_range]]
+    return codes
 
 
 def _finish(
@@ -339,7 +389,6 @@ def _finish(
     tables: dict[str, set[str]],
     b: _Builder,
     rank: int | None,
-    domains: dict[int, str],
 ) -> Trace:
     if b.parts:
         columns = {c: np.concatenate([p[c] for p in b.parts]) for c in b.parts[0]}
@@ -347,8 +396,26 @@ def _finish(
         columns = {c: np.zeros(0, np.int64) for c in schema.EVENT_COLUMNS}
         columns["kind"] = np.zeros(0, np.int8)
         columns["name"] = columns["domain"] = np.zeros(0, np.int32)
-    shape_names, columns["shapes"] = _emit_nvtx_shapes(columns, list(b.names))
+    is_range = columns["kind"] == schema.EVENT_KINDS.index(schema.RANGE)
+    shape_names, lut = nvtx_shape_lut(np.unique(columns["name"][is_range]), list(b.names))
+    columns["shapes"] = nvtx_shape_codes(columns["kind"], columns["name"], lut)
     events = events_frame(columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains), shape_names)
+    gpu = events["kind"].isin(schema.GPU_OP_KINDS).to_numpy()
+    num_gpu_pids = int(events.loc[gpu, "pid"].nunique()) if gpu.any() else 0
+    rank, meta = report_meta(path, con, tables, b, rank, num_gpu_pids)
+    return Trace(str(path), "nsys", events, rank=rank, meta=meta)
+
+
+def report_meta(
+    path: Path,
+    con: sqlite3.Connection,
+    tables: dict[str, set[str]],
+    b: _Builder,
+    rank: int | None,
+    num_gpu_pids: int,
+) -> tuple[int | None, dict[str, Any]]:
+    """The trace's rank and meta (clock, session start, processes, NVTX domains, GPUs, missing tables, how
+    the rank was found) from the export's small tables, once its events were read."""
     session_start = None
     if (
         "TARGET_INFO_SESSION_START_TIME" in tables
@@ -368,7 +435,7 @@ def _finish(
         "clock": "nsys_session_ns",
         "session_start_utc_ns": session_start,
         "processes": {str(k): v for k, v in processes.items()},
-        "nvtx_domains": {str(k): v for k, v in domains.items()},
+        "nvtx_domains": {str(k): v for k, v in b.nvtx_domains.items()},
         "gpu_names": gpu_names,
         "missing_tables": [
             t
@@ -376,9 +443,9 @@ def _finish(
             if t not in tables
         ],
     }
-    rank, naming = report_rank(path, rank, _environment(con, tables), events)
+    rank, naming = report_rank(path, rank, _environment(con, tables), num_gpu_pids)
     meta.update(naming)
-    return Trace(str(path), "nsys", events, rank=rank, meta=meta)
+    return rank, meta
 
 
 def _environment(con: sqlite3.Connection, tables: dict[str, set[str]]) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,86 @@ def _parse_ints(text: str | None, n: int) -> np.ndarray | None:
     return values
 
 
+def _rowids(con: sqlite3.Connection, table: str) -> tuple[int, int] | None:
+    """The table's first and last rowid ((1, 0) when empty: no blocks), or None when it has no rowids."""
+    try:
+        lo, hi, total = con.execute(f"SELECT min(rowid), max(rowid), count(*) FROM {table}").fetchone()
+    except sqlite3.OperationalError:  # no rowid (a WITHOUT ROWID table)
+        return None
+    if total == 0:
+        return 1, 0
+    if lo is None:  # rows without rowids (a view)
+        return None
+    return lo, hi
+
+
+def select_blocks(
+    con: sqlite3.Connection,
+    table: str,
+    int_exprs: list[str],
+    *,
+    text: str | None = None,
+    where: str = "",
+    bulk: bool = True,
+) -> Iterator[tuple[np.ndarray, list[str]]]:
+    """:func:`select` a block of :data:`BLOCK_ROWS` rowids at a time (bounded memory): the same rows in the
+    same order, as ``(matrix, texts)`` per non-empty block. A block the bulk text cannot reproduce is read
+    row by row (the same values, or the exact error); a table without rowids is read whole."""
+    span = _rowids(con, table)
+    if span is None:  # no rowids (a view, a WITHOUT ROWID table): one block, row by row
+        yield select(con, table, int_exprs, text=text, where=where, bulk=False)
+        return
+    lo, hi = span
+    cond = f" AND ({where})" if where else ""
+    exprs = [*int_exprs, *([text] if text is not None else [])]
+    plain = f"SELECT {', '.join(exprs)} FROM {table} AS n WHERE n.rowid BETWEEN ? AND ?{cond}"
+    k = len(int_exprs)
+    for first in range(lo, hi + 1, BLOCK_ROWS):
+        bounds = (first, first + BLOCK_ROWS - 1)
+        got = _bulk_block(con, table, int_exprs, text, where, bounds) if bulk else None
+        if got is None:
+            rows = con.execute(plain, bounds).fetchall()
+            if text is None:
+                got = _ints_of_rows(rows, k), []
+            else:
+                got = _ints_of_rows([r[:k] for r in rows], k), [r[k] for r in rows]
+        if len(got[0]):
+            yield got
+
+
+def _bulk_block(
+    con: sqlite3.Connection,
+    table: str,
+    int_exprs: list[str],
+    text_expr: str | None,
+    where: str,
+    bounds: tuple[int, int],
+) -> tuple[np.ndarray, list[str]] | None:
+    """One rowid block in bulk (see the module docstring), or None where it would not round-trip."""
+    k = len(int_exprs)
+    aggs = [f"group_concat({e})" for e in int_exprs]
+    if text_expr is not None:
+        aggs.append(f"group_concat({text_expr}, char(0))")
+    cond = f"AND ({where})" if where else ""
+    sql = f"SELECT count(*), {', '.join(aggs)} FROM {table} AS n WHERE n.rowid BETWEEN ? AND ? {cond}"
+    try:
+        row = con.execute(sql, bounds).fetchone()
+    except sqlite3.DataError:  # "string or blob too big": the block's text exceeds SQLITE_MAX_LENGTH
+        return None
+    n = row[0]
+    if n == 0:
+        return np.zeros((0, k), np.int64), []
+    cols = [_parse_ints(s, n) for s in row[1 : 1 + k]]
+    if any(c is None for c in cols):
+        return None
+    texts: list[str] = []
+    if text_expr is not None:
+        texts = row[1 + k].split("\x00") if row[1 + k] is not None else []
+        if len(texts) != n:
+            return None
+    return (np.column_stack(cols) if k else np.zeros((n, 0), np.int64)), texts
+
+
 def select_columns(
     con: sqlite3.Connection,
     table: str,
@@ -56,39 +137,20 @@ def select_columns(
     when the bulk route can't reproduce a plain SELECT exactly (see the module docstring). ``int_exprs`` must
     never be NULL (wrap nullable columns in ``coalesce``); rows are referred to as ``n``.
     """
-    try:
-        lo, hi, total = con.execute(f"SELECT min(rowid), max(rowid), count(*) FROM {table}").fetchone()
-    except sqlite3.OperationalError:  # no rowid (a WITHOUT ROWID table)
+    span = _rowids(con, table)
+    if span is None:
         return None
+    lo, hi = span
     k = len(int_exprs)
-    if total == 0:
-        return np.zeros((0, k), np.int64), []
-    if lo is None:  # rows without rowids (a view)
-        return None
-    aggs = [f"group_concat({e})" for e in int_exprs]
-    if text_expr is not None:
-        aggs.append(f"group_concat({text_expr}, char(0))")
-    cond = f"AND ({where})" if where else ""
-    sql = f"SELECT count(*), {', '.join(aggs)} FROM {table} AS n WHERE n.rowid BETWEEN ? AND ? {cond}"
     blocks: list[np.ndarray] = []
     texts: list[str] = []
     for first in range(lo, hi + 1, BLOCK_ROWS):
-        try:
-            row = con.execute(sql, (first, first + BLOCK_ROWS - 1)).fetchone()
-        except sqlite3.DataError:  # "string or blob too big": the block's text exceeds SQLITE_MAX_LENGTH
+        got = _bulk_block(con, table, int_exprs, text_expr, where, (first, first + BLOCK_ROWS - 1))
+        if got is None:
             return None
-        n = row[0]
-        if n == 0:
-            continue
-        cols = [_parse_ints(s, n) for s in row[1 : 1 + k]]
-        if any(c is None for c in cols):
-            return None
-        blocks.append(np.column_stack(cols) if k else np.zeros((n, 0), np.int64))
-        if text_expr is not None:
-            parts = row[1 + k].split("\x00") if row[1 + k] is not None else []
-            if len(parts) != n:
-                return None
-            texts.extend(parts)
+        if len(got[0]):
+            blocks.append(got[0])
+            texts.extend(got[1])
     if not blocks:
         return np.zeros((0, k), np.int64), []
     return (blocks[0] if len(blocks) == 1 else np.concatenate(blocks)), texts

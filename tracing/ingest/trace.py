@@ -85,12 +85,12 @@ def rank_from_environment(environment: str | None) -> int | None:
 
 
 def report_rank(
-    path: str | Path, rank: int | None, environment: str | None, events: pd.DataFrame
+    path: str | Path, rank: int | None, environment: str | None, num_gpu_pids: int
 ) -> tuple[int | None, dict[str, Any]]:
     """Rank of a one-process report (nsys) and how it was found, as ``(rank, meta)``.
 
     The ``RANK`` of the environment the profiler ran in wins over ``rank`` (from the file name or ``--rank``)
-    when the file's GPU work comes from at most one process; a report of several GPU processes (``nsys
+    when the file's GPU work comes from at most one process (``num_gpu_pids``: how many ran GPU ops); a report of several GPU processes (``nsys
     profile torchrun ...``) keeps ``rank``, and the meta says why. The meta also carries :func:`report_name`.
     """
     meta: dict[str, Any] = {}
@@ -98,8 +98,6 @@ def report_rank(
     if named:
         meta["report_name"] = named
     env_rank = rank_from_environment(environment)
-    gpu = events["kind"].isin(schema.GPU_OP_KINDS).to_numpy()
-    num_gpu_pids = int(events.loc[gpu, "pid"].nunique()) if gpu.any() else 0
     if env_rank is not None and num_gpu_pids <= 1:
         meta["rank_source"] = "environment RANK"
         return env_rank, meta

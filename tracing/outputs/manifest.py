@@ -13,7 +13,6 @@ error recorded) or ``interrupted`` (Ctrl-C, SIGTERM) and the files it lists, and
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -33,10 +32,40 @@ STATUSES = ("running", "complete", "failed", "interrupted")
 
 
 def _version(dist: str) -> str | None:
+    """The installed version of ``dist``: its module's ``__version__`` when it is already imported, else the
+    version in the name of its one ``<dist>-<version>.dist-info`` folder on ``sys.path``, else what
+    ``importlib.metadata`` says (importing that and parsing METADATA files costs ~15 ms a process)."""
+    found = getattr(sys.modules.get(dist), "__version__", None)
+    if isinstance(found, str):
+        return found
+    versions = _dist_info_versions().get(dist.lower().replace("-", "_"), [])
+    if len(versions) == 1:
+        return versions[0]
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+_DIST_INFO: dict[str, list[str]] = {}
+
+
+def _dist_info_versions() -> dict[str, list[str]]:
+    """Normalized distribution name -> versions of its ``.dist-info`` folders on ``sys.path`` (read once)."""
+    if not _DIST_INFO:
+        for entry in sys.path:
+            try:
+                names = os.listdir(entry or ".")
+            except OSError:
+                continue
+            for name in names:
+                stem = name[: -len(".dist-info")]
+                if name.endswith(".dist-info") and stem.count("-") == 1:
+                    dist, version = stem.split("-")
+                    _DIST_INFO.setdefault(dist.lower().replace(".", "_"), []).append(version)
+    return _DIST_INFO
 
 
 def cpu_name() -> str:

@@ -22,10 +22,12 @@ Tables (one module, so producers and readers cannot drift apart):
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tracing.outputs.errors import InputError
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: the Kineto decoder uses these names without it
+    import pandas as pd
 
 # Canonical phases of an RL step (the ``phase`` column of ranges, steps and micro-batches).
 PHASES: tuple[str, ...] = ("generate", "logprob", "update", "sync", "reward", "other")
@@ -253,6 +255,8 @@ MICROBATCH_SOURCES: tuple[str, ...] = ("sweep", "range", "detected")
 
 def empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:
     """A zero-row table with the given schema."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
 
 
@@ -261,8 +265,15 @@ def conform(df: pd.DataFrame, columns: Mapping[str, str], table: str) -> pd.Data
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise InputError(f"{table}: missing column(s) {', '.join(missing)}")
+    from pandas.api.types import pandas_dtype
+
     out = df.loc[:, list(columns)]
     try:
-        return out.astype(dict(columns))
+        if not out.columns.is_unique:
+            return out.astype(dict(columns))
+        # astype leaves a column already of its dtype as it is (pandas' astype_array): cast only the others,
+        # since a frame-wide astype rebuilds every column (most of this call's time on small tables)
+        cast = {c: t for (c, t), d in zip(columns.items(), out.dtypes, strict=True) if d != pandas_dtype(t)}
+        return out.astype(cast) if cast else out
     except (TypeError, ValueError) as exc:
         raise InputError(f"{table}: a column has the wrong type ({exc})") from None

@@ -1,0 +1,88 @@
+"""Kineto file -> :class:`~tracing.ingest.kineto_rows.Columns`, batch by batch; needs numpy, never pandas.
+
+Kept free of pandas so that a whole-process ``mxperf ingest`` can decode a trace while pandas is still being
+imported (:mod:`tracing.ingest.prefetch`); :mod:`tracing.ingest.kineto` turns the columns into a table.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tracing.ingest import kineto_fast
+from tracing.ingest.jsonstream import ChromeTraceReader
+from tracing.ingest.kineto_rows import Columns, Slow, append_rows, batch_rows, event_row
+from tracing.outputs.errors import TraceFormatError
+
+STREAM_ABOVE_BYTES = 64 << 20  # on disk: ~64 MB gzipped is ~0.5 GB of JSON, ~1 GB of in-memory tables
+
+
+class KinetoDecoder:
+    """Decodes a Kineto file batch by batch into ``columns`` (:class:`Columns`); :meth:`run` yields after each
+    batch, so a caller may :meth:`Columns.take` the rows so far and keep memory bounded (streaming ingest).
+    After the run, ``reader.meta`` holds the other top-level keys and ``skipped`` the X events left out."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        include_python: bool,
+        *,
+        fast: bool = kineto_fast.AVAILABLE,
+        progress: Any = None,
+    ) -> None:
+        self.path = Path(path)
+        self.reader = ChromeTraceReader(self.path, progress=progress)
+        self.columns = Columns()
+        self.include_python = include_python
+        self.fast = fast
+        self.skipped = 0
+
+    def run(self) -> Any:
+        path, c, include_python = self.path, self.columns, self.include_python
+        first = 0
+        saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
+        for batch in self.reader.batches(kineto_fast.decode_batch if self.fast else None):
+            saw_event = saw_event or any(_has_phase(ev) for ev in batch)
+            try:
+                kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
+                append_rows(c, kinds, names, cols)
+                self.skipped += n_skipped
+            except (Slow, AttributeError, TypeError, ValueError, OverflowError):
+                self.skipped += _slow_batch(path, batch, first, c, include_python)
+            first += len(batch)
+            yield
+        if first and not saw_event:
+            raise TraceFormatError(
+                path, f"none of the {first} items in the event list is a trace event (no 'ph'): not a trace"
+            )
+
+
+def _has_phase(ev: Any) -> bool:
+    if type(ev) is dict:
+        return "ph" in ev
+    return getattr(ev, "ph", None) is not None  # a msgspec record; anything else fails the batch anyway
+
+
+def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:
+    if kineto_fast.is_event_batch(batch):
+        batch = [kineto_fast.as_dict(ev) for ev in batch]
+    rows, skipped = [], 0
+    for i, ev in enumerate(batch):
+        try:
+            row = event_row(ev, c, include_python)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TraceFormatError(path, f"traceEvents[{first + i}]: {exc}") from None
+        if row is None:
+            skipped += 1 if type(ev) is dict and ev.get("ph") == "X" else 0
+        else:
+            rows.append(row)
+    if rows:
+        cols = [list(col) for col in zip(*rows, strict=True)]
+        try:
+            append_rows(c, cols[0], cols[1], cols[2:])
+        except OverflowError:
+            raise TraceFormatError(
+                path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64"
+            ) from None
+    return skipped
