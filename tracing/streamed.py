@@ -30,7 +30,8 @@ from tracing.analysis import metrics
 from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
 from tracing.analysis.phases import PhaseMap
-from tracing.ingest.kineto import KinetoDecoder, trace_info
+from tracing.ingest.kineto import trace_info
+from tracing.ingest.kineto_decode import KinetoDecoder
 from tracing.ingest.kineto_parallel import Fallback, ParallelKinetoDecoder
 from tracing.ingest.kineto_rows import KIND_CODE
 from tracing.ingest.nsys import nvtx_shape_codes

@@ -34,22 +34,14 @@ import numpy as np
 import pandas as pd
 
 from tracing.ingest import kineto_fast, prefetch
-from tracing.ingest.kineto_decode import KinetoDecoder, _has_phase, _slow_batch
+from tracing.ingest.kineto_decode import KinetoDecoder
 from tracing.ingest.kineto_rows import CATEGORY_KIND, KIND_CODE, Columns, as_int
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace, events_frame, rank_from_name
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 
-# KinetoDecoder, _has_phase, _slow_batch: imported from here by the streaming and parallel decoders
-__all__ = [
-    "CATEGORY_KIND",
-    "KinetoDecoder",
-    "_has_phase",
-    "_slow_batch",
-    "load_kineto_events",
-    "us_text_to_ns",
-]
+__all__ = ["CATEGORY_KIND", "load_kineto_events", "us_text_to_ns"]
 
 
 def load_kineto_events(

@@ -24,7 +24,7 @@ from typing import Any
 
 from tracing.ingest import kineto_fast
 from tracing.ingest.jsonstream import ChromeTraceReader
-from tracing.ingest.kineto import _has_phase, _slow_batch
+from tracing.ingest.kineto_decode import _has_phase, _slow_batch
 from tracing.ingest.kineto_rows import Columns, Slow, append_rows, batch_rows
 from tracing.outputs.errors import TraceFormatError
 
@@ -87,7 +87,7 @@ def decode_piece(texts: list[str], include_python: bool, fast: bool) -> dict[str
 
 
 class ParallelKinetoDecoder:
-    """:class:`tracing.ingest.kineto.KinetoDecoder` with the decoding spread over ``workers`` processes."""
+    """:class:`tracing.ingest.kineto_decode.KinetoDecoder` with the decoding spread over ``workers`` processes."""
 
     def __init__(
         self,
