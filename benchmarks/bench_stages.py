@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_stages.py TRACE [--nsys]
 
-Runs ``tracing.streamed.stream_kineto`` (or ``stream_nsys``) in this process with each stage wrapped: before a
+Runs ``tracing.streamed.stream_trace`` in this process with each stage wrapped: before a
 stage the peak-RSS counter is reset (``/proc/self/clear_refs``, Linux), after it the stage's peak and the RSS it
 leaves are read (``VmHWM`` / ``VmRSS``), all relative to the RSS after imports. "decode" is everything before the
 first wrapped stage (reading, spilling). For finding what still grows with the trace (docs/tracing.md, "Large
@@ -97,10 +97,7 @@ def main() -> int:
         "events_path": None,
     }
     t0 = time.perf_counter()
-    if args.nsys:
-        st = streamed.stream_nsys(str(args.trace), **kw)
-    else:
-        st = streamed.stream_kineto(str(args.trace), include_python=False, **kw)
+    st = streamed.stream_trace(str(args.trace), "nsys" if args.nsys else "kineto", include_python=False, **kw)
     total = time.perf_counter() - t0
     print(f"{'stage':<28} {'before MB':>10} {'peak MB':>9} {'after MB':>9} {'s':>7}")
     for r in rows:

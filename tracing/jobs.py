@@ -156,11 +156,13 @@ def ingest_file(
     if fmt == METRIC_LOG:
         return _ingest_metric_log(path, phase_map)
     staged = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
-    if fmt == "kineto" and (use_streaming(path, streaming) or decode_workers > 1):
-        from tracing.streamed import stream_kineto  # bounded memory; the same tables
+    parallel = fmt == "kineto" and decode_workers > 1
+    if fmt in ("kineto", "nsys") and (use_streaming(path, streaming) or parallel):
+        from tracing.streamed import stream_trace  # bounded memory; the same tables
 
-        st = stream_kineto(
+        st = stream_trace(
             path,
+            fmt,
             rank=rank,
             include_python=include_python,
             phase_map=phase_map,
@@ -170,20 +172,6 @@ def ingest_file(
             spill_dir=stage_dir,
             progress=progress,
             workers=decode_workers,
-        )
-        trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
-    elif fmt == "nsys" and use_streaming(path, streaming):
-        from tracing.streamed import stream_nsys  # a block of rows at a time; the same tables
-
-        st = stream_nsys(
-            path,
-            rank=rank,
-            phase_map=phase_map,
-            labels=labels,
-            pattern=pattern,
-            events_path=staged,
-            spill_dir=stage_dir,
-            progress=progress,
         )
         trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
     else:

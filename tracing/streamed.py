@@ -153,8 +153,9 @@ class _Pass1:
         self.host.close()
 
 
-def stream_kineto(
+def stream_trace(
     path: str,
+    fmt: str,
     *,
     rank: int | None,
     include_python: bool,
@@ -166,13 +167,17 @@ def stream_kineto(
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
 ) -> StreamedTrace:
-    """Ingest one Kineto file in bounded memory: writes its event table to ``events_path`` (when given) and
-    returns every per-trace table, equal to ``tracing.jobs.analyze_trace(load_trace(path))``'s.
+    """Ingest one Kineto file or nsys export (``fmt``: ``kineto`` or ``nsys``) in bounded memory:
+    writes its event table to ``events_path`` (when given) and returns every per-trace table, equal to
+    ``tracing.jobs.analyze_trace(load_trace(path))``'s.
 
-    ``workers`` > 1 decodes the file in that many processes (``kineto_parallel``); a piece it cannot decode
-    alone sends the whole file back through the serial reader."""
+    A Kineto file is decoded in chunks (``workers`` > 1: by that many processes, ``kineto_parallel``; a piece
+    one cannot decode alone sends the whole file back through the serial reader); an nsys export is read a
+    block of rowids at a time (``tracing.ingest.nsys_stream``)."""
     args = (rank, include_python, phase_map, labels, pattern, events_path)
     return_large_frees()
+    if fmt == "nsys":
+        return _spilled(path, spill_dir, NsysDecoder(path, progress=progress), *args)
     if workers > 1:
         try:
             return _spilled(
@@ -184,24 +189,6 @@ def stream_kineto(
         except Fallback:
             pass
     return _spilled(path, spill_dir, KinetoDecoder(path, include_python, progress=progress), *args)
-
-
-def stream_nsys(
-    path: str,
-    *,
-    rank: int | None,
-    phase_map: PhaseMap,
-    labels: Labels | None,
-    pattern: str | None,
-    events_path: str | None,
-    spill_dir: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> StreamedTrace:
-    """:func:`stream_kineto` for an Nsight Systems SQLite export: read a block of rows at a time
-    (``tracing.ingest.nsys_stream``), the tables of ``tracing.jobs.analyze_trace(load_nsys_events(path))``."""
-    return_large_frees()
-    args = (rank, False, phase_map, labels, pattern, events_path)
-    return _spilled(path, spill_dir, NsysDecoder(path, progress=progress), *args)
 
 
 MMAP_THRESHOLD_BYTES = 128 << 10

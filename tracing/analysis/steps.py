@@ -145,43 +145,9 @@ def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
             wide[phase] = measure(p_start[sel], p_end[sel]) / 1e9 if sel.any() else 0.0
         wide["_wall"] = (st.end_ns - st.start_ns) / 1e9
         rows.append(wide)
-    long = _long_table(rows)
-    if long is None:
-        wide_df = pd.DataFrame(rows).groupby([*keys, "step"], as_index=False, dropna=False).sum()
-        long = _with_other(wide_df.drop(columns="_wall"), wide_df["_wall"].to_numpy(), [*keys, "step"])
+    wide_df = pd.DataFrame(rows).groupby([*keys, "step"], as_index=False, dropna=False).sum()
+    long = _with_other(wide_df.drop(columns="_wall"), wide_df["_wall"].to_numpy(), [*keys, "step"])
     return schema.conform(long, schema.STEP_COLUMNS, "steps")
-
-
-def _long_table(rows: list[dict[str, object]]) -> pd.DataFrame | None:
-    """The long table straight from per-step rows whose keys are plain (text trace, integer rank) and unique:
-    what groupby-sum and :func:`_with_other` give then (same order, same float sums), at a fraction of their
-    pandas cost on a trace's few steps; None otherwise (that path then)."""
-    by_key: dict[tuple[object, ...], dict[str, object]] = {}
-    for r in rows:
-        k = (r["trace"], r["rank"], r["pid"], r["step"])
-        if (
-            type(k[0]) is not str
-            or not isinstance(k[1], (int, np.integer))
-            or isinstance(k[1], bool)
-            or k in by_key
-        ):
-            return None
-        by_key[k] = r
-    out: dict[str, list[object]] = {c: [] for c in ("trace", "rank", "pid", "step", "phase", "seconds")}
-    for k in sorted(by_key):  # type: ignore[type-var]  # (str, int, int, int): groupby's sorted key order
-        r = by_key[k]
-        seconds = [float(r[p]) for p in PHASES]  # type: ignore[arg-type]
-        phase_sum = 0.0
-        for x in seconds:
-            phase_sum += x
-        other = float(r["_wall"]) - phase_sum  # type: ignore[arg-type]
-        seconds.append(other if other > 0 or other != other else 0.0)  # clip(min=0); NaN stays
-        for phase, x in zip(STEP_PHASES, seconds, strict=True):
-            for c, v in zip(("trace", "rank", "pid", "step"), k, strict=True):
-                out[c].append(v)
-            out["phase"].append(phase)
-            out["seconds"].append(x)
-    return pd.DataFrame(out)
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:

@@ -75,18 +75,11 @@ def select_blocks(
         return
     lo, hi = span
     cond = f" AND ({where})" if where else ""
-    exprs = [*int_exprs, *([text] if text is not None else [])]
-    plain = f"SELECT {', '.join(exprs)} FROM {table} AS n WHERE n.rowid BETWEEN ? AND ?{cond}"
-    k = len(int_exprs)
     for first in range(lo, hi + 1, BLOCK_ROWS):
         bounds = (first, first + BLOCK_ROWS - 1)
         got = _bulk_block(con, table, int_exprs, text, where, bounds) if bulk else None
         if got is None:
-            rows = con.execute(plain, bounds).fetchall()
-            if text is None:
-                got = _ints_of_rows(rows, k), []
-            else:
-                got = _ints_of_rows([r[:k] for r in rows], k), [r[k] for r in rows]
+            got = _plain(con, table, int_exprs, text, f"WHERE n.rowid BETWEEN ? AND ?{cond}", bounds)
         if len(got[0]):
             yield got
 
@@ -171,9 +164,20 @@ def select(
         got = select_columns(con, table, int_exprs, text, where)
         if got is not None:
             return got
+    return _plain(con, table, int_exprs, text, f"WHERE {where}" if where else "", ())
+
+
+def _plain(
+    con: sqlite3.Connection,
+    table: str,
+    int_exprs: list[str],
+    text: str | None,
+    clause: str,
+    params: tuple[int, ...],
+) -> tuple[np.ndarray, list[str]]:
+    """The SELECT row by row (``fetchall``): the exact values, or the exact error."""
     exprs = [*int_exprs, *([text] if text is not None else [])]
-    cond = f" WHERE {where}" if where else ""
-    rows = con.execute(f"SELECT {', '.join(exprs)} FROM {table} AS n{cond}").fetchall()
+    rows = con.execute(f"SELECT {', '.join(exprs)} FROM {table} AS n {clause}", params).fetchall()
     k = len(int_exprs)
     if text is None:
         return _ints_of_rows(rows, k), []
