@@ -15,7 +15,8 @@ ops, which the stream holds in memory).
 ``ranks``: a synthetic N-rank set (the two real ranks of tests/data/real/hta_sampled_2rank, time-shifted and
 stretched per rank) ingested by the whole command, serially, with ``--workers`` local processes and (``--ray``)
 on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must be the one the stretches give.
-``cores``: one synthetic trace decoded by 1, 2, ... processes (``--workers K`` with one input), streaming path.
+``cores``: one synthetic trace decoded by 1, 2, ... processes (``--workers K`` with one input), streaming path
+(``--source`` as for ``size``).
 ``engine``: the design choice: the streaming path's overhead over the in-memory path, against DuckDB running
 the out-of-core steps (busy union, launch join, host items in (pid, start) order) over the event Parquet it wrote.
 ``nsys``: the real nsys export with its event tables repeated 1, 16, 64 times (shifted, ids renumbered), read
@@ -106,7 +107,9 @@ def by_cores(args: argparse.Namespace) -> dict:
     out = {}
     for gb in args.gb:
         trace = args.tmp / f"mxperf_cores_{gb:g}gb.json.gz"
-        made = make(["--gb", str(gb), "-o", str(trace)])
+        made = make(
+            ["--gb", str(gb), "-o", str(trace), *(["--source", str(args.source)] if args.source else [])]
+        )
         tools = {
             f"decode-{k}": (
                 "mxperf-file",
@@ -119,7 +122,7 @@ def by_cores(args: argparse.Namespace) -> dict:
             res = median_runs(tools, trace, args.repeats)
         finally:
             trace.unlink(missing_ok=True)
-        check_busy(res, made["repetitions"])
+        check_busy(res, made["repetitions"], source_busy_ns(args.source))
         out[f"{gb:g}GB"] = {"json_bytes": made["uncompressed_bytes"], **res}
     return out
 
@@ -296,6 +299,7 @@ def main() -> int:
     c = sub.add_parser("cores")
     c.add_argument("--gb", type=float, nargs="+", default=[1.0])
     c.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    c.add_argument("--source", type=Path, help="the Kineto trace to repeat (default: the A100 trace)")
     e = sub.add_parser("engine")
     e.add_argument("--gb", type=float, nargs="+", default=[1.0])
     e.add_argument("--duckdb-memory", nargs="+", default=["1GB"], help="DuckDB memory_limit values")

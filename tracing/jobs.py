@@ -317,7 +317,8 @@ def ingest_many(
     streaming: bool | None = None,
     progress: Progress | None = None,
 ) -> list[FileResult]:
-    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray.
+    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray; a single
+    Kineto file that is streamed has its batches decoded by ``workers`` processes.
 
     ``labels[i]`` are item i's labels (command line, sidecar, run config). ``progress`` shows files done
     (and, serially, the bytes read of a streamed file) on stderr."""
@@ -348,11 +349,12 @@ def ingest_many(
                     progress.file_done()
             return [f.result() for f in futures]  # in order: the first failing file's error
     out = []
-    # One file stays in this process whatever ``workers`` says: splitting its decoding over processes
-    # (``ingest_file(decode_workers=K)``) measured slower on any core count (docs/tracing.md).
     for job in jobs:
         bytes_read = progress.bytes_read if progress is not None else None
-        out.append(ingest_file(*job, progress=bytes_read))
+        # a lone Kineto file read in bounded memory: ``workers`` processes decode its batches
+        # (tracing.ingest.kineto_sharded); small files are faster in memory, in this process
+        sharded = workers > 1 and job[1] == "kineto" and use_streaming(job[0], streaming)
+        out.append(ingest_file(*job, progress=bytes_read, decode_workers=workers if sharded else 1))
         if progress is not None:
             progress.file_done()
     return out

@@ -11,6 +11,8 @@
 Held in memory: one chunk of rows, the GPU ops (~100 bytes each), the device busy / stall intervals, the
 ranges, and the host items of the largest micro-batch detection window (a phase range or ``ProfilerStep``;
 the whole process when the trace has no ranges). Spill files live in ``spill_dir`` and are removed at the end.
+With ``workers`` > 1 a Kineto file's batches are decoded by that many other processes
+(``tracing.ingest.kineto_sharded``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatche
 from tracing.analysis.phases import PhaseMap
 from tracing.ingest.kineto import trace_info
 from tracing.ingest.kineto_decode import KinetoDecoder
-from tracing.ingest.kineto_parallel import Fallback, ParallelKinetoDecoder
 from tracing.ingest.kineto_rows import KIND_CODE
+from tracing.ingest.kineto_sharded import Fallback, ShardedKinetoDecoder
 from tracing.ingest.nsys import nvtx_shape_codes
 from tracing.ingest.nsys_stream import NsysDecoder
 from tracing.ingest.spill import RowFile, SortedRuns
@@ -171,8 +173,8 @@ def stream_trace(
     writes its event table to ``events_path`` (when given) and returns every per-trace table, equal to
     ``tracing.jobs.analyze_trace(load_trace(path))``'s.
 
-    A Kineto file is decoded in chunks (``workers`` > 1: by that many processes, ``kineto_parallel``; a piece
-    one cannot decode alone sends the whole file back through the serial reader); an nsys export is read a
+    A Kineto file is decoded in chunks (``workers`` > 1: by that many other processes, batch by batch,
+    ``tracing.ingest.kineto_sharded``; if they fail, this process reads the file itself); an nsys export is read a
     block of rowids at a time (``tracing.ingest.nsys_stream``)."""
     args = (rank, include_python, phase_map, labels, pattern, events_path)
     return_large_frees()
@@ -180,12 +182,8 @@ def stream_trace(
         return _spilled(path, spill_dir, NsysDecoder(path, progress=progress), *args)
     if workers > 1:
         try:
-            return _spilled(
-                path,
-                spill_dir,
-                ParallelKinetoDecoder(path, include_python, workers, progress=progress),
-                *args,
-            )
+            sharded = ShardedKinetoDecoder(path, include_python, workers, progress=progress)
+            return _spilled(path, spill_dir, sharded, *args)
         except Fallback:
             pass
     return _spilled(path, spill_dir, KinetoDecoder(path, include_python, progress=progress), *args)

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=1,
-        help="local processes, one file each (a single file is read by one process; default 1)",
+        help="local processes: one file each; a single streamed Kineto file is decoded by K processes "
+        "(same tables; default 1)",
     )
     p.add_argument(
         "--stream",
@@ -85,7 +86,8 @@ class _Quiet(argparse.ArgumentParser):
 
 def start_prefetch(argv: Sequence[str]) -> bool:
     """Start decoding the one Kineto file ``mxperf ingest ARGV`` reads in memory, if it reads exactly that
-    (no workers, no Ray, not streamed); False when nothing was started (the ingest decodes as usual)."""
+    (no Ray, not streamed: a single file read in memory stays in this process whatever ``--workers`` says);
+    False when nothing was started (the ingest decodes as usual)."""
     if not prefetch.enabled():
         return False
     parser = _Quiet(add_help=False)
@@ -94,7 +96,7 @@ def start_prefetch(argv: Sequence[str]) -> bool:
         args, unknown = parser.parse_known_args(list(argv))
     except (ValueError, SystemExit):
         return False
-    if unknown or len(args.paths) != 1 or args.workers != 1 or args.ray is not None or args.stream == "on":
+    if unknown or len(args.paths) != 1 or args.ray is not None or args.stream == "on":
         return False
     path = Path(args.paths[0])
     if not path.name.endswith((".json", ".json.gz")) or not path.is_file():

@@ -204,3 +204,37 @@ def test_an_interrupted_capture_says_interrupted_and_a_crashed_one_failed(tmp_pa
             raise error
         manifest = store.read_json(tmp_path / name / "trace" / "capture-rank-0.json")
         assert manifest["status"] == status
+
+
+def test_the_command_leaves_at_once_with_everything_written_and_said(tmp_path: Path) -> None:
+    """``python -m mxperf`` (``mxperf.cli.entry``) ends with ``os._exit`` after the command: stdout through a
+    pipe still ends with the whole JSON line, the output folder is complete, the exit code is the command's,
+    and the ``atexit`` handlers ran (a file one of them writes)."""
+    trace = DATA_DIR / "real" / "hta_a100_ddp_rank0_hostbound.json.gz"
+    marker = tmp_path / "atexit-ran"
+    code = (
+        "import atexit, runpy, sys\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+        "sys.argv = ['mxperf', *sys.argv[1:]]\n"
+        "runpy.run_module('mxperf', run_name='__main__')\n"
+    )
+    argv = [sys.executable, "-c", code, "ingest", str(trace), "-o", str(tmp_path / "out"), "--json"]
+    buffered = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}  # stdout to a pipe: block-buffered
+    proc = subprocess.run(argv, cwd=REPO_ROOT, env=buffered, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["traces"][0]["format"] == "kineto"
+    assert read_manifest(tmp_path / "out")["status"] == "complete"
+    assert marker.exists()
+    bad = subprocess.run(
+        [sys.executable, "-m", "mxperf", "ingest", str(tmp_path / "none.json"), "-o", str(tmp_path / "o2")],
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.startswith("mxperf ingest: error: ")
+        and "Traceback" not in bad.stderr
+    )

@@ -24,7 +24,12 @@ def _run(capsys, *args: str) -> tuple[dict, str]:
 
 def test_streamed_and_parallel_ingest_write_the_in_memory_tables(tmp_path, capsys):
     ref, _ = _run(capsys, str(A100), "-o", str(tmp_path / "mem"), "--stream", "off")
-    for name, flags in (("stream", ["--stream", "on"]), ("two", ["--workers", "2"])):
+    cases = (
+        ("stream", ["--stream", "on"]),
+        ("two", ["--workers", "2"]),
+        ("sharded", ["--stream", "on", "--workers", "2"]),
+    )
+    for name, flags in cases:
         got, _ = _run(capsys, str(A100), "-o", str(tmp_path / name), *flags)
         assert got == ref
         for t in TABLES:

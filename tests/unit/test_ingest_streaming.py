@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -132,18 +133,51 @@ def test_sorted_runs_merge_equals_one_stable_sort(tmp_path):
     assert not list(tmp_path.glob("run-*"))
 
 
+@pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("path", REAL[:2], ids=lambda p: p.name)
-def test_decoding_in_two_processes_gives_the_same_tables(path, tmp_path, monkeypatch):
-    from tracing.ingest import kineto_parallel
+def test_decoding_in_several_processes_gives_the_same_tables(path, workers, tmp_path, monkeypatch):
+    from tracing.ingest import kineto_sharded
 
-    monkeypatch.setattr(kineto_parallel, "PIECE_CHARS", 64 << 10)  # many pieces, several in flight
+    monkeypatch.setattr(kineto_sharded, "MESSAGE_ROWS", 300)  # many messages, batches split across them
     monkeypatch.setattr(streamed, "CHUNK_ROWS", 997)
+    seen: list[tuple[int, int]] = []
     a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=False)
-    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    b = ingest_file(
+        str(path),
+        "kineto",
+        None,
+        str(tmp_path),
+        1,
+        decode_workers=workers,
+        progress=lambda *d: seen.append(d),
+    )
     for attr in ("devices", "streams", "ranges", "kernels", "steps"):
         pd.testing.assert_frame_equal(getattr(a, attr), getattr(b, attr), check_exact=True, obj=attr)
     events_a, events_b = store.read_table(a.staged_events), store.read_table(b.staged_events)
     pd.testing.assert_frame_equal(events_a, events_b, check_exact=True, obj="events")
+    assert a.meta == b.meta and a.num_events == b.num_events
+    size = path.stat().st_size
+    assert seen and seen[-1] == (size, size) and [d[0] for d in seen] == sorted(d[0] for d in seen)
+
+
+def test_a_decoder_that_dies_leaves_the_file_to_this_process(tmp_path, monkeypatch):
+    """A decoder process that stops without a word (killed, out of memory): the file is read in this
+    process, and the tables are the same."""
+    from tracing.ingest import kineto_sharded
+
+    def dies(out, path, include_python, fast, workers, me, reports):
+        if me == 1:
+            os._exit(9)
+        return real(out, path, include_python, fast, workers, me, reports)
+
+    real = kineto_sharded._decode_shard
+    monkeypatch.setattr(kineto_sharded, "_decode_shard", dies)
+    path = REAL[0]
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=False)
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    pd.testing.assert_frame_equal(a.ranges, b.ranges, check_exact=True)
+    pd.testing.assert_frame_equal(store.read_table(a.staged_events), store.read_table(b.staged_events))
+    assert not list(tmp_path.glob(".spill-*"))
 
 
 def _kineto(path: Path, events: list[dict]) -> Path:
@@ -156,7 +190,7 @@ def _x(cat: str, name: str, pid: object, ts: str, **args: object) -> dict:
 
 
 def test_two_processes_fall_back_to_the_serial_reader_where_ids_span_the_file(tmp_path):
-    """A text pid gets its id by first appearance in the whole file: the parallel decoder hands the file to
+    """A text pid gets its id by first appearance in the whole file: the decoder processes hand the file to
     the serial reader, and the tables are the in-memory path's."""
     events = [_x("cpu_op", f"op{i}", 7 if i % 3 else "Spans", f"{100 + i}.250") for i in range(50)]
     path = _kineto(tmp_path / "spans.json", events)

@@ -45,14 +45,19 @@ def loaded(request):
         ["4458676522690.655", "-1.001", "0.000"],
         ["1.5", "2.25", "3.125", "4"],  # mixed decimals and no dot: value by value
         [1, "2.5"],
+        ["1.250", 0, "-2.125", 7, -3, "0.001"],  # Kineto's int durations among 3-decimal text: in bulk
+        [0, "1.5", 12, "-0.5"],  # the first text value sets the decimals
+        ["1.25", 10**16, "2.50"],  # an int past the pattern's 15 digits: value by value
+        ["1.25", None, "2.50"],  # not a number: the exact path's error
+        ["1.25", 2.5, "2.50"],
         [2**62, 1],  # too big for ns in int64: value by value (the caller then reports the overflow)
     ],
 )
 def test_bulk_microseconds_equal_per_value_conversion(values):
     try:
         want = np.array([us_text_to_ns(v) for v in values], np.int64)
-    except OverflowError:
-        with pytest.raises(OverflowError):
+    except (OverflowError, TypeError) as exc:  # the bulk path raises what the exact one does
+        with pytest.raises(type(exc)):
             us_values_to_ns(values)
         return
     got = us_values_to_ns(values)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -103,8 +104,14 @@ def machine_info() -> dict[str, Any]:
 
 
 def git_sha() -> str | None:
-    """The commit of the mxperf checkout that is running (null when not a git checkout)."""
+    """The commit of the mxperf checkout that is running (null when not a git checkout).
+
+    Read from the repository's files when they say it plainly (HEAD, a loose or packed ref: ~0.1 ms), else
+    from ``git rev-parse HEAD`` (a process: 5-10 ms of every command's run)."""
     here = Path(__file__).resolve().parent
+    sha = _sha_from_files(here)
+    if sha is not None:
+        return sha
     if shutil.which("git") is None:
         return None
     try:
@@ -114,6 +121,42 @@ def git_sha() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+def _sha_from_files(start: Path) -> str | None:
+    """HEAD's commit from the ``.git`` folder above ``start`` (a plain checkout: no worktree, no
+    alternate ref storage), or None when that is not simple -- then ``git`` is asked."""
+    for folder in (start, *start.parents):
+        git = folder / ".git"
+        if git.exists():
+            break
+    else:
+        return None
+    try:
+        if not git.is_dir():
+            return None  # a worktree or submodule (``gitdir:`` file): let git resolve it
+        head = (git / "HEAD").read_text().strip()
+        if _SHA.fullmatch(head):
+            return head  # detached
+        if not head.startswith("ref: "):
+            return None
+        ref = head[5:]
+        loose = git / ref
+        if loose.is_file():
+            sha = loose.read_text().strip()
+            return sha if _SHA.fullmatch(sha) else None
+        packed = git / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text().splitlines():
+                sha, _, name = line.partition(" ")
+                if name == ref and _SHA.fullmatch(sha):
+                    return sha
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def now_iso() -> str:
