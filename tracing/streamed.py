@@ -40,7 +40,7 @@ from tracing.ingest.nsys import nvtx_shape_codes
 from tracing.ingest.nsys_stream import NsysDecoder
 from tracing.ingest.spill import RowFile, SortedRuns
 from tracing.ingest.trace import Trace, events_frame
-from tracing.outputs import schema, store
+from tracing.outputs import background, schema, store
 from tracing.outputs.labels import Labels
 
 CHUNK_ROWS = 1 << 17  # decoded rows per chunk (and per event-table row group)
@@ -175,8 +175,9 @@ def stream_trace(
 
     A Kineto file is decoded in chunks (``workers`` > 1: by that many other processes, batch by batch,
     ``tracing.ingest.kineto_sharded``; if they fail, this process reads the file itself); an nsys export is read a
-    block of rowids at a time (``tracing.ingest.nsys_stream``)."""
-    args = (rank, include_python, phase_map, labels, pattern, events_path)
+    block of rowids at a time (``tracing.ingest.nsys_stream``). With ``workers`` > 1 the event table is
+    written by a forked process while this one analyses (``tracing.outputs.background``)."""
+    args = (rank, include_python, phase_map, labels, pattern, events_path, workers > 1)
     return_large_frees()
     if fmt == "nsys":
         return _spilled(path, spill_dir, NsysDecoder(path, progress=progress), *args)
@@ -236,6 +237,7 @@ def _stream(
     labels: Labels | None,
     pattern: str | None,
     events_path: str | None,
+    background_write: bool = False,
 ) -> StreamedTrace:
     from tracing.jobs import analyze_parts  # jobs dispatches here; the table building is shared
 
@@ -257,38 +259,55 @@ def _stream(
         base_ns, resolved, info = trace_info(Path(path), dec.reader.meta, rank, dec.skipped)
         fix = _gpu_pid_fixer(p1)
         host_chunks = _shifted(p1.host.merged(), base_ns)
+    writer = None
     if events_path is not None:
         meta = {"trace": str(Path(path)), "format": fmt, "rank": resolved}
-        parts = _event_parts(p1.raw, base_ns, fix, names, shape_cats, domains)
-        store.write_table_parts(parts, events_path, meta)
-    ops = _ops(p1, base_ns, fix, names)
-    ranges = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
-    trace = Trace(str(Path(path)), fmt, ranges, rank=resolved, meta=info)
-    optimizer = _optimizer(p1.optimizer, base_ns)
-    for st in p1.stats.values():
-        if st.first_ns is not None:
-            st.first_ns += base_ns
-            st.last_ns += base_ns  # type: ignore[operator]
+        p1.raw.close()  # every row on disk before a forked writer reads them
 
-    def microbatches(ranges: pd.DataFrame, ops: pd.DataFrame, timelines: list, kernels: pd.DataFrame) -> Any:
-        return find_microbatches_streamed(
-            names,
-            shape_cats,
-            host_chunks,
-            p1.host_pids,
-            p1.stats,
-            optimizer,
-            ranges,
-            ops,
-            kernels,
-            labels,
-            pattern,
-            resolved,
-            fmt,
-            timelines,
-        )
+        def parts() -> Iterator[pd.DataFrame]:
+            return _event_parts(p1.raw, base_ns, fix, names, shape_cats, domains)
 
-    analysis = analyze_parts(trace, ops, phase_map, microbatches)
+        if background_write and background.AVAILABLE:  # another core writes while this one analyses
+            writer = background.BackgroundWrite(parts, events_path, meta)
+        else:
+            store.write_table_parts(parts(), events_path, meta)
+    try:
+        ops = _ops(p1, base_ns, fix, names)
+        ranges = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
+        trace = Trace(str(Path(path)), fmt, ranges, rank=resolved, meta=info)
+        optimizer = _optimizer(p1.optimizer, base_ns)
+        for st in p1.stats.values():
+            if st.first_ns is not None:
+                st.first_ns += base_ns
+                st.last_ns += base_ns  # type: ignore[operator]
+
+        def microbatches(
+            ranges: pd.DataFrame, ops: pd.DataFrame, timelines: list, kernels: pd.DataFrame
+        ) -> Any:
+            return find_microbatches_streamed(
+                names,
+                shape_cats,
+                host_chunks,
+                p1.host_pids,
+                p1.stats,
+                optimizer,
+                ranges,
+                ops,
+                kernels,
+                labels,
+                pattern,
+                resolved,
+                fmt,
+                timelines,
+            )
+
+        analysis = analyze_parts(trace, ops, phase_map, microbatches)
+        if writer is not None:
+            writer.wait()
+    except BaseException:
+        if writer is not None:
+            writer.cancel()
+        raise
     return StreamedTrace(trace, p1.rows, len(ops), analysis)
 
 

@@ -276,3 +276,70 @@ def test_streamed_nsys_export_reports_its_progress(tmp_path, monkeypatch):
     assert len(seen) > 5 and all(t == size and 0 <= d <= size for d, t in seen)
     done = [d for d, _ in seen]
     assert done == sorted(done) and done[-1] > size // 2  # estimated from the rows read, in order
+
+
+def _child_only(real, failure):
+    """``real`` in this process; ``failure`` raised in a forked child (the background event writer)."""
+    parent = os.getpid()
+
+    def call(*args, **kwargs):
+        if os.getpid() != parent:
+            raise failure
+        return real(*args, **kwargs)
+
+    return call
+
+
+def test_a_background_writer_that_fails_leaves_the_table_to_this_process(tmp_path, monkeypatch):
+    """The event Parquet written beside the analysis (``--workers`` > 1): a child that fails for any reason
+    but a write error, and this process writes the table itself -- the same file."""
+    path = REAL[0]
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=True)
+    monkeypatch.setattr(store, "write_table_parts", _child_only(store.write_table_parts, RuntimeError("bug")))
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    pd.testing.assert_frame_equal(store.read_table(a.staged_events), store.read_table(b.staged_events))
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_background_write_error_is_the_one_line_error_of_a_serial_write(tmp_path, monkeypatch):
+    from tracing.outputs.errors import OutputWriteError
+
+    full = OutputWriteError("OUT/events/rank-0.parquet: cannot write (No space left on device)")
+    monkeypatch.setattr(store, "write_table_parts", _child_only(store.write_table_parts, full))
+    with pytest.raises(OutputWriteError, match=r"^OUT/events/rank-0.parquet: cannot write \(No space left"):
+        ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    assert not list(tmp_path.glob(".spill-*"))
+
+
+def test_a_failing_analysis_stops_the_background_writer_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    import tracing.jobs
+
+    def slow_parts(real):
+        def parts(frames, path, meta=None):
+            def first_then_wait():
+                import time
+
+                yield next(iter(frames))
+                time.sleep(30)  # its temp file is open and half written when the analysis fails
+                yield from frames
+
+            return real(first_then_wait(), path, meta)
+
+        return parts
+
+    monkeypatch.setattr(store, "write_table_parts", slow_parts(store.write_table_parts))
+
+    def fails(*args, **kwargs):
+        import time
+
+        deadline = time.monotonic() + 20
+        while not list(tmp_path.glob(".*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the writer is mid-file
+        assert list(tmp_path.glob(".*.tmp")), "the background writer never started its file"
+        raise ValueError("x")
+
+    monkeypatch.setattr(tracing.jobs, "analyze_parts", fails)
+    with pytest.raises(ValueError, match="x"):
+        ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("*.parquet"))
+    assert not list(tmp_path.glob(".spill-*"))

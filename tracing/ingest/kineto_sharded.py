@@ -14,7 +14,8 @@ last candidate cut of its window when the text up to it is valid JSON, which the
 decoding it (anything else fails over, below), and a batch's names new to a decoder are in their order of
 first appearance in the batch, so re-interning them in batch order here gives the serial codes. The
 speed-up is bounded by each decoder's pass over the whole file and by what this process does after
-decoding (Parquet writing, analysis); measured figures in docs/tracing.md.
+decoding (the analysis; the event Parquet is written beside it, ``tracing.outputs.background``); measured
+figures in docs/tracing.md.
 
 Anything a decoder cannot settle alone -- an error (its message names the event's index in the whole file),
 text pids ("Spans": ids by first appearance in the file), a decoder that dies -- raises :class:`Fallback`,
