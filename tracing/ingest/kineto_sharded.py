@@ -30,13 +30,14 @@ import multiprocessing
 import os
 import pickle
 import sys
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tracing.outputs.background import start_with_pipe
 
 MESSAGE_ROWS = 1 << 16  # a decoder sends its batches' rows in messages of about this many rows
 _START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"  # macOS frameworks are not fork-safe
@@ -91,17 +92,7 @@ class _Decoder:
         rows: _Rows,
         progress: Callable[[int, int], None] | None,
     ) -> None:
-        self.recv, send = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=target, args=(send, *args), name="mxperf-decode", daemon=True)
-        try:
-            with warnings.catch_warnings():  # Python >= 3.12 warns on any fork beside threads (pyarrow's)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self.proc.start()
-        except BaseException:
-            self.recv.close()
-            raise
-        finally:
-            send.close()  # the child's end: EOF here when it dies
+        self.proc, self.recv = start_with_pipe(ctx, target, args, "mxperf-decode")
         self.rows, self.progress = rows, progress
         self.name_lut = np.zeros(0, np.int32)  # its codes -> serial codes
         self.shape_lut = np.zeros(1, np.int32)  # shape 0 ("") is 0 on both sides

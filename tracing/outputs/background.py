@@ -38,17 +38,7 @@ class BackgroundWrite:
     ) -> None:
         self.make_parts, self.path, self.meta = make_parts, Path(path), meta
         ctx = multiprocessing.get_context("fork")
-        self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_write, args=(send, make_parts, self.path, meta), daemon=True)
-        try:
-            with warnings.catch_warnings():  # Python >= 3.12 warns on any fork beside threads (pyarrow's)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self._proc.start()
-        except BaseException:
-            self._recv.close()
-            raise
-        finally:
-            send.close()
+        self._proc, self._recv = start_with_pipe(ctx, _write, (make_parts, self.path, meta), "mxperf-write")
 
     def wait(self) -> Path:
         """The written file's path once it is in place; the child's write error, or this process's own
@@ -74,6 +64,26 @@ class BackgroundWrite:
             self._proc.kill()
         self._proc.join()
         _remove_temp_files(self.path)
+
+
+def start_with_pipe(
+    ctx: Any, target: Callable[..., None], args: tuple[Any, ...], name: str
+) -> tuple[Any, Any]:
+    """A daemon process of ``ctx`` running ``target(send, *args)``, started, and the read end of its pipe
+    (EOF there when it dies). Python >= 3.12's warning about forking beside threads (pyarrow's) is not
+    shown: the children use neither those threads nor their locks."""
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(send, *args), name=name, daemon=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            proc.start()
+    except BaseException:
+        recv.close()
+        raise
+    finally:
+        send.close()
+    return proc, recv
 
 
 def _write(
