@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=1,
-        help="local processes: one file each; a single streamed Kineto file is decoded by K processes "
+        help="local processes: one file each; a single streamed Kineto file is decoded by that many "
         "(same tables; default 1)",
     )
     p.add_argument(
