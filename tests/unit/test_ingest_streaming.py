@@ -33,12 +33,21 @@ REAL = [
 QUIRKS = sorted((DATA / "quirks").glob("*/trace.json"))
 
 
-def _both(path: Path, tmp: Path, monkeypatch, chunk: int = 997, run: int = 1511, fmt: str = "kineto", **kw):
+def _both(
+    path: Path,
+    tmp: Path,
+    monkeypatch,
+    chunk: int = 997,
+    run: int = 1511,
+    fmt: str = "kineto",
+    workers: int = 1,
+    **kw,
+):
     monkeypatch.setattr(streamed, "CHUNK_ROWS", chunk)
     monkeypatch.setattr(streamed, "RUN_ROWS", run)
     monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", 613)  # nsys: tables read in many rowid blocks
     a = ingest_file(str(path), fmt, None, str(tmp), 0, streaming=False, **kw)
-    b = ingest_file(str(path), fmt, None, str(tmp), 1, streaming=True, **kw)
+    b = ingest_file(str(path), fmt, None, str(tmp), 1, streaming=True, decode_workers=workers, **kw)
     for attr in ("devices", "streams", "ranges", "kernels", "steps"):
         pd.testing.assert_frame_equal(getattr(a, attr), getattr(b, attr), check_exact=True, obj=attr)
     pd.testing.assert_frame_equal(a.microbatches.table, b.microbatches.table, check_exact=True)
@@ -131,6 +140,16 @@ def test_sorted_runs_merge_equals_one_stable_sort(tmp_path):
         assert np.array_equal(got[k], cols[k][order]), k
     runs.close()
     assert not list(tmp_path.glob("run-*"))
+
+
+@pytest.mark.parametrize("path", REAL + QUIRKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_sharded_decoders_and_background_writer_give_every_in_memory_table(path, tmp_path, monkeypatch):
+    """--workers 2 on one streamed file (two decoder processes, the event Parquet written beside the
+    analysis): every table, the micro-batches, timelines and the event Parquet as in memory."""
+    from tracing.ingest import kineto_sharded
+
+    monkeypatch.setattr(kineto_sharded, "MESSAGE_ROWS", 500)
+    _both(path, tmp_path, monkeypatch, workers=2)
 
 
 @pytest.mark.parametrize("workers", [2, 3])
