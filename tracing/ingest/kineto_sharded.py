@@ -265,9 +265,11 @@ def _decode_shard(
                         skipped += _slow_batch(Path(path), batch, 0, c, include_python)
                 if c.text_ids:
                     raise Fallback("text pids: ids by first appearance in the whole file")
-                names, shapes = list(c.names), list(c.shapes)
-                pending.append((len(c) - before, names[sent_names:], shapes[sent_shapes:]))
-                sent_names, sent_shapes = len(names), len(shapes)
+                # names / shapes new in this batch (the lists are built only when there are any)
+                names = list(c.names)[sent_names:] if len(c.names) > sent_names else []
+                shapes = list(c.shapes)[sent_shapes:] if len(c.shapes) > sent_shapes else []
+                pending.append((len(c) - before, names, shapes))
+                sent_names, sent_shapes = len(c.names), len(c.shapes)
                 if len(c) >= MESSAGE_ROWS:
                     send()
             send()
