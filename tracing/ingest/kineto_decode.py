@@ -43,19 +43,32 @@ class KinetoDecoder:
         first = 0
         saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
         for batch in self.reader.batches(kineto_fast.decode_batch if self.fast else None):
-            saw_event = saw_event or any(_has_phase(ev) for ev in batch)
-            try:
-                kinds, names, cols, n_skipped = batch_rows(batch, c, include_python)
-                append_rows(c, kinds, names, cols)
-                self.skipped += n_skipped
-            except (Slow, AttributeError, TypeError, ValueError, OverflowError):
-                self.skipped += _slow_batch(path, batch, first, c, include_python)
+            skipped, events = add_batch(path, batch, first, c, include_python)
+            self.skipped += skipped
+            saw_event = saw_event or events
             first += len(batch)
             yield
         if first and not saw_event:
-            raise TraceFormatError(
-                path, f"none of the {first} items in the event list is a trace event (no 'ph'): not a trace"
-            )
+            raise not_a_trace(path, first)
+
+
+def add_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> tuple[int, bool]:
+    """Append a decoded batch's rows to ``c`` (the fast path, else event by event with exact errors naming
+    ``traceEvents[first + i]``); returns (X events left out, whether any item has a "ph")."""
+    saw_event = any(_has_phase(ev) for ev in batch)
+    try:
+        kinds, names, cols, skipped = batch_rows(batch, c, include_python)
+        append_rows(c, kinds, names, cols)
+    except (Slow, AttributeError, TypeError, ValueError, OverflowError):
+        skipped = _slow_batch(path, batch, first, c, include_python)
+    return skipped, saw_event
+
+
+def not_a_trace(path: Path, items: int) -> TraceFormatError:
+    """A list of ``items`` objects none of which has a "ph": not a trace (rather than an empty one)."""
+    return TraceFormatError(
+        path, f"none of the {items} items in the event list is a trace event (no 'ph'): not a trace"
+    )
 
 
 def _has_phase(ev: Any) -> bool:

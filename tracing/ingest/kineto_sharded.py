@@ -29,7 +29,6 @@ import json
 import multiprocessing
 import os
 import pickle
-import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from tracing.outputs.background import AVAILABLE as FORK
 from tracing.outputs.background import start_with_pipe
 
 MESSAGE_ROWS = 1 << 16  # a decoder sends its batches' rows in messages of about this many rows
-_START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"  # macOS frameworks are not fork-safe
+_START_METHOD = "fork" if FORK else "spawn"  # macOS frameworks are not fork-safe
 _ROWS, _END, _FAIL = "rows", "end", "fail"
 
 
@@ -201,12 +201,9 @@ class ShardedKinetoDecoder:
             for d in decoders:
                 d.close()
         if items and not saw_event:
-            from tracing.outputs.errors import TraceFormatError
+            from tracing.ingest.kineto_decode import not_a_trace
 
-            raise TraceFormatError(
-                self.path,
-                f"none of the {items} items in the event list is a trace event (no 'ph'): not a trace",
-            )
+            raise not_a_trace(self.path, items)
 
 
 def _decode_shard(
@@ -217,8 +214,8 @@ def _decode_shard(
 
     from tracing.ingest import kineto_fast
     from tracing.ingest.jsonstream import ChromeTraceReader
-    from tracing.ingest.kineto_decode import _has_phase, _slow_batch
-    from tracing.ingest.kineto_rows import Columns, Slow, append_rows, batch_rows
+    from tracing.ingest.kineto_decode import add_batch
+    from tracing.ingest.kineto_rows import Columns
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's: it stops this process
     c = Columns()
@@ -255,14 +252,12 @@ def _decode_shard(
                     batch = kineto_fast.decode_batch(text) if fast else None
                     if batch is None:
                         batch = decoder.decode(text)
+                    # an error here names this decoder's own event count: it falls back, and the
+                    # one-process reader raises it with the index in the whole file
+                    n, events = add_batch(Path(path), batch, items, c, include_python)
                     items += len(batch)
-                    saw_event = saw_event or any(_has_phase(ev) for ev in batch)
-                    try:
-                        kinds, names, cols, n = batch_rows(batch, c, include_python)
-                        append_rows(c, kinds, names, cols)
-                        skipped += n
-                    except (Slow, AttributeError, TypeError, ValueError, OverflowError):
-                        skipped += _slow_batch(Path(path), batch, 0, c, include_python)
+                    skipped += n
+                    saw_event = saw_event or events
                 if c.text_ids:
                     raise Fallback("text pids: ids by first appearance in the whole file")
                 # names / shapes new in this batch (the lists are built only when there are any)
