@@ -25,11 +25,11 @@ from tracing.analysis.colocated import shared_device_time
 from tracing.analysis.logged_steps import logged_step_tables
 from tracing.analysis.microbatches import MicrobatchResult, find_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
+from tracing.ingest import STREAM_ABOVE_BYTES as _STREAM_ABOVE_BYTES
 from tracing.ingest.detect import load_trace
-from tracing.ingest.kineto_decode import STREAM_ABOVE_BYTES as _STREAM_ABOVE_BYTES
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.trace import Trace, rank_from_name
-from tracing.outputs import store
+from tracing.outputs import background, store
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
 from tracing.progress import Progress
@@ -144,6 +144,7 @@ def ingest_file(
     streaming: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
     decode_workers: int = 1,
+    background_write: bool = False,
 ) -> FileResult:
     """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given.
 
@@ -151,7 +152,9 @@ def ingest_file(
     micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file or nsys export is read in
     bounded memory (``tracing.streamed``: same tables) when True, in memory when False, and by its size when None
     (:func:`use_streaming`). ``progress(bytes_read, file_bytes)`` is called as a streamed file is read.
-    ``decode_workers`` > 1: a Kineto file is streamed and decoded by that many processes (same tables)."""
+    ``decode_workers`` > 1: a Kineto file is streamed and decoded by that many processes (same tables).
+    ``background_write``: a file read in memory has its event Parquet written by a forked process while this
+    one analyses (``tracing.outputs.background``; the same file)."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
     if fmt == METRIC_LOG:
         return _ingest_metric_log(path, phase_map)
@@ -176,10 +179,21 @@ def ingest_file(
         trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
     else:
         trace = load_trace(path, fmt, rank=rank, include_python=include_python)
-        analysis = analyze_trace(trace, phase_map, labels, pattern)
+        meta = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
+        writer = None
+        if staged is not None and background_write and background.AVAILABLE:
+            # another core writes the event Parquet (the same file) while this one analyses
+            writer = background.BackgroundWrite(lambda: [trace.events], staged, meta)
+        try:
+            analysis = analyze_trace(trace, phase_map, labels, pattern)
+        except BaseException:
+            if writer is not None:
+                writer.cancel()
+            raise
         num_events, num_gpu_ops = len(trace.events), trace.num_gpu_ops
-        if staged is not None:
-            meta = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
+        if writer is not None:
+            writer.wait()
+        elif staged is not None:
             store.write_table(trace.events, staged, meta=meta)
     tables = analysis.tables
     reason = ""
@@ -354,10 +368,25 @@ def ingest_many(
         # a lone Kineto file read in bounded memory: ``workers`` processes decode its batches
         # (tracing.ingest.kineto_sharded); small files are faster in memory, in this process
         sharded = workers > 1 and job[1] == "kineto" and use_streaming(job[0], streaming)
-        out.append(ingest_file(*job, progress=bytes_read, decode_workers=workers if sharded else 1))
+        # a lone file read in memory: a spare core writes its event Parquet beside the analysis (the
+        # start-up prefetch uses the same spare core before: tracing.ingest.prefetch)
+        beside = not many and spare_core()
+        out.append(
+            ingest_file(
+                *job, progress=bytes_read, decode_workers=workers if sharded else 1, background_write=beside
+            )
+        )
         if progress is not None:
             progress.file_done()
     return out
+
+
+def spare_core() -> bool:
+    """Whether this process may use more than one core (its CPU affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) > 1
 
 
 def _ingest_ray(

@@ -13,8 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from tracing.ingest import prefetch
-from tracing.ingest.kineto_decode import STREAM_ABOVE_BYTES
+from tracing.ingest import STREAM_ABOVE_BYTES, prefetch
 from tracing.outputs.placement import FORCE_HELP, OUT_HELP
 
 

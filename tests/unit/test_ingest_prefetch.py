@@ -96,6 +96,20 @@ def test_no_fork_once_pandas_is_imported():
 
 
 @needs_fork
+def test_no_fork_on_one_core():
+    """With one usable core the import and the decoding would only take turns: the child is not started
+    (checked in a fresh interpreter, before pandas, pinned to one CPU)."""
+    code = (
+        "import os; from tracing.ingest import prefetch; assert prefetch.enabled(), 'two cores';"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); print(prefetch.enabled())"
+    )
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this machine gives the tests one core")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@needs_fork
 def test_whole_process_ingest_same_tables_with_and_without_prefetch(tmp_path):
     outs = {}
     for flag in ("1", "0"):

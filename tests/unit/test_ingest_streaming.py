@@ -309,28 +309,71 @@ def _child_only(real, failure):
     return call
 
 
-def test_a_background_writer_that_fails_leaves_the_table_to_this_process(tmp_path, monkeypatch):
-    """The event Parquet written beside the analysis (``--workers`` > 1): a child that fails for any reason
-    but a write error, and this process writes the table itself -- the same file."""
+# the event Parquet written by a forked process beside the analysis: a streamed file decoded by two
+# processes (``--workers 2``), and a lone file read in memory (``mxperf ingest`` with a spare core)
+BESIDE = {
+    "streamed": {"streaming": True, "decode_workers": 2},
+    "in-memory": {"streaming": False, "background_write": True},
+}
+
+
+@pytest.mark.parametrize("path", [REAL[0], *QUIRKS[:3]], ids=lambda p: p.parent.name if p in QUIRKS else p.name)
+def test_an_in_memory_file_written_beside_its_analysis_gives_the_same_bytes(path, tmp_path):
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=False)
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, **BESIDE["in-memory"])
+    assert Path(a.staged_events).read_bytes() == Path(b.staged_events).read_bytes()
+    for attr in ("devices", "ranges", "kernels", "steps"):
+        pd.testing.assert_frame_equal(getattr(a, attr), getattr(b, attr), check_exact=True, obj=attr)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(("files", "spare", "forks"), [(1, True, 1), (2, True, 0), (1, False, 0)])
+def test_mxperf_ingest_writes_beside_only_for_a_lone_file_with_a_spare_core(
+    files, spare, forks, tmp_path, monkeypatch
+):
+    import tracing.jobs
+    from tracing.outputs import background
+
+    started = []
+
+    class Counted(background.BackgroundWrite):
+        def __init__(self, *args, **kwargs):
+            started.append(args[1])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(background, "BackgroundWrite", Counted)
+    monkeypatch.setattr(tracing.jobs, "spare_core", lambda: spare)
+    items = [(p, "kineto") for p in REAL[:files]]
+    got = tracing.jobs.ingest_many(items, str(tmp_path), workers=1)
+    assert len(started) == forks
+    assert all(Path(r.staged_events).is_file() for r in got)
+
+
+@pytest.mark.parametrize("mode", BESIDE)
+def test_a_background_writer_that_fails_leaves_the_table_to_this_process(mode, tmp_path, monkeypatch):
+    """The event Parquet written beside the analysis: a child that fails for any reason but a write error,
+    and this process writes the table itself -- the same file."""
     path = REAL[0]
-    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=True)
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=BESIDE[mode]["streaming"])
     monkeypatch.setattr(store, "write_table_parts", _child_only(store.write_table_parts, RuntimeError("bug")))
-    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, decode_workers=2)
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, **BESIDE[mode])
     pd.testing.assert_frame_equal(store.read_table(a.staged_events), store.read_table(b.staged_events))
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_a_background_write_error_is_the_one_line_error_of_a_serial_write(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", BESIDE)
+def test_a_background_write_error_is_the_one_line_error_of_a_serial_write(mode, tmp_path, monkeypatch):
     from tracing.outputs.errors import OutputWriteError
 
     full = OutputWriteError("OUT/events/rank-0.parquet: cannot write (No space left on device)")
     monkeypatch.setattr(store, "write_table_parts", _child_only(store.write_table_parts, full))
     with pytest.raises(OutputWriteError, match=r"^OUT/events/rank-0.parquet: cannot write \(No space left"):
-        ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, decode_workers=2)
+        ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, **BESIDE[mode])
     assert not list(tmp_path.glob(".spill-*"))
 
 
-def test_a_failing_analysis_stops_the_background_writer_and_leaves_no_temp_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", BESIDE)
+def test_a_failing_analysis_stops_the_background_writer_and_leaves_no_temp_file(mode, tmp_path, monkeypatch):
     import tracing.jobs
 
     def slow_parts(real):
@@ -359,6 +402,6 @@ def test_a_failing_analysis_stops_the_background_writer_and_leaves_no_temp_file(
 
     monkeypatch.setattr(tracing.jobs, "analyze_parts", fails)
     with pytest.raises(ValueError, match="x"):
-        ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, decode_workers=2)
+        ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, **BESIDE[mode])
     assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("*.parquet"))
     assert not list(tmp_path.glob(".spill-*"))

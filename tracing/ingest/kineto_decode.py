@@ -15,8 +15,6 @@ from tracing.ingest.jsonstream import ChromeTraceReader
 from tracing.ingest.kineto_rows import Columns, Slow, append_rows, batch_rows, event_row
 from tracing.outputs.errors import TraceFormatError
 
-STREAM_ABOVE_BYTES = 64 << 20  # on disk: ~64 MB gzipped is ~0.5 GB of JSON, ~1 GB of in-memory tables
-
 
 class KinetoDecoder:
     """Decodes a Kineto file batch by batch into ``columns`` (:class:`Columns`); :meth:`run` yields after each

@@ -36,7 +36,15 @@ _AT_EXIT: Any = None  # :func:`discard`, once registered to run at exit
 def enabled() -> bool:
     """Whether forking a decoder now can overlap an import (and is allowed)."""
     linux = sys.platform.startswith("linux")  # macOS: fork without exec is unsafe with system frameworks
-    return linux and "pandas" not in sys.modules and os.environ.get(ENV, "1") != "0"
+    # one usable core: the import and the decoding would only take turns on it (a fork for nothing)
+    return linux and _cores() > 1 and "pandas" not in sys.modules and os.environ.get(ENV, "1") != "0"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _key(path: str | os.PathLike[str], include_python: bool) -> _Key | None:
@@ -52,10 +60,6 @@ def start(path: str | os.PathLike[str], include_python: bool) -> bool:
     key = _key(path, include_python)
     if key is None or key in _PENDING or not enabled():
         return False
-    import numpy  # noqa: F401 -- both processes need it: import it once, before the fork
-
-    from tracing.ingest import kineto_decode
-
     try:
         read_end, write_end = os.pipe()
     except OSError:
@@ -76,7 +80,9 @@ def start(path: str | os.PathLike[str], include_python: bool) -> bool:
                 os.dup2(quiet, fd)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            try:
+            try:  # imported here, not before the fork: numpy's import runs beside the parent's pandas import
+                from tracing.ingest import kineto_decode
+
                 dec = kineto_decode.KinetoDecoder(path, include_python)
                 for _ in dec.run():
                     pass
