@@ -192,7 +192,7 @@ def ingest_file(
             raise
         num_events, num_gpu_ops = len(trace.events), trace.num_gpu_ops
         if writer is not None:
-            writer.wait()
+            writer.wait()  # interrupted: it stops the writer and removes its temp file
         elif staged is not None:
             store.write_table(trace.events, staged, meta=meta)
     tables = analysis.tables

@@ -54,6 +54,23 @@ def test_other_options_or_a_changed_file_are_not_claimed(forking, tmp_path):
 
 
 @needs_fork
+def test_an_interrupted_claim_leaves_no_child_running(forking, monkeypatch):
+    """Ctrl-C while this process waits for the child's columns: the child is stopped and reaped, not left
+    decoding (or a zombie) after ``mxperf ingest`` has said "interrupted"."""
+    assert prefetch.start(A100, False)
+    ((pid, _),) = prefetch._PENDING.values()
+
+    def interrupted(src):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prefetch, "_receive", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prefetch.claim(A100, False)
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more
+        os.waitpid(pid, os.WNOHANG)
+
+
+@needs_fork
 def test_a_bad_file_falls_back_to_the_exact_error(forking, tmp_path):
     path = tmp_path / "bad.json.gz"
     path.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "x"}]}'))

@@ -317,7 +317,9 @@ BESIDE = {
 }
 
 
-@pytest.mark.parametrize("path", [REAL[0], *QUIRKS[:3]], ids=lambda p: p.parent.name if p in QUIRKS else p.name)
+@pytest.mark.parametrize(
+    "path", [REAL[0], *QUIRKS[:3]], ids=lambda p: p.parent.name if p in QUIRKS else p.name
+)
 def test_an_in_memory_file_written_beside_its_analysis_gives_the_same_bytes(path, tmp_path):
     a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=False)
     b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, **BESIDE["in-memory"])
@@ -370,6 +372,33 @@ def test_a_background_write_error_is_the_one_line_error_of_a_serial_write(mode, 
     with pytest.raises(OutputWriteError, match=r"^OUT/events/rank-0.parquet: cannot write \(No space left"):
         ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, **BESIDE[mode])
     assert not list(tmp_path.glob(".spill-*"))
+
+
+def test_an_interrupted_wait_stops_the_background_writer_at_once(tmp_path, monkeypatch):
+    """Ctrl-C while the analysis waits for the event Parquet: the writer is killed (not waited for) and its
+    temp file removed."""
+    import threading
+    import time
+
+    from tracing.outputs import background
+
+    def slow(frames):
+        yield from frames
+        time.sleep(60)  # the writer would hold its temp file this long
+
+    target = tmp_path / "events.parquet"
+    frame = store.read_table(ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 0).staged_events)
+    writer = background.BackgroundWrite(lambda: slow([frame]), target)
+    deadline = time.monotonic() + 20
+    while not list(tmp_path.glob(".events.parquet.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    threading.Timer(0.2, os.kill, (os.getpid(), 2)).start()  # SIGINT to this process while it waits
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        writer.wait()
+    assert time.monotonic() - t0 < 20, "waited for the writer instead of stopping it"
+    assert not writer._proc.is_alive()
+    assert not list(tmp_path.glob(".events.parquet.*.tmp")) and not target.exists()
 
 
 @pytest.mark.parametrize("mode", BESIDE)

@@ -110,12 +110,16 @@ def claim(path: str | os.PathLike[str], include_python: bool) -> tuple[dict[str,
     if entry is None:
         return None
     pid, read_end = entry
-    with os.fdopen(read_end, "rb") as src:
-        try:
-            got = _receive(src)
-        except Exception:  # nothing sent (the child failed) or cut short: decode in-process
-            got = None
-    _, status = os.waitpid(pid, 0)
+    try:
+        with os.fdopen(read_end, "rb") as src:
+            try:
+                got = _receive(src)
+            except Exception:  # nothing sent (the child failed) or cut short: decode in-process
+                got = None
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # interrupted while waiting for it: the child must not outlive this process
+        _stop(pid)
+        raise
     return got if status == 0 else None
 
 
@@ -160,6 +164,11 @@ def discard() -> None:
         _, (pid, read_end) = _PENDING.popitem()
         with contextlib.suppress(OSError):
             os.close(read_end)
-        with contextlib.suppress(OSError):  # gone already, or reaped by someone else
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        _stop(pid)
+
+
+def _stop(pid: int) -> None:
+    """Kill and reap a child (gone already, or reaped by someone else: nothing to do)."""
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

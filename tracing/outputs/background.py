@@ -47,6 +47,9 @@ class BackgroundWrite:
             said = pickle.loads(self._recv.recv_bytes())
         except (EOFError, OSError, pickle.UnpicklingError):
             said = ("gone", "")
+        except BaseException:  # interrupted while waiting: stop the child now, not when its write ends
+            self.cancel()
+            raise
         finally:
             self._recv.close()
             self._proc.join()
