@@ -65,6 +65,7 @@ def start(path: str | os.PathLike[str], include_python: bool) -> bool:
     except OSError:
         return False
     gc.freeze()  # what exists now is never collected: neither process's collections touch (copy) its pages
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:  # no process to spare: the ingest decodes in-process as usual
@@ -73,6 +74,9 @@ def start(path: str | os.PathLike[str], include_python: bool) -> bool:
         return False
     if pid == 0:  # the child: decode, send, leave without running the parent's exit handlers
         try:
+            from tracing.children import die_with_parent
+
+            die_with_parent(parent)  # killed with SIGKILL, the ingest takes its decoder with it
             gc.disable()  # it makes no cycles worth collecting and exits right after
             os.close(read_end)
             quiet = os.open(os.devnull, os.O_RDWR)  # never hold the caller's stdout / stderr pipes open

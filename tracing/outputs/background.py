@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tracing.children import die_with_parent
 from tracing.outputs import store
 from tracing.outputs.errors import OutputWriteError
 
@@ -74,9 +75,10 @@ def start_with_pipe(
 ) -> tuple[Any, Any]:
     """A daemon process of ``ctx`` running ``target(send, *args)``, started, and the read end of its pipe
     (EOF there when it dies). Python >= 3.12's warning about forking beside threads (pyarrow's) is not
-    shown: the children use neither those threads nor their locks."""
+    shown: the children use neither those threads nor their locks. The child dies with this process
+    (:func:`die_with_parent`)."""
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=target, args=(send, *args), name=name, daemon=True)
+    proc = ctx.Process(target=_child, args=(target, os.getpid(), send, *args), name=name, daemon=True)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -87,6 +89,11 @@ def start_with_pipe(
     finally:
         send.close()
     return proc, recv
+
+
+def _child(target: Callable[..., None], parent: int, *args: Any) -> None:
+    die_with_parent(parent)
+    target(*args)
 
 
 def _write(

@@ -1,0 +1,27 @@
+"""What every process mxperf forks does first: die with the process that started it.
+
+Kept apart from the modules that fork (``tracing.ingest.prefetch``, ``tracing.outputs.background``,
+``tracing.ingest.kineto_sharded``) so that a child pays no import for it (a few standard-library names only).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def die_with_parent(parent: int) -> None:
+    """Make this (forked) process get SIGKILL when ``parent``, the process that started it, dies -- also by
+    SIGKILL or the OOM killer, when no exit handler runs -- so no decoder or writer goes on for an ingest that
+    is gone (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing: the exit handlers still stop children)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the request was made: nobody would send the signal
+        os._exit(1)
