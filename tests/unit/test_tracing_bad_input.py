@@ -56,6 +56,14 @@ def test_truncated_json_text_is_reported(tmp_path):
             '{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":"abc","dur":2}]}',
             r"traceEvents\[0\]: 'ts': not a finite number",
         ),
+        (  # Python's json reads NaN / Infinity (not JSON): named as such, not as "a float"
+            '{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":NaN,"dur":2}]}',
+            r"traceEvents\[0\]: 'ts': not a finite number: nan",
+        ),
+        (
+            '{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":-Infinity}]}',
+            r"traceEvents\[0\]: 'dur': not a finite number: -inf",
+        ),
         (
             '{"traceEvents": [{"ph":"X","cat":"kernel","name":5,"pid":0,"tid":7,"ts":1,"dur":2}]}',
             "name is int",

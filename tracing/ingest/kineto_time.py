@@ -19,6 +19,8 @@ def us_text_to_ns(value: Any) -> int:
     """Microseconds (int, or the exact decimal text of a float) -> int ns, rounding half-even below 1 ns."""
     if type(value) is int:
         return value * 1000
+    if type(value) is float:  # NaN / Infinity (the only floats the decoders give: numbers arrive as text)
+        raise TypeError(f"not a finite number: {value!r}")
     if type(value) is not str:
         raise TypeError(f"expected a number, got {type(value).__name__}")
     whole, dot, frac = value.partition(".")
