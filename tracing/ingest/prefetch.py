@@ -74,7 +74,7 @@ def start(path: str | os.PathLike[str], include_python: bool) -> bool:
         return False
     if pid == 0:  # the child: decode, send, leave without running the parent's exit handlers
         try:
-            from tracing.children import die_with_parent
+            from tracing.outputs.children import die_with_parent
 
             die_with_parent(parent)  # killed with SIGKILL, the ingest takes its decoder with it
             gc.disable()  # it makes no cycles worth collecting and exits right after

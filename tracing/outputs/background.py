@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tracing.children import die_with_parent
 from tracing.outputs import store
+from tracing.outputs.children import die_with_parent
 from tracing.outputs.errors import OutputWriteError
 
 AVAILABLE = sys.platform.startswith("linux")
