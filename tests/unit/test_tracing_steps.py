@@ -125,3 +125,34 @@ def test_steps_of_two_ranks_stay_apart_and_the_job_waits_for_the_slowest() -> No
     job = steps.one_process(t).set_index("phase")["seconds"]
     assert job.sum() == pytest.approx(1200e-9)  # the slowest rank's step, never the sum of both
     assert job["update"] == pytest.approx(900e-9)
+
+
+@pytest.mark.parametrize("repeat", [1, 2, 3, 5])
+def test_step_rows_are_summed_as_pandas_groupby_sums_them(repeat):
+    """The step table's rows of one (trace, rank, process, step) -- a Kineto trace has each ProfilerStep on
+    the CPU and the GPU timeline -- summed float for float as pandas' groupby-sum (compensated) and melted in
+    the same order; ranks missing, several traces, awkward floats (1e-17 next to 1e3, infinities)."""
+    st = steps
+    rng = np.random.default_rng(repeat)
+    rows = []
+    for _ in range(40):
+        key = {
+            "trace": str(rng.choice(["b.json", "a.json"])),
+            "rank": pd.NA if rng.random() < 0.3 else int(rng.integers(0, 3)),
+            "pid": int(rng.integers(1, 4)),
+            "step": int(rng.integers(0, 6)),
+        }
+        for _ in range(repeat):
+            vals = rng.choice([0.0, 1e-17, 0.1, 1e3, 3.3e-9, 7.0 / 3], size=5)
+            rows.append({**key, **dict(zip([*st.PHASES, "_wall"], vals.tolist(), strict=True))})
+    rows[3]["update"] = float("inf")
+    want = pd.DataFrame(rows).groupby(["trace", "rank", "pid", "step"], as_index=False, dropna=False).sum()
+    want = st._with_other(
+        want.drop(columns="_wall"), want["_wall"].to_numpy(), ["trace", "rank", "pid", "step"]
+    )
+    got = st._long_table(rows)
+    pd.testing.assert_frame_equal(
+        schema.conform(got, schema.STEP_COLUMNS, "steps"),
+        schema.conform(want, schema.STEP_COLUMNS, "steps"),
+        check_exact=True,
+    )

@@ -145,9 +145,57 @@ def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
             wide[phase] = measure(p_start[sel], p_end[sel]) / 1e9 if sel.any() else 0.0
         wide["_wall"] = (st.end_ns - st.start_ns) / 1e9
         rows.append(wide)
-    wide_df = pd.DataFrame(rows).groupby([*keys, "step"], as_index=False, dropna=False).sum()
-    long = _with_other(wide_df.drop(columns="_wall"), wide_df["_wall"].to_numpy(), [*keys, "step"])
+    long = _long_table(rows)
     return schema.conform(long, schema.STEP_COLUMNS, "steps")
+
+
+def _long_table(rows: list[dict[str, object]]) -> pd.DataFrame:
+    """The long table of the per-step rows: rows of one (trace, rank, process, step) summed (a Kineto trace
+    has each ``ProfilerStep#N`` twice, on the CPU and the GPU timeline), keys ascending (a missing trace or
+    rank last), then one row per phase in ``STEP_PHASES`` order, ``other`` = max(step wall - phase sum, 0).
+
+    What pandas' groupby-sum, melt and keyed sort gave, float for float (~20 ms less on a small trace): sums
+    in row order with the same compensated (Kahan) addition as its ``group_sum``, phases summed left to right."""
+    fields = (*PHASES, "_wall")
+    groups: dict[tuple[object, ...], tuple[list[float], list[float]]] = {}
+    for r in rows:
+        key = (r["trace"], r["rank"], r["pid"], r["step"])
+        acc = groups.get(key)
+        if acc is None:
+            groups[key] = ([0.0 + float(r[f]) for f in fields], [0.0] * len(fields))  # type: ignore[arg-type]
+            continue
+        total, comp = acc
+        for i, f in enumerate(fields):
+            y = float(r[f]) - comp[i]  # type: ignore[arg-type]
+            t = total[i] + y
+            comp[i] = t - total[i] - y
+            if comp[i] != comp[i]:  # an infinite value: no compensation (pandas GH#53606)
+                comp[i] = 0.0
+            total[i] = t
+
+    def order(key: tuple[object, ...]) -> tuple[object, ...]:
+        trace, rank = key[0], key[1]
+        no_rank = rank is None or rank is pd.NA
+        return (trace is None, trace or "", no_rank, 0 if no_rank else rank, key[2], key[3])
+
+    keys = sorted(groups, key=order)
+    sums = np.array([groups[k][0] for k in keys], np.float64).reshape(len(keys), len(fields))
+    phase_sum = sums[:, 0]
+    for i in range(1, len(PHASES)):
+        phase_sum = phase_sum + sums[:, i]
+    other = (sums[:, len(PHASES)] - phase_sum).clip(min=0)
+    seconds = np.column_stack([sums[:, : len(PHASES)], other]).reshape(-1)
+    m = len(STEP_PHASES)
+    return pd.DataFrame(
+        {
+            "trace": np.repeat(np.array([k[0] for k in keys], object), m),
+            "rank": np.repeat(np.array([k[1] for k in keys], object), m),
+            "pid": np.repeat(np.array([k[2] for k in keys], np.int64), m),
+            "step": np.repeat(np.array([k[3] for k in keys], np.int64), m),
+            "phase": np.tile(np.array(STEP_PHASES, object), len(keys)),
+            "seconds": seconds,
+        }
+    )
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
