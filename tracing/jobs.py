@@ -122,10 +122,11 @@ def analyze(
 
 def _with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
     df = df.copy()
-    df.insert(0, "trace", trace.path)
+    # the tables' own dtype ("string"), so that conforming them to their schema casts nothing
+    df.insert(0, "trace", pd.array([trace.path] * len(df), dtype="string"))
     pos = 1
     if fmt:
-        df.insert(pos, "format", trace.format)
+        df.insert(pos, "format", pd.array([trace.format] * len(df), dtype="string"))
         pos += 1
     df.insert(pos, "rank", pd.array([trace.rank] * len(df), dtype="Int64"))
     return df
