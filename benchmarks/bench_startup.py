@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", type=Path, help="a Kineto trace (.json or .json.gz) for the ingest pair")
     p.add_argument("--hta-python", type=Path, help="a python with holistictraceanalysis 0.5.0")
     args = p.parse_args(argv)
-    mxperf = [sys.executable, "-m", "mxperf.cli"]
+    mxperf = [sys.executable, "-m", "mxperf"]  # what the ``mxperf`` console script runs (mxperf.cli.entry)
     floor = [sys.executable, "-c", "pass"]
     print(f"{'case (A vs B)':42s} {'A s':>8s} {'B s':>8s} {'A/B':>7s} [min, max]", file=sys.stderr)
     rows = [

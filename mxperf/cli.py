@@ -305,5 +305,5 @@ def _raised_at(exc: BaseException) -> str:
     return where
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # ``python -m mxperf.cli``: the same as ``mxperf`` (and ``python -m mxperf``)
+    entry()
