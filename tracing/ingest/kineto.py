@@ -33,8 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.ingest import kineto_fast, prefetch
-from tracing.ingest.kineto_decode import KinetoDecoder
+from tracing.ingest import prefetch
 from tracing.ingest.kineto_rows import CATEGORY_KIND, KIND_CODE, Columns, as_int
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace, events_frame, rank_from_name
@@ -57,11 +56,15 @@ def load_kineto_events(
     done = prefetch.claim(path, include_python)  # decoded by a child while this process imported pandas
     if done is not None:
         return _finish(Path(path), *done, rank)
+    from tracing.ingest import kineto_fast  # the decoder (msgspec): only where this process decodes
+
     return _load(Path(path), rank, include_python, fast=kineto_fast.AVAILABLE)
 
 
 def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> Trace:
     """:func:`load_kineto_events`; ``fast=False`` decodes with ``json`` only (the reference for tests)."""
+    from tracing.ingest.kineto_decode import KinetoDecoder
+
     dec = KinetoDecoder(path, include_python, fast=fast)
     for _ in dec.run():
         pass

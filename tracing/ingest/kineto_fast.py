@@ -66,10 +66,11 @@ if msgspec is not None:
         dur: Any = 0
         args: KinetoArgs | None = None
 
+    EMPTY_ARGS = KinetoArgs()  # an event without ``args``
     _DECODER = msgspec.json.Decoder(list[KinetoEvent], float_hook=str)
     _ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 else:  # pragma: no cover
-    KinetoEvent = KinetoArgs = None  # type: ignore[assignment,misc]
+    KinetoEvent = KinetoArgs = EMPTY_ARGS = None  # type: ignore[assignment,misc]
     _DECODER = None
     _ERRORS = ()
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from tracing.ingest import kineto_fast
 from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
 from tracing.outputs import schema
 
@@ -49,7 +48,6 @@ _KIND_CODE_OF_CAT = {cat: KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()
 _EMPTY: dict[str, Any] = {}
 _KIND_CODE_OF_CAT_NO_PY = {cat: k for cat, k in _KIND_CODE_OF_CAT.items() if k != KIND_CODE[schema.PYTHON]}
 _GPU_CODE_LIST = sorted(_GPU_CODES)
-_EMPTY_ARGS = kineto_fast.KinetoArgs() if kineto_fast.AVAILABLE else None
 
 
 def as_int(value: Any) -> int:
@@ -214,6 +212,14 @@ def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | No
     return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes, shape)
 
 
+def _fast() -> Any:
+    """:mod:`kineto_fast` (msgspec), imported by the first batch: a process that only builds tables from
+    columns decoded elsewhere (``tracing.ingest.prefetch``) never pays for msgspec's import."""
+    from tracing.ingest import kineto_fast
+
+    return kineto_fast
+
+
 def _ints_or_slow(values: list[Any]) -> list[Any]:
     for v in values:
         if v.__class__ is not int:
@@ -225,7 +231,7 @@ def batch_rows(
     batch: list[Any], c: Columns, include_python: bool
 ) -> tuple[list[int], list[int], list[list[int]], int]:
     """The fast path: column lists for a batch of events by list comprehensions; raises Slow on anything odd."""
-    if kineto_fast.is_event_batch(batch):
+    if _fast().is_event_batch(batch):
         return record_rows(batch, c, include_python)
     phs = [e.get("ph") for e in batch]  # AttributeError on a non-object -> slow path
     xs = [e for e, ph in zip(batch, phs, strict=True) if ph == "X"]
@@ -294,7 +300,8 @@ def record_rows(
     dur = us_values_to_ns([e.dur for e in evs])
     if len(dur) and dur.min() < 0:
         raise Slow
-    args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
+    empty = _fast().EMPTY_ARGS
+    args = [empty if e.args is None else e.args for e in evs]
     n = len(evs)
     gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)
     g_idx = np.flatnonzero(gpu).tolist()
