@@ -8,9 +8,15 @@ STAMP := $(VENV)/.mxperf-installed
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-vllm test-ray install vllm lint format figures gpu-check-smoke
+.PHONY: demo test test-all test-vllm test-ray install vllm lint format figures gpu-check-smoke bytecode
 
 install: $(STAMP)
+
+# The project's own modules as bytecode (an editable install compiles nothing, and where PYTHONDONTWRITEBYTECODE
+# is set Python never caches them: every command would compile its modules again, ~0.14 s of each `mxperf
+# ingest`). Only changed files are recompiled (~0.05 s when nothing changed).
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q mxperf tracing perfmodel pipeline dashboards
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,14 +26,14 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') else f'torch {v} was installed, expected 2.13.0 (CPU)')"
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) bytecode
 	@$(VENV)/bin/mxperf demo -o $(DEMO_OUT) --force  # the demo's own folder: a rerun replaces it
 
-test: $(STAMP)
+test: $(STAMP) bytecode
 	@bash .ci/browser-deps.sh
 	$(PY) -m pytest -q -m "not slow and not vllm and not ray" $(PYTEST_ARGS)
 
-test-all: $(STAMP)
+test-all: $(STAMP) bytecode
 	@bash .ci/browser-deps.sh
 	$(PY) -m pytest -q -m "not vllm and not ray" $(PYTEST_ARGS)
 
