@@ -234,6 +234,10 @@ def run(args: argparse.Namespace) -> int:
         stage.mkdir()
         try:
             progress = Progress(len(items), enabled=args.progress)
+            # every table is written with it; imported now, while a start-up child may still be decoding
+            # (tracing.ingest.prefetch), and so before a background event writer is forked (it inherits it)
+            import pyarrow.parquet  # noqa: F401
+
             try:
                 results = ingest_many(
                     items,
