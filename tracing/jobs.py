@@ -182,9 +182,9 @@ def ingest_file(
         trace = load_trace(path, fmt, rank=rank, include_python=include_python)
         meta = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
         writer = None
-        if staged is not None and background_write and background.AVAILABLE:
+        if staged is not None and background_write:
             # another core writes the event Parquet (the same file) while this one analyses
-            writer = background.BackgroundWrite(lambda: [trace.events], staged, meta)
+            writer = background.BackgroundWrite.start(lambda: [trace.events], staged, meta)
         try:
             analysis = analyze_trace(trace, phase_map, labels, pattern)
         except BaseException:

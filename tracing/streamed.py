@@ -267,9 +267,9 @@ def _stream(
         def parts() -> Iterator[pd.DataFrame]:
             return _event_parts(p1.raw, base_ns, fix, names, shape_cats, domains)
 
-        if background_write and background.AVAILABLE:  # another core writes while this one analyses
-            writer = background.BackgroundWrite(parts, events_path, meta)
-        else:
+        if background_write:  # another core writes while this one analyses
+            writer = background.BackgroundWrite.start(parts, events_path, meta)
+        if writer is None:
             store.write_table_parts(parts(), events_path, meta)
     try:
         ops = _ops(p1, base_ns, fix, names)

@@ -364,6 +364,23 @@ def test_a_background_writer_that_fails_leaves_the_table_to_this_process(mode, t
 
 
 @pytest.mark.parametrize("mode", BESIDE)
+def test_no_process_to_spare_and_this_process_writes_the_table(mode, tmp_path, monkeypatch):
+    """fork fails (EAGAIN: out of processes or memory): the event Parquet is written here, the same table."""
+    import errno
+
+    from tracing.outputs import background
+
+    def no_fork(*args, **kwargs):
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    path = REAL[0]
+    a = ingest_file(str(path), "kineto", None, str(tmp_path), 0, streaming=BESIDE[mode]["streaming"])
+    monkeypatch.setattr(background, "start_with_pipe", no_fork)
+    b = ingest_file(str(path), "kineto", None, str(tmp_path), 1, **BESIDE[mode])
+    pd.testing.assert_frame_equal(store.read_table(a.staged_events), store.read_table(b.staged_events))
+
+
+@pytest.mark.parametrize("mode", BESIDE)
 def test_a_background_write_error_is_the_one_line_error_of_a_serial_write(mode, tmp_path, monkeypatch):
     from tracing.outputs.errors import OutputWriteError
 

@@ -41,6 +41,22 @@ class BackgroundWrite:
         ctx = multiprocessing.get_context("fork")
         self._proc, self._recv = start_with_pipe(ctx, _write, (make_parts, self.path, meta), "mxperf-write")
 
+    @classmethod
+    def start(
+        cls,
+        make_parts: Callable[[], Iterable[Any]],
+        path: str | os.PathLike[str],
+        meta: Mapping[str, Any] | None = None,
+    ) -> BackgroundWrite | None:
+        """A started writer, or None where no process can be forked now (no fork here, or the system is out
+        of processes or memory): the caller writes the table itself, as without a spare core."""
+        if not AVAILABLE:
+            return None
+        try:
+            return cls(make_parts, path, meta)
+        except OSError:
+            return None
+
     def wait(self) -> Path:
         """The written file's path once it is in place; the child's write error, or this process's own
         attempt when the child stopped for any other reason."""
