@@ -30,6 +30,7 @@ from tracing.ingest.detect import load_trace
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import background, store
+from tracing.outputs.children import spare_core
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
 from tracing.progress import Progress
@@ -380,14 +381,6 @@ def ingest_many(
         if progress is not None:
             progress.file_done()
     return out
-
-
-def spare_core() -> bool:
-    """Whether this process may use more than one core (its CPU affinity, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0)) > 1
-    except (AttributeError, OSError):
-        return (os.cpu_count() or 1) > 1
 
 
 def _ingest_ray(

@@ -24,6 +24,8 @@ import sys
 from array import array
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from tracing.outputs.children import die_with_parent, spare_core
+
 if TYPE_CHECKING:
     from tracing.ingest.kineto_rows import Columns
 
@@ -37,14 +39,7 @@ def enabled() -> bool:
     """Whether forking a decoder now can overlap an import (and is allowed)."""
     linux = sys.platform.startswith("linux")  # macOS: fork without exec is unsafe with system frameworks
     # one usable core: the import and the decoding would only take turns on it (a fork for nothing)
-    return linux and _cores() > 1 and "pandas" not in sys.modules and os.environ.get(ENV, "1") != "0"
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return linux and spare_core() and "pandas" not in sys.modules and os.environ.get(ENV, "1") != "0"
 
 
 def _key(path: str | os.PathLike[str], include_python: bool) -> _Key | None:
@@ -74,8 +69,6 @@ def start(path: str | os.PathLike[str], include_python: bool) -> bool:
         return False
     if pid == 0:  # the child: decode, send, leave without running the parent's exit handlers
         try:
-            from tracing.outputs.children import die_with_parent
-
             die_with_parent(parent)  # killed with SIGKILL, the ingest takes its decoder with it
             gc.disable()  # it makes no cycles worth collecting and exits right after
             os.close(read_end)

@@ -1,4 +1,5 @@
-"""What every process mxperf forks does first: die with the process that started it.
+"""Processes mxperf forks: whether there is a core to give them, and what each does first (die with the
+process that started it).
 
 Kept apart from the modules that fork (``tracing.ingest.prefetch``, ``tracing.outputs.background``,
 ``tracing.ingest.kineto_sharded``) so that a child pays no import for it (a few standard-library names only).
@@ -25,3 +26,12 @@ def die_with_parent(parent: int) -> None:
         return
     if os.getppid() != parent:  # it died before the request was made: nobody would send the signal
         os._exit(1)
+
+
+def spare_core() -> bool:
+    """Whether this process may use more than one core (its CPU affinity, else the machine's count): with one,
+    a forked helper would only take turns with it."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) > 1
