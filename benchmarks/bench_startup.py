@@ -10,8 +10,9 @@ its median reported, with the medians of A and B):
    venv: it pins other versions of torch's neighbours) and ``--trace``: ``mxperf ingest TRACE -o OUT --force``
    vs a process that runs HTA's ``TraceAnalysis`` + idle-time + temporal breakdown on the same trace (HTA's
    scope; ``mxperf ingest`` also writes every table, ranges and kernels included).
-Wall seconds from ``time.perf_counter`` around ``subprocess.run``; one thread (``OMP_NUM_THREADS=1``). Prints a
-table, then one JSON line.
+Wall seconds from ``time.perf_counter`` around ``subprocess.run``; one thread (``OMP_NUM_THREADS=1``). Before and
+after the pairs, :func:`side_by_side` says how many cores the machine really gave (a shared VM's second vCPU
+comes and goes). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -70,6 +71,22 @@ def paired(name: str, a: list[str], b: list[str], runs: int) -> dict[str, float 
     return row
 
 
+SPIN = "s = 0\nfor i in range(4_000_000): s += i"  # ~0.3 s of one core, pure Python
+
+
+def side_by_side() -> float:
+    """Two copies of a CPU-bound loop side by side over one alone (1.0: two free cores; 2.0: one). mxperf's
+    ingest overlaps two processes and HTA runs in one, so the pairs' ratio is only comparable between runs
+    taken at similar values; measured before and after the pairs and printed with them."""
+    cmd = [sys.executable, "-c", SPIN]
+    alone = min(_wall(cmd) for _ in range(2))
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(cmd, env=ENV) for _ in range(2)]
+    for proc in procs:
+        proc.wait()
+    return (time.perf_counter() - t0) / alone
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=15)
@@ -78,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     mxperf = [sys.executable, "-m", "mxperf"]  # what the ``mxperf`` console script runs (mxperf.cli.entry)
     floor = [sys.executable, "-c", "pass"]
+    before = side_by_side()
     print(f"{'case (A vs B)':42s} {'A s':>8s} {'B s':>8s} {'A/B':>7s} [min, max]", file=sys.stderr)
     rows = [
         paired("mxperf --help vs python -c pass", [*mxperf, "--help"], floor, args.runs),
@@ -91,7 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             ingest = [*mxperf, "ingest", str(args.trace), "-o", f"{tmp}/out", "--force"]
             hta = [str(args.hta_python), "-c", HTA_CODE, str(hta_dir)]
             rows.append(paired(f"HTA vs mxperf ingest ({args.trace.name})", hta, ingest, args.runs))
-    print(json.dumps({"schema_version": 1, "python": sys.version.split()[0], "rows": rows}))
+    after = side_by_side()
+    print(
+        f"two CPU-bound processes side by side / one alone: {before:.2f} before, {after:.2f} after "
+        "(1.0 = two free cores, 2.0 = one)",
+        file=sys.stderr,
+    )
+    out = {"schema_version": 1, "python": sys.version.split()[0], "rows": rows}
+    out["side_by_side"] = {"before": round(before, 3), "after": round(after, 3)}
+    print(json.dumps(out))
     return 0
 
 
