@@ -24,7 +24,7 @@ import sys
 from array import array
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from tracing.outputs.children import die_with_parent, spare_core
+from tracing.outputs.children import FORK, die_with_parent, spare_core
 
 if TYPE_CHECKING:
     from tracing.ingest.kineto_rows import Columns
@@ -37,9 +37,8 @@ _AT_EXIT: Any = None  # :func:`discard`, once registered to run at exit
 
 def enabled() -> bool:
     """Whether forking a decoder now can overlap an import (and is allowed)."""
-    linux = sys.platform.startswith("linux")  # macOS: fork without exec is unsafe with system frameworks
     # one usable core: the import and the decoding would only take turns on it (a fork for nothing)
-    return linux and spare_core() and "pandas" not in sys.modules and os.environ.get(ENV, "1") != "0"
+    return FORK and spare_core() and "pandas" not in sys.modules and os.environ.get(ENV, "1") != "0"
 
 
 def _key(path: str | os.PathLike[str], include_python: bool) -> _Key | None:

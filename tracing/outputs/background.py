@@ -15,17 +15,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tracing.outputs import store
-from tracing.outputs.children import die_with_parent
+from tracing.outputs.children import FORK, die_with_parent
 from tracing.outputs.errors import OutputWriteError
 
-AVAILABLE = sys.platform.startswith("linux")
+AVAILABLE = FORK
 
 
 class BackgroundWrite:

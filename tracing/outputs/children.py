@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import sys
 
+# where mxperf forks helpers without exec: Linux (macOS system frameworks are not fork-safe; elsewhere no fork)
+FORK = sys.platform.startswith("linux")
+
 
 def die_with_parent(parent: int) -> None:
     """Make this (forked) process get SIGKILL when ``parent``, the process that started it, dies -- also by
     SIGKILL or the OOM killer, when no exit handler runs -- so no decoder or writer goes on for an ingest that
     is gone (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing: the exit handlers still stop children)."""
-    if not sys.platform.startswith("linux"):
+    if not FORK:  # PR_SET_PDEATHSIG is Linux's
         return
     import ctypes
     import signal
