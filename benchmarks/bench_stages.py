@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from tracing import jobs, streamed
-from tracing.analysis import attribution, kernel_classes, metrics, steps
+from tracing.analysis import metrics, steps
+from tracing.analysis.opwindows import OpWindows
 from tracing.analysis.phases import default_phase_map
 
 STAGES: list[tuple[Any, str]] = [
-    (streamed, "_ops"),
-    (metrics, "device_timelines"),
-    (attribution, "attribute_ranges"),
-    (kernel_classes, "kernel_table"),
+    (streamed, "_range_frame"),
+    (streamed, "joined_ops"),
+    (OpWindows, "finish"),
+    (OpWindows, "launches"),
     (streamed, "find_microbatches_streamed"),
     (metrics, "device_metrics"),
-    (metrics, "stream_breakdown"),
     (steps, "trace_step_phases"),
 ]
 
@@ -52,11 +52,16 @@ def _reset_peak() -> None:
 
 
 def _wrapped(fn: Callable[..., Any], name: str, base: int, rows: list[dict[str, Any]]) -> Callable[..., Any]:
+    """``fn`` reporting the peak RSS since the previous stage ended (so the work between two wrapped calls,
+    e.g. the loop feeding ``OpWindows.add`` before ``finish``, counts in the later stage) and what it leaves."""
+
     def stage(*args: Any, **kwargs: Any) -> Any:
         if not rows:  # everything so far: decoding and spilling
-            rows.append({"stage": "decode", "before_mb": 0.0, "peak_mb": (_status()["VmHWM"] - base) / 2**20})
-        _reset_peak()
-        before = _status()["VmRSS"]
+            now = _status()
+            peak, rss = (now["VmHWM"] - base) / 2**20, (now["VmRSS"] - base) / 2**20
+            rows.append({"stage": "decode", "before_mb": 0.0, "peak_mb": peak, "after_mb": rss})
+            _reset_peak()
+        before = rows[-1]["after_mb"]
         t0 = time.perf_counter()
         result = fn(*args, **kwargs)
         seconds = time.perf_counter() - t0
@@ -64,12 +69,13 @@ def _wrapped(fn: Callable[..., Any], name: str, base: int, rows: list[dict[str, 
         rows.append(
             {
                 "stage": name,
-                "before_mb": (before - base) / 2**20,
+                "before_mb": before,
                 "peak_mb": (st["VmHWM"] - base) / 2**20,
                 "after_mb": (st["VmRSS"] - base) / 2**20,
                 "seconds": seconds,
             }
         )
+        _reset_peak()
         return result
 
     return stage
@@ -87,7 +93,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for module, name in STAGES:
         setattr(module, name, _wrapped(getattr(module, name), name, base, rows))
-    for name in ("metrics", "attribution", "kernel_classes", "steps"):  # jobs calls them through modules
+    for name in ("metrics", "steps"):  # jobs calls them through modules
         assert getattr(jobs, name) is globals()[name]
     kw = {
         "rank": None,

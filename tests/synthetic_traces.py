@@ -519,6 +519,24 @@ def write_kineto(rank: Rank, path: str | Path, *, shapes: bool = True, world_siz
     return path
 
 
+def two_process_kineto(tmp: Path) -> Path:
+    """One Kineto file (``tmp/two.json``) holding two processes on one device: a learner (pid 100) and a
+    sampler (pid 200, correlation ids after the learner's), so GPU rows need the (correlation -> pid) map."""
+    learner = simulate(Job(steps=((2048, 1024),), logprob=False, pid=100, device=0))
+    sampler = simulate(Job(steps=((512,) * 4,), logprob=False, pid=200, device=0, start_ns=3_000_000, seed=3))
+    docs = [
+        json.loads(gzip.decompress(write_kineto(r, tmp / f"{r.job.pid}.json.gz").read_bytes()))
+        for r in (learner, sampler)
+    ]
+    for ev in docs[1]["traceEvents"]:  # the sampler's correlation ids follow the learner's
+        if "correlation" in ev.get("args", {}):
+            ev["args"]["correlation"] += 10_000_000
+    docs[0]["traceEvents"] += docs[1]["traceEvents"]
+    path = tmp / "two.json"
+    path.write_text(json.dumps(docs[0]))
+    return path
+
+
 def _event(cat: str, name: str, pid: int, tid: int, start: int, end: int, args: dict) -> str:
     return (
         f'{{"ph": "X", "cat": "{cat}", "name": {json.dumps(name)}, "pid": {pid}, "tid": {tid}, '

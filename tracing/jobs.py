@@ -100,9 +100,23 @@ def analyze_parts(
     ranges = attribution.attribute_ranges(trace, phase_map, ops=ops, timelines=timelines)
     kernels = kernel_classes.kernel_table(ops)
     mb = microbatches(ranges, ops, timelines, kernels)
+    streams = metrics.stream_breakdown(trace.events, ops=ops)
+    return assemble(trace, timelines, streams, ranges, kernels, mb)
+
+
+def assemble(
+    trace: Trace,
+    timelines: list[metrics.DeviceTimeline],
+    streams: pd.DataFrame,
+    ranges: pd.DataFrame,
+    kernels: pd.DataFrame,
+    mb: MicrobatchResult,
+) -> Analysis:
+    """Every per-trace table from the GPU-op tables (all ops at once, or window by window:
+    ``tracing.streamed``), the range table and the micro-batches."""
     tables = {
         "devices": metrics.device_metrics(trace.events, timelines),
-        "streams": metrics.stream_breakdown(trace.events, ops=ops),
+        "streams": streams,
         "ranges": ranges,
         "kernels": kernels,
         "steps": steps.trace_step_phases(_with_trace_cols(ranges[list(_STEP_INPUT)], trace)),

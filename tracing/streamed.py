@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import metrics
+from tracing.analysis import attribution, metrics
 from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
+from tracing.analysis.opwindows import OpTables, OpWindows, cut_between_starts
 from tracing.analysis.phases import PhaseMap
 from tracing.ingest.kineto import trace_info
 from tracing.ingest.kineto_decode import KinetoDecoder
@@ -38,6 +39,7 @@ from tracing.ingest.kineto_rows import KIND_CODE
 from tracing.ingest.kineto_sharded import Fallback, ShardedKinetoDecoder
 from tracing.ingest.nsys import nvtx_shape_codes
 from tracing.ingest.nsys_stream import NsysDecoder
+from tracing.ingest.opjoin import joined_ops
 from tracing.ingest.spill import RowFile, SortedRuns
 from tracing.ingest.trace import Trace, events_frame
 from tracing.outputs import background, schema, store
@@ -45,6 +47,7 @@ from tracing.outputs.labels import Labels
 
 CHUNK_ROWS = 1 << 17  # decoded rows per chunk (and per event-table row group)
 RUN_ROWS = 1 << 18  # rows per sorted run of launches / host items
+OP_RUN_ROWS = 1 << 16  # rows per sorted run of joined GPU ops (13 columns) and of their launch signals
 _INT_COLUMNS = tuple(c for c in schema.EVENT_COLUMNS if schema.EVENT_COLUMNS[c] == "int64")
 RAW_COLUMNS = ("rid", "kind", "name", "shapes", "domain", *_INT_COLUMNS)
 LAUNCH_COLUMNS = ("key", "rid", "tid", "start", "dur", "corr", "pid")
@@ -68,10 +71,11 @@ class _Pass1:
     """What one pass over the decoded rows keeps: raw rows and sorted runs on disk, GPU ops and ranges here."""
 
     def __init__(self, spill: Path) -> None:
+        self.dir = spill
         self.raw = RowFile(spill / "raw.bin", RAW_COLUMNS)
+        self.ops = RowFile(spill / "ops.bin", OP_COLUMNS)  # GPU op rows, joined after the pass (opjoin)
         self.launches = SortedRuns(spill, LAUNCH_COLUMNS, ("key", "rid"), RUN_ROWS)
         self.host = SortedRuns(spill, HOST_COLUMNS, ("pid", "start", "rid"), RUN_ROWS)
-        self.ops: list[dict[str, np.ndarray]] = []
         self.ranges: list[dict[str, np.ndarray]] = []
         self.launch_pids: Counter = Counter()
         self.host_pids: set[int] = set()
@@ -99,7 +103,7 @@ class _Pass1:
         kind, pid, corr = c["kind"], c["pid"], c["correlation"]
         self.gpu_rows += int(np.count_nonzero(c["device"] >= 0))
         is_op = np.isin(kind, _OP_CODES)
-        self.ops.append({k: c[k][is_op] for k in OP_COLUMNS})
+        self.ops.add({k: c[k][is_op] for k in OP_COLUMNS})
         is_call = np.isin(kind, _LAUNCH_CODES)
         launch = is_call & (corr >= 0)
         if launch.any():
@@ -149,8 +153,9 @@ class _Pass1:
             self.stats.setdefault(int(p), HostStats()).add(c["tid"][hm][m], c["start_ns"][hm][m], end[hm][m])
 
     def close(self) -> None:
-        self.raw.close()
-        self.raw.path.unlink(missing_ok=True)
+        for f in (self.raw, self.ops):
+            f.close()
+            f.path.unlink(missing_ok=True)
         self.launches.close()
         self.host.close()
 
@@ -227,6 +232,17 @@ def _spilled(path: str, spill_dir: str | None, dec: Any, *args: Any) -> Streamed
             p1.close()
 
 
+def read_pass1(dec: Any, p1: _Pass1) -> list[str]:
+    """Every decoded row into pass 1, ``CHUNK_ROWS`` at a time; the interned names."""
+    for _ in dec.run():
+        if len(dec.columns) >= CHUNK_ROWS:
+            p1.flags(list(dec.columns.names))
+            p1.add(dec.columns.take())
+    p1.flags(list(dec.columns.names))
+    p1.add(dec.columns.take())
+    return list(dec.columns.names)
+
+
 def _stream(
     path: str,
     p1: _Pass1,
@@ -239,15 +255,9 @@ def _stream(
     events_path: str | None,
     background_write: bool = False,
 ) -> StreamedTrace:
-    from tracing.jobs import analyze_parts  # jobs dispatches here; the table building is shared
+    from tracing.jobs import assemble  # jobs dispatches here; the table building is shared
 
-    for _ in dec.run():
-        if len(dec.columns) >= CHUNK_ROWS:
-            p1.flags(list(dec.columns.names))
-            p1.add(dec.columns.take())
-    p1.flags(list(dec.columns.names))
-    p1.add(dec.columns.take())
-    names = list(dec.columns.names)
+    names = read_pass1(dec, p1)
     if isinstance(dec, NsysDecoder):  # session-clock ns, GPU rows carry their own pid, shapes by name
         fmt, base_ns, domains = "nsys", 0, dec.domains
         resolved, info = dec.finish(rank)
@@ -272,7 +282,6 @@ def _stream(
         if writer is None:
             store.write_table_parts(parts(), events_path, meta)
     try:
-        ops = _ops(p1, base_ns, fix, names)
         ranges = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
         trace = Trace(str(Path(path)), fmt, ranges, rank=resolved, meta=info)
         optimizer = _optimizer(p1.optimizer, base_ns)
@@ -280,35 +289,69 @@ def _stream(
             if st.first_ns is not None:
                 st.first_ns += base_ns
                 st.last_ns += base_ns  # type: ignore[operator]
-
-        def microbatches(
-            ranges: pd.DataFrame, ops: pd.DataFrame, timelines: list, kernels: pd.DataFrame
-        ) -> Any:
-            return find_microbatches_streamed(
-                names,
-                shape_cats,
-                host_chunks,
-                p1.host_pids,
-                p1.stats,
-                optimizer,
-                ranges,
-                ops,
-                kernels,
-                labels,
-                pattern,
-                resolved,
-                fmt,
-                timelines,
-            )
-
-        analysis = analyze_parts(trace, ops, phase_map, microbatches)
+        ops = _op_tables(p1, trace, base_ns, fix, names, phase_map)
+        mb = find_microbatches_streamed(
+            names,
+            shape_cats,
+            host_chunks,
+            p1.host_pids,
+            p1.stats,
+            optimizer,
+            ops.ranges,
+            ops.launches,
+            ops.tables.num_ops,
+            ops.tables.kernels,
+            labels,
+            pattern,
+            resolved,
+            fmt,
+            ops.tables.timelines,
+        )
+        t = ops.tables
+        analysis = assemble(trace, t.timelines, t.streams, ops.ranges, t.kernels, mb)
         if writer is not None:
             writer.wait()
     except BaseException:
         if writer is not None:
             writer.cancel()
         raise
-    return StreamedTrace(trace, p1.rows, len(ops), analysis)
+    return StreamedTrace(trace, p1.rows, ops.tables.num_ops, analysis)
+
+
+@dataclass
+class _OpResult:
+    tables: OpTables
+    ranges: pd.DataFrame
+    launches: dict[int, dict[str, np.ndarray]]
+
+
+def _op_tables(
+    p1: _Pass1,
+    trace: Trace,
+    base_ns: int,
+    fix: Callable[[dict[str, np.ndarray]], None],
+    names: list[str],
+    phase_map: PhaseMap,
+) -> _OpResult:
+    """The GPU-op tables, the range table and the launches, from the ops joined on disk and read back in
+    (start, row) order a chunk at a time (``tracing.ingest.opjoin``, ``tracing.analysis.opwindows``)."""
+    cols = attribution.range_columns(trace, phase_map)
+    acc = OpWindows(names, None if trace.range_log is not None else cols, p1.dir, OP_RUN_ROWS)
+    try:
+        joined = joined_ops(p1.ops, p1.launches, base_ns, fix, p1.dir, OP_RUN_ROWS, CHUNK_ROWS)
+        try:
+            for chunk in cut_between_starts(joined.merged(CHUNK_ROWS)):
+                acc.add(chunk)
+        finally:
+            joined.close()
+        tables = acc.finish()
+        if tables.num_ops and trace.range_log is None:
+            ranges = attribution.attributed_frame(cols, tables.partials, tables.timelines)
+        else:
+            ranges = attribution.unattributed_frame(trace, cols)
+        return _OpResult(tables, ranges, acc.launches(tables.kernels))
+    finally:
+        acc.close()
 
 
 def _range_frame(
@@ -441,52 +484,3 @@ def _gpu_pid_fixer(p1: _Pass1) -> Callable[[dict[str, np.ndarray]], None]:
         )
 
     return many
-
-
-def _ops(
-    p1: _Pass1, base_ns: int, fix: Callable[[dict[str, np.ndarray]], None], names: list[str]
-) -> pd.DataFrame:
-    """``metrics.gpu_ops`` of the trace: GPU op rows (memory) joined with the launch runs (disk) in key order."""
-    cols = _concat_freeing(p1.ops, OP_COLUMNS)
-    cols["start_ns"] += np.int64(base_ns)
-    fix(cols)
-    n_ops = len(cols["kind"])
-    # the launch join on arrays first, the frame last: pandas copies a column set on a frame
-    key = metrics.launch_key(cols["pid"], cols["correlation"]).view(np.int64)
-    has_corr = np.flatnonzero(cols["correlation"] >= 0)
-    order = has_corr[np.argsort(key[has_corr], kind="stable")]
-    keys = key[order]
-    del key, has_corr
-    l_start = np.full(n_ops, schema.NO_ID, np.int64)
-    l_end, l_tid = l_start.copy(), l_start.copy()
-    last = None
-    for chunk in p1.launches.merged(CHUNK_ROWS):
-        k = chunk["key"]
-        first = np.r_[True, k[1:] != k[:-1]]  # runs sorted by (key, rid): the first launch record wins
-        if last is not None:
-            first[0] = k[0] != last
-        last = k[-1]
-        u = np.flatnonzero(first)
-        lo, hi = np.searchsorted(keys, k[u], side="left"), np.searchsorted(keys, k[u], side="right")
-        hit = hi > lo
-        u, lo, hi = u[hit], lo[hit], hi[hit]
-        if len(u) == 0:
-            continue
-        n = hi - lo
-        rows = order[np.repeat(lo, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))]
-        src = np.repeat(u, n)
-        start = chunk["start"][src] + np.int64(base_ns)
-        l_start[rows] = start
-        l_end[rows] = start + chunk["dur"][src]
-        l_tid[rows] = chunk["tid"][src]
-    del order, keys
-    # metrics.gpu_ops(events) of these rows (names as a categorical), built from the arrays without copies
-    kinds = np.array([*schema.EVENT_KINDS, np.nan], dtype=object)
-    data: dict[str, Any] = {
-        "kind": pd.Series(kinds[cols.pop("kind")], dtype=object, copy=False),
-        "name": pd.Series(pd.Categorical.from_codes(cols.pop("name").astype(np.int32), categories=names)),
-    }
-    data.update({c: cols.pop(c) for c in ("pid", "device", "stream", "start_ns", "dur_ns", "correlation")})
-    data["end_ns"] = data["start_ns"] + data["dur_ns"]
-    data.update(launch_start_ns=l_start, launch_end_ns=l_end, launch_tid=l_tid)
-    return pd.DataFrame(data, copy=False)

@@ -8,7 +8,6 @@ are exercised. Tables, micro-batch notes, the event table read back from Parquet
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import sqlite3
@@ -103,20 +102,7 @@ def test_streamed_without_shapes_or_with_one_big_chunk(tmp_path, monkeypatch):
 def test_several_processes_in_one_kineto_file(tmp_path, monkeypatch):
     """Two processes on one device in one file: the launching pid of each GPU row comes from the
     (correlation -> pid) map, and the device is shared (the colocated columns)."""
-    learner = st.simulate(st.Job(steps=((2048, 1024),), logprob=False, pid=100, device=0))
-    sampler = st.simulate(
-        st.Job(steps=((512,) * 4,), logprob=False, pid=200, device=0, start_ns=3_000_000, seed=3)
-    )
-    docs = [
-        json.loads(gzip.decompress(st.write_kineto(r, tmp_path / f"{r.job.pid}.json.gz").read_bytes()))
-        for r in (learner, sampler)
-    ]
-    for ev in docs[1]["traceEvents"]:  # the sampler's correlation ids follow the learner's
-        if "correlation" in ev.get("args", {}):
-            ev["args"]["correlation"] += 10_000_000
-    docs[0]["traceEvents"] += docs[1]["traceEvents"]
-    path = tmp_path / "two.json"
-    path.write_text(json.dumps(docs[0]))
+    path = st.two_process_kineto(tmp_path)
     a, _ = _both(path, tmp_path, monkeypatch)
     assert sorted(a.devices["pid"].tolist()) == [100, 200]
     assert (a.devices["device_processes"] == 2).all()
@@ -446,7 +432,7 @@ def test_a_failing_analysis_stops_the_background_writer_and_leaves_no_temp_file(
         assert list(tmp_path.glob(".*.tmp")), "the background writer never started its file"
         raise ValueError("x")
 
-    monkeypatch.setattr(tracing.jobs, "analyze_parts", fails)
+    monkeypatch.setattr(tracing.jobs, "assemble", fails)
     with pytest.raises(ValueError, match="x"):
         ingest_file(str(REAL[0]), "kineto", None, str(tmp_path), 1, **BESIDE[mode])
     assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("*.parquet"))

@@ -143,22 +143,47 @@ def attribute_ranges(
     cols = _range_columns(trace, phase_map)
     ops = metrics.gpu_ops(trace.events) if ops is None else ops
     if trace.range_log is not None or len(ops) == 0:
-        reason = RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON
-        return _frame(cols, reason)
+        return unattributed_frame(trace, cols)
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
     # the ops' columns as views (no per-op copies here: each pass sorts only what it needs)
     launched = {
         c: ops[c].to_numpy(np.int64) for c in ("pid", "launch_tid", "launch_start_ns", "start_ns", "end_ns")
     }
-    pid, tid = cols["pid"], cols["tid"]
     start, end = cols["start_ns"], cols["end_ns"]
-    gpu_end = None
-    for prefix, by, keys in (("thread", ["pid", "launch_tid"], [pid, tid]), ("window", ["pid"], [pid])):
-        n_ops, busy, first, last = _attribute(keys, start, end, launched, by)
+    partials = {
+        prefix: _attribute([cols[k] for k in range_keys], start, end, launched, list(op_keys))
+        for prefix, op_keys, range_keys in RULES
+    }
+    return attributed_frame(cols, partials, timelines)
+
+
+# (prefix, the ops' group key, the range's): ops launched in a range by its own thread / by any thread
+RULES = (("thread", ("pid", "launch_tid"), ("pid", "tid")), ("window", ("pid",), ("pid",)))
+
+
+def range_columns(trace: Trace, phase_map: PhaseMap | None = None) -> dict[str, Any]:
+    """The ranges as arrays (sorted by (start, -end), with nesting): what :func:`attributed_frame` completes."""
+    return _range_columns(trace, phase_map)
+
+
+def unattributed_frame(trace: Trace, cols: dict[str, Any]) -> pd.DataFrame:
+    """The range table of a trace whose GPU work cannot be attributed (a range log, or no GPU ops)."""
+    return _frame(cols, RANGELOG_REASON if trace.range_log is not None else NO_GPU_REASON)
+
+
+def attributed_frame(
+    cols: dict[str, Any],
+    partials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    timelines: list[metrics.DeviceTimeline],
+) -> pd.DataFrame:
+    """The range table from :func:`range_columns` and, per rule of :data:`RULES`, each range's ops: count,
+    busy (|union|), first op start and last op end (0 where none) -- from all ops at once
+    (:func:`attribute_ranges`) or accumulated a time window of ops at a time (``tracing.analysis.opwindows``)."""
+    pid, start, end = cols["pid"], cols["start_ns"], cols["end_ns"]
+    for prefix, (n_ops, busy, first, last) in partials.items():
         cols[f"{prefix}_ops"], cols[f"{prefix}_busy_ns"] = n_ops, busy
         cols[f"{prefix}_span_ns"] = np.where(n_ops > 0, last - first, 0)
-        gpu_end = last if prefix == "window" else gpu_end
-    assert gpu_end is not None
+    gpu_end = partials["window"][3]
     launched_any = cols["window_ops"] > 0
     window_end = np.where(launched_any, np.maximum(end, gpu_end), end)
     cols["gpu_end_ns"] = pd.array(np.where(launched_any, gpu_end, 0), dtype="Int64")
@@ -355,8 +380,11 @@ def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.nd
 _SLICE_CHUNK = 1 << 18  # ops gathered per vectorized step (~100 bytes each): bounds nested wide ranges
 
 
-def _slice_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """|union of [start, end)| over each slice [lo[i], hi[i]) (non-empty), equal to ``metrics.measure``.
+def _slice_measures(
+    start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray, after: np.ndarray | None = None
+) -> np.ndarray:
+    """|union of [start, end)| over each slice [lo[i], hi[i]) (non-empty), equal to ``metrics.measure``
+    (with ``after[i]``, the running max end of slice i's earlier ops, when given).
 
     Per slice, sorted by start with M_j the running max of ends: |union| = sum_j (M_j - max(s_j, M_{j-1})),
     which telescopes to the sum of (block end - block start) over ``metrics.union_intervals``' blocks.
@@ -365,10 +393,12 @@ def _slice_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.n
     """
     out = np.zeros(len(lo), np.int64)
     lengths = hi - lo
+    if after is None:
+        after = np.full(len(lo), np.iinfo(np.int64).min, np.int64)
     i = 0
     while i < len(lo):
         if lengths[i] >= _SLICE_CHUNK:
-            out[i] = metrics.measure(start[lo[i] : hi[i]], end[lo[i] : hi[i]])
+            out[i] = metrics.measure(start[lo[i] : hi[i]], end[lo[i] : hi[i]], int(after[i]))
             i += 1
             continue
         j = i + max(1, int(np.searchsorted(np.cumsum(lengths[i:]), _SLICE_CHUNK, side="right")))
@@ -376,30 +406,36 @@ def _slice_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.n
         big = np.flatnonzero(lengths[i:j] >= _SLICE_CHUNK)
         if len(big):
             j = i + int(big[0])
-        out[i:j] = _gathered_measures(start, end, lo[i:j], lengths[i:j])
+        out[i:j] = _gathered_measures(start, end, lo[i:j], lengths[i:j], after[i:j])
         i = j
     return out
 
 
-def _gathered_measures(start: np.ndarray, end: np.ndarray, lo: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _gathered_measures(
+    start: np.ndarray, end: np.ndarray, lo: np.ndarray, lengths: np.ndarray, after: np.ndarray
+) -> np.ndarray:
     seg = np.repeat(np.arange(len(lo)), lengths)
     first = np.cumsum(lengths) - lengths
     idx = np.arange(int(lengths.sum())) - np.repeat(first, lengths) + np.repeat(lo, lengths)
     s, e = start[idx], end[idx]
     order = np.lexsort((s, seg))
     s, e = s[order], e[order]
+    e[first] = np.maximum(e[first], after)  # each slice's running max starts from its carry
     # running max of ends that restarts at each slice: shift each slice so it lies above the previous one
     base = np.minimum(s.min(), e.min())
     width = int(np.maximum(s.max(), e.max())) - int(base) + 1
     if width * (len(lo) + 1) >= 2**62:
         return np.array(
-            [metrics.measure(s[a : a + n], e[a : a + n]) for a, n in zip(first, lengths, strict=True)],
+            [
+                metrics.measure(s[a : a + n], e[a : a + n], int(c))
+                for a, n, c in zip(first, lengths, after, strict=True)
+            ],
             dtype=np.int64,
         )
     shift = seg * np.int64(width)
     run = np.maximum.accumulate(e - base + shift) - shift + base
     prev = np.empty_like(run)
     prev[1:] = run[:-1]
-    prev[first] = np.iinfo(np.int64).min
+    prev[first] = after
     gain = run - np.maximum(s, prev)  # no clamp: telescopes to union_intervals' block sums exactly
     return np.add.reduceat(gain, first)

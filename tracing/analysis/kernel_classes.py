@@ -181,18 +181,36 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
     name_i = gkey % len(name_uniq)
     kind_i = (gkey // len(name_uniq)) % len(kind_uniq)
     dev_i = gkey // (len(name_uniq) * len(kind_uniq))
-    kinds, names = kind_uniq[kind_i], name_uniq[name_i]
-    rows = np.lexsort((-total, dev_i))  # stable: equal totals keep (kind, name) order
+    max_ns = np.maximum.reduceat(dur, first)
+    return kernel_frame(
+        dev_uniq[dev_i], kind_uniq[kind_i], name_uniq[name_i], count, total, max_ns, classifier
+    )
+
+
+def kernel_frame(
+    device: np.ndarray,
+    kinds: np.ndarray,
+    names: np.ndarray,
+    count: np.ndarray,
+    total: np.ndarray,
+    max_ns: np.ndarray,
+    classifier: KernelClassifier = DEFAULT,
+) -> pd.DataFrame:
+    """The kernel table from its groups given in (device, kind, name) order (values ascending, strings in
+    code-point order): rows by device ascending, then total time descending, ties kept in that order.
+    Shared by :func:`kernel_table` and the windowed ops pass (``tracing.analysis.opwindows``)."""
+    cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
+    rows = np.lexsort((-total, device))  # stable: equal totals keep (kind, name) order
     kinds, names, count, total = kinds[rows], names[rows], count[rows].astype(np.int64), total[rows]
     values = {
-        "device": dev_uniq[dev_i][rows],
+        "device": device[rows],
         "kind": kinds,
         "name": names,
         "kernel_class": classifier.classify_ops(kinds, names),
         "count": count,
         "total_ns": total,
         "mean_ns": total / count,
-        "max_ns": np.maximum.reduceat(dur, first)[rows],
+        "max_ns": max_ns[rows],
     }
     dtypes = {c: schema.KERNEL_COLUMNS[c] for c in cols}
     return pd.DataFrame(  # numeric columns are int64 / float64 already (schema.KERNEL_COLUMNS)

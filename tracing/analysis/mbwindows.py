@@ -4,7 +4,7 @@ The same cuts as :func:`tracing.analysis.microbatches.find_microbatches` (same j
 :func:`~tracing.analysis.microbatches.run_job`, same table), but the host items (``cpu_op``, launch calls,
 ``emit_nvtx`` op ranges) are never all in memory: every cut reads only the host items inside its window
 (an explicit range, a phase range, a ``ProfilerStep``, or a whole process that has no ranges), so memory
-is bounded by the largest window, not by the trace. GPU launches (one row per GPU op) come from ``ops``.
+is bounded by the largest window, not by the trace. GPU launches (one row per launched GPU op) are given.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 
 from tracing.analysis import mbregions, metrics
 from tracing.analysis.mbdetect import Finding
-from tracing.analysis.mbsignals import Signals, launch_signals, make_process, name_signals
+from tracing.analysis.mbsignals import Signals, make_process, name_signals
 from tracing.analysis.microbatches import (
     MicrobatchResult,
     microbatch_result,
@@ -57,8 +57,9 @@ def find_microbatches_streamed(
     stats: dict[int, HostStats],
     optimizer: dict[int, tuple[np.ndarray, np.ndarray]],
     ranges: pd.DataFrame,
-    ops: pd.DataFrame,
-    kernels: pd.DataFrame | None,
+    launches: dict[int, dict[str, np.ndarray]],
+    num_ops: int,
+    kernels: pd.DataFrame,
     labels: Labels | None,
     pattern: str | None,
     rank: int | None,
@@ -68,9 +69,9 @@ def find_microbatches_streamed(
     """The micro-batch table of one trace from its host items in (pid, start, row) order.
 
     ``host_pids``: processes with any host item; ``stats``: per process, over its host items with a name;
-    ``optimizer``: per process, its optimizer ranges' (start, end) sorted by start."""
+    ``optimizer``: per process, its optimizer ranges' (start, end) sorted by start; ``launches``: per process,
+    its GPU launches (``mbsignals.launch_signals``) of the trace's ``num_ops`` GPU ops."""
     labels = labels or Labels()
-    launches = launch_signals(ops, kernels)
     pids = host_pids | set(launches)
     base = name_signals(names, shape_cats)
     empty_host = {c: np.zeros(0, np.int64) for c in HOST_COLUMNS}
@@ -109,7 +110,7 @@ def find_microbatches_streamed(
             findings[k] = run_job(base, job)
     launch_sig = _with(base, {p: process(p, empty_host) for p in pids})
     done = with_steps([f for f in findings if f is not None], regions, steps)
-    return microbatch_result(done, launch_sig, ops, kernels, labels, rank, fmt, timelines)
+    return microbatch_result(done, launch_sig, kernels, num_ops > 0, labels, rank, fmt, timelines)
 
 
 def _with(base: Signals, processes: dict) -> Signals:

@@ -139,17 +139,20 @@ def union_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
 _MEASURE_BLOCK = 1 << 18  # ops per step of :func:`measure`
 
 
-def measure(start: np.ndarray, end: np.ndarray) -> int:
+def measure(start: np.ndarray, end: np.ndarray, after: int | None = None) -> int:
     """|union of [start, end)| in ns, equal to the sum of :func:`union_intervals`' lengths.
 
     In start order with M_j the running max of ends, |union| = sum_j (M_j - max(s_j, M_{j-1})) (each block
     of the union telescopes to its end minus its first start); summed a block of ops at a time, carrying M,
-    so it holds the sort order (8 bytes an op) and one block, however many ops a range covers."""
+    so it holds the sort order (8 bytes an op) and one block, however many ops a range covers.
+
+    ``after``: the running max end M of earlier intervals, none starting later than these: the result is
+    then what these add to their union (summed window after window, the union of all, exactly)."""
     n = len(start)
     if n == 0:
         return 0
     order = np.argsort(start, kind="stable")
-    total, carry = 0, np.iinfo(np.int64).min
+    total, carry = 0, np.iinfo(np.int64).min if after is None else after
     for a in range(0, n, _MEASURE_BLOCK):
         idx = order[a : a + _MEASURE_BLOCK]
         s, e = np.asarray(start[idx], np.int64), np.asarray(end[idx], np.int64)
@@ -203,12 +206,39 @@ def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> Devic
     busy_end = run_end[np.r_[gap_at - 1, len(s) - 1]]
     first_ns, last_ns = int(s[0]), int(run_end[-1])
     del s, run_end
-    span = last_ns - first_ns
-    busy = int((busy_end - busy_start).sum())
     host_stall = int(stall.sum())
     keep = stall > 0
     kinds = ops["kind"]
-    row: dict[str, float | int] = {
+    counts = {k: int((kinds == k).sum()) for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET)}
+    row = timeline_row(
+        pid,
+        device,
+        (first_ns, last_ns),
+        int((busy_end - busy_start).sum()),
+        (host_stall, int(ambiguous.sum()), int((g1 - g0)[~attributed].sum())),
+        counts,
+        len(np.unique(ops["stream"])),
+        _same_stream_overlap(ops["stream"], start, end),
+    )
+    return DeviceTimeline(pid, device, busy_start, busy_end, g0[keep], (g0 + stall)[keep], row)
+
+
+def timeline_row(
+    pid: int,
+    device: int,
+    first_last: tuple[int, int],
+    busy: int,
+    stalls: tuple[int, int, int],
+    counts: dict[str, int],
+    num_streams: int,
+    overlap: int,
+) -> dict[str, float | int]:
+    """A :class:`DeviceTimeline`'s row (``device_metrics`` columns before the colocated ones) from its
+    totals: (first, last) op times, busy, (host stall, ambiguous, unattributed), op counts by kind."""
+    first_ns, last_ns = first_last
+    host_stall, ambiguous, unattributed = stalls
+    span = last_ns - first_ns
+    return {
         "pid": pid,
         "device": device,
         "first_ns": first_ns,
@@ -217,17 +247,16 @@ def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> Devic
         "busy_ns": busy,
         "idle_ns": span - busy,
         "host_stall_ns": host_stall,
-        "host_stall_ambiguous_ns": int(ambiguous.sum()),
-        "unattributed_ns": int((g1 - g0)[~attributed].sum()),
+        "host_stall_ambiguous_ns": ambiguous,
+        "unattributed_ns": unattributed,
         "other_idle_ns": span - busy - host_stall,
         "host_stall_fraction": host_stall / span if span else float("nan"),
-        "num_kernels": int((kinds == schema.KERNEL).sum()),
-        "num_memcpy": int((kinds == schema.MEMCPY).sum()),
-        "num_memset": int((kinds == schema.MEMSET).sum()),
-        "num_streams": len(np.unique(ops["stream"])),
-        "same_stream_overlap_ns": _same_stream_overlap(ops["stream"], start, end),
+        "num_kernels": counts[schema.KERNEL],
+        "num_memcpy": counts[schema.MEMCPY],
+        "num_memset": counts[schema.MEMSET],
+        "num_streams": num_streams,
+        "same_stream_overlap_ns": overlap,
     }
-    return DeviceTimeline(pid, device, busy_start, busy_end, g0[keep], (g0 + stall)[keep], row)
 
 
 def _same_stream_overlap(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:

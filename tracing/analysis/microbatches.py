@@ -98,24 +98,29 @@ def find_microbatches(
     timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
     sig = gather_signals(trace.events, ops, kernels)
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
-    return microbatch_result(findings, sig, ops, kernels, labels, trace.rank, trace.format, timelines)
+    evidence_from = ops if kernels is None else kernels
+    return microbatch_result(
+        findings, sig, evidence_from, len(ops) > 0, labels, trace.rank, trace.format, timelines
+    )
 
 
 def microbatch_result(
     findings: list[mbdetect.Finding],
     sig: Signals,
-    ops: pd.DataFrame,
-    kernels: pd.DataFrame | None,
+    evidence_from: pd.DataFrame,
+    has_gpu: bool,
     labels: Labels,
     rank: int | None,
     fmt: str,
     timelines: list[metrics.DeviceTimeline],
 ) -> MicrobatchResult:
-    """The table and notes from the cuts (``sig`` needs every process's launches; host items are not read)."""
-    evidence = detect_precision(ops if kernels is None else kernels)
+    """The table and notes from the cuts (``sig`` needs every process's launches; host items are not read).
+    ``evidence_from``: the kernel table (or the GPU ops) that precision is read from; ``has_gpu``: the trace
+    has GPU ops."""
+    evidence = detect_precision(evidence_from)
     precision, warning = reconcile(labels.precision, evidence)
     rows, notes = _rows(findings, labels, precision, evidence, fmt)
-    table = _table(rows, sig, rank, timelines, len(ops) > 0)
+    table = _table(rows, sig, rank, timelines, has_gpu)
     _note_overlaps(table, notes)
     return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
 

@@ -1,0 +1,428 @@
+"""The GPU-op tables a window of ops at a time: device timelines, streams, kernels, range attribution, launches.
+
+The all-at-once functions (``metrics.device_timelines``, ``metrics.stream_breakdown``,
+``kernel_classes.kernel_table``, ``attribution.attribute_ranges``, ``mbsignals.launch_signals``) hold every GPU
+op and sort them. Here the ops arrive already in (start, row) order, a chunk at a time (``tracing.streamed``
+merges them from disk), and each table keeps only what carries from one chunk to the next::
+
+    ops in (start, row) order, cut only between distinct starts (:func:`cut_between_starts`)
+      --> per (pid, device): busy blocks, gaps and host stall         carry: running max end
+      --> per (pid, device, stream): HTA's idle breakdown             carry: previous op's end, running max end
+      --> per (device, kind, name): count, total, max                 merged sums and maxima
+      --> per range and rule: ops launched in it, busy, first, last   carry: its ops' running max end
+      --> launches, spilled in (pid, launch start, row) order         read back for the micro-batch signals
+
+A union's measure telescopes in start order (``metrics.measure``): summed window after window from the
+carried running max, it is the union of all. Every merged quantity is an exact int64 sum, count, min or max,
+so the tables equal the all-at-once functions' byte for byte (tests/unit/test_opwindows.py). What is held:
+one chunk, the busy / stall intervals (O(gaps)), a few counters per device, stream, kernel name and range,
+and -- the one per-op cost left -- the launches read back for micro-batch detection (34 bytes a launch).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracing.analysis import attribution, kernel_classes, metrics
+from tracing.ingest.spill import SortedRuns
+from tracing.outputs import schema
+
+_MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+_KIND = {k: schema.EVENT_KINDS.index(k) for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET)}
+LAUNCH_COLUMNS = ("pid", "l_start", "rid", "l_tid", "l_end", "op_end", "kind", "name")
+
+
+def cut_between_starts(chunks: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+    """Chunks of ops in (start, row) order, re-cut so that no start time is split between two chunks (the
+    rows with the last start wait for the next chunk): ties at one start are then ordered within a chunk."""
+    held: dict[str, np.ndarray] | None = None
+    for c in chunks:
+        if len(c["start_ns"]) == 0:
+            continue
+        if held is not None:
+            c = {k: np.concatenate([held[k], v]) for k, v in c.items()}
+        s = c["start_ns"]
+        cut = int(np.searchsorted(s, s[-1], side="left"))
+        if cut == 0:
+            held = c
+            continue
+        held = {k: v[cut:] for k, v in c.items()}
+        yield {k: v[:cut] for k, v in c.items()}
+    if held is not None and len(held["start_ns"]):
+        yield held
+
+
+@dataclass
+class _Device:
+    """One (pid, device) timeline, built window after window."""
+
+    first_ns: int | None = None
+    run_end: int = _MIN
+    block_starts: list[np.ndarray] = field(default_factory=list)
+    block_ends: list[np.ndarray] = field(default_factory=list)
+    stall_starts: list[np.ndarray] = field(default_factory=list)
+    stall_ends: list[np.ndarray] = field(default_factory=list)
+    host_stall: int = 0
+    ambiguous: int = 0
+    unattributed: int = 0
+    counts: dict[int, int] = field(default_factory=lambda: dict.fromkeys(_KIND.values(), 0))
+    streams: set[int] = field(default_factory=set)
+    stream_end: dict[int, int] = field(default_factory=dict)  # each stream's last op end (start order)
+    overlap: int = 0
+
+    def add(self, c: dict[str, np.ndarray]) -> None:
+        start, end, l_start, l_end = c["start_ns"], c["end_ns"], c["launch_start_ns"], c["launch_end_ns"]
+        has_launch = l_end != schema.NO_ID
+        # by start, ties by earliest launch end (ops without a launch record last), then row
+        order = np.lexsort((np.where(has_launch, l_end, _MAX), start))
+        s, e = start[order], end[order]
+        e[0] = max(int(e[0]), self.run_end)
+        run = np.maximum.accumulate(e)
+        prev = np.empty_like(run)
+        prev[0], prev[1:] = self.run_end, run[:-1]
+        gap_at = np.flatnonzero(s > prev)
+        if self.first_ns is None:
+            self.first_ns = int(s[0])
+            self.block_starts.append(s[:1])
+            gap_at = gap_at[gap_at > 0]
+        k = order[gap_at]
+        g0, g1 = prev[gap_at], s[gap_at]
+        attributed = has_launch[k]
+        stall = np.where(attributed, np.clip(np.minimum(g1, l_end[k]) - g0, 0, None), 0)
+        self.ambiguous += int(np.where(attributed & (l_start[k] <= g0), stall, 0).sum())
+        self.unattributed += int((g1 - g0)[~attributed].sum())
+        self.host_stall += int(stall.sum())
+        keep = stall > 0
+        self.stall_starts.append(g0[keep])
+        self.stall_ends.append((g0 + stall)[keep])
+        self.block_starts.append(g1)
+        self.block_ends.append(g0)
+        self.run_end = int(run[-1])
+        kinds = c["kind"]
+        for code in self.counts:
+            self.counts[code] += int(np.count_nonzero(kinds == code))
+        self._stream_overlap(c["stream"], start, end)
+
+    def _stream_overlap(self, stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """``metrics._same_stream_overlap`` carried across windows: each stream's pairs of consecutive ops."""
+        order = np.lexsort((start, stream))  # by stream, then start, then row
+        st, s, e = stream[order], start[order], end[order]
+        first = np.r_[True, st[1:] != st[:-1]]
+        prev_e = np.empty_like(e)
+        prev_e[1:] = e[:-1]
+        heads = np.flatnonzero(first)
+        has_prev = ~first
+        for h in heads.tolist():
+            carried = self.stream_end.get(int(st[h]))
+            if carried is not None:
+                prev_e[h], has_prev[h] = carried, True
+        overlap = np.minimum(prev_e, e) - s
+        self.overlap += int(np.clip(overlap[has_prev], 0, None).sum())
+        last = np.r_[heads[1:] - 1, len(st) - 1]
+        self.stream_end.update(zip(st[last].tolist(), e[last].tolist(), strict=True))
+        self.streams.update(st[heads].tolist())
+
+    def timeline(self, pid: int, device: int) -> metrics.DeviceTimeline:
+        assert self.first_ns is not None
+        busy_start = np.concatenate(self.block_starts)
+        busy_end = np.concatenate([*self.block_ends, np.array([self.run_end], np.int64)])
+        row = metrics.timeline_row(
+            pid,
+            device,
+            (self.first_ns, self.run_end),
+            int((busy_end - busy_start).sum()),
+            (self.host_stall, self.ambiguous, self.unattributed),
+            {k: self.counts[code] for k, code in _KIND.items()},
+            len(self.streams),
+            self.overlap,
+        )
+        stall_start, stall_end = np.concatenate(self.stall_starts), np.concatenate(self.stall_ends)
+        return metrics.DeviceTimeline(pid, device, busy_start, busy_end, stall_start, stall_end, row)
+
+
+@dataclass
+class _Stream:
+    """One (pid, device, stream) of ``metrics.stream_breakdown`` (launch-start rule), window after window."""
+
+    num_ops: int = 0
+    first_ns: int = 0
+    max_end: int = _MIN  # also the running max end that carries the busy union
+    last_end: int = 0  # the previous op's end, in (start, end, row) order
+    busy: int = 0
+    idle: int = 0
+    host: int = 0
+    kernel_wait: int = 0
+    other: int = 0
+    negative: int = 0
+
+    def add(self, s: np.ndarray, e: np.ndarray, launch: np.ndarray) -> None:
+        if self.num_ops == 0:
+            self.first_ns = int(s[0])
+            prev_e, s_next, launch_next = e[:-1], s[1:], launch[1:]
+            self.busy += metrics.measure(s, e)
+        else:
+            prev_e, s_next, launch_next = np.r_[self.last_end, e[:-1]], s, launch
+            self.busy += metrics.measure(s, e, self.max_end)
+        gap = s_next - prev_e
+        self.negative += int(np.count_nonzero(gap < 0))
+        gap = np.clip(gap, 0, None)
+        host = (launch_next != schema.NO_ID) & (launch_next > prev_e)
+        kwait = ~host & (gap < metrics.KERNEL_WAIT_THRESHOLD_NS)
+        self.idle += int(gap.sum())
+        self.host += int(gap[host].sum())
+        self.kernel_wait += int(gap[kwait].sum())
+        self.other += int(gap[~host & ~kwait].sum())
+        self.num_ops += len(s)
+        self.max_end = max(self.max_end, int(e.max()))
+        self.last_end = int(e[-1])
+
+    def row(self, pid: int, device: int, stream: int) -> dict[str, Any]:
+        return {
+            "pid": pid,
+            "device": device,
+            "stream": stream,
+            "num_ops": self.num_ops,
+            "span_ns": self.max_end - self.first_ns,
+            "busy_ns": self.busy,
+            "idle_ns": self.idle,
+            "host_wait_ns": self.host,
+            "kernel_wait_ns": self.kernel_wait,
+            "other_wait_ns": self.other,
+            "host_wait_share": self.host / self.idle if self.idle else float("nan"),
+            "negative_gaps": self.negative,
+        }
+
+
+class _Rule:
+    """Per range, the ops launched in it under one rule of ``attribution.RULES``, window after window."""
+
+    def __init__(
+        self, op_keys: tuple[str, ...], range_keys: list[np.ndarray], start: np.ndarray, end: np.ndarray
+    ):
+        self.op_keys = op_keys
+        self.start, self.end = start, end
+        n = len(start)
+        self.n_ops = np.zeros(n, np.int64)
+        self.busy = np.zeros(n, np.int64)
+        self.first = np.full(n, _MAX, np.int64)
+        self.last = np.full(n, _MIN, np.int64)  # also each range's carried running max end
+        self.groups: dict[tuple[int, ...], np.ndarray] = {}
+        if n:
+            keys = np.stack([np.asarray(k, np.int64) for k in range_keys], axis=1)
+            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+            by_group = np.argsort(inverse.ravel(), kind="stable")
+            cuts = np.searchsorted(inverse.ravel()[by_group], np.arange(len(uniq) + 1))
+            for g, key in enumerate(uniq.tolist()):
+                self.groups[tuple(key)] = by_group[cuts[g] : cuts[g + 1]]
+
+    def add(self, c: dict[str, np.ndarray]) -> None:
+        ls = c["launch_start_ns"]
+        launched = np.flatnonzero(ls != schema.NO_ID)
+        if len(launched) == 0 or not self.groups:
+            return
+        keys = [c[k][launched] for k in self.op_keys]
+        order = launched[np.lexsort((ls[launched], *reversed(keys)))]  # by (group, launch start, row)
+        ls, s_all, e_all = ls[order], c["start_ns"][order], c["end_ns"][order]
+        op_keys = [c[k][order] for k in self.op_keys]
+        new = np.zeros(len(ls), bool)
+        new[0] = True
+        for k in op_keys:
+            new[1:] |= k[1:] != k[:-1]
+        bounds = np.append(np.flatnonzero(new), len(ls)).tolist()
+        los, his, rows = [], [], []
+        for g0, g1 in itertools.pairwise(bounds):
+            mine = self.groups.get(tuple(int(k[g0]) for k in op_keys))
+            if mine is None:
+                continue
+            lo = g0 + np.searchsorted(ls[g0:g1], self.start[mine], side="left")
+            hi = g0 + np.searchsorted(ls[g0:g1], self.end[mine], side="right")
+            hit = hi > lo
+            los.append(lo[hit])
+            his.append(hi[hit])
+            rows.append(mine[hit])
+        if not rows:
+            return
+        lo, hi, r = np.concatenate(los), np.concatenate(his), np.concatenate(rows)
+        if len(r) == 0:
+            return
+        self.busy[r] += attribution._slice_measures(s_all, e_all, lo, hi, self.last[r])
+        self.n_ops[r] += hi - lo
+        self.first[r] = np.minimum(self.first[r], attribution._slice_reduce(np.minimum, s_all, lo, hi))
+        self.last[r] = np.maximum(self.last[r], attribution._slice_reduce(np.maximum, e_all, lo, hi))
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        some = self.n_ops > 0
+        return self.n_ops, self.busy, np.where(some, self.first, 0), np.where(some, self.last, 0)
+
+
+@dataclass
+class OpTables:
+    """What the windows add up to (the GPU-op tables of one trace)."""
+
+    num_ops: int
+    timelines: list[metrics.DeviceTimeline]
+    streams: pd.DataFrame
+    kernels: pd.DataFrame
+    partials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+class OpWindows:
+    """Feed :meth:`add` the ops (columns of ``tracing.ingest.opjoin.JOINED_COLUMNS``, kind and name as codes
+    into ``schema.EVENT_KINDS`` / ``names``) in (start, row) order, cut between distinct starts; then
+    :meth:`finish`. ``ranges``: the (pid, tid, start_ns, end_ns) arrays of ``attribution.range_columns``, or
+    None (a range log: nothing to attribute). Launches are spilled to ``spill_dir`` (:meth:`launches`)."""
+
+    def __init__(
+        self,
+        names: list[str],
+        ranges: dict[str, np.ndarray] | None,
+        spill_dir: str | Path,
+        run_rows: int = 1 << 18,
+    ) -> None:
+        self.names = names
+        self.num_ops = 0
+        self._devices: dict[tuple[int, int], _Device] = {}
+        self._streams: dict[tuple[int, int, int], _Stream] = {}
+        self._kernels: dict[tuple[int, int, int], list[int]] = {}
+        self._rules: dict[str, _Rule] = {}
+        if ranges is not None:
+            for prefix, op_keys, range_keys in attribution.RULES:
+                keys = [ranges[k] for k in range_keys]
+                self._rules[prefix] = _Rule(op_keys, keys, ranges["start_ns"], ranges["end_ns"])
+        self._launches = SortedRuns(spill_dir, LAUNCH_COLUMNS, ("pid", "l_start", "rid"), run_rows)
+        self._launched: dict[int, int] = {}  # launches per process
+
+    def add(self, chunk: dict[str, np.ndarray]) -> None:
+        n = len(chunk["start_ns"])
+        if n == 0:
+            return
+        c = dict(chunk)
+        c["end_ns"] = c["start_ns"] + c["dur_ns"]
+        self.num_ops += n
+        pid, dev, stream = c["pid"], c["device"], c["stream"]
+        # groups by (pid, device[, stream]), each keeping the chunk's (start, row) order
+        order = np.lexsort((stream, dev, pid))  # stable
+        gp, gd, gs = pid[order], dev[order], stream[order]
+        dev_bounds = _run_bounds(gp, gd)
+        for a, b in dev_bounds:
+            idx = np.sort(order[a:b])  # this device's rows in chunk order
+            key = (int(pid[idx[0]]), int(dev[idx[0]]))
+            self._devices.setdefault(key, _Device()).add({k: v[idx] for k, v in c.items()})
+        for a, b in _run_bounds(gp, gd, gs):
+            idx = order[a:b]  # chunk order within the stream (stable sort)
+            key = (int(gp[a]), int(gd[a]), int(gs[a]))
+            s, e = c["start_ns"][idx], c["end_ns"][idx]
+            by = np.lexsort((e, s))  # (start, end, row)
+            self._streams.setdefault(key, _Stream()).add(s[by], e[by], c["launch_start_ns"][idx][by])
+        self._add_kernels(c)
+        for rule in self._rules.values():
+            rule.add(c)
+        launched = c["launch_start_ns"] != schema.NO_ID
+        for p, k in zip(*np.unique(pid[launched], return_counts=True), strict=True):
+            self._launched[int(p)] = self._launched.get(int(p), 0) + int(k)
+        self._launches.add(
+            {
+                "pid": pid[launched],
+                "l_start": c["launch_start_ns"][launched],
+                "rid": c["rid"][launched],
+                "l_tid": c["launch_tid"][launched],
+                "l_end": c["launch_end_ns"][launched],
+                "op_end": c["end_ns"][launched],
+                "kind": c["kind"][launched],
+                "name": c["name"][launched],
+            }
+        )
+
+    def _add_kernels(self, c: dict[str, np.ndarray]) -> None:
+        named = np.flatnonzero(c["name"] >= 0)  # like groupby's dropna: an op without a name is left out
+        dev, kind, name, dur = (c[k][named] for k in ("device", "kind", "name", "dur_ns"))
+        order = np.lexsort((name, kind, dev))
+        dev, kind, name, dur = dev[order], kind[order], name[order], dur[order]
+        bounds = _run_bounds(dev, kind, name)
+        if not bounds:
+            return
+        first = np.array([a for a, _ in bounds], np.int64)
+        count = np.diff(np.r_[first, len(dur)])
+        total = np.add.reduceat(dur, first)
+        top = np.maximum.reduceat(dur, first)
+        keys = zip(dev[first].tolist(), kind[first].tolist(), name[first].tolist(), strict=True)
+        for key, k, t, m in zip(keys, count.tolist(), total.tolist(), top.tolist(), strict=True):
+            acc = self._kernels.get(key)
+            if acc is None:
+                self._kernels[key] = [k, t, m]
+            else:
+                acc[0] += k
+                acc[1] += t
+                acc[2] = max(acc[2], m)
+
+    def finish(self) -> OpTables:
+        timelines = [self._devices[k].timeline(*k) for k in sorted(self._devices)]
+        stream_cols = [c for c in schema.STREAM_COLUMNS if c not in ("trace", "rank")]
+        rows = [self._streams[k].row(*k) for k in sorted(self._streams)]
+        streams = (
+            pd.DataFrame(rows, columns=stream_cols)
+            if rows
+            else schema.empty_frame({c: schema.STREAM_COLUMNS[c] for c in stream_cols})
+        )
+        partials = {prefix: rule.result() for prefix, rule in self._rules.items()}
+        return OpTables(self.num_ops, timelines, streams, self._kernel_table(), partials)
+
+    def _kernel_table(self) -> pd.DataFrame:
+        cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
+        if not self._kernels:
+            return schema.empty_frame({c: schema.KERNEL_COLUMNS[c] for c in cols})
+        keys = np.array(list(self._kernels), np.int64)
+        vals = np.array(list(self._kernels.values()), np.int64)
+        kinds = np.array(schema.EVENT_KINDS, dtype=object)[keys[:, 1]]
+        names = np.array([self.names[i] for i in keys[:, 2].tolist()], dtype=object)
+        # (device, kind, name) in value / code-point order, as kernel_table groups them
+        order = np.lexsort((_string_ranks(names), _string_ranks(kinds), keys[:, 0]))
+        return kernel_classes.kernel_frame(
+            keys[order, 0], kinds[order], names[order], vals[order, 0], vals[order, 1], vals[order, 2]
+        )
+
+    def launches(self, kernels: pd.DataFrame) -> dict[int, dict[str, np.ndarray]]:
+        """``mbsignals.launch_signals`` of the ops fed in: per process, its launches by launch start (filled
+        from the spill a chunk at a time into arrays of their final size: 34 bytes a launch)."""
+        gemm = set(kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str))
+        gemm_codes = np.array([i for i, n in enumerate(self.names) if n in gemm], np.int64)
+        out: dict[int, dict[str, np.ndarray]] = {}
+        for p, n in sorted(self._launched.items()):
+            out[p] = {k: np.empty(n, np.int64) for k in ("l_tid", "l_start", "l_end", "op_end")}
+            out[p].update(l_kernel=np.empty(n, bool), l_gemm=np.empty(n, bool))
+        filled = dict.fromkeys(out, 0)
+        kernel_code = _KIND[schema.KERNEL]
+        for chunk in self._launches.merged():
+            for a, b in _run_bounds(chunk["pid"]):
+                p = int(chunk["pid"][a])
+                lo, hi = filled[p], filled[p] + b - a
+                dst = out[p]
+                for k in ("l_tid", "l_start", "l_end", "op_end"):
+                    dst[k][lo:hi] = chunk[k][a:b]
+                kernel = chunk["kind"][a:b] == kernel_code
+                dst["l_kernel"][lo:hi] = kernel
+                dst["l_gemm"][lo:hi] = kernel & np.isin(chunk["name"][a:b], gemm_codes)
+                filled[p] = hi
+        assert filled == self._launched, "every launch read back"
+        self._launches.close()
+        return out
+
+    def close(self) -> None:
+        self._launches.close()
+
+
+def _run_bounds(*keys: np.ndarray) -> list[tuple[int, int]]:
+    return metrics._runs(*keys) if len(keys[0]) else []
+
+
+def _string_ranks(values: np.ndarray) -> np.ndarray:
+    """Each string's rank in code-point order (equal strings: equal ranks)."""
+    rank = {v: i for i, v in enumerate(sorted(set(values.tolist())))}
+    return np.array([rank[v] for v in values.tolist()], np.int64)
