@@ -31,7 +31,7 @@ import pandas as pd
 from tracing.analysis import attribution, metrics
 from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
-from tracing.analysis.opwindows import OpTables, OpWindows, cut_between_starts
+from tracing.analysis.opwindows import Launches, OpTables, OpWindows, cut_between_starts
 from tracing.analysis.phases import PhaseMap
 from tracing.ingest.kineto import trace_info
 from tracing.ingest.kineto_decode import KinetoDecoder
@@ -307,6 +307,7 @@ def _stream(
             fmt,
             ops.tables.timelines,
         )
+        ops.launches.close()
         t = ops.tables
         analysis = assemble(trace, t.timelines, t.streams, ops.ranges, t.kernels, mb)
         if writer is not None:
@@ -322,7 +323,7 @@ def _stream(
 class _OpResult:
     tables: OpTables
     ranges: pd.DataFrame
-    launches: dict[int, dict[str, np.ndarray]]
+    launches: Launches  # on disk, in (pid, launch start) order; closed by the caller
 
 
 def _op_tables(
@@ -334,7 +335,8 @@ def _op_tables(
     phase_map: PhaseMap,
 ) -> _OpResult:
     """The GPU-op tables, the range table and the launches, from the ops joined on disk and read back in
-    (start, row) order a chunk at a time (``tracing.ingest.opjoin``, ``tracing.analysis.opwindows``)."""
+    (start, row) order a chunk at a time (``tracing.ingest.opjoin``, ``tracing.analysis.opwindows``). The
+    launches stay on disk (the spill folder) for micro-batch detection."""
     cols = attribution.range_columns(trace, phase_map)
     acc = OpWindows(names, None if trace.range_log is not None else cols, p1.dir, OP_RUN_ROWS)
     try:
@@ -350,8 +352,9 @@ def _op_tables(
         else:
             ranges = attribution.unattributed_frame(trace, cols)
         return _OpResult(tables, ranges, acc.launches(tables.kernels))
-    finally:
+    except BaseException:
         acc.close()
+        raise
 
 
 def _range_frame(

@@ -44,6 +44,7 @@ def _both(
 ):
     monkeypatch.setattr(streamed, "CHUNK_ROWS", chunk)
     monkeypatch.setattr(streamed, "RUN_ROWS", run)
+    monkeypatch.setattr(streamed, "OP_RUN_ROWS", run)  # joined ops and launches: many runs, many chunks
     monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", 613)  # nsys: tables read in many rowid blocks
     a = ingest_file(str(path), fmt, None, str(tmp), 0, streaming=False, **kw)
     b = ingest_file(str(path), fmt, None, str(tmp), 1, streaming=True, decode_workers=workers, **kw)

@@ -88,7 +88,8 @@ def _check(trace: Trace, ops: pd.DataFrame, sizes: list[int], tmp: Path) -> None
     if len(ops) and trace.range_log is None:
         got = attribution.attributed_frame(cols, out.partials, out.timelines)
         pd.testing.assert_frame_equal(attribution.attribute_ranges(trace, ops=ops), got, check_exact=True)
-    want_l, got_l = launch_signals(ops, kernels), acc.launches(kernels)
+    launches = acc.launches(kernels)
+    want_l, got_l = launch_signals(ops, kernels), launches.per_process()
     assert want_l.keys() == got_l.keys()
     for p in want_l:
         assert want_l[p].keys() == got_l[p].keys()

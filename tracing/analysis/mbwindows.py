@@ -4,7 +4,7 @@ The same cuts as :func:`tracing.analysis.microbatches.find_microbatches` (same j
 :func:`~tracing.analysis.microbatches.run_job`, same table), but the host items (``cpu_op``, launch calls,
 ``emit_nvtx`` op ranges) are never all in memory: every cut reads only the host items inside its window
 (an explicit range, a phase range, a ``ProfilerStep``, or a whole process that has no ranges), so memory
-is bounded by the largest window, not by the trace. GPU launches (one row per launched GPU op) are given.
+is bounded by the largest window, not by the trace. GPU launches are read the same way (``opwindows.Launches``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tracing.analysis.microbatches import (
     run_job,
     with_steps,
 )
+from tracing.analysis.opwindows import LAUNCH_SIGNALS, Launches
 from tracing.outputs.labels import Labels
 
 HOST_COLUMNS = ("pid", "start", "rid", "tid", "end", "code", "shape", "is_call")
@@ -57,7 +58,7 @@ def find_microbatches_streamed(
     stats: dict[int, HostStats],
     optimizer: dict[int, tuple[np.ndarray, np.ndarray]],
     ranges: pd.DataFrame,
-    launches: dict[int, dict[str, np.ndarray]],
+    launches: Launches,
     num_ops: int,
     kernels: pd.DataFrame,
     labels: Labels | None,
@@ -66,26 +67,21 @@ def find_microbatches_streamed(
     fmt: str,
     timelines: list[metrics.DeviceTimeline],
 ) -> MicrobatchResult:
-    """The micro-batch table of one trace from its host items in (pid, start, row) order.
+    """The micro-batch table of one trace from its host items in (pid, start, row) order and its launches in
+    (pid, launch start, row) order (``launches``, on disk: of the trace's ``num_ops`` GPU ops).
 
     ``host_pids``: processes with any host item; ``stats``: per process, over its host items with a name;
-    ``optimizer``: per process, its optimizer ranges' (start, end) sorted by start; ``launches``: per process,
-    its GPU launches (``mbsignals.launch_signals``) of the trace's ``num_ops`` GPU ops."""
+    ``optimizer``: per process, its optimizer ranges' (start, end) sorted by start."""
     labels = labels or Labels()
-    pids = host_pids | set(launches)
+    pids = host_pids | launches.pids
     base = name_signals(names, shape_cats)
-    empty_host = {c: np.zeros(0, np.int64) for c in HOST_COLUMNS}
     no_opt = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-    def process(pid: int, host: dict[str, np.ndarray]) -> object:
-        return make_process(pid, host, launches.get(pid), *optimizer.get(pid, no_opt))
 
     def whole(pid: int) -> mbregions.Region | None:
         st = stats.get(pid)
         if st is None or st.first_ns is None:
             return None
-        pool = launches[pid]["l_tid"] if pid in launches and len(launches[pid]["l_tid"]) else None
-        counts = Counter(pool.tolist()) if pool is not None else st.tids
+        counts = launches.tids.get(pid) or st.tids
         top = max(counts.values())
         tid = min(t for t, k in counts.items() if k == top)  # np.unique + argmax: the smallest of the most
         assert st.last_ns is not None
@@ -93,24 +89,29 @@ def find_microbatches_streamed(
 
     jobs, regions, steps = plan_jobs(pids, whole, ranges, pattern, False)
     findings: list[Finding | None] = [None] * len(jobs)
-    window = _Window(iter(host_chunks))
+    host_window = _Window(iter(host_chunks), HOST_COLUMNS, "start")
+    launch_window = _Window(launches.chunks(), ("pid", *LAUNCH_SIGNALS), "l_start")
     todo = sorted(
         (k for k, j in enumerate(jobs) if j.done is None and j.pid in pids),
         key=lambda k: (jobs[k].pid, jobs[k].lo, jobs[k].hi),
     )
     for i, k in enumerate(todo):
         job = jobs[k]
-        host = window.items(job.pid, job.lo, job.hi)
-        sig = _with(base, {job.pid: process(job.pid, host)})
-        findings[k] = run_job(sig, job)
+        host = host_window.items(job.pid, job.lo, job.hi)
+        # every launch a cut reads starts inside its region (mbdetect): the window's launches are enough
+        mine = launch_window.items(job.pid, job.lo, job.hi)
+        lau = mine if len(mine["l_start"]) else None
+        process = make_process(job.pid, host, lau, *optimizer.get(job.pid, no_opt))
+        findings[k] = run_job(_with(base, {job.pid: process}), job)
         if i + 1 < len(todo):
-            window.release(jobs[todo[i + 1]].pid, jobs[todo[i + 1]].lo)
+            nxt = jobs[todo[i + 1]]
+            host_window.release(nxt.pid, nxt.lo)
+            launch_window.release(nxt.pid, nxt.lo)
     for k, job in enumerate(jobs):  # a process with no host items and no launches: no signals at all
         if findings[k] is None:
             findings[k] = run_job(base, job)
-    launch_sig = _with(base, {p: process(p, empty_host) for p in pids})
     done = with_steps([f for f in findings if f is not None], regions, steps)
-    return microbatch_result(done, launch_sig, kernels, num_ops > 0, labels, rank, fmt, timelines)
+    return microbatch_result(done, launches.gpu_ends, kernels, num_ops > 0, labels, rank, fmt, timelines)
 
 
 def _with(base: Signals, processes: dict) -> Signals:
@@ -127,19 +128,20 @@ def _with(base: Signals, processes: dict) -> Signals:
 
 
 class _Window:
-    """Host-item chunks sorted by (pid, start), pulled on demand; what no later window needs is dropped."""
+    """Chunks sorted by (pid, ``start``), pulled on demand; what no later window needs is dropped."""
 
-    def __init__(self, chunks: Iterator[dict[str, np.ndarray]]) -> None:
+    def __init__(self, chunks: Iterator[dict[str, np.ndarray]], columns: Iterable[str], start: str) -> None:
         self._it = chunks
+        self._columns = tuple(columns)
+        self._start = start
         self._parts: list[dict[str, np.ndarray]] = []
         self._done = False
 
     def _last(self) -> tuple[int, int]:
-        p = self._parts[-1]
-        return int(p["pid"][-1]), int(p["start"][-1])
+        return self._part_last(-1)
 
     def items(self, pid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        """Host items of ``pid`` whose start lies in [lo, hi], sorted by (start, row)."""
+        """Rows of ``pid`` whose start lies in [lo, hi], sorted by (start, row)."""
         while not self._done and (not self._parts or self._last() <= (pid, hi)):
             chunk = next(self._it, None)
             if chunk is None:
@@ -148,10 +150,10 @@ class _Window:
                 self._parts.append(chunk)
         self.release(pid, lo)
         if not self._parts:
-            return {c: np.zeros(0, np.int64) for c in HOST_COLUMNS}
-        cat = {c: np.concatenate([p[c] for p in self._parts]) for c in HOST_COLUMNS}
+            return {c: np.zeros(0, bool if c in _FLAGS else np.int64) for c in self._columns}
+        cat = {c: np.concatenate([p[c] for p in self._parts]) for c in self._columns}
         a, b = np.searchsorted(cat["pid"], [pid, pid + 1])
-        s = cat["start"][a:b]
+        s = cat[self._start][a:b]
         i, j = a + np.searchsorted(s, lo, side="left"), a + np.searchsorted(s, hi, side="right")
         return {c: v[i:j] for c, v in cat.items()}
 
@@ -162,4 +164,7 @@ class _Window:
 
     def _part_last(self, k: int) -> tuple[int, int]:
         p = self._parts[k]
-        return int(p["pid"][-1]), int(p["start"][-1])
+        return int(p["pid"][-1]), int(p[self._start][-1])
+
+
+_FLAGS = ("l_kernel", "l_gemm")

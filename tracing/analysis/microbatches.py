@@ -58,6 +58,10 @@ SIZES_HELP = {
 }
 
 
+# per window (pid, lo, hi arrays): the end of the last GPU op its process launched in [lo, hi], lo when none
+GpuEnds = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
 @dataclass
 class MicrobatchResult:
     """The table plus what people need to trust it: per (process, phase) notes and the precision evidence."""
@@ -99,14 +103,20 @@ def find_microbatches(
     sig = gather_signals(trace.events, ops, kernels)
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
     evidence_from = ops if kernels is None else kernels
+
+    def gpu_ends(pid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        return np.array(
+            [_gpu_end(sig, *w) for w in zip(pid.tolist(), lo.tolist(), hi.tolist(), strict=True)], np.int64
+        )
+
     return microbatch_result(
-        findings, sig, evidence_from, len(ops) > 0, labels, trace.rank, trace.format, timelines
+        findings, gpu_ends, evidence_from, len(ops) > 0, labels, trace.rank, trace.format, timelines
     )
 
 
 def microbatch_result(
     findings: list[mbdetect.Finding],
-    sig: Signals,
+    gpu_ends: GpuEnds,
     evidence_from: pd.DataFrame,
     has_gpu: bool,
     labels: Labels,
@@ -114,13 +124,13 @@ def microbatch_result(
     fmt: str,
     timelines: list[metrics.DeviceTimeline],
 ) -> MicrobatchResult:
-    """The table and notes from the cuts (``sig`` needs every process's launches; host items are not read).
-    ``evidence_from``: the kernel table (or the GPU ops) that precision is read from; ``has_gpu``: the trace
-    has GPU ops."""
+    """The table and notes from the cuts. ``gpu_ends(pid, lo, hi)``: per window, the end of the last GPU op its
+    process launched in [lo, hi] (``lo`` when none); ``evidence_from``: the kernel table (or the GPU ops) that
+    precision is read from; ``has_gpu``: the trace has GPU ops."""
     evidence = detect_precision(evidence_from)
     precision, warning = reconcile(labels.precision, evidence)
     rows, notes = _rows(findings, labels, precision, evidence, fmt)
-    table = _table(rows, sig, rank, timelines, has_gpu)
+    table = _table(rows, gpu_ends, rank, timelines, has_gpu)
     _note_overlaps(table, notes)
     return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
 
@@ -353,7 +363,7 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
 
 
 def _table(
-    rows: list[dict[str, Any]], sig: Signals, rank: int | None, timelines: list[Any], has_gpu: bool
+    rows: list[dict[str, Any]], gpu_ends: GpuEnds, rank: int | None, timelines: list[Any], has_gpu: bool
 ) -> pd.DataFrame:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
@@ -362,10 +372,7 @@ def _table(
     start = df["start_ns"].to_numpy(np.int64)
     host_end = df["host_end_ns"].to_numpy(np.int64)
     pid = df["pid"].to_numpy(np.int64)
-    gpu_end = np.array(
-        [_gpu_end(sig, int(p), int(a), int(b)) for p, a, b in zip(pid, start, host_end, strict=True)],
-        np.int64,
-    )
+    gpu_end = gpu_ends(pid, start, host_end)
     end = np.maximum(host_end, gpu_end)
     df["end_ns"] = end
     df["seconds"] = (end - start) / 1e9

@@ -22,6 +22,7 @@ and -- the one per-op cost left -- the launches read back for micro-batch detect
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from tracing.outputs import schema
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 _KIND = {k: schema.EVENT_KINDS.index(k) for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET)}
 LAUNCH_COLUMNS = ("pid", "l_start", "rid", "l_tid", "l_end", "op_end", "kind", "name")
+LAUNCH_SIGNALS = ("l_tid", "l_start", "l_end", "op_end", "l_kernel", "l_gemm")
 
 
 def cut_between_starts(chunks: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
@@ -297,7 +299,7 @@ class OpWindows:
                 keys = [ranges[k] for k in range_keys]
                 self._rules[prefix] = _Rule(op_keys, keys, ranges["start_ns"], ranges["end_ns"])
         self._launches = SortedRuns(spill_dir, LAUNCH_COLUMNS, ("pid", "l_start", "rid"), run_rows)
-        self._launched: dict[int, int] = {}  # launches per process
+        self._tids: dict[int, Counter] = {}  # per process, launches per launching thread
 
     def add(self, chunk: dict[str, np.ndarray]) -> None:
         n = len(chunk["start_ns"])
@@ -325,8 +327,11 @@ class OpWindows:
         for rule in self._rules.values():
             rule.add(c)
         launched = c["launch_start_ns"] != schema.NO_ID
-        for p, k in zip(*np.unique(pid[launched], return_counts=True), strict=True):
-            self._launched[int(p)] = self._launched.get(int(p), 0) + int(k)
+        lp, lt = pid[launched], c["launch_tid"][launched]
+        order = np.lexsort((lt, lp))
+        for a, b in _run_bounds(lp[order], lt[order]):
+            p, t = int(lp[order[a]]), int(lt[order[a]])
+            self._tids.setdefault(p, Counter())[t] += b - a
         self._launches.add(
             {
                 "pid": pid[launched],
@@ -388,34 +393,68 @@ class OpWindows:
             keys[order, 0], kinds[order], names[order], vals[order, 0], vals[order, 1], vals[order, 2]
         )
 
-    def launches(self, kernels: pd.DataFrame) -> dict[int, dict[str, np.ndarray]]:
-        """``mbsignals.launch_signals`` of the ops fed in: per process, its launches by launch start (filled
-        from the spill a chunk at a time into arrays of their final size: 34 bytes a launch)."""
+    def launches(self, kernels: pd.DataFrame) -> Launches:
+        """The launches of the ops fed in, on disk (``kernels``: the trace's kernel table, for ``l_gemm``);
+        the caller closes them."""
         gemm = set(kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str))
         gemm_codes = np.array([i for i, n in enumerate(self.names) if n in gemm], np.int64)
-        out: dict[int, dict[str, np.ndarray]] = {}
-        for p, n in sorted(self._launched.items()):
-            out[p] = {k: np.empty(n, np.int64) for k in ("l_tid", "l_start", "l_end", "op_end")}
-            out[p].update(l_kernel=np.empty(n, bool), l_gemm=np.empty(n, bool))
-        filled = dict.fromkeys(out, 0)
-        kernel_code = _KIND[schema.KERNEL]
-        for chunk in self._launches.merged():
-            for a, b in _run_bounds(chunk["pid"]):
-                p = int(chunk["pid"][a])
-                lo, hi = filled[p], filled[p] + b - a
-                dst = out[p]
-                for k in ("l_tid", "l_start", "l_end", "op_end"):
-                    dst[k][lo:hi] = chunk[k][a:b]
-                kernel = chunk["kind"][a:b] == kernel_code
-                dst["l_kernel"][lo:hi] = kernel
-                dst["l_gemm"][lo:hi] = kernel & np.isin(chunk["name"][a:b], gemm_codes)
-                filled[p] = hi
-        assert filled == self._launched, "every launch read back"
-        self._launches.close()
-        return out
+        return Launches(self._launches, gemm_codes, self._tids)
 
     def close(self) -> None:
         self._launches.close()
+
+
+class Launches:
+    """The GPU launches of a trace (``mbsignals.launch_signals``' columns) on disk in (pid, launch start, row)
+    order: read a window at a time by micro-batch detection (``mbwindows``), never all at once."""
+
+    def __init__(self, runs: SortedRuns, gemm_codes: np.ndarray, tids: dict[int, Counter]) -> None:
+        self._runs = runs
+        self._gemm = gemm_codes
+        self.tids = tids  # per process, its launches per launching thread
+        self.pids = set(tids)
+
+    def chunks(self) -> Iterator[dict[str, np.ndarray]]:
+        """Every launch in (pid, launch start, row) order: ``pid`` and :data:`LAUNCH_SIGNALS`."""
+        kernel_code = _KIND[schema.KERNEL]
+        for c in self._runs.merged():
+            kernel = c["kind"] == kernel_code
+            out = {k: c[k] for k in ("pid", "l_tid", "l_start", "l_end", "op_end")}
+            out.update(l_kernel=kernel, l_gemm=kernel & np.isin(c["name"], self._gemm))
+            yield out
+
+    def per_process(self) -> dict[int, dict[str, np.ndarray]]:
+        """All launches in memory, per process (``launch_signals``' result; 34 bytes a launch)."""
+        parts: dict[int, list[dict[str, np.ndarray]]] = {}
+        for c in self.chunks():
+            for a, b in _run_bounds(c["pid"]):
+                parts.setdefault(int(c["pid"][a]), []).append({k: c[k][a:b] for k in LAUNCH_SIGNALS})
+        return {
+            p: {k: np.concatenate([q[k] for q in ps]) for k in LAUNCH_SIGNALS}
+            for p, ps in sorted(parts.items())
+        }
+
+    def gpu_ends(self, pid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Per window, the end of the last GPU op its process launched in [lo, hi]; ``lo`` when none (one pass
+        over the launches, each window's maximum merged chunk by chunk)."""
+        pid, lo, hi = (np.asarray(a, np.int64) for a in (pid, lo, hi))
+        best = np.full(len(pid), _MIN, np.int64)
+        queries = {p: np.flatnonzero(pid == p) for p in np.unique(pid).tolist()}
+        for c in self.chunks():
+            for a, b in _run_bounds(c["pid"]):
+                q = queries.get(int(c["pid"][a]))
+                if q is None:
+                    continue
+                ls, ends = c["l_start"][a:b], c["op_end"][a:b]
+                i, j = np.searchsorted(ls, lo[q], side="left"), np.searchsorted(ls, hi[q], side="right")
+                hit = j > i
+                if hit.any():
+                    top = attribution._slice_reduce(np.maximum, ends, i[hit], j[hit])
+                    best[q[hit]] = np.maximum(best[q[hit]], top)
+        return np.where(best > _MIN, best, lo)
+
+    def close(self) -> None:
+        self._runs.close()
 
 
 def _run_bounds(*keys: np.ndarray) -> list[tuple[int, int]]:
