@@ -1,18 +1,18 @@
 """Streaming ingest of one Kineto trace or nsys export in bounded memory: the in-memory path's tables, any size.
 
-    file --(KinetoDecoder: ~1M rows at a time)--> raw rows (disk) | launches, host items (sorted runs, disk)
-         (NsysDecoder: a block of rowids of each table at a time)
-                                                  | GPU ops, ranges (memory: a few % of the events)
+    file --(KinetoDecoder: ~1M rows at a time)--> raw rows, GPU op rows (disk) | launches, host items (sorted
+         (NsysDecoder: a block of rowids of each table at a time)              runs, disk) | ranges (memory)
     raw rows --(launching pid of GPU rows, base time)--> events Parquet, one row group per chunk
-    GPU ops --(merge join with the launches in (pid, correlation) order)--> ops --> devices, streams, kernels,
-    ranges (tracing.jobs.analyze_parts) ; host items in (pid, start) order --> micro-batches, one window at a
-    time (tracing.analysis.mbwindows)
+    GPU op rows x launches --(merge join in (pid, correlation) order, tracing.ingest.opjoin)--> joined ops
+    (sorted runs, disk) --(a window of ops at a time in (start, row) order, tracing.analysis.opwindows)-->
+    devices, streams, kernels, range attribution ; launches (disk) + host items in (pid, start) order -->
+    micro-batches, one detection window at a time (tracing.analysis.mbwindows)
 
-Held in memory: one chunk of rows, the GPU ops (~100 bytes each), the device busy / stall intervals, the
-ranges, and the host items of the largest micro-batch detection window (a phase range or ``ProfilerStep``;
-the whole process when the trace has no ranges). Spill files live in ``spill_dir`` and are removed at the end.
-With ``workers`` > 1 a Kineto file's batches are decoded by that many other processes
-(``tracing.ingest.kineto_sharded``).
+Held in memory: one chunk of rows, one run buffer, the ranges and their attribution counters, the device busy /
+stall intervals (one pair per idle gap), and the host items and launches of the largest micro-batch detection
+window (a phase range or ``ProfilerStep``; the whole process when the trace has no ranges). Nothing is held per
+GPU op. Spill files live in ``spill_dir`` and are removed at the end. With ``workers`` > 1 a Kineto file's
+batches are decoded by that many other processes (``tracing.ingest.kineto_sharded``).
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracing.ingest.opjoin import launch_key
 from tracing.outputs import schema
 
 KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA's consecutive_kernel_delay (30, in trace units = us)
@@ -94,10 +95,10 @@ def gpu_ops(events: pd.DataFrame) -> pd.DataFrame:
     l_end = np.full(n, schema.NO_ID, np.int64)
     tid_out = np.full(n, schema.NO_ID, np.int64)
     if n and len(l_corr):
-        key_l = _key(l_pid, l_corr)
+        key_l = launch_key(l_pid, l_corr)
         order = np.argsort(key_l, kind="stable")  # first launch record wins on duplicate keys
         key_s = key_l[order]
-        key_o = _key(ops["pid"].to_numpy(), ops["correlation"].to_numpy())
+        key_o = launch_key(ops["pid"].to_numpy(), ops["correlation"].to_numpy())
         pos = np.minimum(np.searchsorted(key_s, key_o), len(key_s) - 1)
         hit = (key_s[pos] == key_o) & (ops["correlation"].to_numpy() >= 0)
         src = order[pos[hit]]
@@ -108,18 +109,6 @@ def gpu_ops(events: pd.DataFrame) -> pd.DataFrame:
     ops["launch_end_ns"] = l_end
     ops["launch_tid"] = tid_out
     return ops
-
-
-def launch_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    """The (pid, correlation) join key of a GPU op and its launch call (see :func:`gpu_ops`)."""
-    return _key(pid, corr)
-
-
-def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    # CUPTI correlation ids are uint32 and pids fit 32 bits: pack both into one sortable uint64.
-    return (pid.astype(np.int64).astype(np.uint64) << np.uint64(32)) | (
-        corr.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)
-    )
 
 
 def union_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tracing.analysis import metrics
 from tracing.ingest.spill import RowFile, SortedRuns
 from tracing.outputs import schema
 
@@ -40,6 +39,14 @@ _KEYED_COLUMNS = ("key", *JOINED_COLUMNS[:9])
 # SortedRuns breaks ties of all but its last key by arrival order, which the join (key order) does not keep
 # in rid order: rid is named twice so that the runs are lexsorted on (start_ns, rid) itself.
 _OUT_KEYS = ("start_ns", "rid", "rid")
+
+
+def launch_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The (pid, correlation) join key of a GPU op and its launch call (``metrics.gpu_ops``): CUPTI
+    correlation ids are uint32 and pids fit 32 bits, so both pack into one sortable uint64."""
+    return (pid.astype(np.int64).astype(np.uint64) << np.uint64(32)) | (
+        corr.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    )
 
 
 def joined_ops(
@@ -68,7 +75,7 @@ def joined_ops(
             has = block["correlation"] >= 0
             out.add(_unmatched({c: v[~has] for c, v in block.items()}))
             block = {c: v[has] for c, v in block.items()}
-            block["key"] = metrics.launch_key(block["pid"], block["correlation"]).view(np.int64)
+            block["key"] = launch_key(block["pid"], block["correlation"]).view(np.int64)
             keyed.add(block)
         first = _first_launches(launches.merged(chunk_rows))
         launch = next(first, None)
