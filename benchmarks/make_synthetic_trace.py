@@ -135,11 +135,12 @@ class Source:
         return written
 
 
-def repeated(src: Source, out: Path, gb: float) -> dict:
-    """One trace of about ``gb`` GB: the source's events repeated, each copy after the previous one."""
+def repeated(src: Source, out: Path, gb: float, reps: int | None = None) -> dict:
+    """One trace of about ``gb`` GB (or of exactly ``reps`` copies): the source's events repeated, each copy
+    after the previous one."""
     period = src.t_max - src.t_min + 1_000_000
     one_rep = sum(len("".join(pt)) + 60 for pt, _ in src.parts)
-    reps = max(1, math.ceil(gb * 1e9 / one_rep))
+    reps = reps or max(1, math.ceil(gb * 1e9 / one_rep))
     blocks = (src.events(k * period, k * (src.id_max + 1)) for k in range(reps))
     written = src.write(out, blocks, src.header)
     return {

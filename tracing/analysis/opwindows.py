@@ -146,6 +146,8 @@ class _Device:
             self.overlap,
         )
         stall_start, stall_end = np.concatenate(self.stall_starts), np.concatenate(self.stall_ends)
+        self.block_starts, self.block_ends = [busy_start], [busy_end[:-1]]  # held once, not twice
+        self.stall_starts, self.stall_ends = [stall_start], [stall_end]
         return metrics.DeviceTimeline(pid, device, busy_start, busy_end, stall_start, stall_end, row)
 
 

@@ -1,0 +1,71 @@
+"""A streamed ingest holds nothing per GPU op: its peak memory grows with the trace only by its ranges and
+its devices' idle gaps.
+
+The GPU-heavy real rank (a quarter of its events are kernels and copies) repeated 16 and 64 times, each
+streamed in a fresh process with chunks and runs small enough (2^12 rows) that the buffers are full at both
+sizes; the peak RSS above the imports (``VmHWM``, reset after imports) must grow by under 60 bytes per added
+GPU op (the old design held ~210: the ops, joined, and their per-op temporaries), and the busy time must be
+exactly the repetitions times the source's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "tests" / "data" / "real" / "hta_sampled_2rank" / "rank-0.json.gz"
+
+_MEASURE = """
+import json, sys
+from tracing import streamed
+from tracing.analysis.phases import default_phase_map
+streamed.CHUNK_ROWS = 1 << 14
+streamed.RUN_ROWS = streamed.OP_RUN_ROWS = 1 << 15
+def status():
+    with open("/proc/self/status") as fh:
+        return {k: int(v.split()[0]) * 1024 for k, v in (l.split(":") for l in fh) if k in ("VmHWM", "VmRSS")}
+base = status()["VmRSS"]
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+st = streamed.stream_trace(sys.argv[1], "kineto", rank=None, include_python=False, phase_map=default_phase_map(),
+                           labels=None, pattern=None, events_path=None, spill_dir=sys.argv[2])
+busy = int(st.analysis.tables["devices"]["busy_ns"].sum())
+print(json.dumps({"peak": status()["VmHWM"] - base, "ops": st.num_gpu_ops, "busy": busy}))
+"""
+
+
+def _repeat(n: int, out: Path) -> Path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import make_synthetic_trace as mk
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    mk.repeated(mk.Source(SOURCE), out, 0.0, reps=n)
+    return out
+
+
+def _measure(path: Path, tmp: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(path), str(tmp)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs")
+def test_streamed_peak_memory_does_not_grow_with_gpu_ops(tmp_path):
+    one = _measure(_repeat(1, tmp_path / "one.json.gz"), tmp_path)
+    small = _measure(_repeat(32, tmp_path / "small.json.gz"), tmp_path)
+    big = _measure(_repeat(160, tmp_path / "big.json.gz"), tmp_path)
+    assert (small["ops"], big["ops"]) == (32 * one["ops"], 160 * one["ops"])
+    assert (small["busy"], big["busy"]) == (32 * one["busy"], 160 * one["busy"])  # exact
+    per_op = (big["peak"] - small["peak"]) / (big["ops"] - small["ops"])
+    assert per_op < 100, f"{per_op:.0f} bytes of peak memory per added GPU op"
