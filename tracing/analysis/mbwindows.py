@@ -149,13 +149,19 @@ class _Window:
             elif len(chunk["pid"]):
                 self._parts.append(chunk)
         self.release(pid, lo)
-        if not self._parts:
+        pieces = []  # each held chunk's rows of pid in [lo, hi] (a contiguous slice: chunks are sorted)
+        for p in self._parts:
+            a, b = np.searchsorted(p["pid"], [pid, pid + 1])
+            s = p[self._start][a:b]
+            i, j = a + np.searchsorted(s, lo, side="left"), a + np.searchsorted(s, hi, side="right")
+            if j > i:
+                pieces.append((p, i, j))
+        if len(pieces) == 1:
+            p, i, j = pieces[0]
+            return {c: p[c][i:j] for c in self._columns}
+        if not pieces:
             return {c: np.zeros(0, bool if c in _FLAGS else np.int64) for c in self._columns}
-        cat = {c: np.concatenate([p[c] for p in self._parts]) for c in self._columns}
-        a, b = np.searchsorted(cat["pid"], [pid, pid + 1])
-        s = cat[self._start][a:b]
-        i, j = a + np.searchsorted(s, lo, side="left"), a + np.searchsorted(s, hi, side="right")
-        return {c: v[i:j] for c, v in cat.items()}
+        return {c: np.concatenate([p[c][i:j] for p, i, j in pieces]) for c in self._columns}
 
     def release(self, pid: int, lo: int) -> None:
         """Drop the chunks that end before (pid, lo)."""
