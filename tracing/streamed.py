@@ -341,6 +341,7 @@ def _op_tables(
     acc = OpWindows(names, None if trace.range_log is not None else cols, p1.dir, OP_RUN_ROWS)
     try:
         joined = joined_ops(p1.ops, p1.launches, base_ns, fix, p1.dir, OP_RUN_ROWS, CHUNK_ROWS)
+        p1.ops.path.unlink(missing_ok=True)  # the joined runs hold them now: less spill on disk at once
         try:
             for chunk in cut_between_starts(joined.merged(CHUNK_ROWS)):
                 acc.add(chunk)
