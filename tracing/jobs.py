@@ -119,13 +119,18 @@ def assemble(
         "streams": streams,
         "ranges": ranges,
         "kernels": kernels,
-        "steps": steps.trace_step_phases(_with_trace_cols(ranges[list(_STEP_INPUT)], trace)),
+        "steps": steps.trace_step_phases(_with_trace_cols(_step_input(ranges), trace)),
         "microbatches": mb.table,
     }
     return Analysis(tables, mb, timelines)
 
 
 _STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns")  # what trace_step_phases reads (+ trace, rank)
+
+
+def _step_input(ranges: pd.DataFrame) -> pd.DataFrame:
+    cols = ranges[list(_STEP_INPUT)]
+    return cols[steps.step_rows(cols)]
 
 
 def analyze(
@@ -136,7 +141,7 @@ def analyze(
 
 
 def _with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
-    df = df.copy()
+    df = df.copy(deep=False)  # copy-on-write: the caller's frame is untouched, its columns are not copied
     # the tables' own dtype ("string"), so that conforming them to their schema casts nothing
     df.insert(0, "trace", pd.array([trace.path] * len(df), dtype="string"))
     pos = 1

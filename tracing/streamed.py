@@ -61,7 +61,7 @@ _RANGE, _CPU_OP = KIND_CODE[schema.RANGE], KIND_CODE[schema.CPU_OP]
 class StreamedTrace:
     """A streamed file: what the in-memory :class:`Trace` would say about it, without its events."""
 
-    trace: Trace  # path, format, rank, meta; events = the range rows only
+    trace: Trace  # path, format, rank, meta; events: none (its range rows went into the range table)
     num_events: int
     num_gpu_ops: int
     analysis: Any  # tracing.jobs.Analysis
@@ -282,8 +282,9 @@ def _stream(
         if writer is None:
             store.write_table_parts(parts(), events_path, meta)
     try:
-        ranges = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
-        trace = Trace(str(Path(path)), fmt, ranges, rank=resolved, meta=info)
+        range_rows = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
+        trace = Trace(str(Path(path)), fmt, range_rows, rank=resolved, meta=info)
+        del range_rows  # the trace holds them until the range table takes them over (_op_tables)
         optimizer = _optimizer(p1.optimizer, base_ns)
         for st in p1.stats.values():
             if st.first_ns is not None:
@@ -338,6 +339,9 @@ def _op_tables(
     (start, row) order a chunk at a time (``tracing.ingest.opjoin``, ``tracing.analysis.opwindows``). The
     launches stay on disk (the spill folder) for micro-batch detection."""
     cols = attribution.range_columns(trace, phase_map)
+    # the range rows are in ``cols`` now: nothing after this reads them (an NVTX-heavy export holds a range
+    # per op, ~120 bytes each)
+    trace.events = trace.events.iloc[:0]
     acc = OpWindows(names, None if trace.range_log is not None else cols, p1.dir, OP_RUN_ROWS)
     try:
         joined = joined_ops(p1.ops, p1.launches, base_ns, fix, p1.dir, OP_RUN_ROWS, CHUNK_ROWS)
@@ -352,6 +356,8 @@ def _op_tables(
             ranges = attribution.attributed_frame(cols, tables.partials, tables.timelines)
         else:
             ranges = attribution.unattributed_frame(trace, cols)
+        tables.partials = {}
+        del cols
         return _OpResult(tables, ranges, acc.launches(tables.kernels))
     except BaseException:
         acc.close()

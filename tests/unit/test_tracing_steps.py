@@ -156,3 +156,22 @@ def test_step_rows_are_summed_as_pandas_groupby_sums_them(repeat):
         schema.conform(want, schema.STEP_COLUMNS, "steps"),
         check_exact=True,
     )
+
+
+def test_only_step_and_phase_rows_reach_the_step_table(tmp_path) -> None:
+    """jobs passes trace_step_phases only ``step_rows`` (an NVTX-heavy range table is not copied whole): the
+    table is the one every row gives, on simulated verl traces (steps, phases, micro-batch and op ranges)."""
+    import tests.synthetic_traces as st
+    from tracing import jobs
+    from tracing.analysis import attribution
+    from tracing.ingest.detect import load_trace
+
+    for k, job in enumerate((st.Job(minibatches=2), st.Job(framework="verl-megatron", steps=((512, 256),) * 3))):
+        trace = load_trace(st.write_kineto(st.simulate(job), tmp_path / f"{k}.json.gz"))
+        ranges = attribution.attribute_ranges(trace)
+        keep = steps.step_rows(ranges)
+        assert 0 < keep.sum() < len(ranges)  # some rows dropped, some kept: the test can fail
+        every = steps.trace_step_phases(jobs._with_trace_cols(ranges[list(jobs._STEP_INPUT)], trace))
+        some = steps.trace_step_phases(jobs._with_trace_cols(jobs._step_input(ranges), trace))
+        assert len(every) > 0
+        pd.testing.assert_frame_equal(every, some, check_exact=True)

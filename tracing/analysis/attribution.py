@@ -260,22 +260,24 @@ def _range_log_columns(log: pd.DataFrame, phase_map: PhaseMap) -> dict[str, Any]
 
 
 def _frame(cols: dict[str, Any], gpu_reason: str) -> pd.DataFrame:
-    """The range table from its columns, built once with its final dtypes; GPU columns absent -> null."""
+    """The range table from its columns, built once with its final dtypes; GPU columns absent -> null.
+    ``cols`` is consumed: each column is dropped once converted (lists of str are freed as they go)."""
     n = len(cols["start_ns"])
     data = {}
+    if "time_ns" not in cols:
+        cols["time_ns"] = cols["wall_ns"]
     for c, dtype in schema.RANGE_COLUMNS.items():
         if c in ("trace", "rank"):
             continue
         if c == "gpu_reason":
             data[c] = pd.array([gpu_reason] * n, dtype=dtype)
-        elif c == "time_ns" and c not in cols:
-            data[c] = np.asarray(cols["wall_ns"], np.int64)
         elif c not in cols:
             data[c] = pd.array([pd.NA] * n, dtype=dtype)
         elif dtype == "int64":
-            data[c] = np.asarray(cols[c], np.int64)
+            data[c] = np.asarray(cols.pop(c), np.int64)
         else:
-            data[c] = pd.array(cols[c], dtype=dtype)
+            data[c] = pd.array(cols.pop(c), dtype=dtype)
+    cols.clear()
     return pd.DataFrame(data, copy=False)
 
 

@@ -46,7 +46,7 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
     range per op)."""
     if len(ranges) == 0:
         return [], ranges.iloc[0:0], []
-    codes, uniq = pd.factorize(ranges["name"].astype(str).to_numpy(object))
+    codes, uniq = _factorized(ranges["name"])
     explicit_rx = re.compile(pattern) if pattern else EXPLICIT_NAMES
     per_name = np.array(
         [
@@ -60,9 +60,9 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
         bool,
     ).reshape(len(uniq), 3)
     explicit, library, is_step = (per_name[codes, k] for k in range(3))
-    phase = ranges["phase"].astype(str).to_numpy(object)
+    phase_codes, phases = _factorized(ranges["phase"])
     pid = ranges["pid"].to_numpy(np.int64)
-    in_set = np.isin(phase, MICROBATCH_PHASES) & ~explicit
+    in_set = np.isin(phases, MICROBATCH_PHASES)[phase_codes] & ~explicit
     regions: list[Region] = []
     fallback: list[int] = []
     tid = ranges["tid"].to_numpy(np.int64)
@@ -78,13 +78,15 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
         flagged = set(rid[in_set].tolist())
         for k in candidates.tolist():
             if not _has_flagged_ancestor(int(rid[k]), parent, flagged):
-                regions.append(region(k, str(phase[k])))
+                regions.append(region(k, str(phases[phase_codes[k]])))
     covered = {r.pid for r in regions}
     # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
-    user = ~library & (ranges["domain"].astype(str).str.upper() != "NCCL").to_numpy(bool)
+    dom_codes, domains = _factorized(ranges["domain"])
+    user = ~library & np.array([d.upper() != "NCCL" for d in domains], bool)[dom_codes]
+    not_trained = np.isin(phases, ("generate", "sync"))[phase_codes]
     for p in sorted(set(pid.tolist()) - covered):
         mine = pid == p
-        if np.isin(phase[mine], ("generate", "sync")).any() or explicit[mine].any():
+        if not_trained[mine].any() or explicit[mine].any():
             continue  # a sampler / sync process, or one marked with explicit ranges: no fallback
         steps = np.flatnonzero(mine & is_step)
         if len(steps):
@@ -92,6 +94,13 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
         elif not (mine & user).any():
             fallback.append(int(p))  # only op ranges: cut the process as a whole
     return regions, ranges[explicit], fallback
+
+
+def _factorized(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and distinct values (as ``str``, as ``astype(str)`` gives them) of a string column, without a
+    Python string per row (an nsys export holds a range per op)."""
+    codes, uniq = pd.factorize(col, use_na_sentinel=False)
+    return np.asarray(codes), np.array([str(u) for u in pd.Series(uniq).astype(str)], dtype=object)
 
 
 def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -> bool:
@@ -105,7 +114,7 @@ def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -
 
 def profiler_steps(ranges: pd.DataFrame) -> pd.DataFrame:
     """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N); names matched once per distinct name."""
-    codes, uniq = pd.factorize(ranges["name"].astype(str).to_numpy(object))
+    codes, uniq = _factorized(ranges["name"])
     step_of = np.array([int(m[1]) if (m := _PROFILER_STEP.fullmatch(n)) else -1 for n in uniq], np.int64)
     step = step_of[codes] if len(codes) else np.zeros(0, np.int64)
     keep = step >= 0

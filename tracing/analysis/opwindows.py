@@ -379,6 +379,7 @@ class OpWindows:
             else schema.empty_frame({c: schema.STREAM_COLUMNS[c] for c in stream_cols})
         )
         partials = {prefix: rule.result() for prefix, rule in self._rules.items()}
+        self._rules = {}  # the counters live on in ``partials`` only (the caller drops them once used)
         return OpTables(self.num_ops, timelines, streams, self._kernel_table(), partials)
 
     def _kernel_table(self) -> pd.DataFrame:

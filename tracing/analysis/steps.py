@@ -98,6 +98,26 @@ def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
     return _with_other(wide, wide["step"].map(step_total), ["step"])
 
 
+def _is_step(ranges: pd.DataFrame) -> np.ndarray:
+    """Step ranges: a step-like name (matched once per distinct name: an nsys export has a range per op, no
+    str object per row) or the phase ``step``."""
+    codes, uniques = pd.factorize(ranges["name"].astype(str))
+    step_re = re.compile(_STEP_RANGE)
+    matched = np.array(
+        [isinstance(n, str) and step_re.match(n) is not None for n in uniques.tolist()] + [False]
+    )
+    step_phase = (ranges["phase"] == "step").to_numpy(bool) if "phase" in ranges else False
+    return matched[codes] | step_phase
+
+
+def step_rows(ranges: pd.DataFrame) -> np.ndarray:
+    """The rows :func:`trace_step_phases` reads: step ranges and ranges of a step phase; the others cannot
+    change its table (pass only these and an NVTX-heavy range table is not copied whole)."""
+    if ranges.empty:
+        return np.zeros(0, bool)
+    return _is_step(ranges) | ranges["phase"].isin(PHASES).to_numpy(bool)
+
+
 def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
     """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``).
 
@@ -107,13 +127,7 @@ def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
         return schema.empty_frame(schema.STEP_COLUMNS)
     names = ranges["name"].astype(str)
     phase_col = ranges["phase"] if "phase" in ranges else pd.Series("", index=ranges.index)
-    # names.str.match, once per distinct name (an nsys export has a range per op: no str object per row)
-    step_re = re.compile(_STEP_RANGE)
-    codes, uniques = pd.factorize(names)
-    matched = np.array(
-        [isinstance(n, str) and step_re.match(n) is not None for n in uniques.tolist()] + [False]
-    )
-    is_step = pd.Series(matched[codes], index=ranges.index, dtype=bool) | (phase_col == "step")
+    is_step = pd.Series(_is_step(ranges), index=ranges.index, dtype=bool)
     steps = ranges[is_step]
     if steps.empty:
         return schema.empty_frame(schema.STEP_COLUMNS)
