@@ -166,7 +166,9 @@ def test_only_step_and_phase_rows_reach_the_step_table(tmp_path) -> None:
     from tracing.analysis import attribution
     from tracing.ingest.detect import load_trace
 
-    for k, job in enumerate((st.Job(minibatches=2), st.Job(framework="verl-megatron", steps=((512, 256),) * 3))):
+    for k, job in enumerate(
+        (st.Job(minibatches=2), st.Job(framework="verl-megatron", steps=((512, 256),) * 3))
+    ):
         trace = load_trace(st.write_kineto(st.simulate(job), tmp_path / f"{k}.json.gz"))
         ranges = attribution.attribute_ranges(trace)
         keep = steps.step_rows(ranges)
