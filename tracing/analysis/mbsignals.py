@@ -153,8 +153,8 @@ def make_process(
         tid=host["tid"],
         start=host["start"],
         end=host["end"],
-        code=host["code"].astype(np.int64),
-        shape=np.maximum(host["shape"], 0).astype(np.int64),
+        code=np.asarray(host["code"], np.int64),  # no copy when it is int64 already
+        shape=np.maximum(np.asarray(host["shape"], np.int64), 0),
         is_launch_call=host["is_call"].astype(bool),
         l_tid=lau["l_tid"],
         l_start=lau["l_start"],
