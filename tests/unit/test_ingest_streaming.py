@@ -396,7 +396,14 @@ def test_an_interrupted_wait_stops_the_background_writer_at_once(tmp_path, monke
     deadline = time.monotonic() + 20
     while not list(tmp_path.glob(".events.parquet.*.tmp")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    threading.Timer(0.2, os.kill, (os.getpid(), 2)).start()  # SIGINT to this process while it waits
+    import signal
+
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, []), "SIGINT blocked in this thread"
+    # SIGINT to this (the main) thread while it waits: a signal sent to the process may be taken by another
+    # thread, which leaves a blocking wait blocked
+    main = threading.main_thread().ident
+    assert main is not None
+    threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         writer.wait()
