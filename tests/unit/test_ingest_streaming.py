@@ -398,15 +398,20 @@ def test_an_interrupted_wait_stops_the_background_writer_at_once(tmp_path, monke
         time.sleep(0.05)
     import signal
 
+    assert writer._proc.is_alive(), "the writer is not running (so nothing can be interrupted)"
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, []), "SIGINT blocked in this thread"
-    # SIGINT to this (the main) thread while it waits: a signal sent to the process may be taken by another
-    # thread, which leaves a blocking wait blocked
+    # Ctrl-C as the CLI gets it: Python's own handler (a library loaded by an earlier test of the suite may
+    # have put its own there), sent to this (the main) thread, not to another thread of the process
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     main = threading.main_thread().ident
     assert main is not None
     threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        writer.wait()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            writer.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
     assert time.monotonic() - t0 < 20, "waited for the writer instead of stopping it"
     assert not writer._proc.is_alive()
     assert not list(tmp_path.glob(".events.parquet.*.tmp")) and not target.exists()
