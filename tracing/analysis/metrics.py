@@ -272,11 +272,11 @@ def device_timelines(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> l
         pid, dev = pid[order], dev[order]
     return [
         _device_timeline({c: v[a:b] for c, v in cols.items()}, int(pid[a]), int(dev[a]))
-        for a, b in _runs(pid, dev)
+        for a, b in runs(pid, dev)
     ]
 
 
-def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
+def runs(*keys: np.ndarray) -> list[tuple[int, int]]:
     """[start, stop) of each run of equal key tuples in arrays sorted by those keys."""
     n = len(keys[0])
     if n == 0:
@@ -329,8 +329,9 @@ def stream_breakdown(
     launches = ops["launch_start_ns" if rule == "start" else "launch_end_ns"].to_numpy()
     # stable: groups in (pid, device, stream) order, each sorted by (start, end), ties in row order
     order = np.lexsort((ends, starts, streams, devs, pids))
-    runs = _runs(pids[order], devs[order], streams[order])
-    for a, b in runs:  # each stream's columns gathered on their own (no sorted copy of every column)
+    for a, b in runs(
+        pids[order], devs[order], streams[order]
+    ):  # each stream's columns gathered on their own (no sorted copy of every column)
         idx = order[a:b]
         pid, dev, stream = pids[idx[0]], devs[idx[0]], streams[idx[0]]
         s, e = starts[idx], ends[idx]

@@ -314,12 +314,11 @@ class OpWindows:
         # groups by (pid, device[, stream]), each keeping the chunk's (start, row) order
         order = np.lexsort((stream, dev, pid))  # stable
         gp, gd, gs = pid[order], dev[order], stream[order]
-        dev_bounds = _run_bounds(gp, gd)
-        for a, b in dev_bounds:
+        for a, b in metrics.runs(gp, gd):
             idx = np.sort(order[a:b])  # this device's rows in chunk order
             key = (int(pid[idx[0]]), int(dev[idx[0]]))
             self._devices.setdefault(key, _Device()).add({k: v[idx] for k, v in c.items()})
-        for a, b in _run_bounds(gp, gd, gs):
+        for a, b in metrics.runs(gp, gd, gs):
             idx = order[a:b]  # chunk order within the stream (stable sort)
             key = (int(gp[a]), int(gd[a]), int(gs[a]))
             s, e = c["start_ns"][idx], c["end_ns"][idx]
@@ -331,7 +330,7 @@ class OpWindows:
         launched = c["launch_start_ns"] != schema.NO_ID
         lp, lt = pid[launched], c["launch_tid"][launched]
         order = np.lexsort((lt, lp))
-        for a, b in _run_bounds(lp[order], lt[order]):
+        for a, b in metrics.runs(lp[order], lt[order]):
             p, t = int(lp[order[a]]), int(lt[order[a]])
             self._tids.setdefault(p, Counter())[t] += b - a
         self._launches.add(
@@ -352,7 +351,7 @@ class OpWindows:
         dev, kind, name, dur = (c[k][named] for k in ("device", "kind", "name", "dur_ns"))
         order = np.lexsort((name, kind, dev))
         dev, kind, name, dur = dev[order], kind[order], name[order], dur[order]
-        bounds = _run_bounds(dev, kind, name)
+        bounds = metrics.runs(dev, kind, name)
         if not bounds:
             return
         first = np.array([a for a, _ in bounds], np.int64)
@@ -430,7 +429,7 @@ class Launches:
         """All launches in memory, per process (``launch_signals``' result; 34 bytes a launch)."""
         parts: dict[int, list[dict[str, np.ndarray]]] = {}
         for c in self.chunks():
-            for a, b in _run_bounds(c["pid"]):
+            for a, b in metrics.runs(c["pid"]):
                 parts.setdefault(int(c["pid"][a]), []).append({k: c[k][a:b] for k in LAUNCH_SIGNALS})
         return {
             p: {k: np.concatenate([q[k] for q in ps]) for k in LAUNCH_SIGNALS}
@@ -444,7 +443,7 @@ class Launches:
         best = np.full(len(pid), _MIN, np.int64)
         queries = {p: np.flatnonzero(pid == p) for p in np.unique(pid).tolist()}
         for c in self.chunks():
-            for a, b in _run_bounds(c["pid"]):
+            for a, b in metrics.runs(c["pid"]):
                 q = queries.get(int(c["pid"][a]))
                 if q is None:
                     continue
@@ -458,10 +457,6 @@ class Launches:
 
     def close(self) -> None:
         self._runs.close()
-
-
-def _run_bounds(*keys: np.ndarray) -> list[tuple[int, int]]:
-    return metrics._runs(*keys) if len(keys[0]) else []
 
 
 def _string_ranks(values: np.ndarray) -> np.ndarray:
