@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,7 +104,9 @@ def main() -> int:
         "events_path": None,
     }
     t0 = time.perf_counter()
-    st = streamed.stream_trace(str(args.trace), "nsys" if args.nsys else "kineto", include_python=False, **kw)
+    with tempfile.TemporaryDirectory(prefix="bench-stages-") as stage:  # as `mxperf ingest`'s staging folder
+        fmt = "nsys" if args.nsys else "kineto"
+        st = streamed.stream_trace(str(args.trace), fmt, include_python=False, spill_dir=stage, **kw)
     total = time.perf_counter() - t0
     print(f"{'stage':<28} {'before MB':>10} {'peak MB':>9} {'after MB':>9} {'s':>7}")
     for r in rows:

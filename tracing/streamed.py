@@ -8,10 +8,12 @@
     devices, streams, kernels, range attribution ; launches (disk) + host items in (pid, start) order -->
     micro-batches, one detection window at a time (tracing.analysis.mbwindows)
 
-Held in memory: one chunk of rows, one run buffer, the ranges and their attribution counters, the device busy /
-stall intervals (one pair per idle gap), and the host items and launches of the largest micro-batch detection
-window (a phase range or ``ProfilerStep``; the whole process when the trace has no ranges). Nothing is held per
-GPU op. Spill files live in ``spill_dir`` and are removed at the end. With ``workers`` > 1 a Kineto file's
+Held in memory: one chunk of rows, one run buffer, the ranges and their attribution counters, and the host
+items and launches of the largest micro-batch detection window (a phase range or ``ProfilerStep``; the whole
+process when the trace has no ranges). Nothing is held per GPU op or per idle gap: the device timelines' busy
+blocks and host stalls go to files in ``spill_dir`` (``tracing.analysis.intervals``), which outlive the call
+(``--colocated`` unions them across files; pool workers return them by name) and go with that folder. The other
+spill files live in a temporary folder inside ``spill_dir`` and are removed at the end. With ``workers`` > 1 a Kineto file's
 batches are decoded by that many other processes (``tracing.ingest.kineto_sharded``).
 """
 
@@ -70,8 +72,9 @@ class StreamedTrace:
 class _Pass1:
     """What one pass over the decoded rows keeps: raw rows and sorted runs on disk, GPU ops and ranges here."""
 
-    def __init__(self, spill: Path) -> None:
+    def __init__(self, spill: Path, timelines: Path) -> None:
         self.dir = spill
+        self.timeline_dir = timelines  # the device timelines' intervals: they outlive the pass (OpWindows)
         self.raw = RowFile(spill / "raw.bin", RAW_COLUMNS)
         self.ops = RowFile(spill / "ops.bin", OP_COLUMNS)  # GPU op rows, joined after the pass (opjoin)
         self.launches = SortedRuns(spill, LAUNCH_COLUMNS, ("key", "rid"), RUN_ROWS)
@@ -224,10 +227,15 @@ _FREES_RETURNED: bool | None = None
 
 
 def _spilled(path: str, spill_dir: str | None, dec: Any, *args: Any) -> StreamedTrace:
+    """The device timelines' intervals stay in ``spill_dir`` after this returns (the caller removes that
+    folder); without one they are read back into memory before the temporary folder goes."""
     with tempfile.TemporaryDirectory(prefix=".spill-", dir=spill_dir) as tmp:
-        p1 = _Pass1(Path(tmp))
+        p1 = _Pass1(Path(tmp), Path(spill_dir) if spill_dir is not None else Path(tmp))
         try:
-            return _stream(path, p1, dec, *args)
+            st = _stream(path, p1, dec, *args)
+            if spill_dir is None:
+                st.analysis.timelines = [t.loaded() for t in st.analysis.timelines]
+            return st
         finally:
             p1.close()
 
@@ -342,7 +350,8 @@ def _op_tables(
     # the range rows are in ``cols`` now: nothing after this reads them (an NVTX-heavy export holds a range
     # per op, ~120 bytes each)
     trace.events = trace.events.iloc[:0]
-    acc = OpWindows(names, None if trace.range_log is not None else cols, p1.dir, OP_RUN_ROWS)
+    to_attribute = None if trace.range_log is not None else cols
+    acc = OpWindows(names, to_attribute, p1.dir, OP_RUN_ROWS, timeline_dir=p1.timeline_dir)
     try:
         joined = joined_ops(p1.ops, p1.launches, base_ns, fix, p1.dir, OP_RUN_ROWS, CHUNK_ROWS)
         p1.ops.path.unlink(missing_ok=True)  # the joined runs hold them now: less spill on disk at once

@@ -104,6 +104,14 @@ def test_colocated_processes_share_their_device_only_when_asked(tmp_path, capsys
         else:
             assert (dev["device_busy_ns"] > dev["busy_ns"]).all()
             assert (dev["device_host_stall_ns"] <= dev["host_stall_ns"]).all()
+    # streamed, the timelines stay on disk in the staging folder (pool workers pass them by file name) until
+    # the union across files is taken: the same device table, and nothing left behind
+    for extra in (["--stream", "on"], ["--stream", "on", "--workers", "2"]):
+        out = tmp_path / f"ing-{len(extra)}"
+        assert main(["ingest", str(a), str(b), "-o", str(out), "--colocated", *extra]) == 0
+        streamed = store.read_table(out / store.DEVICES)
+        pd.testing.assert_frame_equal(streamed, dev, check_exact=True)
+        assert not (out / ".staging").exists()
     capsys.readouterr()
 
 

@@ -41,7 +41,7 @@ def _two_processes(tmp: Path) -> Path:
 
 def _pass1(path: Path, spill: Path, chunk: int) -> tuple[streamed._Pass1, int, list[str]]:
     """streamed._stream's pass 1 over a Kineto file (``chunk`` rows at a time): (pass 1, base_ns, names)."""
-    p1 = streamed._Pass1(spill)
+    p1 = streamed._Pass1(spill, spill)
     dec = KinetoDecoder(path, include_python=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(streamed, "CHUNK_ROWS", chunk)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import metrics, shapes
+from tracing.analysis import intervals, metrics, shapes
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
@@ -291,30 +291,17 @@ def clipped_device_time(
 def _clipped_device_time(
     pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per range: the process's device busy union and host-stall intervals clipped to [start, end]."""
+    """Per range: the process's device busy union and host-stall intervals clipped to [start, end] (the
+    process's timelines read once each in start order, on disk or not: ``tracing.analysis.intervals``)."""
     busy = np.zeros(len(pid), np.int64)
     stall = np.zeros(len(pid), np.int64)
-    empty = [np.zeros(0, np.int64)]
     for p in np.unique(pid).tolist():
         idx = np.flatnonzero(pid == p)
         mine = [t for t in timelines if t.pid == p]
         lo, hi = start[idx], end[idx]
-        busy_s, busy_e = _merged([t.busy_start for t in mine], [t.busy_end for t in mine], empty)
-        stall_s, stall_e = _merged([t.stall_start for t in mine], [t.stall_end for t in mine], empty)
-        busy[idx] = metrics.clipped_measure(busy_s, busy_e, lo, hi)
-        stall[idx] = metrics.clipped_measure(stall_s, stall_e, lo, hi)
+        busy[idx] = intervals.clipped([t.busy.blocks() for t in mine], lo, hi)
+        stall[idx] = intervals.clipped([t.stall.blocks() for t in mine], lo, hi)
     return busy, stall
-
-
-def _merged(
-    starts: list[np.ndarray], ends: list[np.ndarray], empty: list[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The union of one process's per-device intervals. One device's are already sorted and disjoint (a
-    timeline's busy blocks and stalls lie between its gaps): kept as they are, with no copy, unless two touch
-    (zero-length ops), where the union joins them -- the same coverage either way."""
-    if len(starts) == 1 and (starts[0][1:] > ends[0][:-1]).all():
-        return starts[0], ends[0]
-    return metrics.union_intervals(np.concatenate(starts or empty), np.concatenate(ends or empty))
 
 
 def _attribute(

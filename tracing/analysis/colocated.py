@@ -22,6 +22,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from tracing.analysis import metrics
+from tracing.analysis.intervals import Covered, merged_by_start, shifted
 
 SHARED_COLUMNS: tuple[str, ...] = (
     "device_processes",
@@ -48,7 +49,6 @@ def shared_device_time(
     for i, k in enumerate(keys):
         members[k].append(i)
     out: list[dict[str, int]] = []
-    unions: dict[tuple[Hashable, int], tuple[np.ndarray, np.ndarray]] = {}
     for i, t in enumerate(timelines):
         mine = members[keys[i]]
         row = t.row
@@ -56,17 +56,18 @@ def shared_device_time(
         if len(mine) == 1:
             out.append(_columns(1, busy, span, stall))
             continue
-        if keys[i] not in unions:
-            unions[keys[i]] = metrics.union_intervals(
-                np.concatenate([timelines[j].busy_start + offsets[j] for j in mine]),
-                np.concatenate([timelines[j].busy_end + offsets[j] for j in mine]),
-            )
-        u_s, u_e = unions[keys[i]]
+        # the device's busy union (every process on it, on one clock), read once in start order; queried at
+        # this process's first op, each of its stalls' ends, its last op end: times that never go back
+        union = Covered(merged_by_start([shifted(timelines[j].busy.blocks(), offsets[j]) for j in mine]))
         off = offsets[i]
         lo, hi = int(row["first_ns"]) + off, int(row["last_ns"]) + off
-        dev_busy = int(metrics.clipped_measure(u_s, u_e, np.array([lo]), np.array([hi]))[0])
-        filled = metrics.clipped_measure(u_s, u_e, t.stall_start + off, t.stall_end + off)
-        out.append(_columns(len(mine), dev_busy, span, stall - int(filled.sum())))
+        c_lo = int(union.at(np.array([lo]))[0])
+        filled = 0
+        for s, e in t.stall.blocks():
+            c = union.at(np.column_stack([s + off, e + off]).ravel())
+            filled += int(np.clip(c[1::2] - c[::2], 0, None).sum())
+        dev_busy = max(int(union.at(np.array([hi]))[0]) - c_lo, 0)
+        out.append(_columns(len(mine), dev_busy, span, stall - filled))
     return out
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracing.analysis.intervals import Intervals
 from tracing.ingest.opjoin import launch_key
 from tracing.outputs import schema
 
@@ -155,15 +156,34 @@ def measure(start: np.ndarray, end: np.ndarray, after: int | None = None) -> int
 
 @dataclass(frozen=True)
 class DeviceTimeline:
-    """The busy union and the host-stall intervals of one (process, device)."""
+    """The busy union and the host-stall intervals of one (process, device): in memory, or on disk where a
+    streamed trace spilled them (``tracing.analysis.intervals``)."""
 
     pid: int
     device: int
-    busy_start: np.ndarray
-    busy_end: np.ndarray
-    stall_start: np.ndarray  # [stall_start, stall_end) lie inside gaps of the busy union
-    stall_end: np.ndarray
+    busy: Intervals
+    stall: Intervals  # each lies inside a gap of the busy union, from its start
     row: dict[str, float | int]
+
+    @property
+    def busy_start(self) -> np.ndarray:
+        return self.busy.arrays()[0]
+
+    @property
+    def busy_end(self) -> np.ndarray:
+        return self.busy.arrays()[1]
+
+    @property
+    def stall_start(self) -> np.ndarray:
+        return self.stall.arrays()[0]
+
+    @property
+    def stall_end(self) -> np.ndarray:
+        return self.stall.arrays()[1]
+
+    def loaded(self) -> DeviceTimeline:
+        """This timeline with its intervals in memory."""
+        return DeviceTimeline(self.pid, self.device, self.busy.loaded(), self.stall.loaded(), self.row)
 
 
 def device_timeline(ops: pd.DataFrame, pid: int, device: int) -> DeviceTimeline:
@@ -209,7 +229,8 @@ def _device_timeline(ops: dict[str, np.ndarray], pid: int, device: int) -> Devic
         len(np.unique(ops["stream"])),
         _same_stream_overlap(ops["stream"], start, end),
     )
-    return DeviceTimeline(pid, device, busy_start, busy_end, g0[keep], (g0 + stall)[keep], row)
+    busy, stalls = Intervals.of(busy_start, busy_end), Intervals.of(g0[keep], (g0 + stall)[keep])
+    return DeviceTimeline(pid, device, busy, stalls, row)
 
 
 def timeline_row(

@@ -15,13 +15,16 @@ merges them from disk), and each table keeps only what carries from one chunk to
 A union's measure telescopes in start order (``metrics.measure``): summed window after window from the
 carried running max, it is the union of all. Every merged quantity is an exact int64 sum, count, min or max,
 so the tables equal the all-at-once functions' byte for byte (tests/unit/test_opwindows.py). What is held:
-one chunk, the busy / stall intervals (O(gaps)), a few counters per device, stream, kernel name and range,
-and -- the one per-op cost left -- the launches read back for micro-batch detection (34 bytes a launch).
+one chunk and a few counters per device, stream, kernel name and range. A device's busy blocks and host
+stalls are written out as they are found (``tracing.analysis.intervals``: to files in ``timeline_dir``, read
+back in start order by every consumer); the launches are spilled for micro-batch detection.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tracing.analysis import attribution, kernel_classes, metrics
+from tracing.analysis.intervals import IntervalSink
 from tracing.ingest.spill import SortedRuns
 from tracing.outputs import schema
 
@@ -63,14 +67,15 @@ def cut_between_starts(chunks: Iterable[dict[str, np.ndarray]]) -> Iterator[dict
 
 @dataclass
 class _Device:
-    """One (pid, device) timeline, built window after window."""
+    """One (pid, device) timeline, built window after window; its busy blocks and stalls go to ``busy`` /
+    ``stall`` as they are found (on disk when the windows were given a folder for them)."""
 
+    busy: IntervalSink
+    stall: IntervalSink
     first_ns: int | None = None
     run_end: int = _MIN
-    block_starts: list[np.ndarray] = field(default_factory=list)
-    block_ends: list[np.ndarray] = field(default_factory=list)
-    stall_starts: list[np.ndarray] = field(default_factory=list)
-    stall_ends: list[np.ndarray] = field(default_factory=list)
+    open_start: int = 0  # start of the busy block the next gap will end
+    busy_ns: int = 0
     host_stall: int = 0
     ambiguous: int = 0
     unattributed: int = 0
@@ -91,8 +96,7 @@ class _Device:
         prev[0], prev[1:] = self.run_end, run[:-1]
         gap_at = np.flatnonzero(s > prev)
         if self.first_ns is None:
-            self.first_ns = int(s[0])
-            self.block_starts.append(s[:1])
+            self.first_ns = self.open_start = int(s[0])
             gap_at = gap_at[gap_at > 0]
         k = order[gap_at]
         g0, g1 = prev[gap_at], s[gap_at]
@@ -102,10 +106,12 @@ class _Device:
         self.unattributed += int((g1 - g0)[~attributed].sum())
         self.host_stall += int(stall.sum())
         keep = stall > 0
-        self.stall_starts.append(g0[keep])
-        self.stall_ends.append((g0 + stall)[keep])
-        self.block_starts.append(g1)
-        self.block_ends.append(g0)
+        self.stall.add(g0[keep], (g0 + stall)[keep])
+        if len(g1):  # the blocks these gaps end: [open start, g0[0]), [g1[0], g0[1]), ...
+            b_start = np.concatenate([[self.open_start], g1[:-1]])
+            self.busy.add(b_start, g0)
+            self.busy_ns += int((g0 - b_start).sum())
+            self.open_start = int(g1[-1])
         self.run_end = int(run[-1])
         kinds = c["kind"]
         for code in self.counts:
@@ -133,22 +139,18 @@ class _Device:
 
     def timeline(self, pid: int, device: int) -> metrics.DeviceTimeline:
         assert self.first_ns is not None
-        busy_start = np.concatenate(self.block_starts)
-        busy_end = np.concatenate([*self.block_ends, np.array([self.run_end], np.int64)])
+        self.busy.add(np.array([self.open_start], np.int64), np.array([self.run_end], np.int64))
         row = metrics.timeline_row(
             pid,
             device,
             (self.first_ns, self.run_end),
-            int((busy_end - busy_start).sum()),
+            self.busy_ns + self.run_end - self.open_start,
             (self.host_stall, self.ambiguous, self.unattributed),
             {k: self.counts[code] for k, code in _KIND.items()},
             len(self.streams),
             self.overlap,
         )
-        stall_start, stall_end = np.concatenate(self.stall_starts), np.concatenate(self.stall_ends)
-        self.block_starts, self.block_ends = [busy_start], [busy_end[:-1]]  # held once, not twice
-        self.stall_starts, self.stall_ends = [stall_start], [stall_end]
-        return metrics.DeviceTimeline(pid, device, busy_start, busy_end, stall_start, stall_end, row)
+        return metrics.DeviceTimeline(pid, device, self.busy.done(), self.stall.done(), row)
 
 
 @dataclass
@@ -281,7 +283,9 @@ class OpWindows:
     """Feed :meth:`add` the ops (columns of ``tracing.ingest.opjoin.JOINED_COLUMNS``, kind and name as codes
     into ``schema.EVENT_KINDS`` / ``names``) in (start, row) order, cut between distinct starts; then
     :meth:`finish`. ``ranges``: the (pid, tid, start_ns, end_ns) arrays of ``attribution.range_columns``, or
-    None (a range log: nothing to attribute). Launches are spilled to ``spill_dir`` (:meth:`launches`)."""
+    None (a range log: nothing to attribute). Launches are spilled to ``spill_dir`` (:meth:`launches`); the
+    device timelines' intervals to files in ``timeline_dir`` that outlive this object (the caller's folder,
+    removed by it), or held in memory when it is None."""
 
     def __init__(
         self,
@@ -289,9 +293,11 @@ class OpWindows:
         ranges: dict[str, np.ndarray] | None,
         spill_dir: str | Path,
         run_rows: int = 1 << 18,
+        timeline_dir: str | Path | None = None,
     ) -> None:
         self.names = names
         self.num_ops = 0
+        self._timeline_dir = timeline_dir
         self._devices: dict[tuple[int, int], _Device] = {}
         self._streams: dict[tuple[int, int, int], _Stream] = {}
         self._kernels: dict[tuple[int, int, int], list[int]] = {}
@@ -317,7 +323,9 @@ class OpWindows:
         for a, b in metrics.runs(gp, gd):
             idx = np.sort(order[a:b])  # this device's rows in chunk order
             key = (int(pid[idx[0]]), int(dev[idx[0]]))
-            self._devices.setdefault(key, _Device()).add({k: v[idx] for k, v in c.items()})
+            if key not in self._devices:
+                self._devices[key] = _Device(self._sink(), self._sink())
+            self._devices[key].add({k: v[idx] for k, v in c.items()})
         for a, b in metrics.runs(gp, gd, gs):
             idx = order[a:b]  # chunk order within the stream (stable sort)
             key = (int(gp[a]), int(gd[a]), int(gs[a]))
@@ -402,8 +410,19 @@ class OpWindows:
         gemm_codes = np.array([i for i, n in enumerate(self.names) if n in gemm], np.int64)
         return Launches(self._launches, gemm_codes, self._tids)
 
+    def _sink(self) -> IntervalSink:
+        if self._timeline_dir is None:
+            return IntervalSink()
+        fd, name = tempfile.mkstemp(prefix="timeline-", suffix=".bin", dir=self._timeline_dir)
+        os.close(fd)  # unique across the processes that share the folder; the sink rewrites it
+        return IntervalSink(name)
+
     def close(self) -> None:
+        """Give up (interrupted): the spilled launches and timeline files are removed."""
         self._launches.close()
+        for d in self._devices.values():
+            d.busy.close()
+            d.stall.close()
 
 
 class Launches:

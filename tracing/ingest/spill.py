@@ -52,12 +52,21 @@ class RowFile:
     def blocks(self, rows: int = RUN_ROWS) -> Iterator[dict[str, np.ndarray]]:
         """The rows in the order they were added, ``rows`` at a time, as column arrays."""
         self.close()
-        with open(self.path, "rb") as fh:
-            while True:
-                rec = np.fromfile(fh, dtype=self.dtype, count=rows)
-                if len(rec) == 0:
-                    return
-                yield {c: np.ascontiguousarray(rec[c]) for c in self.columns}
+        return read_blocks(self.path, self.columns, rows)
+
+
+def read_blocks(
+    path: str | os.PathLike[str], columns: Sequence[str], rows: int = RUN_ROWS
+) -> Iterator[dict[str, np.ndarray]]:
+    """The rows of a closed :class:`RowFile` (its ``path`` and ``columns``), ``rows`` at a time, as column arrays:
+    what a process that did not write the file (a pool worker's, pickled by path) reads it with."""
+    dtype = _dtype(columns)
+    with open(path, "rb") as fh:
+        while True:
+            rec = np.fromfile(fh, dtype=dtype, count=rows)
+            if len(rec) == 0:
+                return
+            yield _columns(rec, columns)
 
 
 class SortedRuns:
