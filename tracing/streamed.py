@@ -349,7 +349,7 @@ def _op_tables(
     cols = attribution.range_columns(trace, phase_map)
     # the range rows are in ``cols`` now: nothing after this reads them (an NVTX-heavy export holds a range
     # per op, ~120 bytes each)
-    trace.events = trace.events.iloc[:0]
+    trace.events = trace.events.iloc[:0].copy()  # a copy: a 0-row view would keep every row alive
     to_attribute = None if trace.range_log is not None else cols
     acc = OpWindows(names, to_attribute, p1.dir, OP_RUN_ROWS, timeline_dir=p1.timeline_dir)
     try:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,9 +81,10 @@ def _number(text: str) -> object:
 def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
     """The ranges of a trace with nesting (parent_id, depth) and canonical phase; no GPU columns yet."""
     cols = _range_columns(trace, phase_map)
-    return pd.DataFrame({c: cols[c] for c in _FRAME_COLUMNS}).astype(
-        {c: schema.RANGE_COLUMNS[c] for c in _FRAME_COLUMNS}
-    )
+    kinds = {c: schema.RANGE_COLUMNS[c] for c in _FRAME_COLUMNS}
+    return pd.DataFrame(
+        {c: string_array(cols[c], t) if t == "string" else cols[c] for c, t in kinds.items()}
+    ).astype(kinds)
 
 
 _FRAME_COLUMNS = (
@@ -217,23 +219,48 @@ def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any]:
     order = np.lexsort((-end, start))  # start ascending, end descending, stable
     pid, tid = events["pid"].to_numpy()[mask][order], events["tid"].to_numpy()[mask][order]
     start, end = start[order], end[order]
-    codes = name_codes[order].tolist()
+    distinct = sorted(split)
+    codes = np.searchsorted(np.array(distinct, np.int64), name_codes[order])  # into ``distinct``
+    dom = dom_codes[order].astype(np.int64)
     parent, depth = _nesting_arrays(pid, tid, start, end)
+    n = len(codes)
     return {
-        "source": ["nvtx" if trace.format == "nsys" else "user_annotation"] * len(codes),
-        "range_id": np.arange(len(codes), dtype=np.int64),
+        "source": Coded(["nvtx" if trace.format == "nsys" else "user_annotation"], np.zeros(n, np.int64)),
+        "range_id": np.arange(n, dtype=np.int64),
         "parent_id": parent,
         "depth": depth,
-        "name": [split[c][0] for c in codes],
-        "domain": [dom_cats[c] for c in dom_codes[order].tolist()],
-        "phase": [split[c][2] for c in codes],
+        "name": Coded([split[c][0] for c in distinct], codes),
+        "domain": Coded(dom_cats, np.where(dom < 0, len(dom_cats) - 1, dom)),
+        "phase": Coded([split[c][2] for c in distinct], codes),
         "pid": pid,
         "tid": tid,
         "start_ns": start,
         "end_ns": end,
         "wall_ns": end - start,
-        "attrs": [split[c][1] for c in codes],
+        "attrs": Coded([split[c][1] for c in distinct], codes),
     }
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A string column as its distinct values and one code per row: no Python string object per range (an
+    NVTX-heavy export has millions), turned into the table's Arrow-backed strings by :func:`string_array`."""
+
+    values: list[str]
+    codes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+def string_array(col: Coded | list[str], dtype: str) -> Any:
+    """A ``string`` column from a :class:`Coded` column (Arrow ``take``: no per-row Python objects) or a list."""
+    if isinstance(col, Coded):
+        import pyarrow as pa
+
+        taken = pa.array(col.values, pa.large_string()).take(pa.array(col.codes, pa.int64()))
+        return pd.array(taken, dtype=dtype)
+    return pd.array(col, dtype=dtype)
 
 
 def _range_log_columns(log: pd.DataFrame, phase_map: PhaseMap) -> dict[str, Any]:
@@ -270,11 +297,15 @@ def _frame(cols: dict[str, Any], gpu_reason: str) -> pd.DataFrame:
         if c in ("trace", "rank"):
             continue
         if c == "gpu_reason":
-            data[c] = pd.array([gpu_reason] * n, dtype=dtype)
+            data[c] = string_array(Coded([gpu_reason], np.zeros(n, np.int64)), dtype)
+        elif c not in cols and dtype == "Int64":  # all null, without a list of n NAs
+            data[c] = pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
         elif c not in cols:
             data[c] = pd.array([pd.NA] * n, dtype=dtype)
         elif dtype == "int64":
             data[c] = np.asarray(cols.pop(c), np.int64)
+        elif dtype == "string":
+            data[c] = string_array(cols.pop(c), dtype)
         else:
             data[c] = pd.array(cols.pop(c), dtype=dtype)
     cols.clear()

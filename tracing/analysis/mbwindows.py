@@ -30,6 +30,7 @@ from tracing.analysis.opwindows import LAUNCH_SIGNALS, Launches
 from tracing.outputs.labels import Labels
 
 HOST_COLUMNS = ("pid", "start", "rid", "tid", "end", "code", "shape", "is_call")
+_PROCESS_HOST_COLUMNS = ("tid", "start", "end", "code", "shape", "is_call")
 
 
 @dataclass
@@ -89,24 +90,28 @@ def find_microbatches_streamed(
 
     jobs, regions, steps = plan_jobs(pids, whole, ranges, pattern, False)
     findings: list[Finding | None] = [None] * len(jobs)
-    host_window = _Window(iter(host_chunks), HOST_COLUMNS, "start")
-    launch_window = _Window(launches.chunks(), ("pid", *LAUNCH_SIGNALS), "l_start")
+    # a window's rows carry only what make_process reads (no pid or row id: a whole-process window of an
+    # NVTX-heavy export has millions of rows)
+    host_window = _Window(iter(host_chunks), _PROCESS_HOST_COLUMNS, "start")
+    launch_window = _Window(launches.chunks(), LAUNCH_SIGNALS, "l_start")
     todo = sorted(
         (k for k, j in enumerate(jobs) if j.done is None and j.pid in pids),
         key=lambda k: (jobs[k].pid, jobs[k].lo, jobs[k].hi),
     )
     for i, k in enumerate(todo):
         job = jobs[k]
-        host = host_window.items(job.pid, job.lo, job.hi)
+        # where the next window starts: held rows before it are not needed after this one
+        after = (jobs[todo[i + 1]].pid, jobs[todo[i + 1]].lo) if i + 1 < len(todo) else _END
+        host = host_window.items(job.pid, job.lo, job.hi, after)
         # every launch a cut reads starts inside its region (mbdetect): the window's launches are enough
-        mine = launch_window.items(job.pid, job.lo, job.hi)
+        mine = launch_window.items(job.pid, job.lo, job.hi, after)
         lau = mine if len(mine["l_start"]) else None
         process = make_process(job.pid, host, lau, *optimizer.get(job.pid, no_opt))
+        del host, mine, lau
         findings[k] = run_job(_with(base, {job.pid: process}), job)
-        if i + 1 < len(todo):
-            nxt = jobs[todo[i + 1]]
-            host_window.release(nxt.pid, nxt.lo)
-            launch_window.release(nxt.pid, nxt.lo)
+        del process
+        host_window.release(*after)
+        launch_window.release(*after)
     for k, job in enumerate(jobs):  # a process with no host items and no launches: no signals at all
         if findings[k] is None:
             findings[k] = run_job(base, job)
@@ -128,49 +133,55 @@ def _with(base: Signals, processes: dict) -> Signals:
 
 
 class _Window:
-    """Chunks sorted by (pid, ``start``), pulled on demand; what no later window needs is dropped."""
+    """Chunks sorted by (pid, ``start``), pulled on demand; what no later window needs is dropped. A window's
+    rows come back with ``columns`` only."""
 
     def __init__(self, chunks: Iterator[dict[str, np.ndarray]], columns: Iterable[str], start: str) -> None:
         self._it = chunks
         self._columns = tuple(columns)
         self._start = start
         self._parts: list[dict[str, np.ndarray]] = []
+        self._lasts: list[tuple[int, int]] = []  # each held chunk's last (pid, start)
         self._done = False
 
-    def _last(self) -> tuple[int, int]:
-        return self._part_last(-1)
-
-    def items(self, pid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        """Rows of ``pid`` whose start lies in [lo, hi], sorted by (start, row)."""
-        while not self._done and (not self._parts or self._last() <= (pid, hi)):
+    def items(self, pid: int, lo: int, hi: int, after: tuple[int, int] = (0, 0)) -> dict[str, np.ndarray]:
+        """Rows of ``pid`` whose start lies in [lo, hi], sorted by (start, row). Held chunks that end before
+        ``after`` (where the next window starts) are freed a column at a time as the rows are copied out, so a
+        large window is not held twice."""
+        while not self._done and (not self._parts or self._lasts[-1] <= (pid, hi)):
             chunk = next(self._it, None)
             if chunk is None:
                 self._done = True
             elif len(chunk["pid"]):
                 self._parts.append(chunk)
+                self._lasts.append((int(chunk["pid"][-1]), int(chunk[self._start][-1])))
         self.release(pid, lo)
         pieces = []  # each held chunk's rows of pid in [lo, hi] (a contiguous slice: chunks are sorted)
-        for p in self._parts:
+        for k, p in enumerate(self._parts):
             a, b = np.searchsorted(p["pid"], [pid, pid + 1])
             s = p[self._start][a:b]
             i, j = a + np.searchsorted(s, lo, side="left"), a + np.searchsorted(s, hi, side="right")
             if j > i:
-                pieces.append((p, i, j))
+                pieces.append((p, i, j, self._lasts[k] < after))
         if len(pieces) == 1:
-            p, i, j = pieces[0]
+            p, i, j, _ = pieces[0]
             return {c: p[c][i:j] for c in self._columns}
         if not pieces:
             return {c: np.zeros(0, bool if c in _FLAGS else np.int64) for c in self._columns}
-        return {c: np.concatenate([p[c][i:j] for p, i, j in pieces]) for c in self._columns}
+        out = {}
+        for c in self._columns:
+            out[c] = np.concatenate([p[c][i:j] for p, i, j, _ in pieces])
+            for p, _, _, spent in pieces:
+                if spent and c not in ("pid", self._start):  # kept: release() and the search read them
+                    del p[c]
+        return out
 
     def release(self, pid: int, lo: int) -> None:
         """Drop the chunks that end before (pid, lo)."""
-        while self._parts and self._part_last(0) < (pid, lo):
+        while self._parts and self._lasts[0] < (pid, lo):
             self._parts.pop(0)
-
-    def _part_last(self, k: int) -> tuple[int, int]:
-        p = self._parts[k]
-        return int(p["pid"][-1]), int(p[self._start][-1])
+            self._lasts.pop(0)
 
 
+_END = (np.iinfo(np.int64).max, np.iinfo(np.int64).max)
 _FLAGS = ("l_kernel", "l_gemm")
