@@ -34,6 +34,7 @@ from tracing.outputs.children import spare_core
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
 from tracing.progress import Progress
+from tracing.staged import stage_tables
 
 
 @dataclass
@@ -55,6 +56,10 @@ class FileResult:
     mismatch: pd.DataFrame | None = None  # a metric log's mismatch metrics (schema.MISMATCH_COLUMNS)
     microbatches: MicrobatchResult | None = None  # detected / explicit micro-batches and their notes
     timelines: list[metrics.DeviceTimeline] = field(default_factory=list)  # busy / stall intervals
+    # set when the worker staged its large tables (tracing.staged): those tables are then empty here
+    staged_tables: dict[str, str] = field(default_factory=dict)  # attribute -> staged Parquet
+    num_ranges: int | None = None
+    phase_seconds: dict[str, float] | None = None
 
 
 @dataclass
@@ -353,7 +358,8 @@ def ingest_many(
     progress: Progress | None = None,
 ) -> list[FileResult]:
     """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray; a single
-    Kineto file that is streamed has its batches decoded by ``workers`` processes.
+    Kineto file that is streamed has its batches decoded by ``workers`` processes. With a ``stage_dir``, each
+    file's range, kernel and stream tables come back staged there (``tracing.staged``), not in the result.
 
     ``labels[i]`` are item i's labels (command line, sidecar, run config). ``progress`` shows files done
     (and, serially, the bytes read of a streamed file) on stderr."""
@@ -378,7 +384,7 @@ def ingest_many(
         return _ingest_ray(jobs, ray_address, progress)
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            futures = [pool.submit(ingest_file, *job) for job in jobs]
+            futures = [pool.submit(_ingest_staged, *job) for job in jobs]
             for _ in as_completed(futures):
                 if progress is not None:
                     progress.file_done()
@@ -392,14 +398,18 @@ def ingest_many(
         # a lone file read in memory: a spare core writes its event Parquet beside the analysis (the
         # start-up prefetch uses the same spare core before: tracing.ingest.prefetch)
         beside = not many and spare_core()
-        out.append(
-            ingest_file(
-                *job, progress=bytes_read, decode_workers=workers if sharded else 1, background_write=beside
-            )
+        result = ingest_file(
+            *job, progress=bytes_read, decode_workers=workers if sharded else 1, background_write=beside
         )
+        out.append(stage_tables(result, stage_dir, job[4]))
         if progress is not None:
             progress.file_done()
     return out
+
+
+def _ingest_staged(*job: Any) -> FileResult:
+    """:func:`ingest_file` in a worker, its large tables staged beside its events (``tracing.staged``)."""
+    return stage_tables(ingest_file(*job), job[3], job[4])
 
 
 def _ingest_ray(
@@ -419,7 +429,7 @@ def _ingest_ray(
             )
         else:
             ray.init(address=address, log_to_driver=False)
-    remote = ray.remote(num_cpus=1)(ingest_file)
+    remote = ray.remote(num_cpus=1)(_ingest_staged)
     refs = [remote.remote(*job) for job in jobs]
     try:
         pending = list(refs)

@@ -9,6 +9,7 @@ A human summary goes to stderr; with ``--json`` the last stdout line is the docs
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shutil
@@ -21,7 +22,6 @@ import pandas as pd
 
 from mxperf.commands.ingest_args import add_arguments
 from tracing.analysis.crossrank import cross_rank_tables
-from tracing.analysis.metrics import measure
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG
 from tracing.ingest.rangelog import is_run_dir, run_config
@@ -32,6 +32,7 @@ from tracing.outputs.labels import Labels, parse_labels, sidecar_labels
 from tracing.outputs.manifest import OutputDir
 from tracing.outputs.precisions import PRECISION_IDS
 from tracing.progress import Progress
+from tracing.staged import STAGED, phase_seconds, table_parts
 
 STAGING = ".staging"
 __all__ = ["add_arguments", "run"]
@@ -149,14 +150,7 @@ def _microbatch_manifest(r: FileResult) -> dict[str, Any]:
 
 def _phase_seconds(r: FileResult) -> dict[str, float]:
     """Wall seconds per phase: the union of the phase's ranges on each process, summed over processes."""
-    if not len(r.ranges) or "phase" not in r.ranges:
-        return {}
-    out: dict[str, float] = {}
-    named = r.ranges[r.ranges["phase"].astype(str) != "other"]
-    for (phase, _pid), g in named.groupby([named["phase"].astype(str), named["pid"]], sort=True):
-        start, end = g["start_ns"].to_numpy("int64"), g["end_ns"].to_numpy("int64")
-        out[phase] = out.get(phase, 0.0) + measure(start, end) / 1e9
-    return out
+    return r.phase_seconds if r.phase_seconds is not None else phase_seconds(r.ranges)
 
 
 def spec_json(results: list[FileResult], picked: list[str] | None = None) -> dict[str, Any]:
@@ -193,7 +187,8 @@ def summary_lines(results: list[FileResult]) -> list[str]:
     lines = []
     for r in results:
         rank = "?" if r.rank is None else str(r.rank)
-        lines.append(f"{r.path} [{r.format}, rank {rank}]: {r.num_events} events, {len(r.ranges)} ranges")
+        num_ranges = r.num_ranges if r.num_ranges is not None else len(r.ranges)
+        lines.append(f"{r.path} [{r.format}, rank {rank}]: {r.num_events} events, {num_ranges} ranges")
         if r.gpu_reason:
             lines.append(f"  no GPU devices: {r.gpu_reason}; GPU metrics are null")
         for d in r.devices.itertuples(index=False):
@@ -295,9 +290,6 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
             Path(r.staged_events).replace(target)
     for name, attr, cols in (
         (store.DEVICES, "devices", schema.DEVICE_COLUMNS),
-        (store.STREAMS, "streams", schema.STREAM_COLUMNS),
-        (store.RANGES, "ranges", schema.RANGE_COLUMNS),
-        (store.KERNELS, "kernels", schema.KERNEL_COLUMNS),
         (store.STEPS, "steps", schema.STEP_COLUMNS),
     ):
         frames = [getattr(r, attr) for r in results if len(getattr(r, attr))]
@@ -306,6 +298,13 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
         store.write_table(table, out / name)
         if name == store.DEVICES:
             num_ranks = table["rank"].nunique(dropna=True)
+    for attr, (name, cols) in STAGED.items():  # one file's part at a time (staged by the workers)
+        parts = table_parts(results, attr, name, cols)
+        first = next(parts, None)
+        if first is None:
+            store.write_table(schema.conform(schema.empty_frame(cols), cols, name), out / name)
+        else:
+            store.write_table_parts(itertools.chain([first], parts), out / name)
     if microbatches is not None:
         store.write_table(microbatches, out / store.MICROBATCHES)
     if num_ranks < 2:  # cross_rank_tables gives nothing for fewer than two ranks: skip reading back

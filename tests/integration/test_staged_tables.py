@@ -1,0 +1,74 @@
+"""The range, kernel and stream tables leave each worker as staged Parquet: the command writes the same tables as
+the concatenation of every file's tables, and the driver holds summaries only."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import synthetic_traces as st
+
+from mxperf.cli import main
+from tracing.jobs import ingest_file, ingest_many
+from tracing.outputs import schema, store
+from tracing.staged import STAGED, phase_seconds, stage_tables
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FILES = [
+    DATA / "real" / "hta_sampled_2rank" / "rank-0.json.gz",
+    DATA / "real" / "hta_sampled_2rank" / "rank-1.json.gz",
+    DATA / "real" / "hta_a100_ddp_rank0_hostbound.json.gz",
+    DATA / "real" / "nsysai_h100x2_mfu_before.sqlite",
+]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_command_writes_the_concatenation_of_every_files_tables(workers, tmp_path, capsys):
+    items = [(p, "nsys" if p.suffix == ".sqlite" else "kineto") for p in FILES]
+    held = ingest_many(items, None)  # no staging folder: nothing staged, every table held
+    assert all(not r.staged_tables and r.num_ranges is None for r in held)
+    out = tmp_path / "out"
+    assert main(["ingest", *map(str, FILES), "-o", str(out), "--workers", str(workers)]) == 0
+    for attr, (name, cols) in STAGED.items():
+        want = schema.conform(pd.concat([getattr(r, attr) for r in held], ignore_index=True), cols, name)
+        got = store.read_table(out / name)
+        assert len(got) > 0
+        pd.testing.assert_frame_equal(
+            got, store.read_table(_written(want, tmp_path / name)), check_exact=True
+        )
+    assert not (out / ".staging").exists()
+    err = capsys.readouterr().err
+    for r in held:  # the summary still counts each file's ranges
+        assert f"{r.num_events} events, {len(r.ranges)} ranges" in err
+
+
+def _written(df: pd.DataFrame, path: Path) -> Path:
+    store.write_table(df, path)
+    return path
+
+
+def test_a_staged_result_keeps_summaries_and_travels_light(tmp_path):
+    path = st.write_kineto(st.simulate(st.Job(minibatches=2)), tmp_path / "verl.json.gz")  # phase ranges
+    full = ingest_file(str(path), "kineto", None, None, 0)
+    r = ingest_file(str(path), "kineto", None, str(tmp_path), 0)
+    before = len(pickle.dumps(r))
+    stage_tables(r, str(tmp_path), 0)
+    assert r.num_ranges == len(full.ranges) > 0
+    assert r.phase_seconds == phase_seconds(full.ranges) and r.phase_seconds
+    for attr, (name, cols) in STAGED.items():
+        assert len(getattr(r, attr)) == 0
+        staged = store.read_table(r.staged_tables[attr])
+        pd.testing.assert_frame_equal(
+            staged, schema.conform(getattr(full, attr), cols, name), check_exact=True
+        )
+    # what a pool or Ray worker sends back: the three tables' rows are gone from it
+    tables = sum(len(pickle.dumps(getattr(full, a))) for a in STAGED)
+    assert len(pickle.dumps(r)) < before - tables // 2
+
+
+def test_nothing_is_staged_without_a_folder():
+    r = ingest_file(str(FILES[0]), "kineto", None, None, 0)
+    n = len(r.ranges)
+    assert stage_tables(r, None, 0) is r and len(r.ranges) == n and not r.staged_tables
