@@ -31,8 +31,8 @@ def timeline_intervals(timelines: Sequence[Any], t0_ns: int, t1_ns: int, rank: o
             continue
         rows.append((lane, "idle", lo, hi))
         for state, s, e in (
-            ("busy", tl.busy_start, tl.busy_end),
-            ("host stall", tl.stall_start, tl.stall_end),
+            ("busy", *tl.busy.arrays()),
+            ("host stall", *tl.stall.arrays()),
         ):
             s, e = np.clip(np.asarray(s), lo, hi), np.clip(np.asarray(e), lo, hi)
             keep = e > s

@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     for t in timelines:
         r = t.row
         print(
-            f"pid {r['pid']} GPU {r['device']}: {len(t.busy_start)} busy intervals, "
-            f"{len(t.stall_start)} host-stall intervals ({r['host_stall_ns'] / 1e6:.1f} ms)",
+            f"pid {r['pid']} GPU {r['device']}: {len(t.busy)} busy intervals, "
+            f"{len(t.stall)} host-stall intervals ({r['host_stall_ns'] / 1e6:.1f} ms)",
             file=sys.stderr,
         )
     if not timelines:

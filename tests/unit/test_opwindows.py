@@ -77,9 +77,10 @@ def _check(trace: Trace, ops: pd.DataFrame, sizes: list[int], tmp: Path) -> None
         assert a.row.keys() == b.row.keys()
         for k in a.row:
             assert a.row[k] == b.row[k] or (a.row[k] != a.row[k] and b.row[k] != b.row[k]), k
-        for f in ("busy_start", "busy_end", "stall_start", "stall_end"):
-            assert np.array_equal(getattr(a, f), getattr(b, f)), f
-            assert getattr(a, f).dtype == getattr(b, f).dtype
+        for f in ("busy", "stall"):  # starts and ends
+            for x, y in zip(getattr(a, f).arrays(), getattr(b, f).arrays(), strict=True):
+                assert np.array_equal(x, y), f
+                assert x.dtype == y.dtype
     pd.testing.assert_frame_equal(
         metrics.stream_breakdown(trace.events, ops=ops), out.streams, check_exact=True
     )

@@ -153,6 +153,8 @@ def test_no_gpu_ops_gives_no_device_rows():
 
 
 def test_clipped_measure_matches_brute_force():
+    from tracing.analysis import intervals
+
     rng = np.random.default_rng(0)
     s = np.sort(rng.integers(0, 1000, 40))
     e = s + rng.integers(0, 30, 40)
@@ -162,5 +164,5 @@ def test_clipped_measure_matches_brute_force():
         covered[a:b] = True
     lo = rng.integers(0, 1000, 50)
     hi = lo + rng.integers(0, 100, 50)
-    got = metrics.clipped_measure(us, ue, lo, hi)
+    got = intervals.clipped([intervals.Intervals.of(us, ue).blocks(7)], lo, hi)
     assert got.tolist() == [int(covered[a:b].sum()) for a, b in zip(lo, hi, strict=True)]

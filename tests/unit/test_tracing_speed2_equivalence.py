@@ -124,8 +124,9 @@ def test_device_timelines_equal_per_group_frames(loaded):
     ]
     assert [(t.pid, t.device, t.row) for t in got] == [(t.pid, t.device, t.row) for t in want]
     for a, b in zip(got, want, strict=True):
-        for k in ("busy_start", "busy_end", "stall_start", "stall_end"):
-            np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+        for k in ("busy", "stall"):  # starts and ends
+            for x, y in zip(getattr(a, k).arrays(), getattr(b, k).arrays(), strict=True):
+                np.testing.assert_array_equal(x, y)
 
 
 def _reference_range_table(trace, ops) -> pd.DataFrame:

@@ -55,12 +55,12 @@ def overlay_events(timelines: Iterable[metrics.DeviceTimeline], base_ns: int = 0
             yield json.dumps(
                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
             )
-        gap_s, gap_e = t.busy_end[:-1], t.busy_start[1:]
-        other_s, other_e = _subtract(gap_s, gap_e, t.stall_start, t.stall_end)
+        (busy_s, busy_e), (stall_s, stall_e) = t.busy.arrays(), t.stall.arrays()
+        other_s, other_e = _subtract(busy_e[:-1], busy_s[1:], stall_s, stall_e)
         for tid, (starts, ends, name) in enumerate(
             (
-                (t.busy_start, t.busy_end, "busy"),
-                (t.stall_start, t.stall_end, "host stall"),
+                (busy_s, busy_e, "busy"),
+                (stall_s, stall_e, "host stall"),
                 (other_s, other_e, "idle"),
             )
         ):

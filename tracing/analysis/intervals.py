@@ -9,8 +9,8 @@ order, a block at a time::
     timelines of one process / one device --(merged_by_start: k-way, by start)--> one start-ordered stream
       --(Covered: running union, C(t) = |union ∩ (-inf, t)| at non-decreasing t)--> C(hi) - C(lo) per window
 
-C is evaluated exactly as ``metrics.clipped_measure`` evaluates it on the union held at once (int64 sums of
-block lengths plus the partial block), so windows get the same numbers; what is held is one block per stream,
+C is the int64 sum of the whole union blocks before t plus the part of the block t falls in, the same numbers
+as on the union held at once (tests/unit/test_intervals.py); what is held is one block per stream,
 the union blocks that a later query can still cut, and the queries.
 """
 
@@ -145,9 +145,8 @@ class Covered:
     def __init__(self, blocks: Iterable[Pairs]) -> None:
         self._it = iter(blocks)
         self._done = False
-        self._last = np.iinfo(
-            np.int64
-        ).min  # start of the last interval read: later ones start at or after it
+        # start of the last interval read: later ones start at or after it
+        self._last = np.iinfo(np.int64).min
         self._bs, self._be = _EMPTY, _EMPTY  # union blocks a query may still cut (the last may still grow)
         self._folded = 0  # the measure of the blocks before them (every query from now on covers them whole)
 
@@ -202,8 +201,8 @@ class Covered:
 
 
 def clipped(streams: Sequence[Iterable[Pairs]], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """|union of the streams' intervals ∩ [lo_i, hi_i]| per window i (0 where hi_i <= lo_i): equal to
-    ``metrics.clipped_measure`` on the union held at once, reading the intervals once in start order."""
+    """|union of the streams' intervals ∩ [lo_i, hi_i]| per window i (0 where hi_i <= lo_i), reading the
+    intervals once in start order."""
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     n = len(lo)
     if n == 0 or not streams:

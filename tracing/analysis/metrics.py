@@ -165,22 +165,6 @@ class DeviceTimeline:
     stall: Intervals  # each lies inside a gap of the busy union, from its start
     row: dict[str, float | int]
 
-    @property
-    def busy_start(self) -> np.ndarray:
-        return self.busy.arrays()[0]
-
-    @property
-    def busy_end(self) -> np.ndarray:
-        return self.busy.arrays()[1]
-
-    @property
-    def stall_start(self) -> np.ndarray:
-        return self.stall.arrays()[0]
-
-    @property
-    def stall_end(self) -> np.ndarray:
-        return self.stall.arrays()[1]
-
     def loaded(self) -> DeviceTimeline:
         """This timeline with its intervals in memory."""
         return DeviceTimeline(self.pid, self.device, self.busy.loaded(), self.stall.loaded(), self.row)
@@ -383,19 +367,3 @@ def stream_breakdown(
     if not rows:
         return schema.empty_frame({c: schema.STREAM_COLUMNS[c] for c in cols})
     return pd.DataFrame(rows, columns=cols)
-
-
-def clipped_measure(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For disjoint sorted intervals, |intervals ∩ [lo_i, hi_i]| for each window i (vectorized)."""
-    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    if len(starts) == 0:
-        return np.zeros(len(lo), np.int64)
-    cum = np.concatenate([[0], np.cumsum(ends - starts)])
-
-    def covered_before(t: np.ndarray) -> np.ndarray:  # |intervals ∩ (-inf, t)|
-        i = np.searchsorted(starts, t, side="right")  # intervals starting at or before t
-        j = np.maximum(i - 1, 0)
-        partial = np.where(i > 0, np.clip(np.minimum(t, ends[j]) - starts[j], 0, None), 0)
-        return cum[j] * (i > 0) + partial
-
-    return np.clip(covered_before(hi) - covered_before(lo), 0, None)
