@@ -19,7 +19,8 @@ on a local Ray cluster; the slowest rank of every step (stragglers.parquet) must
 (``--source`` as for ``size``).
 ``engine``: the design choice: the streaming path's overhead over the in-memory path, against DuckDB running
 the out-of-core steps (busy union, launch join, host items in (pid, start) order) over the event Parquet it wrote.
-``nsys``: the real nsys export with its event tables repeated 1, 16, 64 times (shifted, ids renumbered), read
+``nsys``: the real nsys export with its event tables repeated 1, 16, 64 times (shifted, ids renumbered; with
+``--distinct-op-ids`` each copy's emit_nvtx ranges get their own op_id, so every range name is distinct), read
 a block of rows at a time (``stream``) and whole (``memory``), next to a plain SELECT's ``fetchall`` (``sqlite``).
 
 Time = wall seconds of the work; memory = peak RSS minus the RSS after imports (the command's largest pool
@@ -167,9 +168,11 @@ NSYS_EVENT_TABLES = (
 )
 
 
-def nsys_copies(out: Path, copies: int) -> int:
+def nsys_copies(out: Path, copies: int, distinct_op_ids: bool = False) -> int:
     """The real nsys export with its event tables repeated ``copies`` times, each copy shifted by the slice's
-    extent + 1 ms (no overlap) and its correlation ids renumbered; returns the event rows written."""
+    extent + 1 ms (no overlap) and its correlation ids renumbered; returns the event rows written.
+    ``distinct_op_ids``: each copy's emit_nvtx ranges get their own ``op_id = N`` (copy k: ``op_id = kN``), as
+    in one long capture, so every range name is distinct (else the copies repeat the original's names)."""
     import sqlite3
 
     shutil.copyfile(NSYS, out)
@@ -190,6 +193,8 @@ def nsys_copies(out: Path, copies: int) -> int:
                 if c in ("start", "end")
                 else f'"{c}" + {k * (corr + 1)}'
                 if c == "correlationId"
+                else f"replace(\"{c}\", ', op_id = ', ', op_id = {k}')"
+                if c == "text" and distinct_op_ids
                 else f'"{c}"'
                 for c in cols
             ]
@@ -209,7 +214,7 @@ def by_nsys(args: argparse.Namespace) -> dict:
     for copies in sorted(args.copies):
         db = args.tmp / f"mxperf_nsys_x{copies}.sqlite"
         try:
-            rows = nsys_copies(db, copies)
+            rows = nsys_copies(db, copies, args.distinct_op_ids)
             tmp = {"MXPERF_TMP": str(args.tmp)}
             tools = {
                 "stream": ("mxperf-file", {**tmp, "MXPERF_STREAM": "1"}),
@@ -305,6 +310,11 @@ def main() -> int:
     e.add_argument("--duckdb-memory", nargs="+", default=["1GB"], help="DuckDB memory_limit values")
     n = sub.add_parser("nsys")
     n.add_argument("--copies", type=int, nargs="+", default=[1, 16, 64])
+    n.add_argument(
+        "--distinct-op-ids",
+        action="store_true",
+        help="each copy's emit_nvtx ranges get their own op_id (distinct names)",
+    )
     for q in (s, r, c, e, n):
         q.add_argument("--repeats", type=int, default=1)
         q.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where traces are built")

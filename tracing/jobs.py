@@ -34,7 +34,7 @@ from tracing.outputs.children import spare_core
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
 from tracing.progress import Progress
-from tracing.staged import stage_tables
+from tracing.staged import stage_tables, staged_path
 
 
 @dataclass
@@ -124,7 +124,7 @@ def assemble(
         "streams": streams,
         "ranges": ranges,
         "kernels": kernels,
-        "steps": steps.trace_step_phases(_with_trace_cols(_step_input(ranges), trace)),
+        "steps": steps.trace_step_phases(with_trace_cols(_step_input(ranges), trace)),
         "microbatches": mb.table,
     }
     return Analysis(tables, mb, timelines)
@@ -145,7 +145,8 @@ def analyze(
     return analyze_trace(trace, phase_map, labels).tables
 
 
-def _with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
+def with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
+    """``df`` with the output tables' ``trace`` (and ``format``) and ``rank`` columns first."""
     df = df.copy(deep=False)  # copy-on-write: the caller's frame is untouched, its columns are not copied
     # the tables' own dtype ("string"), so that conforming them to their schema casts nothing
     df.insert(0, "trace", pd.array([trace.path] * len(df), dtype="string"))
@@ -172,7 +173,9 @@ def ingest_file(
     decode_workers: int = 1,
     background_write: bool = False,
 ) -> FileResult:
-    """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given.
+    """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given, and the
+    range table of a streamed file with ``tracing.staged.STAGE_ROWS`` ranges or more beside it, written a part at
+    a time (``staged_tables["ranges"]``; ``num_ranges`` and ``phase_seconds`` summarise it).
 
     ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
     micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file or nsys export is read in
@@ -201,9 +204,12 @@ def ingest_file(
             spill_dir=stage_dir,
             progress=progress,
             workers=decode_workers,
+            ranges_path=None if stage_dir is None else str(staged_path(stage_dir, "ranges", index)),
         )
         trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
+        ranges_staged = st.staged_ranges
     else:
+        ranges_staged = None
         trace = load_trace(path, fmt, rank=rank, include_python=include_python)
         meta = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
         writer = None
@@ -227,22 +233,26 @@ def ingest_file(
         reason = attribution.RANGELOG_REASON
     elif num_gpu_ops == 0:
         reason = attribution.NO_GPU_REASON
-    return FileResult(
+    result = FileResult(
         path=trace.path,
         format=trace.format,
         rank=trace.rank,
         num_events=num_events,
         staged_events=staged,
-        devices=_with_trace_cols(tables["devices"], trace, fmt=True),
-        streams=_with_trace_cols(tables["streams"], trace),
-        ranges=_with_trace_cols(tables["ranges"], trace),
-        kernels=_with_trace_cols(tables["kernels"], trace),
+        devices=with_trace_cols(tables["devices"], trace, fmt=True),
+        streams=with_trace_cols(tables["streams"], trace),
+        ranges=with_trace_cols(tables["ranges"], trace),
+        kernels=with_trace_cols(tables["kernels"], trace),
         steps=tables["steps"],
         meta=trace.meta,
         gpu_reason=reason,
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
     )
+    if ranges_staged is not None:  # a streamed file's large range table: written a part at a time
+        result.staged_tables["ranges"] = ranges_staged.path
+        result.num_ranges, result.phase_seconds = ranges_staged.num_ranges, ranges_staged.phase_seconds
+    return result
 
 
 # files above this size on disk are streamed by default (mxperf ingest decides from the same constant)

@@ -8,20 +8,23 @@ count, seconds per phase); the command writes each output table a part at a time
 
     worker:  FileResult --(stage_tables)--> OUT/.staging/.ranges-<i>.pkl (.kernels-<i>, .streams-<i>), for tables
                                             of STAGE_ROWS rows or more; num_ranges, phase_seconds kept
-    driver:  table_parts: small tables gathered up to STAGE_ROWS rows, staged ones read back one at a time
+             a streamed file's range table of STAGE_ROWS ranges or more goes there as it is made, a part of
+             STAGE_ROWS ranges at a time (part_file; tracing.streamed): never whole in the worker either
+    driver:  table_parts: small tables gathered up to STAGE_ROWS rows, staged ones read back a part at a time
              --(store.write_table_parts: a row group per part)--> ranges.parquet, kernels.parquet, streams.parquet
 
 Small tables stay in the result (staging a 100-row table costs more than it saves), so a set of small ranks
-writes its tables exactly as before, in one part. The staged files are pickles (one pandas frame each: written
-and read back by the same installation, and removed with the staging folder), ~6x cheaper than Parquet for a
-table that is written out again anyway. Same rows, columns, order and dtypes as the concatenation
+writes its tables exactly as before, in one part. The staged files are pickles (pandas frames one after another:
+written and read back by the same installation, and removed with the staging folder), ~6x cheaper than Parquet
+for a table that is written out again anyway. Same rows, columns, order and dtypes as the concatenation
 (``tests/integration/test_staged_tables.py``).
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,18 +62,47 @@ def stage_tables(result: FileResult, stage_dir: str | None, index: int) -> FileR
     empty them in ``result``; keep its range count and seconds per phase. Nothing happens without ``stage_dir``."""
     if stage_dir is None:
         return result
-    result.num_ranges = len(result.ranges)
-    result.phase_seconds = phase_seconds(result.ranges)
+    if result.num_ranges is None:  # a streamed file's ranges may have left already (staged_path)
+        result.num_ranges = len(result.ranges)
+        result.phase_seconds = phase_seconds(result.ranges)
     for attr in STAGED:
         df = getattr(result, attr)
-        if len(df) < STAGE_ROWS:
+        if len(df) < STAGE_ROWS or attr in result.staged_tables:
             continue
-        path = Path(stage_dir) / f".{attr}-{index}.pkl"
-        with open(path, "wb") as fh:
-            pickle.dump(df, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        path = staged_path(stage_dir, attr, index)
+        with part_file(path) as add:
+            add(df)
         result.staged_tables[attr] = str(path)
         setattr(result, attr, df.iloc[:0].copy())
     return result
+
+
+def staged_path(stage_dir: str, attr: str, index: int) -> Path:
+    """Where file ``index``'s table ``attr`` is staged."""
+    return Path(stage_dir) / f".{attr}-{index}.pkl"
+
+
+@contextmanager
+def part_file(path: str | Path) -> Iterator[Callable[[pd.DataFrame], None]]:
+    """A staged table written a part at a time (``add(part)``; read back a part at a time by
+    :func:`table_parts`): the streamed path writes its range table so, never holding all of it. The file is
+    removed if the writing fails."""
+    with open(path, "wb") as fh:
+        try:
+            yield lambda df: pickle.dump(df, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:
+            fh.close()
+            Path(path).unlink(missing_ok=True)
+            raise
+
+
+def _read_parts(path: str) -> Iterator[pd.DataFrame]:
+    with open(path, "rb") as fh:
+        while True:
+            try:
+                yield pickle.load(fh)
+            except EOFError:
+                return
 
 
 def table_parts(
@@ -93,7 +125,7 @@ def table_parts(
             yield schema.conform(pd.concat(held, ignore_index=True), cols, name)
             held, rows = [], 0
         if path is not None:
-            with open(path, "rb") as fh:
-                yield schema.conform(pickle.load(fh), cols, name)
+            for part in _read_parts(path):
+                yield schema.conform(part, cols, name)
     if held:
         yield schema.conform(pd.concat(held, ignore_index=True), cols, name)

@@ -8,9 +8,12 @@
     devices, streams, kernels, range attribution ; launches (disk) + host items in (pid, start) order -->
     micro-batches, one detection window at a time (tracing.analysis.mbwindows)
 
-Held in memory: one chunk of rows, one run buffer, the ranges and their attribution counters, and the host
-items and launches of the largest micro-batch detection window (a phase range or ``ProfilerStep``; the whole
-process when the trace has no ranges). Nothing is held per GPU op or per idle gap: the device timelines' busy
+Held in memory: one chunk of rows, one run buffer, the ranges' columns and attribution counters (~150 bytes a
+range: six columns of each range row while reading, then the sorted range columns, two rules' counters), and
+the host items and launches of the largest micro-batch detection window (a phase range or ``ProfilerStep``; the
+whole process when the trace has no ranges). The range table itself is never whole here when it goes to the
+staging folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
+(micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps. Nothing is held per GPU op or per idle gap: the device timelines' busy
 blocks and host stalls go to files in ``spill_dir`` (``tracing.analysis.intervals``), which outlive the call
 (``--colocated`` unions them across files; pool workers return them by name) and go with that folder. The other
 spill files live in a temporary folder inside ``spill_dir`` and are removed at the end. With ``workers`` > 1 a Kineto file's
@@ -30,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import attribution, metrics
+from tracing import staged
+from tracing.analysis import attribution, metrics, range_summary
 from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
 from tracing.analysis.opwindows import Launches, OpTables, OpWindows, cut_between_starts
@@ -54,6 +58,7 @@ _INT_COLUMNS = tuple(c for c in schema.EVENT_COLUMNS if schema.EVENT_COLUMNS[c] 
 RAW_COLUMNS = ("rid", "kind", "name", "shapes", "domain", *_INT_COLUMNS)
 LAUNCH_COLUMNS = ("key", "rid", "tid", "start", "dur", "corr", "pid")
 OP_COLUMNS = ("rid", "kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation")
+RANGE_ROW_COLUMNS = ("name", "domain", "pid", "tid", "start_ns", "dur_ns")  # what the range columns read
 _OP_CODES = [KIND_CODE[k] for k in schema.GPU_OP_KINDS]
 _LAUNCH_CODES = [KIND_CODE[k] for k in schema.LAUNCH_KINDS]
 _RANGE, _CPU_OP = KIND_CODE[schema.RANGE], KIND_CODE[schema.CPU_OP]
@@ -67,6 +72,7 @@ class StreamedTrace:
     num_events: int
     num_gpu_ops: int
     analysis: Any  # tracing.jobs.Analysis
+    staged_ranges: StagedRanges | None = None  # the range table on disk (its rows not in ``analysis``)
 
 
 class _Pass1:
@@ -130,7 +136,7 @@ class _Pass1:
         code = c["name"].astype(np.int64)
         safe = np.maximum(code, 0)
         if is_range.any():
-            self.ranges.append({k: c[k][is_range] for k in RAW_COLUMNS})
+            self.ranges.append({k: c[k][is_range] for k in RANGE_ROW_COLUMNS})
             opt = is_range & (code >= 0) & self._opt[safe]
             ends = (c["start_ns"] + c["dur_ns"])[opt].tolist()
             self.optimizer += zip(pid[opt].tolist(), c["start_ns"][opt].tolist(), ends, strict=True)
@@ -176,6 +182,7 @@ def stream_trace(
     spill_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
+    ranges_path: str | None = None,
 ) -> StreamedTrace:
     """Ingest one Kineto file or nsys export (``fmt``: ``kineto`` or ``nsys``) in bounded memory:
     writes its event table to ``events_path`` (when given) and returns every per-trace table, equal to
@@ -184,8 +191,11 @@ def stream_trace(
     A Kineto file is decoded in chunks (``workers`` > 1: by that many other processes, batch by batch,
     ``tracing.ingest.kineto_sharded``; if they fail, this process reads the file itself); an nsys export is read a
     block of rowids at a time (``tracing.ingest.nsys_stream``). With ``workers`` > 1 the event table is
-    written by a forked process while this one analyses (``tracing.outputs.background``)."""
-    args = (rank, include_python, phase_map, labels, pattern, events_path, workers > 1)
+    written by a forked process while this one analyses (``tracing.outputs.background``). With ``ranges_path``
+    a range table of ``tracing.staged.STAGE_ROWS`` ranges or more is written there a part at a time
+    (``StreamedTrace.staged_ranges``), and the analysis holds only the rows the other tables read
+    (``tracing.analysis.range_summary``)."""
+    args = (rank, include_python, phase_map, labels, pattern, events_path, ranges_path, workers > 1)
     return_large_frees()
     if fmt == "nsys":
         return _spilled(path, spill_dir, NsysDecoder(path, progress=progress), *args)
@@ -261,6 +271,7 @@ def _stream(
     labels: Labels | None,
     pattern: str | None,
     events_path: str | None,
+    ranges_path: str | None,
     background_write: bool = False,
 ) -> StreamedTrace:
     from tracing.jobs import assemble  # jobs dispatches here; the table building is shared
@@ -290,15 +301,19 @@ def _stream(
         if writer is None:
             store.write_table_parts(parts(), events_path, meta)
     try:
-        range_rows = _range_frame(p1, base_ns, fix, names, shape_cats, domains)
-        trace = Trace(str(Path(path)), fmt, range_rows, rank=resolved, meta=info)
-        del range_rows  # the trace holds them until the range table takes them over (_op_tables)
+        # the trace's events stay here and on disk: its range rows go straight into the range columns
+        no_events = _frame(
+            {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}, names, shape_cats, domains
+        )
+        trace = Trace(str(Path(path)), fmt, no_events, rank=resolved, meta=info)
+        cols = _range_columns(p1, base_ns, names, domains, fmt, phase_map)
         optimizer = _optimizer(p1.optimizer, base_ns)
         for st in p1.stats.values():
             if st.first_ns is not None:
                 st.first_ns += base_ns
                 st.last_ns += base_ns  # type: ignore[operator]
-        ops = _op_tables(p1, trace, base_ns, fix, names, phase_map)
+        ops = _op_tables(p1, trace, cols, base_ns, fix, names, _RangeOut(ranges_path, pattern))
+        del cols
         mb = find_microbatches_streamed(
             names,
             shape_cats,
@@ -319,37 +334,53 @@ def _stream(
         ops.launches.close()
         t = ops.tables
         analysis = assemble(trace, t.timelines, t.streams, ops.ranges, t.kernels, mb)
+        if ops.staged is not None:  # on disk: what was read above were the rows that matter (range_summary)
+            analysis.tables["ranges"] = ops.ranges.iloc[:0].copy()
         if writer is not None:
             writer.wait()
     except BaseException:
         if writer is not None:
             writer.cancel()
         raise
-    return StreamedTrace(trace, p1.rows, ops.tables.num_ops, analysis)
+    return StreamedTrace(trace, p1.rows, ops.tables.num_ops, analysis, ops.staged)
+
+
+@dataclass
+class StagedRanges:
+    """A streamed file's range table, written to ``path`` a part at a time (``tracing.staged.part_file``)."""
+
+    path: str
+    num_ranges: int
+    phase_seconds: dict[str, float]
+
+
+@dataclass
+class _RangeOut:
+    path: str | None  # where a large range table goes (None: held, whatever its size)
+    pattern: str | None  # --microbatch-range: which rows micro-batch detection reads
 
 
 @dataclass
 class _OpResult:
     tables: OpTables
-    ranges: pd.DataFrame
+    ranges: pd.DataFrame  # the range table; if staged, only the rows the other tables read
     launches: Launches  # on disk, in (pid, launch start) order; closed by the caller
+    staged: StagedRanges | None
 
 
 def _op_tables(
     p1: _Pass1,
     trace: Trace,
+    cols: dict[str, Any],
     base_ns: int,
     fix: Callable[[dict[str, np.ndarray]], None],
     names: list[str],
-    phase_map: PhaseMap,
+    out: _RangeOut,
 ) -> _OpResult:
     """The GPU-op tables, the range table and the launches, from the ops joined on disk and read back in
     (start, row) order a chunk at a time (``tracing.ingest.opjoin``, ``tracing.analysis.opwindows``). The
-    launches stay on disk (the spill folder) for micro-batch detection."""
-    cols = attribution.range_columns(trace, phase_map)
-    # the range rows are in ``cols`` now: nothing after this reads them (an NVTX-heavy export holds a range
-    # per op, ~120 bytes each)
-    trace.events = trace.events.iloc[:0].copy()  # a copy: a 0-row view would keep every row alive
+    launches stay on disk (the spill folder) for micro-batch detection. ``cols`` (the range columns) is
+    emptied."""
     to_attribute = None if trace.range_log is not None else cols
     acc = OpWindows(names, to_attribute, p1.dir, OP_RUN_ROWS, timeline_dir=p1.timeline_dir)
     try:
@@ -361,31 +392,66 @@ def _op_tables(
         finally:
             joined.close()
         tables = acc.finish()
-        if tables.num_ops and trace.range_log is None:
-            ranges = attribution.attributed_frame(cols, tables.partials, tables.timelines)
-        else:
-            ranges = attribution.unattributed_frame(trace, cols)
+        attributed = bool(tables.num_ops) and trace.range_log is None
+        partials = tables.partials if attributed else None
         tables.partials = {}
-        del cols
-        return _OpResult(tables, ranges, acc.launches(tables.kernels))
+        if out.path is not None and len(cols["start_ns"]) >= staged.STAGE_ROWS:
+            ranges, written = _staged_ranges(cols, partials, tables.timelines, trace, out)
+        else:
+            ranges = next(
+                attribution.table_parts(cols, max(len(cols["start_ns"]), 1), partials, tables.timelines)
+            )
+            written = None
+        del partials
+        return _OpResult(tables, ranges, acc.launches(tables.kernels), written)
     except BaseException:
         acc.close()
         raise
 
 
-def _range_frame(
-    p1: _Pass1,
-    base_ns: int,
-    fix: Callable[[dict[str, np.ndarray]], None],
-    names: list[str],
-    shape_cats: list[str],
-    domains: list[str],
-) -> pd.DataFrame:
-    """The range rows as event-table rows (the trace's ``events``); the raw rows are freed on the way."""
-    rows = _concat_freeing(p1.ranges, RAW_COLUMNS)
-    rows["start_ns"] += np.int64(base_ns)
-    fix(rows)
-    return _frame(rows, names, shape_cats, domains)
+def _staged_ranges(
+    cols: dict[str, Any],
+    partials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None,
+    timelines: list[metrics.DeviceTimeline],
+    trace: Trace,
+    out: _RangeOut,
+) -> tuple[pd.DataFrame, StagedRanges]:
+    """The range table written to ``out.path`` a part of ``staged.STAGE_ROWS`` ranges at a time, with the trace
+    columns the output table has; returned: the rows the other tables read (``range_summary``), and the
+    staged table's summary."""
+    from tracing.jobs import with_trace_cols
+
+    n = len(cols["start_ns"])
+    keep = range_summary.needed_rows(cols, out.pattern)
+    assert out.path is not None
+    kept, a = [], 0
+    with staged.part_file(out.path) as add:
+        for part in attribution.table_parts(cols, staged.STAGE_ROWS, partials, timelines):
+            kept.append(part[keep[a : a + len(part)]])
+            a += len(part)
+            add(with_trace_cols(part, trace))
+    rows = pd.concat(kept, ignore_index=True)
+    return rows, StagedRanges(out.path, n, staged.phase_seconds(rows))
+
+
+def _range_columns(
+    p1: _Pass1, base_ns: int, names: list[str], domains: list[str], fmt: str, phase_map: PhaseMap
+) -> dict[str, Any]:
+    """The range columns (``attribution.range_columns``) of the range rows kept by pass 1, which are freed
+    on the way. Range rows are host rows: their pid needs no fixing (``_gpu_pid_fixer``), nor do the shapes
+    of an export's (``_nsys_shapes``), which the range table does not have."""
+    rows = _concat_freeing(p1.ranges, RANGE_ROW_COLUMNS)
+    start = rows.pop("start_ns") + np.int64(base_ns)
+    return attribution.coded_range_columns(
+        (rows.pop("name").astype(np.int64), names),
+        (rows.pop("domain").astype(np.int64), domains),
+        rows.pop("pid"),
+        rows.pop("tid"),
+        start,
+        start + rows.pop("dur_ns"),
+        "nvtx" if fmt == "nsys" else "user_annotation",
+        phase_map,
+    )
 
 
 def _concat_freeing(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:

@@ -173,7 +173,7 @@ def test_only_step_and_phase_rows_reach_the_step_table(tmp_path) -> None:
         ranges = attribution.attribute_ranges(trace)
         keep = steps.step_rows(ranges)
         assert 0 < keep.sum() < len(ranges)  # some rows dropped, some kept: the test can fail
-        every = steps.trace_step_phases(jobs._with_trace_cols(ranges[list(jobs._STEP_INPUT)], trace))
-        some = steps.trace_step_phases(jobs._with_trace_cols(jobs._step_input(ranges), trace))
+        every = steps.trace_step_phases(jobs.with_trace_cols(ranges[list(jobs._STEP_INPUT)], trace))
+        some = steps.trace_step_phases(jobs.with_trace_cols(jobs._step_input(ranges), trace))
         assert len(every) > 0
         pd.testing.assert_frame_equal(every, some, check_exact=True)

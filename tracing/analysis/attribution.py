@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,11 +81,8 @@ def _number(text: str) -> object:
 
 def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
     """The ranges of a trace with nesting (parent_id, depth) and canonical phase; no GPU columns yet."""
-    cols = _range_columns(trace, phase_map)
-    kinds = {c: schema.RANGE_COLUMNS[c] for c in _FRAME_COLUMNS}
-    return pd.DataFrame(
-        {c: string_array(cols[c], t) if t == "string" else cols[c] for c, t in kinds.items()}
-    ).astype(kinds)
+    table = _frame(_range_columns(trace, phase_map), "")
+    return table[list(_FRAME_COLUMNS)]
 
 
 _FRAME_COLUMNS = (
@@ -112,23 +110,21 @@ def _nesting_arrays(
     parent = np.full(len(pid), schema.NO_ID, np.int64)
     depth = np.zeros(len(pid), np.int64)
     stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for i, (p, t, s0, e0) in enumerate(
-        zip(
-            np.asarray(pid).tolist(),
-            np.asarray(tid).tolist(),
-            np.asarray(start).tolist(),
-            np.asarray(end).tolist(),
-            strict=True,
-        )
-    ):
-        stack = stacks.setdefault((p, t), [])
-        while stack and (stack[-1][1] <= s0 or stack[-1][1] < e0):
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1][0]
-            depth[i] = len(stack)
-        stack.append((i, e0))
+    for a in range(0, len(pid), _NESTING_ROWS):  # Python ints for a block of rows at a time, not all
+        b = a + _NESTING_ROWS
+        rows = zip(*(np.asarray(x)[a:b].tolist() for x in (pid, tid, start, end)), strict=True)
+        for i, (p, t, s0, e0) in enumerate(rows, start=a):
+            stack = stacks.setdefault((p, t), [])
+            while stack and (stack[-1][1] <= s0 or stack[-1][1] < e0):
+                stack.pop()
+            if stack:
+                parent[i] = stack[-1][0]
+                depth[i] = len(stack)
+            stack.append((i, e0))
     return parent, depth
+
+
+_NESTING_ROWS = 1 << 16
 
 
 def attribute_ranges(
@@ -181,52 +177,194 @@ def attributed_frame(
     """The range table from :func:`range_columns` and, per rule of :data:`RULES`, each range's ops: count,
     busy (|union|), first op start and last op end (0 where none) -- from all ops at once
     (:func:`attribute_ranges`) or accumulated a time window of ops at a time (``tracing.analysis.opwindows``)."""
-    pid, start, end = cols["pid"], cols["start_ns"], cols["end_ns"]
+    return next(table_parts(cols, max(len(cols["start_ns"]), 1), partials, timelines))
+
+
+Partials = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+def table_parts(
+    cols: dict[str, Any],
+    rows: int,
+    partials: Partials | None = None,
+    timelines: list[metrics.DeviceTimeline] | None = None,
+) -> Iterator[pd.DataFrame]:
+    """:func:`attributed_frame` (with ``partials``) or the unattributed table of a trace without GPU ops, as
+    consecutive parts of ``rows`` ranges: the same rows and dtypes, never the whole table at once (the
+    streamed path writes each part out before making the next). ``cols`` is emptied on the way.
+
+    What is made for every range at once: each window's device time before its end (16 bytes a range, from
+    one pass over the timelines in end order); the rest of the GPU columns is made a part at a time."""
+    n = len(cols["start_ns"])
+    clipped = None
+    if partials is not None:
+        clipped = _Clipped(cols["pid"], _window_end(cols["end_ns"], partials["window"]), timelines or [])
+    for a in range(0, max(n, 1), rows):
+        # one part: the columns themselves, so that _frame frees each as it converts it
+        part = cols if rows >= n else _rows(cols, a, a + rows)
+        if partials is None:
+            yield _frame(part, NO_GPU_REASON)
+            continue
+        assert clipped is not None
+        mine = {k: tuple(x[a : a + rows] for x in v) for k, v in partials.items()}
+        window_end = _complete(part, mine)
+        part["time_ns"] = window_end - part["start_ns"]
+        part["busy_in_window_ns"], part["host_stall_ns"] = clipped.part(a, part["pid"], part["start_ns"])
+        del mine, window_end
+        if a + rows >= n:
+            clipped = None  # the last part: what was made for every range goes before this part's table
+        yield _frame(part, "")
+    cols.clear()
+
+
+def _rows(cols: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Rows [a, b) of range columns (arrays, :class:`Coded` columns, extension arrays, lists or a ``range``; a
+    string is every row's). A coded column keeps only the values its rows use (emit_nvtx names are all
+    distinct: ``op_id = N``); columns that share their codes (name, phase, attrs) share the work."""
+    out: dict[str, Any] = {}
+    recoded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for c, col in cols.items():
+        if isinstance(col, str):
+            out[c] = col
+        elif isinstance(col, Coded):
+            key = id(col.codes)
+            if key not in recoded:
+                used, codes = np.unique(col.codes[a:b], return_inverse=True)
+                recoded[key] = (used, codes.reshape(-1).astype(np.int64))
+            used, codes = recoded[key]
+            out[c] = Coded([col.values[k] for k in used.tolist()], codes)
+        else:
+            out[c] = col[a:b]
+    return out
+
+
+def _window_end(end: np.ndarray, window: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Each range's window end: the later of its end and the end of the last GPU op launched in it."""
+    n_ops, last = window[0], window[3]
+    return np.where(n_ops > 0, np.maximum(end, last), end)
+
+
+def _complete(cols: dict[str, Any], partials: Partials) -> np.ndarray:
+    """Add the op columns to ``cols`` (see :func:`attributed_frame`); returns the window ends."""
+    end = cols["end_ns"]
     for prefix, (n_ops, busy, first, last) in partials.items():
         cols[f"{prefix}_ops"], cols[f"{prefix}_busy_ns"] = n_ops, busy
         cols[f"{prefix}_span_ns"] = np.where(n_ops > 0, last - first, 0)
     gpu_end = partials["window"][3]
     launched_any = cols["window_ops"] > 0
-    window_end = np.where(launched_any, np.maximum(end, gpu_end), end)
+    window_end = _window_end(end, partials["window"])
     cols["gpu_end_ns"] = pd.array(np.where(launched_any, gpu_end, 0), dtype="Int64")
     cols["gpu_end_ns"][~launched_any] = pd.NA
-    cols["time_ns"] = window_end - start
-    cols["busy_in_window_ns"], cols["host_stall_ns"] = _clipped_device_time(pid, start, window_end, timelines)
-    return _frame(cols, "")
+    return window_end
+
+
+class _Clipped:
+    """Per range, its process's device busy union and host stall inside [start, window end], a part of the
+    ranges (in table order) at a time: C(t) = |union ∩ (-inf, t)| (``intervals.Covered``) at every window end
+    at once (one pass over each process's timelines, ends sorted), at the starts part by part (a second pass:
+    a process's starts never go back in table order); each window's time is C(end) - C(start), as
+    ``intervals.clipped`` gives it."""
+
+    def __init__(self, pid: np.ndarray, hi: np.ndarray, timelines: list[metrics.DeviceTimeline]) -> None:
+        pid = np.asarray(pid, np.int64)
+        self._mine = {p: [t for t in timelines if t.pid == p] for p in np.unique(pid).tolist()}
+        self.busy_hi = np.zeros(len(pid), np.int64)
+        self.stall_hi = np.zeros(len(pid), np.int64)
+        for p, mine in self._mine.items():
+            if not mine:
+                continue
+            idx = np.flatnonzero(pid == p)
+            idx = idx[np.argsort(hi[idx], kind="stable")]
+            for out, cov in zip((self.busy_hi, self.stall_hi), self._covered(mine), strict=True):
+                for k in _blocks(idx):
+                    out[k] = cov.at(hi[k])
+        self._lo = {p: self._covered(mine) for p, mine in self._mine.items() if mine}
+
+    @staticmethod
+    def _covered(mine: list[metrics.DeviceTimeline]) -> tuple[intervals.Covered, intervals.Covered]:
+        return (
+            intervals.Covered(intervals.merged_by_start([t.busy.blocks() for t in mine])),
+            intervals.Covered(intervals.merged_by_start([t.stall.blocks() for t in mine])),
+        )
+
+    def part(self, a: int, pid: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Busy and stall of ranges [a, a + len(pid)) of the table (their pid and start)."""
+        busy = np.zeros(len(pid), np.int64)
+        stall = np.zeros(len(pid), np.int64)
+        for p in np.unique(pid).tolist():
+            covered = self._lo.get(p)
+            if covered is None:
+                continue
+            for k in _blocks(np.flatnonzero(pid == p)):
+                busy[k] = np.clip(self.busy_hi[a + k] - covered[0].at(lo[k]), 0, None)
+                stall[k] = np.clip(self.stall_hi[a + k] - covered[1].at(lo[k]), 0, None)
+        return busy, stall
+
+
+def _blocks(idx: np.ndarray) -> Iterator[np.ndarray]:
+    """``idx`` a block of queries at a time (``intervals.BLOCK_ROWS``)."""
+    for a in range(0, len(idx), intervals.BLOCK_ROWS):
+        yield idx[a : a + intervals.BLOCK_ROWS]
 
 
 def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any]:
-    """The ranges (events of kind range, or the range log) as arrays, sorted by (start, -end), with nesting.
-
-    Names are split, JSON-encoded and mapped to phases once per distinct name (category code), not per row.
-    """
+    """The ranges (events of kind range, or the range log) as arrays, sorted by (start, -end), with nesting."""
     phase_map = phase_map or default_phase_map()
     if trace.range_log is not None:
         return _range_log_columns(trace.range_log, phase_map)
     events = trace.events
     mask = metrics.kind_mask(events, (schema.RANGE,))
-    name_codes = events["name"].cat.codes.to_numpy()[mask]
-    dom_codes = events["domain"].cat.codes.to_numpy()[mask]
-    name_cats = [*map(str, events["name"].cat.categories), ""]  # code -1 (a missing name) -> ""
-    dom_cats = [*map(str, events["domain"].cat.categories), ""]
-    split: dict[int, tuple[str, str, str]] = {}
-    for code in np.unique(name_codes).tolist():
-        name, attrs = split_encoded_name(name_cats[code])
-        phase = phase_map.phase_of(shapes.base_op_name(name))  # emit_nvtx suffixes ", op_id = 7" too
-        split[code] = (name, json.dumps(attrs, sort_keys=True), phase)
     start = events["start_ns"].to_numpy()[mask]
-    end = start + events["dur_ns"].to_numpy()[mask]
+    return coded_range_columns(
+        (events["name"].cat.codes.to_numpy()[mask], [*map(str, events["name"].cat.categories)]),
+        (events["domain"].cat.codes.to_numpy()[mask], [*map(str, events["domain"].cat.categories)]),
+        events["pid"].to_numpy()[mask],
+        events["tid"].to_numpy()[mask],
+        start,
+        start + events["dur_ns"].to_numpy()[mask],
+        "nvtx" if trace.format == "nsys" else "user_annotation",
+        phase_map,
+    )
+
+
+def coded_range_columns(
+    name: tuple[np.ndarray, list[str]],
+    domain: tuple[np.ndarray, list[str]],
+    pid: np.ndarray,
+    tid: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    source: str,
+    phase_map: PhaseMap,
+) -> dict[str, Any]:
+    """Range rows (in the trace's row order; ``name`` / ``domain``: codes into their values, -1 = missing)
+    as the range table's columns, sorted by (start, -end), with nesting: the in-memory path's range events
+    and the streamed path's range rows alike.
+
+    Names are split, JSON-encoded and mapped to phases once per distinct name (category code), not per row.
+    """
+    name_codes, name_cats = name[0], [*name[1], ""]  # code -1 (a missing name) -> ""
+    dom_codes, dom_cats = domain[0], [*domain[1], ""]
+    split: dict[int, tuple[str, str, str]] = {}
+    phases: dict[str, str] = {}  # per op name: emit_nvtx names differ by their suffixes (", op_id = 7") only
+    for code in np.unique(name_codes).tolist():
+        base, attrs = split_encoded_name(name_cats[code])
+        op = shapes.base_op_name(base)
+        phase = phases.get(op)
+        if phase is None:
+            phase = phases[op] = phase_map.phase_of(op)
+        split[code] = (base, json.dumps(attrs, sort_keys=True) if attrs else "{}", phase)
     order = np.lexsort((-end, start))  # start ascending, end descending, stable
-    pid, tid = events["pid"].to_numpy()[mask][order], events["tid"].to_numpy()[mask][order]
+    pid, tid = np.asarray(pid, np.int64)[order], np.asarray(tid, np.int64)[order]
     start, end = start[order], end[order]
     distinct = sorted(split)
     codes = np.searchsorted(np.array(distinct, np.int64), name_codes[order])  # into ``distinct``
     dom = dom_codes[order].astype(np.int64)
     parent, depth = _nesting_arrays(pid, tid, start, end)
     n = len(codes)
-    return {
-        "source": Coded(["nvtx" if trace.format == "nsys" else "user_annotation"], np.zeros(n, np.int64)),
-        "range_id": np.arange(n, dtype=np.int64),
+    return {  # nothing per row for what follows from the rest (source, range_id, wall_ns: see _frame)
+        "source": source,
+        "range_id": range(n),
         "parent_id": parent,
         "depth": depth,
         "name": Coded([split[c][0] for c in distinct], codes),
@@ -236,7 +374,6 @@ def _range_columns(trace: Trace, phase_map: PhaseMap | None) -> dict[str, Any]:
         "tid": tid,
         "start_ns": start,
         "end_ns": end,
-        "wall_ns": end - start,
         "attrs": Coded([split[c][1] for c in distinct], codes),
     }
 
@@ -288,9 +425,14 @@ def _range_log_columns(log: pd.DataFrame, phase_map: PhaseMap) -> dict[str, Any]
 
 def _frame(cols: dict[str, Any], gpu_reason: str) -> pd.DataFrame:
     """The range table from its columns, built once with its final dtypes; GPU columns absent -> null.
-    ``cols`` is consumed: each column is dropped once converted (lists of str are freed as they go)."""
+    ``cols`` is consumed: each column is dropped once converted (lists of str are freed as they go). A column
+    may be one string for every row (``source``), a ``range`` (``range_id``); ``wall_ns`` absent is end - start."""
     n = len(cols["start_ns"])
     data = {}
+    if isinstance(cols.get("source"), str):
+        cols["source"] = Coded([cols["source"]], np.zeros(n, np.int64))
+    if "wall_ns" not in cols:
+        cols["wall_ns"] = np.asarray(cols["end_ns"], np.int64) - np.asarray(cols["start_ns"], np.int64)
     if "time_ns" not in cols:
         cols["time_ns"] = cols["wall_ns"]
     for c, dtype in schema.RANGE_COLUMNS.items():

@@ -12,6 +12,7 @@ ranges: mxperf's ``update/microbatch[...]``, verl's ``micro_batch<i>``, NeMo RL'
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,19 +48,7 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
     if len(ranges) == 0:
         return [], ranges.iloc[0:0], []
     codes, uniq = _factorized(ranges["name"])
-    explicit_rx = re.compile(pattern) if pattern else EXPLICIT_NAMES
-    per_name = np.array(
-        [
-            (
-                explicit_rx.fullmatch(n) is not None,
-                _LIBRARY.search(n) is not None,
-                _PROFILER_STEP.fullmatch(n) is not None,
-            )
-            for n in uniq
-        ],
-        bool,
-    ).reshape(len(uniq), 3)
-    explicit, library, is_step = (per_name[codes, k] for k in range(3))
+    explicit, library, is_step = (flags[codes] for flags in name_flags(uniq, pattern))
     phase_codes, phases = _factorized(ranges["phase"])
     pid = ranges["pid"].to_numpy(np.int64)
     in_set = np.isin(phases, MICROBATCH_PHASES)[phase_codes] & ~explicit
@@ -82,7 +71,7 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
     covered = {r.pid for r in regions}
     # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
     dom_codes, domains = _factorized(ranges["domain"])
-    user = ~library & np.array([d.upper() != "NCCL" for d in domains], bool)[dom_codes]
+    user = ~library & np.array([is_user_domain(d) for d in domains], bool)[dom_codes]
     not_trained = np.isin(phases, ("generate", "sync"))[phase_codes]
     for p in sorted(set(pid.tolist()) - covered):
         mine = pid == p
@@ -94,6 +83,29 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
         elif not (mine & user).any():
             fallback.append(int(p))  # only op ranges: cut the process as a whole
     return regions, ranges[explicit], fallback
+
+
+def name_flags(names: Sequence[str], pattern: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct range name: an explicit micro-batch range (``pattern``, else :data:`EXPLICIT_NAMES`), a
+    library range (emit_nvtx op, NCCL), a ``ProfilerStep#N``."""
+    explicit_rx = re.compile(pattern) if pattern else EXPLICIT_NAMES
+    per_name = np.array(
+        [
+            (
+                explicit_rx.fullmatch(n) is not None,
+                _LIBRARY.search(n) is not None,
+                _PROFILER_STEP.fullmatch(n) is not None,
+            )
+            for n in names
+        ],
+        bool,
+    ).reshape(len(names), 3)
+    return per_name[:, 0], per_name[:, 1], per_name[:, 2]
+
+
+def is_user_domain(domain: str) -> bool:
+    """A range domain of the user's (not NCCL's own NVTX domain)."""
+    return domain.upper() != "NCCL"
 
 
 def _factorized(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:

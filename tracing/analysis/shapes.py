@@ -26,12 +26,16 @@ EMBEDDING_OPS = frozenset({"aten::embedding"})
 GEMM_OPS: dict[str, int] = {"aten::linear": 0, "aten::matmul": 0, "aten::mm": 0, "aten::addmm": 1}
 
 
-@lru_cache(maxsize=65536)
 def base_op_name(name: str) -> str:
-    """The op name without emit_nvtx's suffixes: ``"aten::mm, seq = 3, op_id = 9"`` -> ``"aten::mm"``."""
+    """The op name without emit_nvtx's suffixes: ``"aten::mm, seq = 3, op_id = 9"`` -> ``"aten::mm"``.
+
+    Not cached: emit_nvtx names are all distinct (``op_id``), and a cache of them costs more than the search."""
+    first = name.find(", ")  # every suffix starts so
+    if first < 0:
+        return name
     cut = len(name)
     for suffix in _NVTX_SUFFIXES:
-        i = name.find(suffix)
+        i = name.find(suffix, first)
         if 0 <= i < cut:
             cut = i
     return name[:cut]

@@ -26,6 +26,7 @@ PHASES: tuple[str, ...] = STEP_PHASES[:-1]
 _PHASE_COLUMN_PATTERNS: tuple[str, ...] = ("{p}_s", "{p}_seconds", "seconds_{p}", "time_{p}_s")
 _STEP_COLUMNS: tuple[str, ...] = ("step_s", "step_seconds", "seconds", "wall_s")
 _STEP_RANGE = r"^(?:ProfilerStep#(\d+)|step)$"
+_STEP_RE = re.compile(_STEP_RANGE)
 
 
 def _phase_column(columns: Sequence[str], phase: str) -> str | None:
@@ -102,12 +103,14 @@ def _is_step(ranges: pd.DataFrame) -> np.ndarray:
     """Step ranges: a step-like name (matched once per distinct name: an nsys export has a range per op, no
     str object per row) or the phase ``step``."""
     codes, uniques = pd.factorize(ranges["name"].astype(str))
-    step_re = re.compile(_STEP_RANGE)
-    matched = np.array(
-        [isinstance(n, str) and step_re.match(n) is not None for n in uniques.tolist()] + [False]
-    )
+    matched = np.array([is_step_name(n) for n in uniques.tolist()] + [False])
     step_phase = (ranges["phase"] == "step").to_numpy(bool) if "phase" in ranges else False
     return matched[codes] | step_phase
+
+
+def is_step_name(name: object) -> bool:
+    """A step range name: ``step`` or ``ProfilerStep#N``."""
+    return isinstance(name, str) and _STEP_RE.match(name) is not None
 
 
 def step_rows(ranges: pd.DataFrame) -> np.ndarray:

@@ -77,7 +77,8 @@ class NsysDecoder:
         self.skipped = 0
         self.shape_names: list[str] = [""]
         self.shape_lut = np.zeros(0, np.int32)
-        self._range_names: set[int] = set()
+        # per name code (slot code + 1): a range's name; a byte a name, not a set entry (emit_nvtx: all distinct)
+        self._range_names = np.zeros(0, bool)
         self._gpu_pids: set[int] = set()
 
     @property
@@ -102,12 +103,13 @@ class NsysDecoder:
                         self.progress(min(size * done // max(total, 1), size), size)
                     kind, name = part["kind"], part["name"]
                     if kind[0] == _RANGE:  # a part holds one kind
-                        self._range_names.update(np.unique(name).tolist())
+                        self._range_names = _marked(self._range_names, np.unique(name))
                     elif kind[0] in _GPU_OPS:
                         self._gpu_pids.update(np.unique(part["pid"]).tolist())
                     yield
             names = list(self.b.names)
-            self.shape_names, self.shape_lut = nsys.nvtx_shape_lut(np.array(sorted(self._range_names)), names)
+            range_codes = np.flatnonzero(self._range_names) - 1  # sorted, -1 (no name) first if seen
+            self.shape_names, self.shape_lut = nsys.nvtx_shape_lut(range_codes, names)
         except BaseException:
             self.close()
             raise
@@ -134,3 +136,12 @@ class NsysDecoder:
         if self.con is not None:
             self.con.close()
             self.con = None
+
+
+def _marked(mask: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``mask`` (slot c + 1 for name code c, slot 0 for -1) with ``codes`` marked, grown as needed."""
+    top = int(codes.max()) + 2 if len(codes) else 0
+    if top > len(mask):
+        mask = np.concatenate([mask, np.zeros(max(top, 2 * len(mask)) - len(mask), bool)])
+    mask[codes + 1] = True
+    return mask
