@@ -345,20 +345,24 @@ def coded_range_columns(
     """
     name_codes, name_cats = name[0], [*name[1], ""]  # code -1 (a missing name) -> ""
     dom_codes, dom_cats = domain[0], [*domain[1], ""]
-    split: dict[int, tuple[str, str, str]] = {}
+    distinct = np.unique(name_codes)  # sorted; per distinct name (emit_nvtx: one per range), three list slots
+    names: list[str] = []
+    attrs: list[str] = []
+    phase_of: list[str] = []
     phases: dict[str, str] = {}  # per op name: emit_nvtx names differ by their suffixes (", op_id = 7") only
-    for code in np.unique(name_codes).tolist():
-        base, attrs = split_encoded_name(name_cats[code])
+    for code in distinct.tolist():
+        base, parsed = split_encoded_name(name_cats[code])
         op = shapes.base_op_name(base)
         phase = phases.get(op)
         if phase is None:
             phase = phases[op] = phase_map.phase_of(op)
-        split[code] = (base, json.dumps(attrs, sort_keys=True) if attrs else "{}", phase)
+        names.append(base)
+        attrs.append(json.dumps(parsed, sort_keys=True) if parsed else "{}")
+        phase_of.append(phase)
     order = np.lexsort((-end, start))  # start ascending, end descending, stable
     pid, tid = np.asarray(pid, np.int64)[order], np.asarray(tid, np.int64)[order]
     start, end = start[order], end[order]
-    distinct = sorted(split)
-    codes = np.searchsorted(np.array(distinct, np.int64), name_codes[order])  # into ``distinct``
+    codes = np.searchsorted(distinct.astype(np.int64), name_codes[order])  # into ``distinct``
     dom = dom_codes[order].astype(np.int64)
     parent, depth = _nesting_arrays(pid, tid, start, end)
     n = len(codes)
@@ -367,14 +371,14 @@ def coded_range_columns(
         "range_id": range(n),
         "parent_id": parent,
         "depth": depth,
-        "name": Coded([split[c][0] for c in distinct], codes),
+        "name": Coded(names, codes),
         "domain": Coded(dom_cats, np.where(dom < 0, len(dom_cats) - 1, dom)),
-        "phase": Coded([split[c][2] for c in distinct], codes),
+        "phase": Coded(phase_of, codes),
         "pid": pid,
         "tid": tid,
         "start_ns": start,
         "end_ns": end,
-        "attrs": Coded([split[c][1] for c in distinct], codes),
+        "attrs": Coded(attrs, codes),
     }
 
 
