@@ -13,11 +13,13 @@ range: six columns of each range row while reading, then the sorted range column
 the host items and launches of the largest micro-batch detection window (a phase range or ``ProfilerStep``; the
 whole process when the trace has no ranges). The range table itself is never whole here when it goes to the
 staging folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
-(micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps. Nothing is held per GPU op or per idle gap: the device timelines' busy
-blocks and host stalls go to files in ``spill_dir`` (``tracing.analysis.intervals``), which outlive the call
-(``--colocated`` unions them across files; pool workers return them by name) and go with that folder. The other
-spill files live in a temporary folder inside ``spill_dir`` and are removed at the end. With ``workers`` > 1 a Kineto file's
-batches are decoded by that many other processes (``tracing.ingest.kineto_sharded``).
+(micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps.
+
+Nothing is held per GPU op or per idle gap: the device timelines' busy blocks and host stalls go to files in
+``spill_dir`` (``tracing.analysis.intervals``), which outlive the call (``--colocated`` unions them across
+files; pool workers return them by name) and go with that folder. The other spill files live in a temporary
+folder inside ``spill_dir`` and are removed at the end. With ``workers`` > 1 a Kineto file's batches are decoded
+by that many other processes (``tracing.ingest.kineto_sharded``).
 """
 
 from __future__ import annotations
