@@ -154,7 +154,11 @@ def write_table_parts(
     frames: Iterable[pd.DataFrame], path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
 ) -> tuple[Path, int]:
     """:func:`write_table` for a table that arrives in parts (same columns and dtypes, categoricals with the
-    same categories): one row group per part, so only one part is in memory. Returns (path, rows)."""
+    same categories): one row group per part, so only one part is in memory. Returns (path, rows).
+
+    The first part's categoricals go out with every category, later parts' with the ones they use: a reader
+    unifies the row groups' dictionaries in order, so the table read back is the same, and a part of an export
+    whose names are all distinct (emit_nvtx's ``op_id = N``) does not carry (and convert) all of them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -165,14 +169,18 @@ def write_table_parts(
     try:
         with writing(path):
             for df in frames:
-                table = pa.Table.from_pandas(df, preserve_index=False)
                 if writer is None:
+                    table = pa.Table.from_pandas(df, preserve_index=False)
                     kv = dict(table.schema.metadata or {})
                     kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
                     if meta:
                         kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
                     schema = table.schema.with_metadata(kv)
                     writer = pq.ParquetWriter(tmp, schema)
+                else:
+                    table = pa.Table.from_pandas(_used_categories(df), preserve_index=False)
+                    if not table.schema.equals(schema):  # fewer categories: e.g. int8 codes, not int16
+                        table = table.cast(schema)
                 writer.write_table(table.replace_schema_metadata(schema.metadata))
                 rows += len(df)
             if writer is None:
@@ -185,6 +193,16 @@ def write_table_parts(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path, rows
+
+
+def _used_categories(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each categorical column's unused categories dropped (order kept); other columns shared."""
+    import pandas as pd
+
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if not cats:
+        return df
+    return df.assign(**{c: df[c].cat.remove_unused_categories() for c in cats})
 
 
 def read_table(
