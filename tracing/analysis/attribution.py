@@ -267,10 +267,10 @@ class _Clipped:
 
     def __init__(self, pid: np.ndarray, hi: np.ndarray, timelines: list[metrics.DeviceTimeline]) -> None:
         pid = np.asarray(pid, np.int64)
-        self._mine = {p: [t for t in timelines if t.pid == p] for p in np.unique(pid).tolist()}
+        by_pid = {p: [t for t in timelines if t.pid == p] for p in np.unique(pid).tolist()}
         self.busy_hi = np.zeros(len(pid), np.int64)
         self.stall_hi = np.zeros(len(pid), np.int64)
-        for p, mine in self._mine.items():
+        for p, mine in by_pid.items():
             if not mine:
                 continue
             idx = np.flatnonzero(pid == p)
@@ -278,7 +278,7 @@ class _Clipped:
             for out, cov in zip((self.busy_hi, self.stall_hi), self._covered(mine), strict=True):
                 for k in _blocks(idx):
                     out[k] = cov.at(hi[k])
-        self._lo = {p: self._covered(mine) for p, mine in self._mine.items() if mine}
+        self._lo = {p: self._covered(mine) for p, mine in by_pid.items() if mine}
 
     @staticmethod
     def _covered(mine: list[metrics.DeviceTimeline]) -> tuple[intervals.Covered, intervals.Covered]:
@@ -461,15 +461,10 @@ def _frame(cols: dict[str, Any], gpu_reason: str) -> pd.DataFrame:
 def clipped_device_time(
     pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per window [start, end) of process ``pid``: its devices' busy union and host stall inside it (ns)."""
-    return _clipped_device_time(np.asarray(pid, np.int64), np.asarray(start), np.asarray(end), timelines)
-
-
-def _clipped_device_time(
-    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per range: the process's device busy union and host-stall intervals clipped to [start, end] (the
-    process's timelines read once each in start order, on disk or not: ``tracing.analysis.intervals``)."""
+    """Per window [start, end) of process ``pid`` (in any order): its devices' busy union and host stall inside
+    it (ns), each process's timelines read once in start order, on disk or not (``tracing.analysis.intervals``;
+    the range table, whose starts come in order, uses :class:`_Clipped`)."""
+    pid, start, end = np.asarray(pid, np.int64), np.asarray(start), np.asarray(end)
     busy = np.zeros(len(pid), np.int64)
     stall = np.zeros(len(pid), np.int64)
     for p in np.unique(pid).tolist():

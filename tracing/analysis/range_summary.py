@@ -33,12 +33,12 @@ def needed_rows(cols: dict[str, Any], pattern: str | None) -> np.ndarray:
     assert isinstance(name, Coded) and isinstance(phase, Coded) and isinstance(domain, Coded)
     pid, parent = np.asarray(cols["pid"], np.int64), np.asarray(cols["parent_id"], np.int64)
     n = len(pid)
-    explicit, library, profiler_step = mbregions.name_flags(name.values, pattern)
-    step_name = np.array([steps.is_step_name(v) for v in name.values], bool).reshape(-1)
+    explicit, library, _ = mbregions.name_flags(name.values, pattern)
+    step_name = np.array([steps.is_step_name(v) for v in name.values], bool).reshape(-1)  # ProfilerStep#N too
     named_phase = np.array([v != "other" for v in phase.values], bool).reshape(-1)
     in_set = np.isin(np.array(phase.values, dtype=object), mbregions.MICROBATCH_PHASES).reshape(-1)
     user_domain = np.array([mbregions.is_user_domain(d) for d in domain.values], bool).reshape(-1)
-    by_name = explicit | profiler_step | step_name
+    by_name = explicit | step_name
     keep = by_name[name.codes] | named_phase[phase.codes]
     user = ~library[name.codes] & user_domain[domain.codes]
     keep[_firsts(pid, np.ones(n, bool))] = True
