@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,9 @@ from tracing.ingest.spill import RowFile, SortedRuns
 from tracing.ingest.trace import Trace, events_frame
 from tracing.outputs import background, schema, store
 from tracing.outputs.labels import Labels
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CHUNK_ROWS = 1 << 17  # decoded rows per chunk (and per event-table row group)
 RUN_ROWS = 1 << 18  # rows per sorted run of launches / host items
@@ -260,7 +263,9 @@ def read_pass1(dec: Any, p1: _Pass1) -> list[str]:
             p1.add(dec.columns.take())
     p1.flags(list(dec.columns.names))
     p1.add(dec.columns.take())
-    return list(dec.columns.names)
+    names = list(dec.columns.names)
+    dec.columns.forget_names()
+    return names
 
 
 def _stream(
@@ -304,8 +309,8 @@ def _stream(
             store.write_table_parts(parts(), events_path, meta)
     try:
         # the trace's events stay here and on disk: its range rows go straight into the range columns
-        no_events = _frame(
-            {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}, names, shape_cats, domains
+        no_events = _frame(  # no rows, no names (pandas would hash every one: ~250 bytes a name)
+            {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}, [], shape_cats, domains
         )
         trace = Trace(str(Path(path)), fmt, no_events, rank=resolved, meta=info)
         cols = _range_columns(p1, base_ns, names, domains, fmt, phase_map)
@@ -482,11 +487,25 @@ def _event_parts(
     names: list[str],
     shapes: list[str],
     domains: list[str],
-) -> Iterator[pd.DataFrame]:
-    for block in raw.blocks(CHUNK_ROWS):
+) -> Iterator[pa.Table]:
+    """The event table a ``CHUNK_ROWS`` part at a time, as the Arrow tables :func:`_frame`'s parts convert to
+    (``store.coded_table``), each carrying a share of the categories (``store.CarriedCategories``)."""
+    cats = {"name": names, "kind": schema.EVENT_KINDS, "domain": domains, "shapes": shapes or [""]}
+    shares = store.CarriedCategories({c: len(v) for c, v in cats.items()})
+    done = 0
+    for block in raw.blocks(CHUNK_ROWS):  # one block at a time (a look-ahead for the last would hold two)
         block["start_ns"] = block["start_ns"] + np.int64(base_ns)
         fix(block)
-        yield _frame(block, names, shapes, domains)
+        n = len(block["kind"])
+        done += n
+        cols = {
+            c: block[c] if c in block else np.full(n, schema.NO_ID, np.int64) for c in schema.EVENT_COLUMNS
+        }
+        cols["shapes"] = np.maximum(block["shapes"], 0) if "shapes" in block else np.zeros(n, np.int32)
+        yield store.coded_table(cols, cats, shares.carry({c: cols[c] for c in cats}, last=done == raw.rows))
+    assert done == raw.rows, (
+        f"{raw.path}: {done} of {raw.rows} rows read back"
+    )  # the last part carried the rest
 
 
 def _nsys_shapes(lut: np.ndarray) -> Callable[[dict[str, np.ndarray]], None]:

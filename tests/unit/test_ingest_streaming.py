@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import tests.synthetic_traces as st
@@ -64,6 +65,8 @@ def _both(
     events_a, events_b = store.read_table(a.staged_events), store.read_table(b.staged_events)
     pd.testing.assert_frame_equal(events_a, events_b, check_exact=True, obj="events")
     assert store.table_meta(a.staged_events) == store.table_meta(b.staged_events)
+    # the same Arrow schema (dictionary index types) and pandas metadata (number of categories) too
+    assert pq.read_schema(a.staged_events).equals(pq.read_schema(b.staged_events), check_metadata=True)
     assert not list(tmp.glob(".spill-*")), "spill files are removed"
     return a, b
 

@@ -82,14 +82,25 @@ class Signals:
 
 
 def name_signals(names: list[str], shape_cats: list[str]) -> Signals:
-    """The per-name flags of a trace's names (its ``name`` categories), with no processes yet."""
-    base = [shapes.base_op_name(n) for n in names]
-    is_embedding = np.array([b in shapes.EMBEDDING_OPS for b in base], bool)
-    gemm_arg = np.array([shapes.GEMM_OPS.get(b, -1) for b in base], np.int64)
-    is_autograd = np.array([_AUTOGRAD.search(b) is not None for b in base], bool)
-    is_sync = np.array(
-        [b in _SYNC_OPS or "Synchronize" in b or _BLOCKING_COPY.match(b) is not None for b in base], bool
-    )
+    """The per-name flags of a trace's names (its ``name`` categories), with no processes yet: computed per
+    distinct op name, and each name's op name one shared string (emit_nvtx names are all distinct, their op
+    names few)."""
+    shared: dict[str, str] = {}
+    base = [shared.setdefault(b, b) for b in map(shapes.base_op_name, names)]
+    flags = {
+        b: (
+            b in shapes.EMBEDDING_OPS,
+            shapes.GEMM_OPS.get(b, -1),
+            _AUTOGRAD.search(b) is not None,
+            b in _SYNC_OPS or "Synchronize" in b or _BLOCKING_COPY.match(b) is not None,
+        )
+        for b in shared
+    }
+    per_name = [flags[b] for b in base]
+    is_embedding = np.array([f[0] for f in per_name], bool)
+    gemm_arg = np.array([f[1] for f in per_name], np.int64)
+    is_autograd = np.array([f[2] for f in per_name], bool)
+    is_sync = np.array([f[3] for f in per_name], bool)
     return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, shape_cats, {})
 
 

@@ -94,6 +94,11 @@ class Columns:
     def __len__(self) -> int:
         return len(self.kind)
 
+    def forget_names(self) -> None:
+        """Drop the name -> code map once the caller holds the names as a list (``tracing.streamed``): ~60
+        bytes a distinct name (its slot and its code's int object)."""
+        self.names = {}
+
     def take(self) -> dict[str, np.ndarray]:
         """The rows held so far as int64 / int32 / int8 arrays (``name``, ``kind``, ``shapes`` codes and every
         int column); the arrays are emptied, names and shapes stay interned (codes keep their meaning)."""

@@ -68,6 +68,11 @@ class _Rows:
     def __len__(self) -> int:
         return self._rows
 
+    def forget_names(self) -> None:
+        """Drop the name -> code map once the caller holds the names as a list (``tracing.streamed``): ~60
+        bytes a distinct name (its slot and its code's int object)."""
+        self.names = {}
+
     def add(self, part: dict[str, np.ndarray]) -> None:
         self._parts.append(part)
         self._rows += len(part["kind"])

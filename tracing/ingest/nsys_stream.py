@@ -36,6 +36,11 @@ class _Rows:
     def names(self) -> list[str]:
         return list(self.b.names)
 
+    def forget_names(self) -> None:
+        """Drop the builder's name -> code map once the caller holds the names as a list (``tracing.streamed``):
+        ~60 bytes a distinct name (its slot and its code's int object)."""
+        self.b.names = {}
+
     @property
     def shapes(self) -> list[str]:
         return [""]  # emit_nvtx shapes are known per name only at the end (NsysDecoder.shape_lut)

@@ -25,14 +25,16 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracing.outputs.errors import InputError, OutputWriteError
 
 if TYPE_CHECKING:  # pandas / pyarrow load when a table is read or written, not when a manifest is
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
 SCHEMA_VERSION = 1
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
@@ -151,14 +153,17 @@ def write_table(
 
 
 def write_table_parts(
-    frames: Iterable[pd.DataFrame], path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
+    frames: Iterable[pd.DataFrame | pa.Table],
+    path: str | os.PathLike[str],
+    meta: Mapping[str, Any] | None = None,
 ) -> tuple[Path, int]:
     """:func:`write_table` for a table that arrives in parts (same columns and dtypes, categoricals with the
     same categories): one row group per part, so only one part is in memory. Returns (path, rows).
 
     The first part's categoricals go out with every category, later parts' with the ones they use: a reader
     unifies the row groups' dictionaries in order, so the table read back is the same, and a part of an export
-    whose names are all distinct (emit_nvtx's ``op_id = N``) does not carry (and convert) all of them."""
+    whose names are all distinct (emit_nvtx's ``op_id = N``) does not carry (and convert) all of them. A part
+    may come as the Arrow table its frame converts to (:func:`coded_table`: made without pandas categoricals)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -170,7 +175,7 @@ def write_table_parts(
         with writing(path):
             for df in frames:
                 if writer is None:
-                    table = pa.Table.from_pandas(df, preserve_index=False)
+                    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
                     kv = dict(table.schema.metadata or {})
                     kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
                     if meta:
@@ -178,7 +183,11 @@ def write_table_parts(
                     schema = table.schema.with_metadata(kv)
                     writer = pq.ParquetWriter(tmp, schema)
                 else:
-                    table = pa.Table.from_pandas(_used_categories(df), preserve_index=False)
+                    table = (
+                        df
+                        if isinstance(df, pa.Table)
+                        else pa.Table.from_pandas(_used_categories(df), preserve_index=False)
+                    )
                     if not table.schema.equals(schema):  # fewer categories: e.g. int8 codes, not int16
                         table = table.cast(schema)
                 writer.write_table(table.replace_schema_metadata(schema.metadata))
@@ -193,6 +202,98 @@ def write_table_parts(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path, rows
+
+
+def coded_table(
+    columns: Mapping[str, np.ndarray],
+    categories: Mapping[str, Sequence[str]],
+    carry: Mapping[str, np.ndarray] | None = None,
+) -> pa.Table:
+    """``pa.Table.from_pandas`` of the frame of ``columns`` (in order; int64 arrays, and category codes for the
+    columns named in ``categories``, -1 missing) with those columns categoricals over ``categories`` -- the same
+    table, schema and pandas metadata included, made without the pandas categoricals: pandas hashes a
+    categorical's categories (~250 bytes and ~1 us each), which for an export whose range names are all distinct
+    is 300 MB and 1.5 s a part.
+
+    ``carry``: for some of those columns, the sorted codes of the categories this part's dictionary holds (at
+    least the ones its codes use; :class:`CarriedCategories`); the index type and metadata stay the whole
+    table's, so parts carrying different categories share one schema (:func:`write_table_parts`)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    template = pa.Table.from_pandas(  # the schema and pandas metadata of the frame, with no rows
+        pd.DataFrame(
+            {
+                c: pd.Categorical([], categories=pd.Index([], dtype="str"))
+                if c in categories
+                else np.zeros(0, np.int64)
+                for c in columns
+            }
+        ),
+        preserve_index=False,
+    )
+    pandas_meta = json.loads(template.schema.metadata[b"pandas"])
+    arrays, fields = [], []
+    for col, field in zip(columns, template.schema, strict=True):
+        values = np.asarray(columns[col])
+        if col not in categories:
+            arrays.append(pa.array(values, field.type))
+            fields.append(field)
+            continue
+        codes, cats = values.astype(np.int64), categories[col]
+        index = pa.from_numpy_dtype(_codes_dtype(len(cats)))
+        if carry is not None and col in carry:
+            kept = carry[col]
+            codes = np.where(codes >= 0, np.searchsorted(kept, codes), -1)
+            cats = [cats[i] for i in kept.tolist()]
+        arrays.append(
+            pa.DictionaryArray.from_arrays(
+                pa.array(codes, index, mask=codes < 0), pa.array(cats, field.type.value_type)
+            )
+        )
+        fields.append(pa.field(col, pa.dictionary(index, field.type.value_type)))
+        entry = next(e for e in pandas_meta["columns"] if e["name"] == col)
+        entry["numpy_type"] = str(_codes_dtype(len(categories[col])))
+        entry["metadata"]["num_categories"] = len(categories[col])
+    kv = {**template.schema.metadata, b"pandas": json.dumps(pandas_meta).encode()}
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kv))
+
+
+class CarriedCategories:
+    """Which categories each part of a table written in parts carries, so that a reader -- which unifies the
+    row groups' dictionaries in order, appending each one's new values -- gets every category, in code order,
+    while no part holds them all: a part carries the ones it uses and every one from the previous parts'
+    highest code up to its own (the last part: up to the end). Where codes grow with the rows (names interned
+    as rows are read: emit_nvtx's distinct ``op_id = N`` names), each part carries about what it uses."""
+
+    def __init__(self, sizes: Mapping[str, int]) -> None:
+        self.sizes = dict(sizes)
+        self.frontier = dict.fromkeys(sizes, 0)  # codes below this are in an earlier part's dictionary
+
+    def carry(self, codes: Mapping[str, np.ndarray], last: bool) -> dict[str, np.ndarray]:
+        """The sorted codes the next part carries, per column, given the codes it uses."""
+        import numpy as np
+
+        out = {}
+        for col, size in self.sizes.items():
+            used = np.unique(np.asarray(codes[col]))
+            used = used[used >= 0]
+            lo = self.frontier[col]
+            hi = size if last else max(lo, int(used[-1]) + 1 if len(used) else 0)
+            out[col] = np.union1d(used[used < lo], np.arange(lo, hi))
+            self.frontier[col] = hi
+        return out
+
+
+def _codes_dtype(num_categories: int) -> Any:
+    """The dtype of a pandas categorical's codes (``pandas.core.dtypes.cast.coerce_indexer_dtype``)."""
+    import numpy as np
+
+    for t in (np.int8, np.int16, np.int32):
+        if num_categories < np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
 
 
 def _used_categories(df: pd.DataFrame) -> pd.DataFrame:
