@@ -76,20 +76,22 @@ def cut_region(sig: Signals, region: Region) -> Finding:
     r0, r1 = region.start_ns, region.end_ns
     f_tid = _forward_thread(sig, p, region)
     host = _window(p.start, r0, r1)
-    h_tid, h_start, h_code = p.tid[host], p.start[host], p.code[host]
+    hs = _span(host)
+    h_tid, h_start, h_code = p.tid[hs], p.start[hs], p.code[hs]
     launches = _window(p.l_start, r0, r1)
+    ls = _span(launches)
     on_f = h_tid == f_tid
     anchors = np.flatnonzero(on_f & sig.is_embedding[h_code])
-    l_on_f = p.l_tid[launches] == f_tid
+    l_on_f = p.l_tid[ls] == f_tid
     f_gemm_times = np.sort(
         np.concatenate(
             [
-                p.l_start[launches][l_on_f & p.l_gemm[launches]],
+                p.l_start[ls][l_on_f & p.l_gemm[ls]],
                 h_start[on_f & (sig.gemm_arg[h_code] >= 0)],
             ]
         )
     )
-    interrupts = np.sort(np.concatenate([p.l_start[launches][l_on_f], h_start[anchors]]))
+    interrupts = np.sort(np.concatenate([p.l_start[ls][l_on_f], h_start[anchors]]))
     bursts = _bursts(sig, p, launches, host, f_tid, interrupts)
     if len(anchors):
         groups = _forward_groups(h_start[anchors], f_gemm_times, bursts)
@@ -113,18 +115,23 @@ def _window(sorted_start: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.arange(a, b)
 
 
+def _span(window: np.ndarray) -> slice:
+    """A :func:`_window` (consecutive indices) as a slice: a view of each column, not a copy (a region with no
+    ranges to cut it is a whole process, millions of items)."""
+    return slice(int(window[0]), int(window[-1]) + 1) if len(window) else slice(0, 0)
+
+
 def _forward_thread(sig: Signals, p: Process, region: Region) -> int:
     """The range's own thread when it ran forward work; else the thread with the most embedding lookups,
     else the one with the most launches (a range opened on one thread for work run on another)."""
-    host = _window(p.start, region.start_ns, region.end_ns)
-    launches = _window(p.l_start, region.start_ns, region.end_ns)
+    hs = _span(_window(p.start, region.start_ns, region.end_ns))
+    l_tid = p.l_tid[_span(_window(p.l_start, region.start_ns, region.end_ns))]
     tid = region.tid
-    if (p.tid[host] == tid).any() and (
-        (p.l_tid[launches] == tid).any() or (sig.is_embedding[p.code[host]] & (p.tid[host] == tid)).any()
-    ):
+    h_tid, is_embedding = p.tid[hs], sig.is_embedding[p.code[hs]]
+    if (h_tid == tid).any() and ((l_tid == tid).any() or (is_embedding & (h_tid == tid)).any()):
         return tid
-    emb = p.tid[host][sig.is_embedding[p.code[host]]]
-    pool = emb if len(emb) else p.l_tid[launches]
+    emb = h_tid[is_embedding]
+    pool = emb if len(emb) else l_tid
     if len(pool) == 0:
         return tid
     values, counts = np.unique(pool, return_counts=True)
@@ -135,8 +142,9 @@ def _bursts(
     sig: Signals, p: Process, launches: np.ndarray, host: np.ndarray, f_tid: int, interrupts: np.ndarray
 ) -> list[tuple[int, int]]:
     """(start, end) of each backward burst: work of the autograd threads between two launches from F."""
-    l_tid = p.l_tid[launches]
-    h_tid, h_code = p.tid[host], p.code[host]
+    ls, hs = _span(launches), _span(host)
+    l_tid = p.l_tid[ls]
+    h_tid, h_code = p.tid[hs], p.code[hs]
     autograd_tids = set(np.unique(h_tid[sig.is_autograd[h_code] & (h_tid != f_tid)]).tolist())
     if autograd_tids:
         b_l = np.isin(l_tid, list(autograd_tids))
@@ -144,16 +152,16 @@ def _bursts(
     else:  # no op names (nsys without emit_nvtx): any other launching thread
         b_l = l_tid != f_tid
         b_h = np.zeros(len(h_tid), bool)
-    starts = np.concatenate([p.l_start[launches][b_l], p.start[host][b_h]])
-    ends = np.concatenate([p.l_end[launches][b_l], p.end[host][b_h]])
+    starts = np.concatenate([p.l_start[ls][b_l], p.start[hs][b_h]])
+    ends = np.concatenate([p.l_end[ls][b_l], p.end[hs][b_h]])
     if len(starts) == 0:
         return []
     key = np.searchsorted(interrupts, starts, side="right")
-    out = []
-    for k in np.unique(key).tolist():
-        m = key == k
-        out.append((int(starts[m].min()), int(ends[m].max())))
-    return sorted(out)
+    order = np.argsort(key, kind="stable")  # items grouped by the interval between interrupts they fall in
+    first = np.flatnonzero(np.diff(key[order], prepend=-1))
+    lo = np.minimum.reduceat(starts[order], first)
+    hi = np.maximum.reduceat(ends[order], first)
+    return sorted(zip(lo.tolist(), hi.tolist(), strict=True))
 
 
 def _forward_groups(
@@ -161,12 +169,12 @@ def _forward_groups(
 ) -> list[list[int]]:
     """Embedding lookups of one forward (e.g. GPT-2's token + position embeddings): consecutive lookups
     with no GEMM and no backward between them."""
-    b_starts = np.array([b[0] for b in bursts], np.int64)
+    b_starts = np.array([b[0] for b in bursts], np.int64)  # ascending: bursts are sorted
     groups: list[list[int]] = [[0]] if len(anchor_start) else []
     for j in range(1, len(anchor_start)):
         lo, hi = anchor_start[j - 1], anchor_start[j]
         gemm_between = np.searchsorted(gemm_times, hi) > np.searchsorted(gemm_times, lo, side="right")
-        bwd_between = ((b_starts > lo) & (b_starts < hi)).any()
+        bwd_between = np.searchsorted(b_starts, hi) > np.searchsorted(b_starts, lo, side="right")
         if gemm_between or bwd_between:
             groups.append([j])
         else:
@@ -184,7 +192,7 @@ def _cuts_from_forwards(
     groups: list[list[int]],
     bursts: list[tuple[int, int]],
 ) -> Finding:
-    h_start, h_end = p.start[host], p.end[host]
+    h_start, h_end = p.start[_span(host)], p.end[_span(host)]
     g_start = np.array([h_start[anchors[g[0]]] for g in groups], np.int64)
     owner = np.searchsorted(g_start, [b[0] for b in bursts], side="right") - 1
     if (owner < 0).any():
@@ -200,7 +208,9 @@ def _cuts_from_forwards(
         )
     n = len(groups)
     nxt = [*(int(g) for g in g_start[1:]), region.end_ns]
-    mine = [[b for b, o in zip(bursts, owner.tolist(), strict=True) if o == i] for i in range(n)]
+    mine: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for b, o in zip(bursts, owner.tolist(), strict=True):  # each forward's bursts, in order
+        mine[o].append(b)
     # host ends of forward+backward micro-batches first (backward, then the sync right after it) ...
     ends: list[int | None] = [
         _after_backward(sig, p, f_tid, max(b[1] for b in mine[i]), nxt[i]) if mine[i] else None
@@ -341,14 +351,15 @@ def _cuts_from_backwards(
             merged.append([b0, b1])
         else:
             merged[-1][1] = max(merged[-1][1], b1)
-    f_items = host[p.tid[host] == f_tid]
-    f_items = f_items[~_inside(p.start[f_items], p.opt_start, p.opt_end)]
+    f_items = host[p.tid[_span(host)] == f_tid]
+    f_start = p.start[f_items]
+    f_start = f_start[~_inside(f_start, p.opt_start, p.opt_end)]  # ascending, as the host items
     cuts = []
     prev_end = region.start_ns
     for i, (b0, b1) in enumerate(merged):
         nxt = merged[i + 1][0] if i + 1 < len(merged) else region.end_ns
-        cand = f_items[(p.start[f_items] >= prev_end) & (p.start[f_items] < b0)]
-        start = int(p.start[cand].min()) if len(cand) else b0
+        a, b = np.searchsorted(f_start, [prev_end, b0], side="left")  # F's items starting in [prev_end, b0)
+        start = int(f_start[a]) if b > a else b0
         end = _after_backward(sig, p, f_tid, b1, nxt)
         tokens = _first_gemm_tokens(sig, p, f_tid, start, b0)
         cuts.append(_detected(p.pid, f_tid, region, start, end, tokens, "gemm" if tokens else "", True))

@@ -105,13 +105,13 @@ def find_microbatches_streamed(
         host = host_window.items(job.pid, job.lo, job.hi, after)
         # every launch a cut reads starts inside its region (mbdetect): the window's launches are enough
         mine = launch_window.items(job.pid, job.lo, job.hi, after)
+        host_window.release(*after)  # before the cut: no chunk only this window read is held through it
+        launch_window.release(*after)
         lau = mine if len(mine["l_start"]) else None
         process = make_process(job.pid, host, lau, *optimizer.get(job.pid, no_opt))
         del host, mine, lau
         findings[k] = run_job(_with(base, {job.pid: process}), job)
         del process
-        host_window.release(*after)
-        launch_window.release(*after)
     for k, job in enumerate(jobs):  # a process with no host items and no launches: no signals at all
         if findings[k] is None:
             findings[k] = run_job(base, job)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 
 # emit_nvtx appends ", seq = N", ", op_id = N", ", sizes = [...]", ", input_op_ids = [...]" to the op name.
 _NVTX_SUFFIXES = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
+_NVTX_SUFFIX = re.compile("|".join(map(re.escape, _NVTX_SUFFIXES)))
 
 EMBEDDING_OPS = frozenset({"aten::embedding"})
 # op name -> index of the argument whose leading dimensions are the tokens
@@ -30,15 +32,8 @@ def base_op_name(name: str) -> str:
     """The op name without emit_nvtx's suffixes: ``"aten::mm, seq = 3, op_id = 9"`` -> ``"aten::mm"``.
 
     Not cached: emit_nvtx names are all distinct (``op_id``), and a cache of them costs more than the search."""
-    first = name.find(", ")  # every suffix starts so
-    if first < 0:
-        return name
-    cut = len(name)
-    for suffix in _NVTX_SUFFIXES:
-        i = name.find(suffix, first)
-        if 0 <= i < cut:
-            cut = i
-    return name[:cut]
+    m = _NVTX_SUFFIX.search(name)  # the leftmost of any suffix
+    return name if m is None else name[: m.start()]
 
 
 @lru_cache(maxsize=65536)
