@@ -46,15 +46,16 @@ def _bursts_by_definition(sig, p, f_tid, interrupts):
     return sorted((int(starts[key == k].min()), int(ends[key == k].max())) for k in np.unique(key).tolist())
 
 
+@pytest.mark.parametrize("block", [97, 1 << 16])  # an interval's items split across blocks, or one block
 @pytest.mark.parametrize("seed", range(6))
-def test_bursts_are_the_autograd_work_between_two_interrupts(seed):
+def test_bursts_are_the_autograd_work_between_two_interrupts(seed, block, monkeypatch):
+    monkeypatch.setattr(mbdetect, "_BLOCK", block)
     rng = np.random.default_rng(seed)
     sig = name_signals(NAMES, [""])
     p = _process(rng, 3_000, 800)
     f_tid = 1
     interrupts = np.sort(p.l_start[p.l_tid == f_tid])[:: 1 + seed]  # from one item per burst to few bursts
-    host, launches = np.arange(len(p.start)), np.arange(len(p.l_start))
-    got = mbdetect._bursts(sig, p, launches, host, f_tid, interrupts)
+    got = mbdetect._bursts(sig, p, slice(0, len(p.l_start)), slice(0, len(p.start)), f_tid, interrupts)
     assert got == _bursts_by_definition(sig, p, f_tid, interrupts)
     assert len(got) > 1
 

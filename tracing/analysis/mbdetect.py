@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,8 @@ import numpy as np
 
 from tracing.analysis.mbregions import Region
 from tracing.analysis.mbsignals import Process, Signals
+
+_BLOCK = 1 << 16  # items per block where a whole region's items are scanned (_bursts)
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,8 @@ def cut_region(sig: Signals, region: Region) -> Finding:
         return Finding(region, [], "the trace records no ops or launches in the range (ranges only)")
     r0, r1 = region.start_ns, region.end_ns
     f_tid = _forward_thread(sig, p, region)
-    host = _window(p.start, r0, r1)
-    hs = _span(host)
+    hs, ls = _slice(p.start, r0, r1), _slice(p.l_start, r0, r1)  # the region's host items and launches
     h_tid, h_start, h_code = p.tid[hs], p.start[hs], p.code[hs]
-    launches = _window(p.l_start, r0, r1)
-    ls = _span(launches)
     on_f = h_tid == f_tid
     anchors = np.flatnonzero(on_f & sig.is_embedding[h_code])
     l_on_f = p.l_tid[ls] == f_tid
@@ -92,12 +92,12 @@ def cut_region(sig: Signals, region: Region) -> Finding:
         )
     )
     interrupts = np.sort(np.concatenate([p.l_start[ls][l_on_f], h_start[anchors]]))
-    bursts = _bursts(sig, p, launches, host, f_tid, interrupts)
+    bursts = _bursts(sig, p, ls, hs, f_tid, interrupts)
     if len(anchors):
         groups = _forward_groups(h_start[anchors], f_gemm_times, bursts)
-        return _cuts_from_forwards(sig, p, region, f_tid, host, anchors, groups, bursts)
+        return _cuts_from_forwards(sig, p, region, f_tid, hs, anchors, groups, bursts)
     if len(bursts):
-        return _cuts_from_backwards(sig, p, region, f_tid, host, bursts, f_gemm_times)
+        return _cuts_from_backwards(sig, p, region, f_tid, hs, bursts, f_gemm_times)
     if len(f_gemm_times):
         return Finding(
             region,
@@ -115,17 +115,18 @@ def _window(sorted_start: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.arange(a, b)
 
 
-def _span(window: np.ndarray) -> slice:
-    """A :func:`_window` (consecutive indices) as a slice: a view of each column, not a copy (a region with no
+def _slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:
+    """:func:`_window` as a slice: a view of each column, not a copy, and no index per item (a region with no
     ranges to cut it is a whole process, millions of items)."""
-    return slice(int(window[0]), int(window[-1]) + 1) if len(window) else slice(0, 0)
+    a = int(np.searchsorted(sorted_start, lo, side="left"))
+    return slice(a, max(a, int(np.searchsorted(sorted_start, hi, side="right"))))
 
 
 def _forward_thread(sig: Signals, p: Process, region: Region) -> int:
     """The range's own thread when it ran forward work; else the thread with the most embedding lookups,
     else the one with the most launches (a range opened on one thread for work run on another)."""
-    hs = _span(_window(p.start, region.start_ns, region.end_ns))
-    l_tid = p.l_tid[_span(_window(p.l_start, region.start_ns, region.end_ns))]
+    hs = _slice(p.start, region.start_ns, region.end_ns)
+    l_tid = p.l_tid[_slice(p.l_start, region.start_ns, region.end_ns)]
     tid = region.tid
     h_tid, is_embedding = p.tid[hs], sig.is_embedding[p.code[hs]]
     if (h_tid == tid).any() and ((l_tid == tid).any() or (is_embedding & (h_tid == tid)).any()):
@@ -139,29 +140,60 @@ def _forward_thread(sig: Signals, p: Process, region: Region) -> int:
 
 
 def _bursts(
-    sig: Signals, p: Process, launches: np.ndarray, host: np.ndarray, f_tid: int, interrupts: np.ndarray
+    sig: Signals, p: Process, ls: slice, hs: slice, f_tid: int, interrupts: np.ndarray
 ) -> list[tuple[int, int]]:
-    """(start, end) of each backward burst: work of the autograd threads between two launches from F."""
-    ls, hs = _span(launches), _span(host)
-    l_tid = p.l_tid[ls]
-    h_tid, h_code = p.tid[hs], p.code[hs]
-    autograd_tids = set(np.unique(h_tid[sig.is_autograd[h_code] & (h_tid != f_tid)]).tolist())
-    if autograd_tids:
-        b_l = np.isin(l_tid, list(autograd_tids))
-        b_h = np.isin(h_tid, list(autograd_tids))
-    else:  # no op names (nsys without emit_nvtx): any other launching thread
-        b_l = l_tid != f_tid
-        b_h = np.zeros(len(h_tid), bool)
-    starts = np.concatenate([p.l_start[ls][b_l], p.start[hs][b_h]])
-    ends = np.concatenate([p.l_end[ls][b_l], p.end[hs][b_h]])
-    if len(starts) == 0:
+    """(start, end) of each backward burst: work of the autograd threads between two launches from F (``ls`` /
+    ``hs``: the region's launches and host items)."""
+    autograd: set[int] = set()  # threads other than F that ran autograd ops
+    for blk in _blocks(hs):
+        h_tid = p.tid[blk]
+        autograd.update(np.unique(h_tid[sig.is_autograd[p.code[blk]] & (h_tid != f_tid)]).tolist())
+    tids = sorted(autograd)
+    # per block of each part (launches, host items; each in start order, so an interval's items are
+    # consecutive) each interval's first start and last end, then every block's intervals merged
+    spans = []
+    for blk in _blocks(ls):
+        # no autograd ops (no op names: nsys without emit_nvtx): any other launching thread's launches
+        b_l = _on_threads(p.l_tid[blk], tids) if tids else p.l_tid[blk] != f_tid
+        spans.append(_interval_spans(p.l_start[blk][b_l], p.l_end[blk][b_l], interrupts))
+    for blk in _blocks(hs) if tids else ():
+        b_h = _on_threads(p.tid[blk], tids)
+        spans.append(_interval_spans(p.start[blk][b_h], p.end[blk][b_h], interrupts))
+    if not spans:
         return []
-    key = np.searchsorted(interrupts, starts, side="right")
-    order = np.argsort(key, kind="stable")  # items grouped by the interval between interrupts they fall in
+    keys, lo, hi = zip(*spans, strict=True)
+    key, starts, ends = (np.concatenate(x) for x in (keys, lo, hi))
+    if len(key) == 0:
+        return []
+    order = np.argsort(key, kind="stable")
     first = np.flatnonzero(np.diff(key[order], prepend=-1))
-    lo = np.minimum.reduceat(starts[order], first)
-    hi = np.maximum.reduceat(ends[order], first)
-    return sorted(zip(lo.tolist(), hi.tolist(), strict=True))
+    lo_all = np.minimum.reduceat(starts[order], first)
+    hi_all = np.maximum.reduceat(ends[order], first)
+    return sorted(zip(lo_all.tolist(), hi_all.tolist(), strict=True))
+
+
+def _blocks(rows: slice) -> Iterator[slice]:
+    """``rows`` a block of ``_BLOCK`` rows at a time: what is made per item lives for one block."""
+    return (slice(a, min(a + _BLOCK, rows.stop)) for a in range(rows.start, rows.stop, _BLOCK))
+
+
+def _on_threads(tid: np.ndarray, tids: list[int]) -> np.ndarray:
+    out = tid == tids[0]
+    for t in tids[1:]:
+        out |= tid == t
+    return out
+
+
+def _interval_spans(
+    starts: np.ndarray, ends: np.ndarray, interrupts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items in start order grouped by the interval between interrupts they start in: each interval's key,
+    first start and last end."""
+    key = np.searchsorted(interrupts, starts, side="right")
+    first = np.flatnonzero(np.diff(key, prepend=-1)) if len(key) else np.zeros(0, np.int64)
+    if len(first) == 0:
+        return key[:0], starts[:0], ends[:0]
+    return key[first], starts[first], np.maximum.reduceat(ends, first)
 
 
 def _forward_groups(
@@ -187,12 +219,12 @@ def _cuts_from_forwards(
     p: Process,
     region: Region,
     f_tid: int,
-    host: np.ndarray,
+    hs: slice,
     anchors: np.ndarray,
     groups: list[list[int]],
     bursts: list[tuple[int, int]],
 ) -> Finding:
-    h_start, h_end = p.start[_span(host)], p.end[_span(host)]
+    h_start, h_end = p.start[hs], p.end[hs]
     g_start = np.array([h_start[anchors[g[0]]] for g in groups], np.int64)
     owner = np.searchsorted(g_start, [b[0] for b in bursts], side="right") - 1
     if (owner < 0).any():
@@ -229,11 +261,11 @@ def _cuts_from_forwards(
             opt = p.opt_start[p.opt_start > starts[i]]  # never into the optimizer step after it
             limit = min(limit, int(opt[0])) if len(opt) else limit
             a, b = np.searchsorted(h_start, [starts[i], limit], side="left")  # host items sorted by start
-            f_items = np.flatnonzero(p.tid[host[a:b]] == f_tid) + a
+            f_items = np.flatnonzero(p.tid[hs][a:b] == f_tid) + a
             end = int(h_end[f_items].max()) if len(f_items) else starts[i]
             # a CPU trace runs the backward on the calling thread: autograd ops on F, not a burst elsewhere
-            backward = bool(sig.is_autograd[p.code[host[f_items]]].any())
-        idx = [int(host[anchors[j]]) for j in g]
+            backward = bool(sig.is_autograd[p.code[hs][f_items]].any())
+        idx = [hs.start + int(anchors[j]) for j in g]
         tokens = [sig.tokens_of(int(p.code[k]), int(p.shape[k])) for k in idx]
         known = [t for t in tokens if t]
         model = next((m for m in (sig.model_of(int(p.code[k]), int(p.shape[k])) for k in idx) if m), None)
@@ -335,7 +367,7 @@ def _cuts_from_backwards(
     p: Process,
     region: Region,
     f_tid: int,
-    host: np.ndarray,
+    hs: slice,
     bursts: list[tuple[int, int]],
     f_gemm_times: np.ndarray,
 ) -> Finding:
@@ -351,8 +383,7 @@ def _cuts_from_backwards(
             merged.append([b0, b1])
         else:
             merged[-1][1] = max(merged[-1][1], b1)
-    f_items = host[p.tid[_span(host)] == f_tid]
-    f_start = p.start[f_items]
+    f_start = p.start[hs][p.tid[hs] == f_tid]
     f_start = f_start[~_inside(f_start, p.opt_start, p.opt_end)]  # ascending, as the host items
     cuts = []
     prev_end = region.start_ns

@@ -164,9 +164,9 @@ def make_process(
         tid=host["tid"],
         start=host["start"],
         end=host["end"],
-        code=np.asarray(host["code"], np.int64),  # no copy when it is int64 already
-        shape=np.maximum(np.asarray(host["shape"], np.int64), 0),
-        is_launch_call=host["is_call"].astype(bool),
+        code=np.asarray(host["code"]),  # any int type (a streamed window's: int32)
+        shape=np.maximum(np.asarray(host["shape"]), 0),
+        is_launch_call=np.asarray(host["is_call"], bool),
         l_tid=lau["l_tid"],
         l_start=lau["l_start"],
         l_end=lau["l_end"],

@@ -31,6 +31,8 @@ from tracing.outputs.labels import Labels
 
 HOST_COLUMNS = ("pid", "start", "rid", "tid", "end", "code", "shape", "is_call")
 _PROCESS_HOST_COLUMNS = ("tid", "start", "end", "code", "shape", "is_call")
+# a window's host columns that fit smaller types (codes, a flag): 33 bytes an item, not 48
+_HOST_DTYPES = {"code": np.dtype(np.int32), "shape": np.dtype(np.int32), "is_call": np.dtype(bool)}
 
 
 @dataclass
@@ -92,7 +94,7 @@ def find_microbatches_streamed(
     findings: list[Finding | None] = [None] * len(jobs)
     # a window's rows carry only what make_process reads (no pid or row id: a whole-process window of an
     # NVTX-heavy export has millions of rows)
-    host_window = _Window(iter(host_chunks), _PROCESS_HOST_COLUMNS, "start")
+    host_window = _Window(iter(host_chunks), _PROCESS_HOST_COLUMNS, "start", _HOST_DTYPES)
     launch_window = _Window(launches.chunks(), LAUNCH_SIGNALS, "l_start")
     todo = sorted(
         (k for k, j in enumerate(jobs) if j.done is None and j.pid in pids),
@@ -102,10 +104,11 @@ def find_microbatches_streamed(
         job = jobs[k]
         # where the next window starts: held rows before it are not needed after this one
         after = (jobs[todo[i + 1]].pid, jobs[todo[i + 1]].lo) if i + 1 < len(todo) else _END
+        # each window's chunks that no later window reads go as soon as its rows are out, not after the cut
         host = host_window.items(job.pid, job.lo, job.hi, after)
+        host_window.release(*after)
         # every launch a cut reads starts inside its region (mbdetect): the window's launches are enough
         mine = launch_window.items(job.pid, job.lo, job.hi, after)
-        host_window.release(*after)  # before the cut: no chunk only this window read is held through it
         launch_window.release(*after)
         lau = mine if len(mine["l_start"]) else None
         process = make_process(job.pid, host, lau, *optimizer.get(job.pid, no_opt))
@@ -134,12 +137,19 @@ def _with(base: Signals, processes: dict) -> Signals:
 
 class _Window:
     """Chunks sorted by (pid, ``start``), pulled on demand; what no later window needs is dropped. A window's
-    rows come back with ``columns`` only."""
+    rows come back with ``columns`` only, those in ``dtypes`` as those types."""
 
-    def __init__(self, chunks: Iterator[dict[str, np.ndarray]], columns: Iterable[str], start: str) -> None:
+    def __init__(
+        self,
+        chunks: Iterator[dict[str, np.ndarray]],
+        columns: Iterable[str],
+        start: str,
+        dtypes: dict[str, np.dtype] | None = None,
+    ) -> None:
         self._it = chunks
         self._columns = tuple(columns)
         self._start = start
+        self._dtypes = dtypes or {}
         self._parts: list[dict[str, np.ndarray]] = []
         self._lasts: list[tuple[int, int]] = []  # each held chunk's last (pid, start)
         self._done = False
@@ -152,8 +162,11 @@ class _Window:
             chunk = next(self._it, None)
             if chunk is None:
                 self._done = True
-            elif len(chunk["pid"]):
-                self._parts.append(chunk)
+            elif len(chunk["pid"]):  # held: the columns a window or the search reads, in their types
+                keep = dict.fromkeys(("pid", self._start, *self._columns))
+                self._parts.append(
+                    {c: chunk[c].astype(self._dtypes.get(c, chunk[c].dtype), copy=False) for c in keep}
+                )
                 self._lasts.append((int(chunk["pid"][-1]), int(chunk[self._start][-1])))
         self.release(pid, lo)
         pieces = []  # each held chunk's rows of pid in [lo, hi] (a contiguous slice: chunks are sorted)
@@ -165,12 +178,15 @@ class _Window:
                 pieces.append((p, i, j, self._lasts[k] < after))
         if len(pieces) == 1:
             p, i, j, _ = pieces[0]
-            return {c: p[c][i:j] for c in self._columns}
+            return {c: p[c][i:j].astype(self._dtypes.get(c, p[c].dtype), copy=False) for c in self._columns}
         if not pieces:
-            return {c: np.zeros(0, bool if c in _FLAGS else np.int64) for c in self._columns}
+            return {
+                c: np.zeros(0, self._dtypes.get(c, bool if c in _FLAGS else np.int64)) for c in self._columns
+            }
         out = {}
         for c in self._columns:
-            out[c] = np.concatenate([p[c][i:j] for p, i, j, _ in pieces])
+            dtype = self._dtypes.get(c, pieces[0][0][c].dtype)
+            out[c] = np.concatenate([p[c][i:j] for p, i, j, _ in pieces], dtype=dtype, casting="unsafe")
             for p, _, _, spent in pieces:
                 if spent and c not in ("pid", self._start):  # kept: release() and the search read them
                     del p[c]
