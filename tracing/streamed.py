@@ -8,10 +8,11 @@
     devices, streams, kernels, range attribution ; launches (disk) + host items in (pid, start) order -->
     micro-batches, one detection window at a time (tracing.analysis.mbwindows)
 
-Held in memory: one chunk of rows, one run buffer, the ranges' columns and attribution counters (~150 bytes a
-range: six columns of each range row while reading, then the sorted range columns, two rules' counters), and
-the host items and launches of the largest micro-batch detection window (a phase range or ``ProfilerStep``; the
-whole process when the trace has no ranges). The range table itself is never whole here when it goes to the
+Held in memory: one chunk of rows, one run buffer, the distinct names (a string each; emit_nvtx's are one per
+range), the ranges' columns and attribution counters (~150 bytes a range: six columns of each range row while
+reading, then the sorted range columns, two rules' counters), and the host items and launches of the largest
+micro-batch detection window (a phase range or ``ProfilerStep``; the whole process when the trace has no
+ranges). The range table itself is never whole here when it goes to the
 staging folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
 (micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps.
 
