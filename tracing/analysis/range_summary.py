@@ -34,9 +34,12 @@ def needed_rows(cols: dict[str, Any], pattern: str | None) -> np.ndarray:
     pid, parent = np.asarray(cols["pid"], np.int64), np.asarray(cols["parent_id"], np.int64)
     n = len(pid)
     explicit, library, _ = mbregions.name_flags(name.values, pattern)
-    step_name = np.array([steps.is_step_name(v) for v in name.values], bool).reshape(-1)  # ProfilerStep#N too
-    named_phase = np.array([v != "other" for v in phase.values], bool).reshape(-1)
-    in_set = np.isin(np.array(phase.values, dtype=object), mbregions.MICROBATCH_PHASES).reshape(-1)
+    # per distinct value, a byte (not a Python object: an emit_nvtx export has a distinct name per range)
+    step_name = np.fromiter(
+        map(steps.is_step_name, name.values), bool, len(name.values)
+    )  # ProfilerStep#N too
+    named_phase = np.fromiter((v != "other" for v in phase.values), bool, len(phase.values))
+    in_set = np.fromiter((v in mbregions.MICROBATCH_PHASES for v in phase.values), bool, len(phase.values))
     user_domain = np.array([mbregions.is_user_domain(d) for d in domain.values], bool).reshape(-1)
     by_name = explicit | step_name
     keep = by_name[name.codes] | named_phase[phase.codes]
