@@ -12,9 +12,9 @@ Held in memory: one chunk of rows, one run buffer, the distinct names (a string 
 range), the ranges' columns and attribution counters (~150 bytes a range: six columns of each range row while
 reading, then the sorted range columns, two rules' counters), and the host items and launches of the largest
 micro-batch detection window (a phase range or ``ProfilerStep``; the whole process when the trace has no
-ranges). The range table itself is never whole here when it goes to the
-staging folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
-(micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps.
+ranges). The range table itself is never whole here when it goes to the staging folder (``ranges_path``): it is
+made and written a part at a time, and what reads ranges afterwards (micro-batch detection, the step table,
+seconds per phase) reads the few rows ``range_summary`` keeps.
 
 Nothing is held per GPU op or per idle gap: the device timelines' busy blocks and host stalls go to files in
 ``spill_dir`` (``tracing.analysis.intervals``), which outlive the call (``--colocated`` unions them across
@@ -504,9 +504,8 @@ def _event_parts(
         }
         cols["shapes"] = np.maximum(block["shapes"], 0) if "shapes" in block else np.zeros(n, np.int32)
         yield store.coded_table(cols, cats, shares.carry({c: cols[c] for c in cats}, last=done == raw.rows))
-    assert done == raw.rows, (
-        f"{raw.path}: {done} of {raw.rows} rows read back"
-    )  # the last part carried the rest
+    # the last part carried the categories after every part's codes: every row was read back
+    assert done == raw.rows, f"{raw.path}: {done} of {raw.rows} rows read back"
 
 
 def _nsys_shapes(lut: np.ndarray) -> Callable[[dict[str, np.ndarray]], None]:

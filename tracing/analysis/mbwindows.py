@@ -137,7 +137,7 @@ def _with(base: Signals, processes: dict) -> Signals:
 
 class _Window:
     """Chunks sorted by (pid, ``start``), pulled on demand; what no later window needs is dropped. A window's
-    rows come back with ``columns`` only, those in ``dtypes`` as those types."""
+    rows come back with ``columns`` only, those in ``dtypes`` in those types (converted as a chunk is pulled)."""
 
     def __init__(
         self,
@@ -178,15 +178,14 @@ class _Window:
                 pieces.append((p, i, j, self._lasts[k] < after))
         if len(pieces) == 1:
             p, i, j, _ = pieces[0]
-            return {c: p[c][i:j].astype(self._dtypes.get(c, p[c].dtype), copy=False) for c in self._columns}
+            return {c: p[c][i:j] for c in self._columns}
         if not pieces:
             return {
                 c: np.zeros(0, self._dtypes.get(c, bool if c in _FLAGS else np.int64)) for c in self._columns
             }
         out = {}
         for c in self._columns:
-            dtype = self._dtypes.get(c, pieces[0][0][c].dtype)
-            out[c] = np.concatenate([p[c][i:j] for p, i, j, _ in pieces], dtype=dtype, casting="unsafe")
+            out[c] = np.concatenate([p[c][i:j] for p, i, j, _ in pieces])
             for p, _, _, spent in pieces:
                 if spent and c not in ("pid", self._start):  # kept: release() and the search read them
                     del p[c]

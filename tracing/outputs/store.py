@@ -160,7 +160,7 @@ def write_table_parts(
     """:func:`write_table` for a table that arrives in parts (same columns and dtypes, categoricals with the
     same categories): one row group per part, so only one part is in memory. Returns (path, rows).
 
-    The first part's categoricals go out with every category, later parts' with the ones they use: a reader
+    A frame part: the first one's categoricals go out with every category, later ones' with those they use: a reader
     unifies the row groups' dictionaries in order, so the table read back is the same, and a part of an export
     whose names are all distinct (emit_nvtx's ``op_id = N``) does not carry (and convert) all of them. A part
     may come as the Arrow table its frame converts to (:func:`coded_table`: made without pandas categoricals)."""
