@@ -473,12 +473,19 @@ def _concat_freeing(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]
 
 
 def _frame(cols: dict[str, Any], names: list[str], shape_cats: list[str], domains: list[str]) -> pd.DataFrame:
-    """Event-table rows (``schema.EVENT_COLUMNS``; absent int columns are -1) from column arrays."""
+    """Event-table rows (``schema.EVENT_COLUMNS``) from column arrays (:func:`_event_columns`)."""
+    return events_frame(_event_columns(cols), names, list(schema.EVENT_KINDS), domains, shape_cats)
+
+
+def _event_columns(cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every event-table column, in ``schema.EVENT_COLUMNS`` order: absent int columns are -1, absent shape and
+    domain codes 0, shape codes at least 0."""
     n = len(cols["kind"])
-    full = {c: cols[c] if c in cols else np.full(n, schema.NO_ID, np.int64) for c in _INT_COLUMNS}
-    full.update(kind=cols["kind"], name=cols["name"], shapes=cols.get("shapes", np.zeros(n, np.int32)))
-    full["domain"] = cols.get("domain", np.zeros(n, np.int32))
-    return events_frame(full, names, list(schema.EVENT_KINDS), domains, shape_cats)
+    zeros = np.zeros(n, np.int32)
+    full = {c: cols[c] if c in cols else np.full(n, schema.NO_ID, np.int64) for c in schema.EVENT_COLUMNS}
+    full["shapes"] = np.maximum(cols["shapes"], 0) if "shapes" in cols else zeros
+    full["domain"] = cols.get("domain", zeros)
+    return full
 
 
 def _event_parts(
@@ -497,12 +504,8 @@ def _event_parts(
     for block in raw.blocks(CHUNK_ROWS):  # one block at a time (a look-ahead for the last would hold two)
         block["start_ns"] = block["start_ns"] + np.int64(base_ns)
         fix(block)
-        n = len(block["kind"])
-        done += n
-        cols = {
-            c: block[c] if c in block else np.full(n, schema.NO_ID, np.int64) for c in schema.EVENT_COLUMNS
-        }
-        cols["shapes"] = np.maximum(block["shapes"], 0) if "shapes" in block else np.zeros(n, np.int32)
+        done += len(block["kind"])
+        cols = _event_columns(block)
         yield store.coded_table(cols, cats, shares.carry({c: cols[c] for c in cats}, last=done == raw.rows))
     # the last part carried the categories after every part's codes: every row was read back
     assert done == raw.rows, f"{raw.path}: {done} of {raw.rows} rows read back"

@@ -110,14 +110,13 @@ def cut_region(sig: Signals, region: Region) -> Finding:
 
 def _window(sorted_start: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Indices of the items starting in [lo, hi] (``sorted_start`` ascending)."""
-    a = np.searchsorted(sorted_start, lo, side="left")
-    b = np.searchsorted(sorted_start, hi, side="right")
-    return np.arange(a, b)
+    rows = _slice(sorted_start, lo, hi)
+    return np.arange(rows.start, rows.stop)
 
 
 def _slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:
-    """:func:`_window` as a slice: a view of each column, not a copy, and no index per item (a region with no
-    ranges to cut it is a whole process, millions of items)."""
+    """The items starting in [lo, hi] as a slice: a view of each column, not a copy, and no index per item (a
+    region with no ranges to cut it is a whole process, millions of items)."""
     a = int(np.searchsorted(sorted_start, lo, side="left"))
     return slice(a, max(a, int(np.searchsorted(sorted_start, hi, side="right"))))
 
