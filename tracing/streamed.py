@@ -338,6 +338,7 @@ def _stream(
             resolved,
             fmt,
             ops.tables.timelines,
+            p1.dir / "detection",
         )
         ops.launches.close()
         t = ops.tables

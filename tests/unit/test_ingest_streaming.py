@@ -20,7 +20,8 @@ import pytest
 
 import tests.synthetic_traces as st
 from tracing import streamed
-from tracing.ingest import spill, sqlite_bulk
+from tracing.analysis import mbdetect
+from tracing.ingest import columnfiles, spill, sqlite_bulk
 from tracing.jobs import ingest_file
 from tracing.outputs import store
 from tracing.outputs.labels import Labels
@@ -47,6 +48,9 @@ def _both(
     monkeypatch.setattr(streamed, "RUN_ROWS", run)
     monkeypatch.setattr(streamed, "OP_RUN_ROWS", run)  # joined ops and launches: many runs, many chunks
     monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", 613)  # nsys: tables read in many rowid blocks
+    # micro-batch detection: regions read in many blocks, host items and launches found by a fine sparse index
+    monkeypatch.setattr(mbdetect, "_BLOCK", 101)
+    monkeypatch.setattr(columnfiles, "EVERY", 37)
     a = ingest_file(str(path), fmt, None, str(tmp), 0, streaming=False, **kw)
     b = ingest_file(str(path), fmt, None, str(tmp), 1, streaming=True, decode_workers=workers, **kw)
     for attr in ("devices", "streams", "ranges", "kernels", "steps"):

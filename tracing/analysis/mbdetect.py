@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tracing.analysis.mbregions import Region
-from tracing.analysis.mbsignals import Process, Signals
+from tracing.analysis.mbsignals import Items, Signals, start_slice
 
 _BLOCK = 1 << 16  # items per block where a whole region's items are scanned (_bursts)
 
@@ -72,33 +72,23 @@ class Finding:
 
 
 def cut_region(sig: Signals, region: Region) -> Finding:
-    """Micro-batches inside one region (see the module docstring)."""
+    """Micro-batches inside one region (see the module docstring).
+
+    The region is read a block at a time (which thread is F, its embedding lookups, GEMM and launch times,
+    the backward bursts); each micro-batch's boundaries then read only its neighbourhood (``p.window``): a
+    region as large as a whole process is never held."""
     p = sig.processes.get(region.pid)
     if p is None:
         return Finding(region, [], "the trace records no ops or launches in the range (ranges only)")
-    r0, r1 = region.start_ns, region.end_ns
     f_tid = _forward_thread(sig, p, region)
-    hs, ls = _slice(p.start, r0, r1), _slice(p.l_start, r0, r1)  # the region's host items and launches
-    h_tid, h_start, h_code = p.tid[hs], p.start[hs], p.code[hs]
-    on_f = h_tid == f_tid
-    anchors = np.flatnonzero(on_f & sig.is_embedding[h_code])
-    l_on_f = p.l_tid[ls] == f_tid
-    f_gemm_times = np.sort(
-        np.concatenate(
-            [
-                p.l_start[ls][l_on_f & p.l_gemm[ls]],
-                h_start[on_f & (sig.gemm_arg[h_code] >= 0)],
-            ]
-        )
-    )
-    interrupts = np.sort(np.concatenate([p.l_start[ls][l_on_f], h_start[anchors]]))
-    bursts = _bursts(sig, p, ls, hs, f_tid, interrupts)
-    if len(anchors):
-        groups = _forward_groups(h_start[anchors], f_gemm_times, bursts)
-        return _cuts_from_forwards(sig, p, region, f_tid, hs, anchors, groups, bursts)
+    sv = _survey(sig, p, region, f_tid)
+    bursts = _bursts(sig, p, region, f_tid, sv.interrupts, sv.autograd)
+    if len(sv.anchor_start):
+        groups = _forward_groups(sv.anchor_start, sv.gemm_times, bursts)
+        return _cuts_from_forwards(sig, p, region, f_tid, sv, groups, bursts)
     if len(bursts):
-        return _cuts_from_backwards(sig, p, region, f_tid, hs, bursts, f_gemm_times)
-    if len(f_gemm_times):
+        return _cuts_from_backwards(sig, p, region, f_tid, bursts, sv.gemm_times)
+    if len(sv.gemm_times):
         return Finding(
             region,
             [],
@@ -110,54 +100,88 @@ def cut_region(sig: Signals, region: Region) -> Finding:
 
 def _window(sorted_start: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Indices of the items starting in [lo, hi] (``sorted_start`` ascending)."""
-    rows = _slice(sorted_start, lo, hi)
+    rows = start_slice(sorted_start, lo, hi)
     return np.arange(rows.start, rows.stop)
 
 
-def _slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:
-    """The items starting in [lo, hi] as a slice: a view of each column, not a copy, and no index per item (a
-    region with no ranges to cut it is a whole process, millions of items)."""
-    a = int(np.searchsorted(sorted_start, lo, side="left"))
-    return slice(a, max(a, int(np.searchsorted(sorted_start, hi, side="right"))))
-
-
-def _forward_thread(sig: Signals, p: Process, region: Region) -> int:
+def _forward_thread(sig: Signals, p: Items, region: Region) -> int:
     """The range's own thread when it ran forward work; else the thread with the most embedding lookups,
     else the one with the most launches (a range opened on one thread for work run on another)."""
-    hs = _slice(p.start, region.start_ns, region.end_ns)
-    l_tid = p.l_tid[_slice(p.l_start, region.start_ns, region.end_ns)]
-    tid = region.tid
-    h_tid, is_embedding = p.tid[hs], sig.is_embedding[p.code[hs]]
-    if (h_tid == tid).any() and ((l_tid == tid).any() or (is_embedding & (h_tid == tid)).any()):
+    tid, r0, r1 = region.tid, region.start_ns, region.end_ns
+    on_tid = emb_on_tid = launch_on_tid = False
+    emb_tids: Counter[int] = Counter()
+    for b in p.host_blocks(r0, r1, ("tid", "code"), _BLOCK):
+        on, emb = b["tid"] == tid, sig.is_embedding[b["code"]]
+        on_tid, emb_on_tid = on_tid or bool(on.any()), emb_on_tid or bool((on & emb).any())
+        _count_values(emb_tids, b["tid"][emb])
+    launch_tids: Counter[int] = Counter()
+    for b in p.launch_blocks(r0, r1, ("l_tid",), _BLOCK):
+        launch_on_tid = launch_on_tid or bool((b["l_tid"] == tid).any())
+        _count_values(launch_tids, b["l_tid"])
+    if on_tid and (launch_on_tid or emb_on_tid):
         return tid
-    emb = h_tid[is_embedding]
-    pool = emb if len(emb) else l_tid
-    if len(pool) == 0:
+    pool = emb_tids or launch_tids
+    if not pool:
         return tid
-    values, counts = np.unique(pool, return_counts=True)
-    return int(values[np.argmax(counts)])
+    top = max(pool.values())
+    return min(t for t, k in pool.items() if k == top)  # np.unique + argmax: the smallest of the most
+
+
+def _count_values(counts: Counter[int], values: np.ndarray) -> None:
+    v, k = np.unique(values, return_counts=True)
+    counts.update(dict(zip(v.tolist(), k.tolist(), strict=True)))
+
+
+@dataclass
+class _Survey:
+    """What a region's cut needs of all of it (small: a few entries per forward pass, a time per launch from F)."""
+
+    anchor_start: np.ndarray  # F's embedding lookups (start order), their names and shapes
+    anchor_code: np.ndarray
+    anchor_shape: np.ndarray
+    gemm_times: np.ndarray  # sorted: F's GEMM launches and GEMM host ops
+    interrupts: np.ndarray  # sorted: F's launches and embedding lookups
+    autograd: list[int]  # threads other than F that ran autograd ops, ascending
+
+
+def _survey(sig: Signals, p: Items, region: Region, f_tid: int) -> _Survey:
+    r0, r1 = region.start_ns, region.end_ns
+    anchors: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    gemm, launches, autograd = [], [], set()
+    for b in p.host_blocks(r0, r1, ("tid", "start", "code", "shape"), _BLOCK):
+        on_f, code = b["tid"] == f_tid, b["code"]
+        a = on_f & sig.is_embedding[code]
+        anchors.append((b["start"][a], code[a], b["shape"][a]))
+        gemm.append(b["start"][on_f & (sig.gemm_arg[code] >= 0)])
+        autograd.update(np.unique(b["tid"][sig.is_autograd[code] & ~on_f]).tolist())
+    for b in p.launch_blocks(r0, r1, ("l_tid", "l_start", "l_gemm"), _BLOCK):
+        on_f = b["l_tid"] == f_tid
+        launches.append(b["l_start"][on_f])
+        gemm.append(b["l_start"][on_f & b["l_gemm"]])
+    a_start, a_code, a_shape = (
+        np.concatenate([np.zeros(0, np.int64), *(x[k] for x in anchors)]).astype(np.int64) for k in range(3)
+    )
+    gemm_times = np.sort(np.concatenate([np.zeros(0, np.int64), *gemm]))
+    interrupts = np.sort(np.concatenate([np.zeros(0, np.int64), *launches, a_start]))
+    return _Survey(a_start, a_code, a_shape, gemm_times, interrupts, sorted(autograd))
 
 
 def _bursts(
-    sig: Signals, p: Process, ls: slice, hs: slice, f_tid: int, interrupts: np.ndarray
+    sig: Signals, p: Items, region: Region, f_tid: int, interrupts: np.ndarray, tids: list[int]
 ) -> list[tuple[int, int]]:
-    """(start, end) of each backward burst: work of the autograd threads between two launches from F (``ls`` /
-    ``hs``: the region's launches and host items)."""
-    autograd: set[int] = set()  # threads other than F that ran autograd ops
-    for blk in _blocks(hs):
-        h_tid = p.tid[blk]
-        autograd.update(np.unique(h_tid[sig.is_autograd[p.code[blk]] & (h_tid != f_tid)]).tolist())
-    tids = sorted(autograd)
+    """(start, end) of each backward burst: work of the autograd threads ``tids`` between two launches from F
+    (``interrupts``), a block of the region at a time."""
+    r0, r1 = region.start_ns, region.end_ns
     # per block of each part (launches, host items; each in start order, so an interval's items are
     # consecutive) each interval's first start and last end, then every block's intervals merged
     spans = []
-    for blk in _blocks(ls):
+    for b in p.launch_blocks(r0, r1, ("l_tid", "l_start", "l_end"), _BLOCK):
         # no autograd ops (no op names: nsys without emit_nvtx): any other launching thread's launches
-        b_l = _on_threads(p.l_tid[blk], tids) if tids else p.l_tid[blk] != f_tid
-        spans.append(_interval_spans(p.l_start[blk][b_l], p.l_end[blk][b_l], interrupts))
-    for blk in _blocks(hs) if tids else ():
-        b_h = _on_threads(p.tid[blk], tids)
-        spans.append(_interval_spans(p.start[blk][b_h], p.end[blk][b_h], interrupts))
+        b_l = _on_threads(b["l_tid"], tids) if tids else b["l_tid"] != f_tid
+        spans.append(_interval_spans(b["l_start"][b_l], b["l_end"][b_l], interrupts))
+    for b in p.host_blocks(r0, r1, ("tid", "start", "end"), _BLOCK) if tids else ():
+        b_h = _on_threads(b["tid"], tids)
+        spans.append(_interval_spans(b["start"][b_h], b["end"][b_h], interrupts))
     if not spans:
         return []
     keys, lo, hi = zip(*spans, strict=True)
@@ -169,11 +193,6 @@ def _bursts(
     lo_all = np.minimum.reduceat(starts[order], first)
     hi_all = np.maximum.reduceat(ends[order], first)
     return sorted(zip(lo_all.tolist(), hi_all.tolist(), strict=True))
-
-
-def _blocks(rows: slice) -> Iterator[slice]:
-    """``rows`` a block of ``_BLOCK`` rows at a time: what is made per item lives for one block."""
-    return (slice(a, min(a + _BLOCK, rows.stop)) for a in range(rows.start, rows.stop, _BLOCK))
 
 
 def _on_threads(tid: np.ndarray, tids: list[int]) -> np.ndarray:
@@ -215,16 +234,14 @@ def _forward_groups(
 
 def _cuts_from_forwards(
     sig: Signals,
-    p: Process,
+    p: Items,
     region: Region,
     f_tid: int,
-    hs: slice,
-    anchors: np.ndarray,
+    sv: _Survey,
     groups: list[list[int]],
     bursts: list[tuple[int, int]],
 ) -> Finding:
-    h_start, h_end = p.start[hs], p.end[hs]
-    g_start = np.array([h_start[anchors[g[0]]] for g in groups], np.int64)
+    g_start = np.array([sv.anchor_start[g[0]] for g in groups], np.int64)
     owner = np.searchsorted(g_start, [b[0] for b in bursts], side="right") - 1
     if (owner < 0).any():
         return Finding(region, [], "a backward pass before the range's first forward pass (pipeline stage?)")
@@ -259,24 +276,25 @@ def _cuts_from_forwards(
             )
             opt = p.opt_start[p.opt_start > starts[i]]  # never into the optimizer step after it
             limit = min(limit, int(opt[0])) if len(opt) else limit
-            a, b = np.searchsorted(h_start, [starts[i], limit], side="left")  # host items sorted by start
-            f_items = np.flatnonzero(p.tid[hs][a:b] == f_tid) + a
-            end = int(h_end[f_items].max()) if len(f_items) else starts[i]
+            w = p.window(starts[i], limit)
+            f_items = np.flatnonzero((w.tid == f_tid) & (w.start < limit))  # host items in [start, limit)
+            end = int(w.end[f_items].max()) if len(f_items) else starts[i]
             # a CPU trace runs the backward on the calling thread: autograd ops on F, not a burst elsewhere
-            backward = bool(sig.is_autograd[p.code[hs][f_items]].any())
-        idx = [hs.start + int(anchors[j]) for j in g]
-        tokens = [sig.tokens_of(int(p.code[k]), int(p.shape[k])) for k in idx]
+            backward = bool(sig.is_autograd[w.code[f_items]].any())
+        lookups = [(int(sv.anchor_code[j]), int(sv.anchor_shape[j])) for j in g]
+        tokens = [sig.tokens_of(c, k) for c, k in lookups]
         known = [t for t in tokens if t]
-        model = next((m for m in (sig.model_of(int(p.code[k]), int(p.shape[k])) for k in idx) if m), None)
+        model = next((m for m in (sig.model_of(c, k) for c, k in lookups) if m), None)
         tokens_i = max(known) if known else _first_gemm_tokens(sig, p, f_tid, starts[i], nxt[i])
         how = "embedding" if known else ""
         cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, backward, model))
     return Finding(region, _label_gemm_tokens(cuts), by_forwards=True)
 
 
-def _before_trailing_sync(sig: Signals, p: Process, f_tid: int, lo: int, hi: int) -> int:
+def _before_trailing_sync(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> int:
     """Where a range's last forward-only micro-batch ends: before the first sync on F after its last kernel
     launch (the range returning its results, ``.cpu()``), else at the range's end."""
+    p = items.window(lo, hi)
     li = _window(p.l_start, lo, hi)
     li = li[(p.l_tid[li] == f_tid) & p.l_kernel[li]]
     if len(li) == 0:
@@ -286,11 +304,12 @@ def _before_trailing_sync(sig: Signals, p: Process, f_tid: int, lo: int, hi: int
     return int(p.start[w[0]]) if len(w) else hi
 
 
-def _prep_start(sig: Signals, p: Process, f_tid: int, prev_end: int, anchor: int) -> int:
+def _prep_start(sig: Signals, items: Items, f_tid: int, prev_end: int, anchor: int) -> int:
     """A forward's first host op: its embedding lookup, or earlier host ops on F that launch no kernel and
     compute nothing -- moving the micro-batch to the GPU (``micro_batch.to(device)``: copies), slicing it --
     back to the previous micro-batch's end, the last kernel F launched, the last GEMM or autograd op on F,
     or the end of an optimizer range."""
+    p = items.window(prev_end, anchor)
     lo = prev_end
     li = _window(p.l_start, prev_end, anchor)
     kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li] & (p.l_start[li] < anchor)]
@@ -339,9 +358,10 @@ def _label_gemm_tokens(cuts: list[Cut]) -> list[Cut]:
     return [c if c.tokens_from or c.tokens is None else replace(c, tokens_from="gemm") for c in cuts]
 
 
-def _after_backward(sig: Signals, p: Process, f_tid: int, burst_end: int, limit: int) -> int:
+def _after_backward(sig: Signals, items: Items, f_tid: int, burst_end: int, limit: int) -> int:
     """Host end of a micro-batch whose backward ended at ``burst_end``: the sync F runs right after it
     (``loss.item()``), if any comes before F launches its next kernel (or ``limit``)."""
+    p = items.window(burst_end, limit)
     li = _window(p.l_start, burst_end, limit)
     f_kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li]]
     stop = int(p.l_start[f_kernels[0]]) if len(f_kernels) else limit
@@ -351,7 +371,8 @@ def _after_backward(sig: Signals, p: Process, f_tid: int, burst_end: int, limit:
     return max(burst_end, int(p.end[syncs].max())) if len(syncs) else burst_end
 
 
-def _first_gemm_tokens(sig: Signals, p: Process, f_tid: int, lo: int, hi: int) -> int | None:
+def _first_gemm_tokens(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> int | None:
+    p = items.window(lo, hi)
     w = _window(p.start, lo, hi)
     w = w[(p.tid[w] == f_tid) & (sig.gemm_arg[p.code[w]] >= 0)]
     for k in w.tolist():
@@ -363,10 +384,9 @@ def _first_gemm_tokens(sig: Signals, p: Process, f_tid: int, lo: int, hi: int) -
 
 def _cuts_from_backwards(
     sig: Signals,
-    p: Process,
+    p: Items,
     region: Region,
     f_tid: int,
-    hs: slice,
     bursts: list[tuple[int, int]],
     f_gemm_times: np.ndarray,
 ) -> Finding:
@@ -382,14 +402,14 @@ def _cuts_from_backwards(
             merged.append([b0, b1])
         else:
             merged[-1][1] = max(merged[-1][1], b1)
-    f_start = p.start[hs][p.tid[hs] == f_tid]
-    f_start = f_start[~_inside(f_start, p.opt_start, p.opt_end)]  # ascending, as the host items
     cuts = []
     prev_end = region.start_ns
     for i, (b0, b1) in enumerate(merged):
         nxt = merged[i + 1][0] if i + 1 < len(merged) else region.end_ns
-        a, b = np.searchsorted(f_start, [prev_end, b0], side="left")  # F's items starting in [prev_end, b0)
-        start = int(f_start[a]) if b > a else b0
+        w = p.window(prev_end, b0)  # F's first item starting in [prev_end, b0) outside the optimizer ranges
+        f_start = w.start[(w.tid == f_tid) & (w.start < b0)]
+        f_start = f_start[~_inside(f_start, p.opt_start, p.opt_end)]
+        start = int(f_start[0]) if len(f_start) else b0
         end = _after_backward(sig, p, f_tid, b1, nxt)
         tokens = _first_gemm_tokens(sig, p, f_tid, start, b0)
         cuts.append(_detected(p.pid, f_tid, region, start, end, tokens, "gemm" if tokens else "", True))

@@ -16,7 +16,9 @@ sorted by start, with per-name flags computed once per distinct name:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -30,6 +32,9 @@ _SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 _BLOCKING_COPY = re.compile(r"^(?:cudaMemcpy|cuMemcpyDtoH(?:_v2)?)(?:_v\d+)?$")  # synchronous copies
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
 _EMIT_NVTX = re.compile(r", (?:seq|op_id) = \d")  # an NVTX range emit_nvtx made for an op
+
+HOST_FIELDS = ("tid", "start", "end", "code", "shape", "is_launch_call")
+LAUNCH_FIELDS = ("l_tid", "l_start", "l_end", "op_end", "l_kernel", "l_gemm")
 
 
 @dataclass
@@ -55,6 +60,59 @@ class Process:
     opt_start: np.ndarray
     opt_end: np.ndarray
 
+    def host_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """``columns`` of the host items starting in [lo, hi], ``size`` items at a time (views)."""
+        return _blocks(self, start_slice(self.start, lo, hi), columns, size)
+
+    def launch_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """``columns`` of the launches whose call starts in [lo, hi], ``size`` at a time (views)."""
+        return _blocks(self, start_slice(self.l_start, lo, hi), columns, size)
+
+    def window(self, lo: int, hi: int) -> Process:
+        """The host items and launches starting in [lo, hi] (views), with every optimizer range."""
+        hs, ls = start_slice(self.start, lo, hi), start_slice(self.l_start, lo, hi)
+        host = [getattr(self, c)[hs] for c in HOST_FIELDS]
+        return Process(
+            self.pid, *host, *(getattr(self, c)[ls] for c in LAUNCH_FIELDS), self.opt_start, self.opt_end
+        )
+
+
+class Items(Protocol):
+    """A process's host items and launches as micro-batch detection reads them: a region a block at a time, a
+    micro-batch's neighbourhood as a :class:`Process` (in memory: :class:`Process` itself; a streamed trace's
+    on disk: ``mbwindows.StoredProcess``)."""
+
+    pid: int
+    opt_start: np.ndarray
+    opt_end: np.ndarray
+
+    def host_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]: ...
+
+    def launch_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]: ...
+
+    def window(self, lo: int, hi: int) -> Process: ...
+
+
+def start_slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:
+    """The items starting in [lo, hi] as a slice: a view of each column, not a copy, and no index per item (a
+    region with no ranges to cut it is a whole process, millions of items)."""
+    a = int(np.searchsorted(sorted_start, lo, side="left"))
+    return slice(a, max(a, int(np.searchsorted(sorted_start, hi, side="right"))))
+
+
+def _blocks(p: Process, rows: slice, columns: tuple[str, ...], size: int) -> Iterator[dict[str, np.ndarray]]:
+    for a in range(rows.start, rows.stop, size):
+        blk = slice(a, min(a + size, rows.stop))
+        yield {c: getattr(p, c)[blk] for c in columns}
+
 
 @dataclass
 class Signals:
@@ -65,7 +123,7 @@ class Signals:
     is_autograd: np.ndarray
     is_sync: np.ndarray
     shapes: list[str]
-    processes: dict[int, Process]
+    processes: dict[int, Items]
 
     def tokens_of(self, code: int, shape_code: int) -> int | None:
         """Tokens an embedding or GEMM op processed, from its shapes (None when unknown)."""

@@ -1,10 +1,12 @@
-"""Micro-batch detection over host items streamed in (process, start) order: one detection window at a time.
+"""Micro-batch detection over a streamed trace's host items and launches, kept on disk.
 
 The same cuts as :func:`tracing.analysis.microbatches.find_microbatches` (same jobs, same
-:func:`~tracing.analysis.microbatches.run_job`, same table), but the host items (``cpu_op``, launch calls,
-``emit_nvtx`` op ranges) are never all in memory: every cut reads only the host items inside its window
-(an explicit range, a phase range, a ``ProfilerStep``, or a whole process that has no ranges), so memory
-is bounded by the largest window, not by the trace. GPU launches are read the same way (``opwindows.Launches``).
+:func:`~tracing.analysis.microbatches.run_job`, same :func:`~tracing.analysis.mbdetect.cut_region`, same
+table), but the host items (``cpu_op``, launch calls, ``emit_nvtx`` op ranges) and GPU launches are never in
+memory: they are written once, per process in start order, to column files (``ingest.columnfiles``), and each
+cut reads its region a block at a time and each micro-batch's neighbourhood as it needs it
+(:class:`StoredProcess`). What is held is a block, a few values per forward pass and one time per launch
+from the forward thread -- not the region, which is a whole process when the trace has no ranges.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tracing.analysis import mbregions, metrics
-from tracing.analysis.mbdetect import Finding
-from tracing.analysis.mbsignals import Signals, make_process, name_signals
+from tracing.analysis.mbsignals import HOST_FIELDS, LAUNCH_FIELDS, Process, name_signals
 from tracing.analysis.microbatches import (
     MicrobatchResult,
     microbatch_result,
@@ -26,13 +28,28 @@ from tracing.analysis.microbatches import (
     run_job,
     with_steps,
 )
-from tracing.analysis.opwindows import LAUNCH_SIGNALS, Launches
+from tracing.analysis.opwindows import Launches
+from tracing.ingest.columnfiles import ColumnFiles
 from tracing.outputs.labels import Labels
 
 HOST_COLUMNS = ("pid", "start", "rid", "tid", "end", "code", "shape", "is_call")
-_PROCESS_HOST_COLUMNS = ("tid", "start", "end", "code", "shape", "is_call")
-# a window's host columns that fit smaller types (codes, a flag): 33 bytes an item, not 48
-_HOST_DTYPES = {"code": np.dtype(np.int32), "shape": np.dtype(np.int32), "is_call": np.dtype(bool)}
+# on disk, in the types detection reads them in (codes, a flag): 33 bytes a host item, 34 a launch
+_HOST_DTYPES = {
+    "tid": np.dtype(np.int64),
+    "start": np.dtype(np.int64),
+    "end": np.dtype(np.int64),
+    "code": np.dtype(np.int32),
+    "shape": np.dtype(np.int32),
+    "is_launch_call": np.dtype(bool),
+}
+_LAUNCH_DTYPES = {
+    "l_tid": np.dtype(np.int64),
+    "l_start": np.dtype(np.int64),
+    "l_end": np.dtype(np.int64),
+    "op_end": np.dtype(np.int64),
+    "l_kernel": np.dtype(bool),
+    "l_gemm": np.dtype(bool),
+}
 
 
 @dataclass
@@ -69,15 +86,16 @@ def find_microbatches_streamed(
     rank: int | None,
     fmt: str,
     timelines: list[metrics.DeviceTimeline],
+    folder: Path,
 ) -> MicrobatchResult:
     """The micro-batch table of one trace from its host items in (pid, start, row) order and its launches in
-    (pid, launch start, row) order (``launches``, on disk: of the trace's ``num_ops`` GPU ops).
+    (pid, launch start, row) order (``launches``, on disk: of the trace's ``num_ops`` GPU ops); ``folder``: where
+    their column files go (removed before this returns).
 
     ``host_pids``: processes with any host item; ``stats``: per process, over its host items with a name;
     ``optimizer``: per process, its optimizer ranges' (start, end) sorted by start."""
     labels = labels or Labels()
     pids = host_pids | launches.pids
-    base = name_signals(names, shape_cats)
     no_opt = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def whole(pid: int) -> mbregions.Region | None:
@@ -91,112 +109,48 @@ def find_microbatches_streamed(
         return mbregions.Region(pid, int(tid), None, st.first_ns, st.last_ns, -1, "")
 
     jobs, regions, steps = plan_jobs(pids, whole, ranges, pattern, False)
-    findings: list[Finding | None] = [None] * len(jobs)
-    # a window's rows carry only what make_process reads (no pid or row id: a whole-process window of an
-    # NVTX-heavy export has millions of rows)
-    host_window = _Window(iter(host_chunks), _PROCESS_HOST_COLUMNS, "start", _HOST_DTYPES)
-    launch_window = _Window(launches.chunks(), LAUNCH_SIGNALS, "l_start")
-    todo = sorted(
-        (k for k, j in enumerate(jobs) if j.done is None and j.pid in pids),
-        key=lambda k: (jobs[k].pid, jobs[k].lo, jobs[k].hi),
-    )
-    for i, k in enumerate(todo):
-        job = jobs[k]
-        # where the next window starts: held rows before it are not needed after this one
-        after = (jobs[todo[i + 1]].pid, jobs[todo[i + 1]].lo) if i + 1 < len(todo) else _END
-        # each window's chunks that no later window reads go as soon as its rows are out, not after the cut
-        host = host_window.items(job.pid, job.lo, job.hi, after)
-        host_window.release(*after)
-        # every launch a cut reads starts inside its region (mbdetect): the window's launches are enough
-        mine = launch_window.items(job.pid, job.lo, job.hi, after)
-        launch_window.release(*after)
-        lau = mine if len(mine["l_start"]) else None
-        process = make_process(job.pid, host, lau, *optimizer.get(job.pid, no_opt))
-        del host, mine, lau
-        findings[k] = run_job(_with(base, {job.pid: process}), job)
-        del process
-    for k, job in enumerate(jobs):  # a process with no host items and no launches: no signals at all
-        if findings[k] is None:
-            findings[k] = run_job(base, job)
-    done = with_steps([f for f in findings if f is not None], regions, steps)
+    host = ColumnFiles(folder / "host-items", _HOST_DTYPES, "pid", "start")
+    lau = ColumnFiles(folder / "launches", _LAUNCH_DTYPES, "pid", "l_start")
+    try:
+        for c in host_chunks:
+            host.append(
+                {**c, "shape": np.maximum(c["shape"], 0), "is_launch_call": c["is_call"]}  # as make_process
+            )
+        for c in launches.chunks():
+            lau.append(c)
+        host.finish(), lau.finish()
+        sig = name_signals(names, shape_cats)
+        # a process with no host items and no launches has none here: no signals at all
+        sig.processes = {p: StoredProcess(p, host, lau, *optimizer.get(p, no_opt)) for p in pids}
+        findings = [run_job(sig, j) for j in jobs]
+    finally:
+        host.close(), lau.close()
+    done = with_steps(findings, regions, steps)
     return microbatch_result(done, launches.gpu_ends, kernels, num_ops > 0, labels, rank, fmt, timelines)
 
 
-def _with(base: Signals, processes: dict) -> Signals:
-    return Signals(
-        base.names,
-        base.base,
-        base.is_embedding,
-        base.gemm_arg,
-        base.is_autograd,
-        base.is_sync,
-        base.shapes,
-        processes,
-    )
-
-
-class _Window:
-    """Chunks sorted by (pid, ``start``), pulled on demand; what no later window needs is dropped. A window's
-    rows come back with ``columns`` only, those in ``dtypes`` in those types (converted as a chunk is pulled)."""
+class StoredProcess:
+    """One process's host items and launches in column files (``mbsignals.Items``): a region is read a block
+    at a time, a window is read into a :class:`~tracing.analysis.mbsignals.Process`."""
 
     def __init__(
-        self,
-        chunks: Iterator[dict[str, np.ndarray]],
-        columns: Iterable[str],
-        start: str,
-        dtypes: dict[str, np.dtype] | None = None,
+        self, pid: int, host: ColumnFiles, launches: ColumnFiles, opt_start: np.ndarray, opt_end: np.ndarray
     ) -> None:
-        self._it = chunks
-        self._columns = tuple(columns)
-        self._start = start
-        self._dtypes = dtypes or {}
-        self._parts: list[dict[str, np.ndarray]] = []
-        self._lasts: list[tuple[int, int]] = []  # each held chunk's last (pid, start)
-        self._done = False
+        self.pid = pid
+        self._host, self._launches = host, launches
+        self.opt_start, self.opt_end = opt_start, opt_end
 
-    def items(self, pid: int, lo: int, hi: int, after: tuple[int, int] = (0, 0)) -> dict[str, np.ndarray]:
-        """Rows of ``pid`` whose start lies in [lo, hi], sorted by (start, row). Held chunks that end before
-        ``after`` (where the next window starts) are freed a column at a time as the rows are copied out, so a
-        large window is not held twice."""
-        while not self._done and (not self._parts or self._lasts[-1] <= (pid, hi)):
-            chunk = next(self._it, None)
-            if chunk is None:
-                self._done = True
-            elif len(chunk["pid"]):  # held: the columns a window or the search reads, in their types
-                keep = dict.fromkeys(("pid", self._start, *self._columns))
-                self._parts.append(
-                    {c: chunk[c].astype(self._dtypes.get(c, chunk[c].dtype), copy=False) for c in keep}
-                )
-                self._lasts.append((int(chunk["pid"][-1]), int(chunk[self._start][-1])))
-        self.release(pid, lo)
-        pieces = []  # each held chunk's rows of pid in [lo, hi] (a contiguous slice: chunks are sorted)
-        for k, p in enumerate(self._parts):
-            a, b = np.searchsorted(p["pid"], [pid, pid + 1])
-            s = p[self._start][a:b]
-            i, j = a + np.searchsorted(s, lo, side="left"), a + np.searchsorted(s, hi, side="right")
-            if j > i:
-                pieces.append((p, i, j, self._lasts[k] < after))
-        if len(pieces) == 1:
-            p, i, j, _ = pieces[0]
-            return {c: p[c][i:j] for c in self._columns}
-        if not pieces:
-            return {
-                c: np.zeros(0, self._dtypes.get(c, bool if c in _FLAGS else np.int64)) for c in self._columns
-            }
-        out = {}
-        for c in self._columns:
-            out[c] = np.concatenate([p[c][i:j] for p, i, j, _ in pieces])
-            for p, _, _, spent in pieces:
-                if spent and c not in ("pid", self._start):  # kept: release() and the search read them
-                    del p[c]
-        return out
+    def host_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        return self._host.blocks(self._host.find(self.pid, lo, hi), columns, size)
 
-    def release(self, pid: int, lo: int) -> None:
-        """Drop the chunks that end before (pid, lo)."""
-        while self._parts and self._lasts[0] < (pid, lo):
-            self._parts.pop(0)
-            self._lasts.pop(0)
+    def launch_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        return self._launches.blocks(self._launches.find(self.pid, lo, hi), columns, size)
 
-
-_END = (np.iinfo(np.int64).max, np.iinfo(np.int64).max)
-_FLAGS = ("l_kernel", "l_gemm")
+    def window(self, lo: int, hi: int) -> Process:
+        h = self._host.read(self._host.find(self.pid, lo, hi), HOST_FIELDS)
+        la = self._launches.read(self._launches.find(self.pid, lo, hi), LAUNCH_FIELDS)
+        return Process(self.pid, **h, **la, opt_start=self.opt_start, opt_end=self.opt_end)

@@ -418,8 +418,5 @@ def _overlaps(pid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray
 def _gpu_end(sig: Signals, pid: int, lo: int, hi: int) -> int:
     """End of the last GPU op launched in [lo, hi] by the process (any thread); ``lo`` when none."""
     p = sig.processes.get(pid)
-    if p is None or len(p.l_start) == 0:
-        return lo
-    a = np.searchsorted(p.l_start, lo, side="left")
-    b = np.searchsorted(p.l_start, hi, side="right")
-    return int(p.op_end[a:b].max()) if b > a else lo
+    ends = p.window(lo, hi).op_end if p is not None else np.zeros(0, np.int64)
+    return int(ends.max()) if len(ends) else lo
