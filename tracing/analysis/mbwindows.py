@@ -34,22 +34,9 @@ from tracing.outputs.labels import Labels
 
 HOST_COLUMNS = ("pid", "start", "rid", "tid", "end", "code", "shape", "is_call")
 # on disk, in the types detection reads them in (codes, a flag): 33 bytes a host item, 34 a launch
-_HOST_DTYPES = {
-    "tid": np.dtype(np.int64),
-    "start": np.dtype(np.int64),
-    "end": np.dtype(np.int64),
-    "code": np.dtype(np.int32),
-    "shape": np.dtype(np.int32),
-    "is_launch_call": np.dtype(bool),
-}
-_LAUNCH_DTYPES = {
-    "l_tid": np.dtype(np.int64),
-    "l_start": np.dtype(np.int64),
-    "l_end": np.dtype(np.int64),
-    "op_end": np.dtype(np.int64),
-    "l_kernel": np.dtype(bool),
-    "l_gemm": np.dtype(bool),
-}
+_I64, _I32, _BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(bool)
+_HOST_DTYPES = dict(zip(HOST_FIELDS, (_I64, _I64, _I64, _I32, _I32, _BOOL), strict=True))
+_LAUNCH_DTYPES = dict(zip(LAUNCH_FIELDS, (_I64, _I64, _I64, _I64, _BOOL, _BOOL), strict=True))
 
 
 @dataclass

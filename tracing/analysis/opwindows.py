@@ -36,13 +36,14 @@ import pandas as pd
 
 from tracing.analysis import attribution, kernel_classes, metrics
 from tracing.analysis.intervals import IntervalSink
+from tracing.analysis.mbsignals import LAUNCH_FIELDS
 from tracing.ingest.spill import SortedRuns
 from tracing.outputs import schema
 
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 _KIND = {k: schema.EVENT_KINDS.index(k) for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET)}
 LAUNCH_COLUMNS = ("pid", "l_start", "rid", "l_tid", "l_end", "op_end", "kind", "name")
-LAUNCH_SIGNALS = ("l_tid", "l_start", "l_end", "op_end", "l_kernel", "l_gemm")
+LAUNCH_SIGNALS = LAUNCH_FIELDS  # what micro-batch detection reads of each launch (mbsignals.Process)
 
 
 def cut_between_starts(chunks: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
