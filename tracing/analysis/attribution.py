@@ -270,14 +270,16 @@ class _Clipped:
         by_pid = {p: [t for t in timelines if t.pid == p] for p in np.unique(pid).tolist()}
         self.busy_hi = np.zeros(len(pid), np.int64)
         self.stall_hi = np.zeros(len(pid), np.int64)
-        for p, mine in by_pid.items():
-            if not mine:
-                continue
-            idx = np.flatnonzero(pid == p)
-            idx = idx[np.argsort(hi[idx], kind="stable")]
-            for out, cov in zip((self.busy_hi, self.stall_hi), self._covered(mine), strict=True):
-                for k in _blocks(idx):
-                    out[k] = cov.at(hi[k])
+        covered = {p: self._covered(mine) for p, mine in by_pid.items() if mine}
+        # every range in window-end order (each process's own ends ascend in it): one index array, no per-process
+        # gathered copies (an emit_nvtx export has millions of ranges)
+        for k in _blocks(np.argsort(hi, kind="stable")):
+            pk = pid[k]
+            for p in np.unique(pk).tolist():
+                cov = covered.get(p)
+                if cov is not None:
+                    mine = k[pk == p]
+                    self.busy_hi[mine], self.stall_hi[mine] = cov[0].at(hi[mine]), cov[1].at(hi[mine])
         self._lo = {p: self._covered(mine) for p, mine in by_pid.items() if mine}
 
     @staticmethod
