@@ -1,5 +1,5 @@
 """A streamed ingest holds nothing per GPU op or per idle gap (the device timelines are spilled): its peak memory
-grows with the trace only by its ranges (and by a few bytes per launch from a forward thread).
+grows with the trace only by its ranges.
 
 The GPU-heavy real rank (a quarter of its events are kernels and copies, about one idle gap per kernel, 73 ranges
 per 1,204 GPU ops) repeated 32 and 160 times, each streamed in a fresh process with chunks and runs small enough
@@ -90,9 +90,8 @@ def _without_ranges(out: Path) -> Path:
 def test_a_process_without_ranges_is_cut_without_holding_its_items(tmp_path):
     """No range cuts such a process into detection windows: the whole process is one region. Its host items and
     launches go to column files and the cut reads them a block at a time (a micro-batch's neighbourhood at a
-    time), so the peak grows by under 15 bytes per added event: 5 measured (what grows is a time per launch from
-    the forward thread and a few values per forward pass); 51 when the region was held in small types, 154
-    before that."""
+    time), so the peak grows by under 15 bytes per added event: 5 measured (not in the cut, which holds a few
+    values per forward pass); 51 when the region was held in small types, 154 before that."""
     source = _without_ranges(tmp_path / "norange.json.gz")
     one = _measure(_repeat(1, tmp_path / "one.json.gz", source), tmp_path)
     small = _measure(_repeat(32, tmp_path / "small.json.gz", source), tmp_path)

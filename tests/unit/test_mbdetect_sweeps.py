@@ -48,20 +48,53 @@ def _bursts_by_definition(sig, p, f_tid, interrupts):
     return sorted((int(starts[key == k].min()), int(ends[key == k].max())) for k in np.unique(key).tolist())
 
 
+@pytest.mark.parametrize("coarse", [1, 10_007])  # coarse clocks: launches, lookups and items at equal times
 @pytest.mark.parametrize("block", [97, 1 << 16])  # an interval's items split across blocks, or one block
 @pytest.mark.parametrize("seed", range(6))
-def test_bursts_are_the_autograd_work_between_two_interrupts(seed, block, monkeypatch):
+def test_bursts_are_the_autograd_work_between_two_interrupts(seed, block, coarse, monkeypatch):
+    """Interrupts: F's launches (counted as the launches are read, never held) and its embedding lookups."""
+    monkeypatch.setattr(mbdetect, "_BLOCK", block)
+    rng = np.random.default_rng(seed)
+    sig = name_signals(NAMES, [""])
+    p = _process(rng, 3_000, 800)
+    for c in ("start", "end", "l_start", "l_end"):
+        setattr(p, c, getattr(p, c) // coarse * coarse)
+    f_tid = 1
+    p.l_tid = np.where(rng.random(len(p.l_tid)) < 0.5 / (1 + seed), f_tid, 2)  # many bursts to few
+    anchors = np.sort(rng.choice(p.start, 3 + seed))  # at host items' own times
+    interrupts = np.sort(np.concatenate([p.l_start[p.l_tid == f_tid], anchors]))
+    region = Region(p.pid, f_tid, None, 0, 2_000_000, -1, "")
+    autograd = sorted(set(np.unique(p.tid[sig.is_autograd[p.code] & (p.tid != f_tid)]).tolist()))
+    got = mbdetect._bursts(sig, p, region, f_tid, anchors, autograd)
+    assert got == _bursts_by_definition(sig, p, f_tid, interrupts)
+    assert len(got) > 1
+
+
+@pytest.mark.parametrize("block", [97, 1 << 16])
+@pytest.mark.parametrize("seed", range(4))
+def test_last_gemm_before_each_query_is_the_latest_earlier_gemm_of_f(seed, block, monkeypatch):
     monkeypatch.setattr(mbdetect, "_BLOCK", block)
     rng = np.random.default_rng(seed)
     sig = name_signals(NAMES, [""])
     p = _process(rng, 3_000, 800)
     f_tid = 1
-    interrupts = np.sort(p.l_start[p.l_tid == f_tid])[:: 1 + seed]  # from one item per burst to few bursts
+    gemm = np.sort(
+        np.concatenate(
+            [
+                p.start[(p.tid == f_tid) & (sig.gemm_arg[p.code] >= 0)],
+                p.l_start[(p.l_tid == f_tid) & p.l_gemm],
+            ]
+        )
+    )
+    queries = np.sort(
+        np.concatenate([rng.choice(gemm, 10), rng.integers(-5, 1_100_000, 40)])
+    )  # ties: not before
     region = Region(p.pid, f_tid, None, 0, 2_000_000, -1, "")
-    autograd = sorted(set(np.unique(p.tid[sig.is_autograd[p.code] & (p.tid != f_tid)]).tolist()))
-    got = mbdetect._bursts(sig, p, region, f_tid, interrupts, autograd)
-    assert got == _bursts_by_definition(sig, p, f_tid, interrupts)
-    assert len(got) > 1
+    got = mbdetect._last_gemm_before(sig, p, region, f_tid, queries)
+    want = [
+        int(gemm[gemm < q].max()) if (gemm < q).any() else np.iinfo(np.int64).min for q in queries.tolist()
+    ]
+    assert got.tolist() == want
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -77,7 +110,8 @@ def test_forward_groups_split_where_a_gemm_or_a_backward_starts_between_two_look
         lo, hi = anchors[j - 1], anchors[j]
         split = ((gemms > lo) & (gemms < hi)).any() or ((b_starts > lo) & (b_starts < hi)).any()
         want.append([j]) if split else want[-1].append(j)
-    assert mbdetect._forward_groups(anchors, gemms, bursts) == want
+    before = [int(gemms[gemms < a].max()) if (gemms < a).any() else np.iinfo(np.int64).min for a in anchors]
+    assert mbdetect._forward_groups(anchors, np.array(before, np.int64), bursts) == want
 
 
 def _stored(p, tmp_path, every: int):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -74,21 +75,23 @@ class Finding:
 def cut_region(sig: Signals, region: Region) -> Finding:
     """Micro-batches inside one region (see the module docstring).
 
-    The region is read a block at a time (which thread is F, its embedding lookups, GEMM and launch times,
-    the backward bursts); each micro-batch's boundaries then read only its neighbourhood (``p.window``): a
-    region as large as a whole process is never held."""
+    The region is read a block at a time (which thread is F; its embedding lookups; the backward bursts; its
+    last GEMM before each lookup or burst); each micro-batch's boundaries then read only its neighbourhood
+    (``p.window``): a region as large as a whole process is never held."""
     p = sig.processes.get(region.pid)
     if p is None:
         return Finding(region, [], "the trace records no ops or launches in the range (ranges only)")
     f_tid = _forward_thread(sig, p, region)
     sv = _survey(sig, p, region, f_tid)
-    bursts = _bursts(sig, p, region, f_tid, sv.interrupts, sv.autograd)
+    bursts = _bursts(sig, p, region, f_tid, sv.anchor_start, sv.autograd)
     if len(sv.anchor_start):
-        groups = _forward_groups(sv.anchor_start, sv.gemm_times, bursts)
+        gemm_before = _last_gemm_before(sig, p, region, f_tid, sv.anchor_start)
+        groups = _forward_groups(sv.anchor_start, gemm_before, bursts)
         return _cuts_from_forwards(sig, p, region, f_tid, sv, groups, bursts)
     if len(bursts):
-        return _cuts_from_backwards(sig, p, region, f_tid, bursts, sv.gemm_times)
-    if len(sv.gemm_times):
+        gemm_before = _last_gemm_before(sig, p, region, f_tid, np.array([b[0] for b in bursts], np.int64))
+        return _cuts_from_backwards(sig, p, region, f_tid, bursts, gemm_before)
+    if sv.any_gemm:
         return Finding(
             region,
             [],
@@ -134,54 +137,63 @@ def _count_values(counts: Counter[int], values: np.ndarray) -> None:
 
 @dataclass
 class _Survey:
-    """What a region's cut needs of all of it (small: a few entries per forward pass, a time per launch from F)."""
+    """What a region's cut needs of all of it (small: a few entries per forward pass)."""
 
     anchor_start: np.ndarray  # F's embedding lookups (start order), their names and shapes
     anchor_code: np.ndarray
     anchor_shape: np.ndarray
-    gemm_times: np.ndarray  # sorted: F's GEMM launches and GEMM host ops
-    interrupts: np.ndarray  # sorted: F's launches and embedding lookups
+    any_gemm: bool  # F launched a GEMM kernel or ran a GEMM op
     autograd: list[int]  # threads other than F that ran autograd ops, ascending
 
 
 def _survey(sig: Signals, p: Items, region: Region, f_tid: int) -> _Survey:
     r0, r1 = region.start_ns, region.end_ns
     anchors: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    gemm, launches, autograd = [], [], set()
+    any_gemm, autograd = False, set()
     for b in p.host_blocks(r0, r1, ("tid", "start", "code", "shape"), _BLOCK):
         on_f, code = b["tid"] == f_tid, b["code"]
         a = on_f & sig.is_embedding[code]
         anchors.append((b["start"][a], code[a], b["shape"][a]))
-        gemm.append(b["start"][on_f & (sig.gemm_arg[code] >= 0)])
+        any_gemm = any_gemm or bool((on_f & (sig.gemm_arg[code] >= 0)).any())
         autograd.update(np.unique(b["tid"][sig.is_autograd[code] & ~on_f]).tolist())
-    for b in p.launch_blocks(r0, r1, ("l_tid", "l_start", "l_gemm"), _BLOCK):
-        on_f = b["l_tid"] == f_tid
-        launches.append(b["l_start"][on_f])
-        gemm.append(b["l_start"][on_f & b["l_gemm"]])
+    for b in p.launch_blocks(r0, r1, ("l_tid", "l_gemm"), _BLOCK) if not any_gemm else ():
+        any_gemm = any_gemm or bool(((b["l_tid"] == f_tid) & b["l_gemm"]).any())
     a_start, a_code, a_shape = (
         np.concatenate([np.zeros(0, np.int64), *(x[k] for x in anchors)]).astype(np.int64) for k in range(3)
     )
-    gemm_times = np.sort(np.concatenate([np.zeros(0, np.int64), *gemm]))
-    interrupts = np.sort(np.concatenate([np.zeros(0, np.int64), *launches, a_start]))
-    return _Survey(a_start, a_code, a_shape, gemm_times, interrupts, sorted(autograd))
+    return _Survey(a_start, a_code, a_shape, any_gemm, sorted(autograd))
 
 
 def _bursts(
-    sig: Signals, p: Items, region: Region, f_tid: int, interrupts: np.ndarray, tids: list[int]
+    sig: Signals, p: Items, region: Region, f_tid: int, anchor_start: np.ndarray, tids: list[int]
 ) -> list[tuple[int, int]]:
-    """(start, end) of each backward burst: work of the autograd threads ``tids`` between two launches from F
-    (``interrupts``), a block of the region at a time."""
+    """(start, end) of each backward burst: work of the autograd threads ``tids`` between two interrupts -- F's
+    launches and embedding lookups (``anchor_start``) --, a block of the region at a time. An item's interval
+    is the number of interrupts at or before its start, F's launches counted as a second stream is read
+    alongside (:class:`_Count`), so nothing is held per launch."""
     r0, r1 = region.start_ns, region.end_ns
+
+    def f_launches() -> Iterator[tuple[np.ndarray, int]]:
+        for b in p.launch_blocks(r0, r1, ("l_tid", "l_start"), _BLOCK):
+            yield b["l_start"][b["l_tid"] == f_tid], int(b["l_start"][-1])
+
+    def keys(count: _Count, starts: np.ndarray) -> np.ndarray:
+        return count.at(starts) + np.searchsorted(anchor_start, starts, side="right")
+
     # per block of each part (launches, host items; each in start order, so an interval's items are
     # consecutive) each interval's first start and last end, then every block's intervals merged
     spans = []
+    count = _Count(f_launches())
     for b in p.launch_blocks(r0, r1, ("l_tid", "l_start", "l_end"), _BLOCK):
         # no autograd ops (no op names: nsys without emit_nvtx): any other launching thread's launches
         b_l = _on_threads(b["l_tid"], tids) if tids else b["l_tid"] != f_tid
-        spans.append(_interval_spans(b["l_start"][b_l], b["l_end"][b_l], interrupts))
+        s = b["l_start"][b_l]
+        spans.append(_interval_spans(s, b["l_end"][b_l], keys(count, s)))
+    count = _Count(f_launches())
     for b in p.host_blocks(r0, r1, ("tid", "start", "end"), _BLOCK) if tids else ():
         b_h = _on_threads(b["tid"], tids)
-        spans.append(_interval_spans(b["start"][b_h], b["end"][b_h], interrupts))
+        s = b["start"][b_h]
+        spans.append(_interval_spans(s, b["end"][b_h], keys(count, s)))
     if not spans:
         return []
     keys, lo, hi = zip(*spans, strict=True)
@@ -202,12 +214,61 @@ def _on_threads(tid: np.ndarray, tids: list[int]) -> np.ndarray:
     return out
 
 
+class _Count:
+    """#{x <= t} over values read in ascending order a block at a time (``(values, the block's last time)``:
+    a block may hold no values), for queries that never go back in time; holds one block."""
+
+    def __init__(self, blocks: Iterator[tuple[np.ndarray, int]]) -> None:
+        self._it = blocks
+        self._buf = np.zeros(0, np.int64)  # values read, not yet counted in _base
+        self._base = 0
+        self._last: int | None = None  # the last block's last time: unread values are at or after it
+        self._done = False
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        """The count at each of ``t`` (non-decreasing, none before an earlier call's)."""
+        out = np.empty(len(t), np.int64)
+        i = 0
+        while i < len(t):
+            if not self._done and (self._last is None or self._last <= t[i]):  # unread values may be <= t[i]
+                self._base += len(self._buf)  # every value held is <= t[i] <= every query from now on
+                nxt = next(self._it, None)
+                if nxt is None:
+                    self._done, self._buf = True, np.zeros(0, np.int64)
+                else:
+                    self._buf, self._last = nxt
+                continue
+            j = len(t) if self._done else int(np.searchsorted(t, self._last, side="left"))
+            out[i:j] = self._base + np.searchsorted(self._buf, t[i:j], side="right")
+            k = int(np.searchsorted(self._buf, t[j - 1], side="right"))  # counted for every later query
+            self._base, self._buf = self._base + k, self._buf[k:]
+            i = j
+        return out
+
+
+def _last_gemm_before(sig: Signals, p: Items, region: Region, f_tid: int, queries: np.ndarray) -> np.ndarray:
+    """For each of ``queries`` (ascending), the start of F's last GEMM (a GEMM kernel launch or a GEMM host op)
+    before it, or the int64 minimum: one pass over the region, a block at a time."""
+    r0, r1 = region.start_ns, region.end_ns
+    best = np.full(len(queries), np.iinfo(np.int64).min, np.int64)
+
+    def take(g: np.ndarray) -> None:  # g ascending
+        i = np.searchsorted(g, queries, side="left") - 1
+        hit = i >= 0
+        best[hit] = np.maximum(best[hit], g[i[hit]])
+
+    for b in p.host_blocks(r0, r1, ("tid", "start", "code"), _BLOCK):
+        take(b["start"][(b["tid"] == f_tid) & (sig.gemm_arg[b["code"]] >= 0)])
+    for b in p.launch_blocks(r0, r1, ("l_tid", "l_start", "l_gemm"), _BLOCK):
+        take(b["l_start"][(b["l_tid"] == f_tid) & b["l_gemm"]])
+    return best
+
+
 def _interval_spans(
-    starts: np.ndarray, ends: np.ndarray, interrupts: np.ndarray
+    starts: np.ndarray, ends: np.ndarray, key: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Items in start order grouped by the interval between interrupts they start in: each interval's key,
-    first start and last end."""
-    key = np.searchsorted(interrupts, starts, side="right")
+    """Items in start order grouped by the interval between interrupts they start in (``key``: the number of
+    interrupts at or before each start): each interval's key, first start and last end."""
     first = np.flatnonzero(np.diff(key, prepend=-1)) if len(key) else np.zeros(0, np.int64)
     if len(first) == 0:
         return key[:0], starts[:0], ends[:0]
@@ -215,15 +276,15 @@ def _interval_spans(
 
 
 def _forward_groups(
-    anchor_start: np.ndarray, gemm_times: np.ndarray, bursts: list[tuple[int, int]]
+    anchor_start: np.ndarray, gemm_before: np.ndarray, bursts: list[tuple[int, int]]
 ) -> list[list[int]]:
     """Embedding lookups of one forward (e.g. GPT-2's token + position embeddings): consecutive lookups
-    with no GEMM and no backward between them."""
+    with no GEMM and no backward between them (``gemm_before``: per lookup, F's last GEMM before it)."""
     b_starts = np.array([b[0] for b in bursts], np.int64)  # ascending: bursts are sorted
     groups: list[list[int]] = [[0]] if len(anchor_start) else []
     for j in range(1, len(anchor_start)):
         lo, hi = anchor_start[j - 1], anchor_start[j]
-        gemm_between = np.searchsorted(gemm_times, hi) > np.searchsorted(gemm_times, lo, side="right")
+        gemm_between = gemm_before[j] > lo
         bwd_between = np.searchsorted(b_starts, hi) > np.searchsorted(b_starts, lo, side="right")
         if gemm_between or bwd_between:
             groups.append([j])
@@ -388,16 +449,16 @@ def _cuts_from_backwards(
     region: Region,
     f_tid: int,
     bursts: list[tuple[int, int]],
-    f_gemm_times: np.ndarray,
+    gemm_before: np.ndarray,
 ) -> Finding:
     """No embedding lookups: one micro-batch per backward; its forward is F's work since the previous one.
 
     Bursts with no GEMM launched from F between them are one backward that F interrupted (a hook's launch).
     """
     merged = [list(bursts[0])]
-    for b0, b1 in bursts[1:]:
+    for (b0, b1), gemm in zip(bursts[1:], gemm_before[1:].tolist(), strict=True):
         prev_end = merged[-1][1]
-        forward_between = np.searchsorted(f_gemm_times, b0) > np.searchsorted(f_gemm_times, prev_end)
+        forward_between = gemm >= prev_end  # a GEMM from F in [prev_end, b0)
         if forward_between:
             merged.append([b0, b1])
         else:

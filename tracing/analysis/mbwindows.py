@@ -5,8 +5,8 @@ The same cuts as :func:`tracing.analysis.microbatches.find_microbatches` (same j
 table), but the host items (``cpu_op``, launch calls, ``emit_nvtx`` op ranges) and GPU launches are never in
 memory: they are written once, per process in start order, to column files (``ingest.columnfiles``), and each
 cut reads its region a block at a time and each micro-batch's neighbourhood as it needs it
-(:class:`StoredProcess`). What is held is a block, a few values per forward pass and one time per launch
-from the forward thread -- not the region, which is a whole process when the trace has no ranges.
+(:class:`StoredProcess`). What is held is a block and a few values per forward pass and per backward burst
+-- not the region, which is a whole process when the trace has no ranges.
 """
 
 from __future__ import annotations
