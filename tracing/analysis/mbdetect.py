@@ -177,7 +177,7 @@ def _bursts(
         for b in p.launch_blocks(r0, r1, ("l_tid", "l_start"), _BLOCK):
             yield b["l_start"][b["l_tid"] == f_tid], int(b["l_start"][-1])
 
-    def keys(count: _Count, starts: np.ndarray) -> np.ndarray:
+    def interval_of(count: _Count, starts: np.ndarray) -> np.ndarray:
         return count.at(starts) + np.searchsorted(anchor_start, starts, side="right")
 
     # per block of each part (launches, host items; each in start order, so an interval's items are
@@ -188,12 +188,12 @@ def _bursts(
         # no autograd ops (no op names: nsys without emit_nvtx): any other launching thread's launches
         b_l = _on_threads(b["l_tid"], tids) if tids else b["l_tid"] != f_tid
         s = b["l_start"][b_l]
-        spans.append(_interval_spans(s, b["l_end"][b_l], keys(count, s)))
+        spans.append(_interval_spans(s, b["l_end"][b_l], interval_of(count, s)))
     count = _Count(f_launches())
     for b in p.host_blocks(r0, r1, ("tid", "start", "end"), _BLOCK) if tids else ():
         b_h = _on_threads(b["tid"], tids)
         s = b["start"][b_h]
-        spans.append(_interval_spans(s, b["end"][b_h], keys(count, s)))
+        spans.append(_interval_spans(s, b["end"][b_h], interval_of(count, s)))
     if not spans:
         return []
     keys, lo, hi = zip(*spans, strict=True)
