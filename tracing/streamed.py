@@ -6,15 +6,15 @@
     GPU op rows x launches --(merge join in (pid, correlation) order, tracing.ingest.opjoin)--> joined ops
     (sorted runs, disk) --(a window of ops at a time in (start, row) order, tracing.analysis.opwindows)-->
     devices, streams, kernels, range attribution ; launches (disk) + host items in (pid, start) order -->
-    micro-batches, one detection window at a time (tracing.analysis.mbwindows)
+    column files (disk) --(each region a block at a time, tracing.analysis.mbwindows)--> micro-batches
 
 Held in memory: one chunk of rows, one run buffer, the distinct names (a string each; emit_nvtx's are one per
 range), the ranges' columns and attribution counters (~150 bytes a range: six columns of each range row while
-reading, then the sorted range columns, two rules' counters), and the host items and launches of the largest
-micro-batch detection window (a phase range or ``ProfilerStep``; the whole process when the trace has no
-ranges). The range table itself is never whole here when it goes to the staging folder (``ranges_path``): it is
-made and written a part at a time, and what reads ranges afterwards (micro-batch detection, the step table,
-seconds per phase) reads the few rows ``range_summary`` keeps.
+reading, then the sorted range columns, two rules' counters), and for micro-batch detection one block of a
+region and a few values per forward pass and backward burst (the host items and launches stay on disk, also
+for a whole process with no ranges). The range table itself is never whole here when it goes to the staging
+folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
+(micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps.
 
 Nothing is held per GPU op or per idle gap: the device timelines' busy blocks and host stalls go to files in
 ``spill_dir`` (``tracing.analysis.intervals``), which outlive the call (``--colocated`` unions them across
