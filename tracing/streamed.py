@@ -42,6 +42,7 @@ from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
 from tracing.analysis.opwindows import Launches, OpTables, OpWindows, cut_between_starts
 from tracing.analysis.phases import PhaseMap
+from tracing.analysis.range_ops import Counters
 from tracing.ingest.kineto import trace_info
 from tracing.ingest.kineto_decode import KinetoDecoder
 from tracing.ingest.kineto_rows import KIND_CODE
@@ -395,23 +396,27 @@ def _op_tables(
     try:
         joined = joined_ops(p1.ops, p1.launches, base_ns, fix, p1.dir, OP_RUN_ROWS, CHUNK_ROWS)
         p1.ops.path.unlink(missing_ok=True)  # the joined runs hold them now: less spill on disk at once
+        acc.set_lag(joined.max_lag)  # ranges retire once no op still to come can have been launched in them
         try:
             for chunk in cut_between_starts(joined.merged(CHUNK_ROWS)):
                 acc.add(chunk)
         finally:
             joined.close()
         tables = acc.finish()
-        attributed = bool(tables.num_ops) and trace.range_log is None
-        partials = tables.partials if attributed else None
-        tables.partials = {}
-        if out.path is not None and len(cols["start_ns"]) >= staged.STAGE_ROWS:
-            ranges, written = _staged_ranges(cols, partials, tables.timelines, trace, out)
-        else:
-            ranges = next(
-                attribution.table_parts(cols, max(len(cols["start_ns"]), 1), partials, tables.timelines)
-            )
-            written = None
-        del partials
+        counters, tables.partials = tables.partials, None
+        try:
+            attributed = bool(tables.num_ops) and trace.range_log is None
+            partials = counters if attributed else None
+            if out.path is not None and len(cols["start_ns"]) >= staged.STAGE_ROWS:
+                ranges, written = _staged_ranges(cols, partials, tables.timelines, trace, out)
+            else:
+                ranges = next(
+                    attribution.table_parts(cols, max(len(cols["start_ns"]), 1), partials, tables.timelines)
+                )
+                written = None
+        finally:
+            if counters is not None:
+                counters.close()
         return _OpResult(tables, ranges, acc.launches(tables.kernels), written)
     except BaseException:
         acc.close()
@@ -420,7 +425,7 @@ def _op_tables(
 
 def _staged_ranges(
     cols: dict[str, Any],
-    partials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None,
+    partials: Counters | None,
     timelines: list[metrics.DeviceTimeline],
     trace: Trace,
     out: _RangeOut,

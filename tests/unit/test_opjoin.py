@@ -50,7 +50,8 @@ def _pass1(path: Path, spill: Path, chunk: int) -> tuple[streamed._Pass1, int, l
     return p1, base_ns, names
 
 
-def _merged(runs: SortedRuns, chunk_rows: int) -> dict[str, np.ndarray]:
+def _merged(out: opjoin.Joined, chunk_rows: int) -> dict[str, np.ndarray]:
+    runs = out.runs
     chunks = list(runs.merged(chunk_rows))
     assert all(0 < len(ch["rid"]) <= max(chunk_rows, 1024 * len(runs._runs)) for ch in chunks)
     return {
@@ -145,6 +146,9 @@ def test_joined_ops_equal_streamed_ops(path, run_rows, chunk_rows, tmp_path, mon
         p1.close()
     assert len(got["rid"]) == ops.rows
     _assert_equals_in_memory(got, want)
+    launched = got["launch_start_ns"] != schema.NO_ID
+    lag = (got["start_ns"] - got["launch_start_ns"])[launched]
+    assert out.max_lag == (int(lag.max()) if len(lag) else None)
     if "two" in str(path):
         assert len(p1.launch_pids) == 2 and len(np.unique(got["pid"])) == 2
     if path == REAL[0]:  # many runs and chunks, most ops matched
@@ -256,11 +260,11 @@ def test_hand_built_join(launch_run_rows, run_rows, chunk_rows, tmp_path, monkey
     out = opjoin.joined_ops(rf, lr, base_ns, _fix, work, run_rows, chunk_rows)
     if run_rows >= 400 and launch_run_rows >= 300:  # no runs on disk: merged() gives chunk_rows at a time
         assert 0 < biggest[0] <= chunk_rows  # rows are added a chunk at a time, never all at once
-    assert out.columns == opjoin.JOINED_COLUMNS
+    assert out.runs.columns == opjoin.JOINED_COLUMNS
     # only the returned runs' files are left (the key-ordered runs are gone), and close() removes them
-    assert sorted(p.name for p in work.iterdir()) == sorted(p.name for p, _ in out._runs)
+    assert sorted(p.name for p in work.iterdir()) == sorted(p.name for p, _ in out.runs._runs)
     if run_rows < 400:
-        assert len(out._runs) > 1
+        assert len(out.runs._runs) > 1
     got = _merged(out, chunk_rows)
     got_again = _merged(out, 10**6)
     out.close()
@@ -268,6 +272,8 @@ def test_hand_built_join(launch_run_rows, run_rows, chunk_rows, tmp_path, monkey
     for c in opjoin.JOINED_COLUMNS:
         assert np.array_equal(got[c], want[c]), c
         assert np.array_equal(got_again[c], want[c]), c
+    launched = want["launch_start_ns"] != schema.NO_ID
+    assert out.max_lag == int((want["start_ns"] - want["launch_start_ns"])[launched].max())
     # and the former in-memory join agrees
     _assert_equals_in_memory(got, _in_memory_ops(parts, lr, base_ns, _fix, 3))
     lr.close()
@@ -277,7 +283,7 @@ def test_no_ops_and_no_launches(tmp_path):
     rf = RowFile(tmp_path / "ops.bin", streamed.OP_COLUMNS)
     lr = SortedRuns(tmp_path, streamed.LAUNCH_COLUMNS, ("key", "rid"), 10)
     out = opjoin.joined_ops(rf, lr, 5, lambda b: None, tmp_path, 10, 10)
-    assert list(out.merged(10)) == [] and out.rows == 0
+    assert list(out.merged(10)) == [] and out.rows == 0 and out.max_lag is None
     out.close()
     rf = RowFile(tmp_path / "ops2.bin", streamed.OP_COLUMNS)  # ops, but no launch at all
     rf.add({c: np.array([1, 2], np.int64) for c in streamed.OP_COLUMNS})
@@ -285,3 +291,4 @@ def test_no_ops_and_no_launches(tmp_path):
     got = _merged(out, 10)
     out.close()
     assert got["start_ns"].tolist() == [6, 7] and got["launch_tid"].tolist() == [schema.NO_ID] * 2
+    assert out.max_lag is None  # nothing launched: nothing bounds the lag

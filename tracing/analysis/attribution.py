@@ -38,7 +38,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -106,9 +106,9 @@ def _nesting_arrays(
     pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Parent and depth per range: ranges nest per (pid, tid) by containment (sorted by start, then end
-    descending)."""
-    parent = np.full(len(pid), schema.NO_ID, np.int64)
-    depth = np.zeros(len(pid), np.int64)
+    descending). Held as int32 where the ids fit (the table's columns are int64: ``_frame``)."""
+    parent = np.full(len(pid), schema.NO_ID, _index_dtype(len(pid)))
+    depth = np.zeros(len(pid), np.int32)
     stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for a in range(0, len(pid), _NESTING_ROWS):  # Python ints for a block of rows at a time, not all
         b = a + _NESTING_ROWS
@@ -125,6 +125,11 @@ def _nesting_arrays(
 
 
 _NESTING_ROWS = 1 << 16
+
+
+def _index_dtype(n: int) -> type[np.signedinteger]:
+    """The narrowest of int32 / int64 that holds indices and codes below ``n`` (4 bytes a range, not 8)."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
 
 
 def attribute_ranges(
@@ -171,7 +176,7 @@ def unattributed_frame(trace: Trace, cols: dict[str, Any]) -> pd.DataFrame:
 
 def attributed_frame(
     cols: dict[str, Any],
-    partials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    partials: Partials | Counters,
     timelines: list[metrics.DeviceTimeline],
 ) -> pd.DataFrame:
     """The range table from :func:`range_columns` and, per rule of :data:`RULES`, each range's ops: count,
@@ -183,22 +188,38 @@ def attributed_frame(
 Partials = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
+class Counters(Protocol):
+    """Per range counters read back a part at a time (``range_ops.Counters``)."""
+
+    def window_end(self, end: np.ndarray) -> np.ndarray: ...
+
+    def parts(self, rows: int) -> Iterator[tuple[int, Partials]]: ...
+
+
 def table_parts(
     cols: dict[str, Any],
     rows: int,
-    partials: Partials | None = None,
+    partials: Partials | Counters | None = None,
     timelines: list[metrics.DeviceTimeline] | None = None,
 ) -> Iterator[pd.DataFrame]:
-    """:func:`attributed_frame` (with ``partials``) or the unattributed table of a trace without GPU ops, as
-    consecutive parts of ``rows`` ranges: the same rows and dtypes, never the whole table at once (the
-    streamed path writes each part out before making the next). ``cols`` is emptied on the way.
+    """:func:`attributed_frame` (with ``partials``: held, or :class:`Counters` read a part at a time) or the
+    unattributed table of a trace without GPU ops, as consecutive parts of ``rows`` ranges: the same rows and
+    dtypes, never the whole table at once (the streamed path writes each part out before making the next).
+    ``cols`` is emptied on the way.
 
     What is made for every range at once: each window's device time before its end (16 bytes a range, from
     one pass over the timelines in end order); the rest of the GPU columns is made a part at a time."""
     n = len(cols["start_ns"])
     clipped = None
+    counters: Iterator[tuple[int, Partials]] = iter(())
+    if isinstance(partials, dict):
+        window_ends = _window_end(cols["end_ns"], partials["window"])
+    elif partials is not None:
+        window_ends = partials.window_end(cols["end_ns"])
+        counters = partials.parts(rows)
     if partials is not None:
-        clipped = _Clipped(cols["pid"], _window_end(cols["end_ns"], partials["window"]), timelines or [])
+        clipped = _Clipped(cols["pid"], window_ends, timelines or [])
+        del window_ends
     for a in range(0, max(n, 1), rows):
         # one part: the columns themselves, so that _frame frees each as it converts it
         part = cols if rows >= n else _rows(cols, a, a + rows)
@@ -206,7 +227,10 @@ def table_parts(
             yield _frame(part, NO_GPU_REASON)
             continue
         assert clipped is not None
-        mine = {k: tuple(x[a : a + rows] for x in v) for k, v in partials.items()}
+        if isinstance(partials, dict):
+            mine = {k: tuple(x[a : a + rows] for x in v) for k, v in partials.items()}
+        else:
+            mine = next(counters, (a, _no_counters()))[1]
         window_end = _complete(part, mine)
         part["time_ns"] = window_end - part["start_ns"]
         part["busy_in_window_ns"], part["host_stall_ns"] = clipped.part(a, part["pid"], part["start_ns"])
@@ -215,6 +239,11 @@ def table_parts(
             clipped = None  # the last part: what was made for every range goes before this part's table
         yield _frame(part, "")
     cols.clear()
+
+
+def _no_counters() -> Partials:
+    """The counters of no range (a streamed table without ranges)."""
+    return {prefix: tuple(np.zeros(0, np.int64) for _ in range(4)) for prefix, _, _ in RULES}  # type: ignore[misc]
 
 
 def _rows(cols: dict[str, Any], a: int, b: int) -> dict[str, Any]:
@@ -364,8 +393,8 @@ def coded_range_columns(
     order = np.lexsort((-end, start))  # start ascending, end descending, stable
     pid, tid = np.asarray(pid, np.int64)[order], np.asarray(tid, np.int64)[order]
     start, end = start[order], end[order]
-    codes = np.searchsorted(distinct.astype(np.int64), name_codes[order])  # into ``distinct``
-    dom = dom_codes[order].astype(np.int64)
+    codes = np.searchsorted(distinct.astype(np.int64), name_codes[order]).astype(_index_dtype(len(distinct)))
+    dom = dom_codes[order].astype(_index_dtype(len(dom_cats)))
     parent, depth = _nesting_arrays(pid, tid, start, end)
     n = len(codes)
     return {  # nothing per row for what follows from the rest (source, range_id, wall_ns: see _frame)

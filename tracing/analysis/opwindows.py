@@ -9,20 +9,20 @@ merges them from disk), and each table keeps only what carries from one chunk to
       --> per (pid, device): busy blocks, gaps and host stall         carry: running max end
       --> per (pid, device, stream): HTA's idle breakdown             carry: previous op's end, running max end
       --> per (device, kind, name): count, total, max                 merged sums and maxima
-      --> per range and rule: ops launched in it, busy, first, last   carry: its ops' running max end
+      --> per range and rule: ops launched in it, busy, first, last   carry: its ops' running max end,
+                                                                      held while an op may still be in it
       --> launches, spilled in (pid, launch start, row) order         read back for the micro-batch signals
 
 A union's measure telescopes in start order (``metrics.measure``): summed window after window from the
 carried running max, it is the union of all. Every merged quantity is an exact int64 sum, count, min or max,
 so the tables equal the all-at-once functions' byte for byte (tests/unit/test_opwindows.py). What is held:
-one chunk and a few counters per device, stream, kernel name and range. A device's busy blocks and host
+one chunk and a few counters per device, stream, kernel name and range an op may still be in (``range_ops``). A device's busy blocks and host
 stalls are written out as they are found (``tracing.analysis.intervals``: to files in ``timeline_dir``, read
 back in start order by every consumer); the launches are spilled for micro-batch detection.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import tempfile
 from collections import Counter
@@ -37,6 +37,7 @@ import pandas as pd
 from tracing.analysis import attribution, kernel_classes, metrics
 from tracing.analysis.intervals import IntervalSink
 from tracing.analysis.mbsignals import LAUNCH_FIELDS
+from tracing.analysis.range_ops import Counters, RangeOps
 from tracing.ingest.spill import SortedRuns
 from tracing.outputs import schema
 
@@ -207,68 +208,6 @@ class _Stream:
         }
 
 
-class _Rule:
-    """Per range, the ops launched in it under one rule of ``attribution.RULES``, window after window."""
-
-    def __init__(
-        self, op_keys: tuple[str, ...], range_keys: list[np.ndarray], start: np.ndarray, end: np.ndarray
-    ):
-        self.op_keys = op_keys
-        self.start, self.end = start, end
-        n = len(start)
-        self.n_ops = np.zeros(n, np.int64)
-        self.busy = np.zeros(n, np.int64)
-        self.first = np.full(n, _MAX, np.int64)
-        self.last = np.full(n, _MIN, np.int64)  # also each range's carried running max end
-        self.groups: dict[tuple[int, ...], np.ndarray] = {}
-        if n:
-            keys = np.stack([np.asarray(k, np.int64) for k in range_keys], axis=1)
-            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-            by_group = np.argsort(inverse.ravel(), kind="stable")
-            cuts = np.searchsorted(inverse.ravel()[by_group], np.arange(len(uniq) + 1))
-            for g, key in enumerate(uniq.tolist()):
-                self.groups[tuple(key)] = by_group[cuts[g] : cuts[g + 1]]
-
-    def add(self, c: dict[str, np.ndarray]) -> None:
-        ls = c["launch_start_ns"]
-        launched = np.flatnonzero(ls != schema.NO_ID)
-        if len(launched) == 0 or not self.groups:
-            return
-        keys = [c[k][launched] for k in self.op_keys]
-        order = launched[np.lexsort((ls[launched], *reversed(keys)))]  # by (group, launch start, row)
-        ls, s_all, e_all = ls[order], c["start_ns"][order], c["end_ns"][order]
-        op_keys = [c[k][order] for k in self.op_keys]
-        new = np.zeros(len(ls), bool)
-        new[0] = True
-        for k in op_keys:
-            new[1:] |= k[1:] != k[:-1]
-        bounds = np.append(np.flatnonzero(new), len(ls)).tolist()
-        los, his, rows = [], [], []
-        for g0, g1 in itertools.pairwise(bounds):
-            mine = self.groups.get(tuple(int(k[g0]) for k in op_keys))
-            if mine is None:
-                continue
-            lo = g0 + np.searchsorted(ls[g0:g1], self.start[mine], side="left")
-            hi = g0 + np.searchsorted(ls[g0:g1], self.end[mine], side="right")
-            hit = hi > lo
-            los.append(lo[hit])
-            his.append(hi[hit])
-            rows.append(mine[hit])
-        if not rows:
-            return
-        lo, hi, r = np.concatenate(los), np.concatenate(his), np.concatenate(rows)
-        if len(r) == 0:
-            return
-        self.busy[r] += attribution._slice_measures(s_all, e_all, lo, hi, self.last[r])
-        self.n_ops[r] += hi - lo
-        self.first[r] = np.minimum(self.first[r], attribution._slice_reduce(np.minimum, s_all, lo, hi))
-        self.last[r] = np.maximum(self.last[r], attribution._slice_reduce(np.maximum, e_all, lo, hi))
-
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        some = self.n_ops > 0
-        return self.n_ops, self.busy, np.where(some, self.first, 0), np.where(some, self.last, 0)
-
-
 @dataclass
 class OpTables:
     """What the windows add up to (the GPU-op tables of one trace)."""
@@ -277,7 +216,7 @@ class OpTables:
     timelines: list[metrics.DeviceTimeline]
     streams: pd.DataFrame
     kernels: pd.DataFrame
-    partials: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    partials: Counters | None  # per range and rule, its ops (None: no ranges to attribute)
 
 
 class OpWindows:
@@ -302,11 +241,7 @@ class OpWindows:
         self._devices: dict[tuple[int, int], _Device] = {}
         self._streams: dict[tuple[int, int, int], _Stream] = {}
         self._kernels: dict[tuple[int, int, int], list[int]] = {}
-        self._rules: dict[str, _Rule] = {}
-        if ranges is not None:
-            for prefix, op_keys, range_keys in attribution.RULES:
-                keys = [ranges[k] for k in range_keys]
-                self._rules[prefix] = _Rule(op_keys, keys, ranges["start_ns"], ranges["end_ns"])
+        self._ranges = None if ranges is None else RangeOps(ranges, spill_dir)
         self._launches = SortedRuns(spill_dir, LAUNCH_COLUMNS, ("pid", "l_start", "rid"), run_rows)
         self._tids: dict[int, Counter] = {}  # per process, launches per launching thread
 
@@ -334,8 +269,8 @@ class OpWindows:
             by = np.lexsort((e, s))  # (start, end, row)
             self._streams.setdefault(key, _Stream()).add(s[by], e[by], c["launch_start_ns"][idx][by])
         self._add_kernels(c)
-        for rule in self._rules.values():
-            rule.add(c)
+        if self._ranges is not None:
+            self._ranges.add(c)
         launched = c["launch_start_ns"] != schema.NO_ID
         lp, lt = pid[launched], c["launch_tid"][launched]
         order = np.lexsort((lt, lp))
@@ -386,8 +321,8 @@ class OpWindows:
             if rows
             else schema.empty_frame({c: schema.STREAM_COLUMNS[c] for c in stream_cols})
         )
-        partials = {prefix: rule.result() for prefix, rule in self._rules.items()}
-        self._rules = {}  # the counters live on in ``partials`` only (the caller drops them once used)
+        partials = None if self._ranges is None else self._ranges.finish()
+        self._ranges = None  # the counters live on in ``partials`` only (the caller closes them once used)
         return OpTables(self.num_ops, timelines, streams, self._kernel_table(), partials)
 
     def _kernel_table(self) -> pd.DataFrame:
@@ -418,9 +353,17 @@ class OpWindows:
         os.close(fd)  # unique across the processes that share the folder; the sink rewrites it
         return IntervalSink(name)
 
+    def set_lag(self, lag: int | None) -> None:
+        """Every op still to be added starts at most ``lag`` after its launch (``opjoin.Joined.max_lag``):
+        ranges no op still to come can have been launched in are retired (``range_ops``)."""
+        if self._ranges is not None:
+            self._ranges.set_lag(lag)
+
     def close(self) -> None:
-        """Give up (interrupted): the spilled launches and timeline files are removed."""
+        """Give up (interrupted): the spilled launches, range counters and timeline files are removed."""
         self._launches.close()
+        if self._ranges is not None:
+            self._ranges.close()
         for d in self._devices.values():
             d.busy.close()
             d.stall.close()

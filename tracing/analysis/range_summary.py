@@ -33,7 +33,7 @@ def needed_rows(cols: dict[str, Any], pattern: str | None) -> np.ndarray:
     detection, the step table and the phase seconds read (see the module docstring)."""
     name, phase, domain = cols["name"], cols["phase"], cols["domain"]
     assert isinstance(name, Coded) and isinstance(phase, Coded) and isinstance(domain, Coded)
-    pid, parent = np.asarray(cols["pid"], np.int64), np.asarray(cols["parent_id"], np.int64)
+    pid, parent = np.asarray(cols["pid"], np.int64), np.asarray(cols["parent_id"])  # int32 or int64 ids
     n = len(pid)
     explicit, library, _ = mbregions.name_flags(name.values, pattern)
     # per distinct value, a byte (not a Python object: an emit_nvtx export has a distinct name per range)

@@ -14,6 +14,7 @@ Held in memory: one op chunk, one launch chunk, the merge blocks of both run set
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,24 @@ def launch_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     )
 
 
+@dataclass
+class Joined:
+    """The joined ops on disk (:func:`joined_ops`) and the largest start - launch start of any of them."""
+
+    runs: SortedRuns
+    max_lag: int | None  # None: no op has a launch record
+
+    @property
+    def rows(self) -> int:
+        return self.runs.rows
+
+    def merged(self, chunk_rows: int) -> Iterator[dict[str, np.ndarray]]:
+        return self.runs.merged(chunk_rows)
+
+    def close(self) -> None:
+        self.runs.close()
+
+
 def joined_ops(
     ops: RowFile,
     launches: SortedRuns,
@@ -57,17 +76,19 @@ def joined_ops(
     directory: Path,
     run_rows: int,
     chunk_rows: int,
-) -> SortedRuns:
+) -> Joined:
     """Every GPU op row of `ops` (a RowFile with streamed.OP_COLUMNS, relative times) with base_ns added to
-    start_ns, `fix` applied, joined with its first launch record, returned as a SortedRuns (columns
+    start_ns, `fix` applied, joined with its first launch record, returned as sorted runs (columns
     JOINED_COLUMNS, keys ("start_ns", "rid"), rid repeated as the tie-breaker) whose merged() gives the ops
-    in (start_ns, rid) order.
+    in (start_ns, rid) order, with the largest lag from a launch to its op's start (which bounds how early
+    an op still to come in that order was launched: ``tracing.analysis.range_ops``).
 
     ``launches`` has ``streamed.LAUNCH_COLUMNS`` sorted by ("key", "rid"); an op without a correlation or
     without a launch of its key gets ``schema.NO_ID`` launch columns. Spill files live in ``directory``;
     the intermediate runs are removed here, the returned ones by its ``close()``."""
     out = SortedRuns(directory, JOINED_COLUMNS, _OUT_KEYS, run_rows)
     keyed = SortedRuns(directory, _KEYED_COLUMNS, ("key", "rid"), run_rows)
+    lag: int | None = None
     try:
         for block in ops.blocks(chunk_rows):
             block["start_ns"] = block["start_ns"] + np.int64(base_ns)
@@ -87,7 +108,9 @@ def joined_ops(
                 # ops whose key is <= the chunk's last launch key: any launch of theirs is in it (or none is)
                 n = int(np.searchsorted(chunk["key"], launch["key"][-1], side="right"))
                 if n:
-                    out.add(_join({c: v[:n] for c, v in chunk.items()}, launch, base_ns))
+                    joined = _join({c: v[:n] for c, v in chunk.items()}, launch, base_ns)
+                    lag = _max_lag(joined, lag)
+                    out.add(joined)
                     chunk = {c: v[n:] for c, v in chunk.items()}
                 if len(chunk["key"]):
                     launch = next(first, None)
@@ -96,7 +119,15 @@ def joined_ops(
         raise
     finally:
         keyed.close()
-    return out
+    return Joined(out, lag)
+
+
+def _max_lag(ops: dict[str, np.ndarray], lag: int | None) -> int | None:
+    launched = ops["launch_start_ns"] != schema.NO_ID
+    if not launched.any():
+        return lag
+    top = int((ops["start_ns"][launched] - ops["launch_start_ns"][launched]).max())
+    return top if lag is None else max(lag, top)
 
 
 def _first_launches(chunks: Iterator[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
