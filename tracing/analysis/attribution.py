@@ -38,12 +38,14 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from tracing.analysis import intervals, metrics, shapes
+from tracing.analysis.clipped_spill import SpilledClipped
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
@@ -191,7 +193,9 @@ Partials = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 class Counters(Protocol):
     """Per range counters read back a part at a time (``range_ops.Counters``)."""
 
-    def window_end(self, end: np.ndarray) -> np.ndarray: ...
+    spill_dir: Path
+
+    def window_ends(self, end: np.ndarray) -> Iterator[tuple[int, np.ndarray]]: ...
 
     def parts(self, rows: int) -> Iterator[tuple[int, Partials]]: ...
 
@@ -207,19 +211,20 @@ def table_parts(
     dtypes, never the whole table at once (the streamed path writes each part out before making the next).
     ``cols`` is emptied on the way.
 
-    What is made for every range at once: each window's device time before its end (16 bytes a range, from
-    one pass over the timelines in end order); the rest of the GPU columns is made a part at a time."""
+    Held partials: each window's device time before its end is made for every range at once (16 bytes a
+    range, from one pass over the timelines in end order). :class:`Counters`: the window ends go through two
+    sorted spills instead (``clipped_spill``), nothing held per range but the columns. The rest of the GPU
+    columns is made a part at a time."""
     n = len(cols["start_ns"])
-    clipped = None
+    clipped: _Clipped | SpilledClipped | None = None
     counters: Iterator[tuple[int, Partials]] = iter(())
     if isinstance(partials, dict):
-        window_ends = _window_end(cols["end_ns"], partials["window"])
+        clipped = _Clipped(cols["pid"], _window_end(cols["end_ns"], partials["window"]), timelines or [])
     elif partials is not None:
-        window_ends = partials.window_end(cols["end_ns"])
+        pid = cols["pid"]
+        ends = ((pid[a : a + len(hi)], hi) for a, hi in partials.window_ends(cols["end_ns"]))
+        clipped = SpilledClipped(ends, timelines or [], partials.spill_dir)
         counters = partials.parts(rows)
-    if partials is not None:
-        clipped = _Clipped(cols["pid"], window_ends, timelines or [])
-        del window_ends
     for a in range(0, max(n, 1), rows):
         # one part: the columns themselves, so that _frame frees each as it converts it
         part = cols if rows >= n else _rows(cols, a, a + rows)
@@ -236,6 +241,8 @@ def table_parts(
         part["busy_in_window_ns"], part["host_stall_ns"] = clipped.part(a, part["pid"], part["start_ns"])
         del mine, window_end
         if a + rows >= n:
+            if isinstance(clipped, SpilledClipped):
+                clipped.close()
             clipped = None  # the last part: what was made for every range goes before this part's table
         yield _frame(part, "")
     cols.clear()
@@ -430,7 +437,9 @@ def string_array(col: Coded | list[str], dtype: str) -> Any:
     if isinstance(col, Coded):
         import pyarrow as pa
 
-        taken = pa.array(col.values, pa.large_string()).take(pa.array(col.codes, pa.int64()))
+        taken = pa.array(col.values, pa.large_string()).take(
+            pa.array(np.asarray(col.codes))
+        )  # int32 or int64
         return pd.array(taken, dtype=dtype)
     return pd.array(col, dtype=dtype)
 

@@ -257,14 +257,23 @@ class Counters:
         assert short_rows + len(long["idx"]) == n, (short_rows, len(long["idx"]), n)
         self.path, self.long, self.n = path, long, n
 
+    @property
+    def spill_dir(self) -> Path:
+        return self.path.parent
+
     def window_end(self, end: np.ndarray) -> np.ndarray:
         """Each range's window end (``attribution._window_end``): the later of its end and its last op's."""
         out = np.asarray(end, np.int64).copy()
+        for a, ends in self.window_ends(end):
+            out[a : a + len(ends)] = ends
+        return out
+
+    def window_ends(self, end: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """:meth:`window_end` a block at a time: (first index, window ends of the block's ranges)."""
         for a, part in self.parts(_READ_ROWS):
             n_ops, last = part["window"][0], part["window"][3]
-            b = a + len(n_ops)
-            out[a:b] = np.where(n_ops > 0, np.maximum(out[a:b], last), out[a:b])
-        return out
+            mine = np.asarray(end[a : a + len(n_ops)], np.int64)
+            yield a, np.where(n_ops > 0, np.maximum(mine, last), mine)
 
     def parts(self, rows: int) -> Iterator[tuple[int, dict[str, Partial]]]:
         """(first index, counters) of ranges [a, a + rows), a = 0, rows, ..."""
