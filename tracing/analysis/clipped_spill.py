@@ -1,6 +1,5 @@
-"""Each range's device busy and host stall before its window end, for millions of ranges without an array of
-them all: the window ends sorted on disk, the device time read at them in that order, the results sorted back
-to table order on disk.
+"""Each range's device busy and host stall before its window end, for millions of ranges without an array
+over them all: the window ends sorted on disk, read in that order, the results sorted back to table order.
 
 What ``attribution._Clipped`` holds for every range at once (its window end, C(end) for busy and stall, an
 argsort: ~40 bytes a range) goes through two sorted spills instead::
