@@ -89,6 +89,13 @@ def test_without_a_lag_nothing_retires_and_no_ranges_give_no_parts(tmp_path):
         acc.add(c)
     assert acc.most_live == 100  # every slab admitted, none retired
     acc.finish().close()
+    acc = range_ops.RangeOps(ranges, tmp_path, slab_rows=4)  # no op at all: finish admits a slab at a time
+    counters = acc.finish()
+    assert 0 < acc.most_live <= 4 + 10  # a slab (and ties) plus the long ranges
+    parts = [p for _, p in counters.parts(7)]
+    assert sum(len(p["window"][0]) for p in parts) == 100
+    assert all(not p[r][0].any() for p in parts for r in p)  # no range has an op
+    counters.close()
     empty = {k: np.zeros(0, np.int64) for k in ("pid", "tid", "start_ns", "end_ns")}
     acc = range_ops.RangeOps(empty, tmp_path)
     acc.set_lag(0)

@@ -16,9 +16,10 @@ merges them from disk), and each table keeps only what carries from one chunk to
 A union's measure telescopes in start order (``metrics.measure``): summed window after window from the
 carried running max, it is the union of all. Every merged quantity is an exact int64 sum, count, min or max,
 so the tables equal the all-at-once functions' byte for byte (tests/unit/test_opwindows.py). What is held:
-one chunk and a few counters per device, stream, kernel name and range an op may still be in (``range_ops``). A device's busy blocks and host
-stalls are written out as they are found (``tracing.analysis.intervals``: to files in ``timeline_dir``, read
-back in start order by every consumer); the launches are spilled for micro-batch detection.
+one chunk and a few counters per device, stream, kernel name and range an op may still be in (``range_ops``).
+A device's busy blocks and host stalls are written out as they are found (``tracing.analysis.intervals``: to
+files in ``timeline_dir``, read back in start order by every consumer); the launches are spilled for
+micro-batch detection.
 """
 
 from __future__ import annotations

@@ -233,9 +233,12 @@ class RangeOps:
             self._regroup(self.long.idx[~done], np.zeros(0, np.int64))
 
     def finish(self) -> Counters:
-        """Every range's counters (all admitted and retired), read back by :class:`Counters`."""
-        self._admit(_MAX)
+        """Every range's counters (all admitted and retired), read back by :class:`Counters`. No op is to come:
+        what is live retires now, and the ranges not yet admitted a slab at a time (not all at once)."""
         self._retire(_MAX)
+        while self.admitted < self.n:
+            self._admit(int(self.ranges["start_ns"][self.admitted]))
+            self._retire(_MAX)
         self.long_done.append(self.long.rows())
         self.out.close()
         done = {c: np.concatenate([d[c] for d in self.long_done]) for c in COLUMNS}
