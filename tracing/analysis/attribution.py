@@ -437,9 +437,8 @@ def string_array(col: Coded | list[str], dtype: str) -> Any:
     if isinstance(col, Coded):
         import pyarrow as pa
 
-        taken = pa.array(col.values, pa.large_string()).take(
-            pa.array(np.asarray(col.codes))
-        )  # int32 or int64
+        codes = pa.array(np.asarray(col.codes))  # int32 or int64 indices as they are: no int64 copy
+        taken = pa.array(col.values, pa.large_string()).take(codes)
         return pd.array(taken, dtype=dtype)
     return pd.array(col, dtype=dtype)
 
