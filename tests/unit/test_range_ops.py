@@ -72,7 +72,7 @@ def test_retired_counters_equal_all_at_once(slab, chunk, part, seed, tmp_path):
         for w, g, f in zip(want, got, ("ops", "busy", "first", "last"), strict=True):
             assert np.array_equal(w, g), (prefix, f)
         assert want[0].sum() > 1_000  # ranges do get ops under both rules
-    ends = counters.window_end(ranges["end_ns"])
+    ends = np.concatenate([e for _, e in counters.window_ends(ranges["end_ns"])])
     assert np.array_equal(ends, attribution._window_end(ranges["end_ns"], want))
     assert [a for a, _ in counters.parts(part)] == list(range(0, 600, part))
     if slab < 600:
@@ -103,6 +103,6 @@ def test_without_a_lag_nothing_retires_and_no_ranges_give_no_parts(tmp_path):
         acc.add(c)
     counters = acc.finish()
     assert list(counters.parts(10)) == []
-    assert counters.window_end(np.zeros(0, np.int64)).tolist() == []
+    assert list(counters.window_ends(np.zeros(0, np.int64))) == []
     counters.close()
     assert not list(tmp_path.iterdir())

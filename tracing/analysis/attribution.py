@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import intervals, metrics, shapes
+from tracing.analysis import clipped_spill, intervals, metrics, shapes
 from tracing.analysis.clipped_spill import SpilledClipped
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.ingest.trace import Trace
@@ -303,10 +303,10 @@ class _Clipped:
 
     def __init__(self, pid: np.ndarray, hi: np.ndarray, timelines: list[metrics.DeviceTimeline]) -> None:
         pid = np.asarray(pid, np.int64)
-        by_pid = {p: [t for t in timelines if t.pid == p] for p in np.unique(pid).tolist()}
+        pids = np.unique(pid).tolist()
         self.busy_hi = np.zeros(len(pid), np.int64)
         self.stall_hi = np.zeros(len(pid), np.int64)
-        covered = {p: self._covered(mine) for p, mine in by_pid.items() if mine}
+        covered = {p: clipped_spill.covered(timelines, p) for p in pids}
         # every range in window-end order (each process's own ends ascend in it): one index array, no per-process
         # gathered copies (an emit_nvtx export has millions of ranges)
         for k in _blocks(np.argsort(hi, kind="stable")):
@@ -316,27 +316,12 @@ class _Clipped:
                 if cov is not None:
                     mine = k[pk == p]
                     self.busy_hi[mine], self.stall_hi[mine] = cov[0].at(hi[mine]), cov[1].at(hi[mine])
-        self._lo = {p: self._covered(mine) for p, mine in by_pid.items() if mine}
-
-    @staticmethod
-    def _covered(mine: list[metrics.DeviceTimeline]) -> tuple[intervals.Covered, intervals.Covered]:
-        return (
-            intervals.Covered(intervals.merged_by_start([t.busy.blocks() for t in mine])),
-            intervals.Covered(intervals.merged_by_start([t.stall.blocks() for t in mine])),
-        )
+        self._lo = {p: clipped_spill.covered(timelines, p) for p in pids}
 
     def part(self, a: int, pid: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Busy and stall of ranges [a, a + len(pid)) of the table (their pid and start)."""
-        busy = np.zeros(len(pid), np.int64)
-        stall = np.zeros(len(pid), np.int64)
-        for p in np.unique(pid).tolist():
-            covered = self._lo.get(p)
-            if covered is None:
-                continue
-            for k in _blocks(np.flatnonzero(pid == p)):
-                busy[k] = np.clip(self.busy_hi[a + k] - covered[0].at(lo[k]), 0, None)
-                stall[k] = np.clip(self.stall_hi[a + k] - covered[1].at(lo[k]), 0, None)
-        return busy, stall
+        b = a + len(pid)
+        return clipped_spill.minus_starts(self.busy_hi[a:b], self.stall_hi[a:b], pid, lo, self._lo.get)
 
 
 def _blocks(idx: np.ndarray) -> Iterator[np.ndarray]:

@@ -14,7 +14,7 @@ back in table order), as ``attribution._Clipped`` gives it: the same numbers (te
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +25,41 @@ from tracing.ingest.spill import SortedRuns
 RUN_ROWS = 1 << 16  # rows sorted in memory at a time (4 int64 columns: 2 MB)
 
 
-def _covered(mine: list[metrics.DeviceTimeline]) -> tuple[intervals.Covered, intervals.Covered]:
+Readers = tuple[intervals.Covered, intervals.Covered]  # C(t) of a process's device busy union and host stall
+
+
+def covered(timelines: list[metrics.DeviceTimeline], pid: int) -> Readers | None:
+    """Fresh C(t) readers over process ``pid``'s devices (the union of their timelines); None: it has none."""
+    mine = [t for t in timelines if t.pid == pid]
+    if not mine:
+        return None
     return (
         intervals.Covered(intervals.merged_by_start([t.busy.blocks() for t in mine])),
         intervals.Covered(intervals.merged_by_start([t.stall.blocks() for t in mine])),
     )
+
+
+def minus_starts(
+    busy_hi: np.ndarray,
+    stall_hi: np.ndarray,
+    pid: np.ndarray,
+    lo: np.ndarray,
+    readers: Callable[[int], Readers | None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Busy and stall inside each window: C(end) (``busy_hi``, ``stall_hi``) - C(start), clipped at 0, C at the
+    starts from each process's readers (a process's starts never go back across calls), a block at a time."""
+    busy = np.zeros(len(pid), np.int64)
+    stall = np.zeros(len(pid), np.int64)
+    for p in np.unique(pid).tolist():
+        cov = readers(p)
+        if cov is None:
+            continue
+        idx = np.flatnonzero(pid == p)
+        for a in range(0, len(idx), intervals.BLOCK_ROWS):
+            k = idx[a : a + intervals.BLOCK_ROWS]
+            busy[k] = np.clip(busy_hi[k] - cov[0].at(lo[k]), 0, None)
+            stall[k] = np.clip(stall_hi[k] - cov[1].at(lo[k]), 0, None)
+    return busy, stall
 
 
 class SpilledClipped:
@@ -54,15 +84,14 @@ class SpilledClipped:
                 by_end.add({"hi": hi, "idx": np.arange(a, a + n, dtype=np.int64), "pid": pid})
                 a += n
             self.n = a
-            covered: dict[int, tuple[intervals.Covered, intervals.Covered] | None] = {}
+            at_end: dict[int, Readers | None] = {}
             for c in by_end.merged(run_rows):  # every range in window-end order
                 busy = np.zeros(len(c["idx"]), np.int64)
                 stall = np.zeros(len(c["idx"]), np.int64)
                 for p in np.unique(c["pid"]).tolist():
-                    if p not in covered:
-                        mine = [t for t in timelines if t.pid == p]
-                        covered[p] = _covered(mine) if mine else None
-                    cov = covered[p]
+                    if p not in at_end:
+                        at_end[p] = covered(timelines, p)
+                    cov = at_end[p]
                     if cov is not None:
                         k = np.flatnonzero(c["pid"] == p)
                         busy[k], stall[k] = cov[0].at(c["hi"][k]), cov[1].at(c["hi"][k])
@@ -72,7 +101,7 @@ class SpilledClipped:
             raise
         finally:
             by_end.close()
-        self._lo: dict[int, tuple[intervals.Covered, intervals.Covered] | None] = {}
+        self._lo: dict[int, Readers | None] = {}
         self._parts = self._hi.merged(run_rows)
         self._carry: dict[str, np.ndarray] | None = None
 
@@ -95,19 +124,12 @@ class SpilledClipped:
     def part(self, a: int, pid: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Busy and stall of ranges [a, a + len(pid)) of the table (their pid and start); parts in order."""
         busy_hi, stall_hi = self._next_rows(len(pid))
-        busy = np.zeros(len(pid), np.int64)
-        stall = np.zeros(len(pid), np.int64)
-        for p in np.unique(pid).tolist():
-            if p not in self._lo:
-                mine = [t for t in self._timelines if t.pid == p]
-                self._lo[p] = _covered(mine) if mine else None
-            covered = self._lo[p]
-            if covered is None:
-                continue
-            k = np.flatnonzero(pid == p)
-            busy[k] = np.clip(busy_hi[k] - covered[0].at(lo[k]), 0, None)
-            stall[k] = np.clip(stall_hi[k] - covered[1].at(lo[k]), 0, None)
-        return busy, stall
+        return minus_starts(busy_hi, stall_hi, pid, lo, self._readers_at_starts)
+
+    def _readers_at_starts(self, p: int) -> Readers | None:
+        if p not in self._lo:
+            self._lo[p] = covered(self._timelines, p)
+        return self._lo[p]
 
     def close(self) -> None:
         self._hi.close()

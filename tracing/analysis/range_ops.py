@@ -133,6 +133,7 @@ class _Set:
     def __init__(self, ranges: dict[str, np.ndarray], idx: np.ndarray) -> None:
         self.idx = idx
         self.start, self.end = ranges["start_ns"][idx], ranges["end_ns"][idx]
+        self.first_start = int(self.start.min()) if len(idx) else _MAX
         self.last_end = int(self.end.max()) if len(idx) else _MIN
         self.rules = {
             prefix: _Rule([ranges[k][idx] for k in range_keys], self.start, self.end)
@@ -141,7 +142,7 @@ class _Set:
 
     def add(self, sorted_by: dict[str, _Sorted | None], lo: int, hi: int) -> None:
         """Ops whose launch starts span [lo, hi] (a set none of whose ranges meets it is skipped)."""
-        if len(self.idx) == 0 or hi < int(self.start.min()) or lo > self.last_end:
+        if hi < self.first_start or lo > self.last_end:  # (an empty set: first start > any hi)
             return
         for prefix, rule in self.rules.items():
             s = sorted_by[prefix]
@@ -264,15 +265,9 @@ class Counters:
     def spill_dir(self) -> Path:
         return self.path.parent
 
-    def window_end(self, end: np.ndarray) -> np.ndarray:
-        """Each range's window end (``attribution._window_end``): the later of its end and its last op's."""
-        out = np.asarray(end, np.int64).copy()
-        for a, ends in self.window_ends(end):
-            out[a : a + len(ends)] = ends
-        return out
-
     def window_ends(self, end: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-        """:meth:`window_end` a block at a time: (first index, window ends of the block's ranges)."""
+        """Each range's window end (``attribution._window_end``: the later of its end and its last op's), a block
+        at a time: (first index, the block's window ends)."""
         for a, part in self.parts(_READ_ROWS):
             n_ops, last = part["window"][0], part["window"][3]
             mine = np.asarray(end[a : a + len(n_ops)], np.int64)
