@@ -25,9 +25,10 @@ from tracing import jobs, streamed
 from tracing.analysis import metrics, steps
 from tracing.analysis.opwindows import OpWindows
 from tracing.analysis.phases import default_phase_map
+from tracing.analysis.range_file import RangeFile
 
 STAGES: list[tuple[Any, str]] = [
-    (streamed, "_range_columns"),
+    (RangeFile, "build"),
     (streamed, "joined_ops"),
     (OpWindows, "finish"),
     (streamed, "_staged_ranges"),

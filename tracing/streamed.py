@@ -1,19 +1,20 @@
 """Streaming ingest of one Kineto trace or nsys export in bounded memory: the in-memory path's tables, any size.
 
-    file --(KinetoDecoder: ~1M rows at a time)--> raw rows, GPU op rows (disk) | launches, host items (sorted
-         (NsysDecoder: a block of rowids of each table at a time)              runs, disk) | ranges (memory)
+    file --(KinetoDecoder: ~1M rows at a time)--> raw rows, GPU op rows (disk) | launches, host items, ranges
+         (NsysDecoder: a block of rowids of each table at a time)              (sorted runs, disk)
     raw rows --(launching pid of GPU rows, base time)--> events Parquet, one row group per chunk
+    ranges --(merged in table order, nesting carried, tracing.analysis.range_file)--> range columns (disk)
     GPU op rows x launches --(merge join in (pid, correlation) order, tracing.ingest.opjoin)--> joined ops
     (sorted runs, disk) --(a window of ops at a time in (start, row) order, tracing.analysis.opwindows)-->
     devices, streams, kernels, range attribution ; launches (disk) + host items in (pid, start) order -->
     column files (disk) --(each region a block at a time, tracing.analysis.mbwindows)--> micro-batches
 
-Held in memory: one chunk of rows, one run buffer, the distinct names (a string each; emit_nvtx's are one per
-range), the ranges' columns and attribution counters (~150 bytes a range: six columns of each range row while
-reading, then the sorted range columns, two rules' counters), and for micro-batch detection one block of a
-region and a few values per forward pass and backward burst (the host items and launches stay on disk, also
-for a whole process with no ranges). The range table itself is never whole here when it goes to the staging
-folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
+Held in memory: one chunk of rows, one run buffer per spill, the distinct names (a string each, and each range
+name's values; emit_nvtx's are one per range), a slab of range columns at a time and the attribution counters
+of the ranges an op still to come may have been launched in (``range_ops``), and for micro-batch detection one
+block of a region and a few values per forward pass and backward burst (the host items and launches stay on
+disk, also for a whole process with no ranges). The range table itself is never whole here when it goes to the
+staging folder (``ranges_path``): it is made and written a part at a time, and what reads ranges afterwards
 (micro-batch detection, the step table, seconds per phase) reads the few rows ``range_summary`` keeps.
 
 Nothing is held per GPU op or per idle gap: the device timelines' busy blocks and host stalls go to files in
@@ -37,12 +38,13 @@ import numpy as np
 import pandas as pd
 
 from tracing import staged
-from tracing.analysis import attribution, metrics, range_summary
+from tracing.analysis import attribution, metrics, range_file
 from tracing.analysis.mbsignals import is_op_range, is_optimizer
 from tracing.analysis.mbwindows import HOST_COLUMNS, HostStats, find_microbatches_streamed
 from tracing.analysis.opwindows import Launches, OpTables, OpWindows, cut_between_starts
 from tracing.analysis.phases import PhaseMap
-from tracing.analysis.range_ops import Counters
+from tracing.analysis.range_file import RangeFile
+from tracing.analysis.range_ops import SLAB_ROWS, Counters
 from tracing.ingest.kineto import trace_info
 from tracing.ingest.kineto_decode import KinetoDecoder
 from tracing.ingest.kineto_rows import KIND_CODE
@@ -65,7 +67,6 @@ _INT_COLUMNS = tuple(c for c in schema.EVENT_COLUMNS if schema.EVENT_COLUMNS[c] 
 RAW_COLUMNS = ("rid", "kind", "name", "shapes", "domain", *_INT_COLUMNS)
 LAUNCH_COLUMNS = ("key", "rid", "tid", "start", "dur", "corr", "pid")
 OP_COLUMNS = ("rid", "kind", "name", "pid", "device", "stream", "start_ns", "dur_ns", "correlation")
-RANGE_ROW_COLUMNS = ("name", "domain", "pid", "tid", "start_ns", "dur_ns")  # what the range columns read
 _OP_CODES = [KIND_CODE[k] for k in schema.GPU_OP_KINDS]
 _LAUNCH_CODES = [KIND_CODE[k] for k in schema.LAUNCH_KINDS]
 _RANGE, _CPU_OP = KIND_CODE[schema.RANGE], KIND_CODE[schema.CPU_OP]
@@ -92,7 +93,7 @@ class _Pass1:
         self.ops = RowFile(spill / "ops.bin", OP_COLUMNS)  # GPU op rows, joined after the pass (opjoin)
         self.launches = SortedRuns(spill, LAUNCH_COLUMNS, ("key", "rid"), RUN_ROWS)
         self.host = SortedRuns(spill, HOST_COLUMNS, ("pid", "start", "rid"), RUN_ROWS)
-        self.ranges: list[dict[str, np.ndarray]] = []
+        self.ranges = SortedRuns(spill, range_file.SPILL_COLUMNS, range_file.SPILL_KEYS, RUN_ROWS)
         self.launch_pids: Counter = Counter()
         self.host_pids: set[int] = set()
         self.stats: dict[int, HostStats] = {}
@@ -143,7 +144,7 @@ class _Pass1:
         code = c["name"].astype(np.int64)
         safe = np.maximum(code, 0)
         if is_range.any():
-            self.ranges.append({k: c[k][is_range] for k in RANGE_ROW_COLUMNS})
+            self.ranges.add(range_file.spill_rows(c, is_range))
             opt = is_range & (code >= 0) & self._opt[safe]
             ends = (c["start_ns"] + c["dur_ns"])[opt].tolist()
             self.optimizer += zip(pid[opt].tolist(), c["start_ns"][opt].tolist(), ends, strict=True)
@@ -174,6 +175,7 @@ class _Pass1:
             f.path.unlink(missing_ok=True)
         self.launches.close()
         self.host.close()
+        self.ranges.close()
 
 
 def stream_trace(
@@ -315,14 +317,19 @@ def _stream(
             {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}, [], shape_cats, domains
         )
         trace = Trace(str(Path(path)), fmt, no_events, rank=resolved, meta=info)
-        cols = _range_columns(p1, base_ns, names, domains, fmt, phase_map)
+        source = "nvtx" if fmt == "nsys" else "user_annotation"
+        # range rows are host rows: their pid needs no fixing (_gpu_pid_fixer), nor do the shapes of an
+        # export's (_nsys_shapes), which the range table does not have
+        ranges = RangeFile.build(
+            p1.ranges.merged(), p1.dir / "ranges.bin", base_ns, names, domains, source, phase_map, pattern
+        )
+        p1.ranges.close()
         optimizer = _optimizer(p1.optimizer, base_ns)
         for st in p1.stats.values():
             if st.first_ns is not None:
                 st.first_ns += base_ns
                 st.last_ns += base_ns  # type: ignore[operator]
-        ops = _op_tables(p1, trace, cols, base_ns, fix, names, _RangeOut(ranges_path, pattern))
-        del cols
+        ops = _op_tables(p1, trace, ranges, base_ns, fix, names, ranges_path)
         mb = find_microbatches_streamed(
             names,
             shape_cats,
@@ -365,12 +372,6 @@ class StagedRanges:
 
 
 @dataclass
-class _RangeOut:
-    path: str | None  # where a large range table goes (None: held, whatever its size)
-    pattern: str | None  # --microbatch-range: which rows micro-batch detection reads
-
-
-@dataclass
 class _OpResult:
     tables: OpTables
     ranges: pd.DataFrame  # the range table; if staged, only the rows the other tables read
@@ -381,18 +382,18 @@ class _OpResult:
 def _op_tables(
     p1: _Pass1,
     trace: Trace,
-    cols: dict[str, Any],
+    ranges: RangeFile,
     base_ns: int,
     fix: Callable[[dict[str, np.ndarray]], None],
     names: list[str],
-    out: _RangeOut,
+    ranges_path: str | None,
 ) -> _OpResult:
     """The GPU-op tables, the range table and the launches, from the ops joined on disk and read back in
     (start, row) order a chunk at a time (``tracing.ingest.opjoin``, ``tracing.analysis.opwindows``). The
-    launches stay on disk (the spill folder) for micro-batch detection. ``cols`` (the range columns) is
-    emptied."""
-    to_attribute = None if trace.range_log is not None else cols
-    acc = OpWindows(names, to_attribute, p1.dir, OP_RUN_ROWS, timeline_dir=p1.timeline_dir)
+    launches stay on disk (the spill folder) for micro-batch detection. With ``ranges_path`` (where a large
+    range table goes; None: held, whatever its size), see :func:`_staged_ranges`."""
+    slabs = None if trace.range_log is not None else ranges.slabs(SLAB_ROWS)
+    acc = OpWindows(names, slabs, p1.dir, OP_RUN_ROWS, timeline_dir=p1.timeline_dir)
     try:
         joined = joined_ops(p1.ops, p1.launches, base_ns, fix, p1.dir, OP_RUN_ROWS, CHUNK_ROWS)
         p1.ops.path.unlink(missing_ok=True)  # the joined runs hold them now: less spill on disk at once
@@ -407,75 +408,39 @@ def _op_tables(
         try:
             attributed = bool(tables.num_ops) and trace.range_log is None
             partials = counters if attributed else None
-            if out.path is not None and len(cols["start_ns"]) >= staged.STAGE_ROWS:
-                ranges, written = _staged_ranges(cols, partials, tables.timelines, trace, out)
+            if ranges_path is not None and len(ranges) >= staged.STAGE_ROWS:
+                table, written = _staged_ranges(ranges, partials, tables.timelines, trace, ranges_path)
             else:
-                ranges = next(
-                    attribution.table_parts(cols, max(len(cols["start_ns"]), 1), partials, tables.timelines)
-                )
+                table = next(attribution.table_parts(ranges, max(len(ranges), 1), partials, tables.timelines))
                 written = None
         finally:
             if counters is not None:
                 counters.close()
-        return _OpResult(tables, ranges, acc.launches(tables.kernels), written)
+        return _OpResult(tables, table, acc.launches(tables.kernels), written)
     except BaseException:
         acc.close()
         raise
 
 
 def _staged_ranges(
-    cols: dict[str, Any],
+    ranges: RangeFile,
     partials: Counters | None,
     timelines: list[metrics.DeviceTimeline],
     trace: Trace,
-    out: _RangeOut,
+    path: str,
 ) -> tuple[pd.DataFrame, StagedRanges]:
-    """The range table written to ``out.path`` a part of ``staged.STAGE_ROWS`` ranges at a time, with the trace
+    """The range table written to ``path`` a part of ``staged.STAGE_ROWS`` ranges at a time, with the trace
     columns the output table has; returned: the rows the other tables read (``range_summary``), and the
     staged table's summary."""
     from tracing.jobs import with_trace_cols
 
-    n = len(cols["start_ns"])
-    keep = range_summary.needed_rows(cols, out.pattern)
-    assert out.path is not None
-    kept, a = [], 0
-    with staged.part_file(out.path) as add:
-        for part in attribution.table_parts(cols, staged.STAGE_ROWS, partials, timelines):
-            kept.append(part[keep[a : a + len(part)]])
-            a += len(part)
+    kept = []
+    with staged.part_file(path) as add:
+        for part, keep in ranges.table(staged.STAGE_ROWS, partials, timelines):
+            kept.append(part[keep])
             add(with_trace_cols(part, trace))
     rows = pd.concat(kept, ignore_index=True)
-    return rows, StagedRanges(out.path, n, staged.phase_seconds(rows))
-
-
-def _range_columns(
-    p1: _Pass1, base_ns: int, names: list[str], domains: list[str], fmt: str, phase_map: PhaseMap
-) -> dict[str, Any]:
-    """The range columns (``attribution.range_columns``) of the range rows kept by pass 1, which are freed
-    on the way. Range rows are host rows: their pid needs no fixing (``_gpu_pid_fixer``), nor do the shapes
-    of an export's (``_nsys_shapes``), which the range table does not have."""
-    rows = _concat_freeing(p1.ranges, RANGE_ROW_COLUMNS)
-    start = rows.pop("start_ns") + np.int64(base_ns)
-    return attribution.coded_range_columns(
-        (rows.pop("name").astype(np.int64), names),
-        (rows.pop("domain").astype(np.int64), domains),
-        rows.pop("pid"),
-        rows.pop("tid"),
-        start,
-        start + rows.pop("dur_ns"),
-        "nvtx" if fmt == "nsys" else "user_annotation",
-        phase_map,
-    )
-
-
-def _concat_freeing(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The parts' rows as one array per column, one column at a time, dropping each part's column once
-    copied (and emptying ``parts``): holds the rows once plus one column, not twice."""
-    out: dict[str, np.ndarray] = {}
-    for c in columns:
-        out[c] = np.concatenate([p.pop(c) for p in parts]) if parts else np.zeros(0, np.int64)
-    parts.clear()
-    return out
+    return rows, StagedRanges(path, len(ranges), staged.phase_seconds(rows))
 
 
 def _frame(cols: dict[str, Any], names: list[str], shape_cats: list[str], domains: list[str]) -> pd.DataFrame:

@@ -47,6 +47,7 @@ def _both(
     monkeypatch.setattr(streamed, "CHUNK_ROWS", chunk)
     monkeypatch.setattr(streamed, "RUN_ROWS", run)
     monkeypatch.setattr(streamed, "OP_RUN_ROWS", run)  # joined ops and launches: many runs, many chunks
+    monkeypatch.setattr(streamed, "SLAB_ROWS", 53)  # range columns read back in many slabs for attribution
     monkeypatch.setattr(sqlite_bulk, "BLOCK_ROWS", 613)  # nsys: tables read in many rowid blocks
     # micro-batch detection: regions read in many blocks, host items and launches found by a fine sparse index
     monkeypatch.setattr(mbdetect, "_BLOCK", 101)

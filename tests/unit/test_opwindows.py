@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracing.analysis import attribution, kernel_classes, metrics
+from tracing.analysis import attribution, kernel_classes, metrics, range_ops
 from tracing.analysis.mbsignals import launch_signals
 from tracing.analysis.opwindows import OpWindows, cut_between_starts
 from tracing.ingest.detect import load_trace
@@ -56,14 +56,12 @@ def _chunks(ops: pd.DataFrame, sizes: list[int]) -> tuple[list[dict[str, np.ndar
 def _windowed(trace: Trace, ops: pd.DataFrame, sizes: list[int], tmp: Path, retire: bool = False):
     chunks, names = _chunks(ops, sizes)
     cols = attribution.range_columns(trace)
-    ranges = None if trace.range_log is not None else cols
-    acc = OpWindows(names, ranges, tmp, run_rows=37)
-    if retire:  # the lag the join would give; ranges admitted and retired a few at a time
+    slabs = range_ops.held_slabs(cols, 3 if retire else range_ops.SLAB_ROWS)  # retire: a few at a time
+    acc = OpWindows(names, None if trace.range_log is not None else slabs, tmp, run_rows=37)
+    if retire:  # the lag the join would give
         launched = ops["launch_start_ns"] != schema.NO_ID
         lag = (ops["start_ns"] - ops["launch_start_ns"])[launched]
         acc.set_lag(int(lag.max()) if len(lag) else None)
-        if acc._ranges is not None:
-            acc._ranges.slab_rows = 3
     last = None
     for c in cut_between_starts(chunks):
         assert last is None or c["start_ns"][0] > last  # no start time split between two windows

@@ -51,7 +51,7 @@ def _chunks(ops: dict[str, np.ndarray], size: int):
 def test_retired_counters_equal_all_at_once(slab, chunk, part, seed, tmp_path):
     rng = np.random.default_rng(seed)
     ranges, ops = _ranges(rng, 600), _ops(rng, 3_000)
-    acc = range_ops.RangeOps(ranges, tmp_path, slab_rows=slab)
+    acc = range_ops.RangeOps(range_ops.held_slabs(ranges, slab), tmp_path)
     launched = ops["launch_start_ns"] != schema.NO_ID
     acc.set_lag(int((ops["start_ns"] - ops["launch_start_ns"])[launched].max()))
     for c in _chunks(ops, chunk):
@@ -72,7 +72,7 @@ def test_retired_counters_equal_all_at_once(slab, chunk, part, seed, tmp_path):
         for w, g, f in zip(want, got, ("ops", "busy", "first", "last"), strict=True):
             assert np.array_equal(w, g), (prefix, f)
         assert want[0].sum() > 1_000  # ranges do get ops under both rules
-    ends = np.concatenate([e for _, e in counters.window_ends(ranges["end_ns"])])
+    ends = np.concatenate([e for _, e in attribution._window_ends(attribution._Held(ranges), counters)])
     assert np.array_equal(ends, attribution._window_end(ranges["end_ns"], want))
     assert [a for a, _ in counters.parts(part)] == list(range(0, 600, part))
     if slab < 600:
@@ -84,12 +84,14 @@ def test_retired_counters_equal_all_at_once(slab, chunk, part, seed, tmp_path):
 def test_without_a_lag_nothing_retires_and_no_ranges_give_no_parts(tmp_path):
     rng = np.random.default_rng(3)
     ranges, ops = _ranges(rng, 100), _ops(rng, 500)
-    acc = range_ops.RangeOps(ranges, tmp_path, slab_rows=4)
+    acc = range_ops.RangeOps(range_ops.held_slabs(ranges, 4), tmp_path)
     for c in _chunks(ops, 9):
         acc.add(c)
     assert acc.most_live == 100  # every slab admitted, none retired
     acc.finish().close()
-    acc = range_ops.RangeOps(ranges, tmp_path, slab_rows=4)  # no op at all: finish admits a slab at a time
+    acc = range_ops.RangeOps(
+        range_ops.held_slabs(ranges, 4), tmp_path
+    )  # no op at all: finish admits a slab at a time
     counters = acc.finish()
     assert 0 < acc.most_live <= 4 + 10  # a slab (and ties) plus the long ranges
     parts = [p for _, p in counters.parts(7)]
@@ -97,12 +99,12 @@ def test_without_a_lag_nothing_retires_and_no_ranges_give_no_parts(tmp_path):
     assert all(not p[r][0].any() for p in parts for r in p)  # no range has an op
     counters.close()
     empty = {k: np.zeros(0, np.int64) for k in ("pid", "tid", "start_ns", "end_ns")}
-    acc = range_ops.RangeOps(empty, tmp_path)
+    acc = range_ops.RangeOps(range_ops.held_slabs(empty), tmp_path)
     acc.set_lag(0)
     for c in _chunks(ops, 9):
         acc.add(c)
     counters = acc.finish()
     assert list(counters.parts(10)) == []
-    assert list(counters.window_ends(np.zeros(0, np.int64))) == []
+    assert list(attribution._window_ends(attribution._Held(empty), counters)) == []
     counters.close()
     assert not list(tmp_path.iterdir())

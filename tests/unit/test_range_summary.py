@@ -10,9 +10,11 @@ import pandas as pd
 import synthetic_traces as st
 
 from tracing import staged
-from tracing.analysis import attribution, mbregions, range_summary
+from tracing.analysis import attribution, mbregions, range_file
 from tracing.analysis.microbatches import plan_jobs
 from tracing.analysis.phases import default_phase_map
+from tracing.analysis.range_file import RangeFile
+from tracing.ingest.spill import SortedRuns
 from tracing.jobs import ingest_file
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -82,7 +84,40 @@ def _table(cols: dict) -> pd.DataFrame:
     return next(attribution.table_parts(dict(cols), max(len(cols["start_ns"]), 1)))
 
 
-def test_the_kept_rows_plan_the_same_micro_batch_jobs():
+def _range_file(rows: list[tuple[str, str, int, int, int, int]], pattern: str | None, tmp: Path) -> RangeFile:
+    """The rows as the streamed path keeps them: sorted runs of pass-1 rows (relative times, codes into names
+    that are not all range names), merged into a range file a few rows at a time."""
+    names = ["a kernel", *sorted({r[0] for r in rows})]
+    domains = sorted({r[1] for r in rows})
+    runs = SortedRuns(tmp, range_file.SPILL_COLUMNS, range_file.SPILL_KEYS, run_rows=16)
+    for a in range(0, len(rows), 10):
+        mine = rows[a : a + 10]
+        chunk = {
+            "rid": np.arange(a, a + len(mine)),
+            "name": np.array([names.index(r[0]) for r in mine], np.int32),
+            "domain": np.array([domains.index(r[1]) for r in mine], np.int32),
+            "pid": np.array([r[2] for r in mine]),
+            "tid": np.array([r[3] for r in mine]),
+            "start_ns": np.array([r[4] - 1000 for r in mine]),
+            "dur_ns": np.array([r[5] - r[4] for r in mine]),
+        }
+        runs.add(range_file.spill_rows(chunk, np.ones(len(mine), bool)))
+    path = tmp / f"ranges-{pattern}.bin"
+    rf = RangeFile.build(runs.merged(7), path, 1000, names, domains, "nvtx", default_phase_map(), pattern)
+    runs.close()
+    return rf
+
+
+def _kept(rf: RangeFile, rows: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The whole table from the range file's parts of ``rows`` ranges, and its kept rows."""
+    parts, kept = [], []
+    for part, keep in rf.table(rows, None, []):
+        parts.append(part)
+        kept.append(part[keep])
+    return pd.concat(parts, ignore_index=True), pd.concat(kept, ignore_index=True)
+
+
+def test_the_kept_rows_plan_the_same_micro_batch_jobs(tmp_path):
     """A phase range nested in an unnamed range nested in another phase range is no region of its own: the
     chain between them is kept. A process of op ranges only is cut as a whole; one with a user range is not;
     one with a sampler range is left alone."""
@@ -100,11 +135,16 @@ def test_the_kept_rows_plan_the_same_micro_batch_jobs():
         ("aten::add, op_id = 1", "", 6, 1, 5, 6),
         ("update/microbatch[step=0,microbatch=1]", "", 7, 1, 0, 100),
     ]
-    cols = _cols(rows)
-    full = _table(cols)
-    keep = range_summary.needed_rows(cols, None)
-    assert keep.sum() < len(full) / 3  # the op ranges are not kept
-    kept = full[keep].reset_index(drop=True)
+    full = _table(_cols(rows))
+    for part_rows in (
+        1,
+        5,
+        64,
+        1000,
+    ):  # the range file's table, in parts or whole, is the held columns' table
+        got, kept = _kept(_range_file(rows, None, tmp_path), part_rows)
+        pd.testing.assert_frame_equal(got, full, check_exact=True)
+    assert len(kept) < len(full) / 3  # the op ranges are not kept
     assert "helper" in set(kept["name"])
     for pattern in (None, r"my_marker"):
 
@@ -113,9 +153,7 @@ def test_the_kept_rows_plan_the_same_micro_batch_jobs():
 
         pids = set(range(1, 9))
         want = plan_jobs(pids, whole, full, pattern)
-        got = plan_jobs(
-            pids, whole, full[range_summary.needed_rows(cols, pattern)].reset_index(drop=True), pattern
-        )
+        got = plan_jobs(pids, whole, _kept(_range_file(rows, pattern, tmp_path), 7)[1], pattern)
         assert [(j.pid, j.lo, j.hi, j.phase, j.region) for j in got[0]] == [
             (j.pid, j.lo, j.hi, j.phase, j.region) for j in want[0]
         ]

@@ -107,26 +107,61 @@ _FRAME_COLUMNS = (
 def _nesting_arrays(
     pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Parent and depth per range: ranges nest per (pid, tid) by containment (sorted by start, then end
-    descending). Held as int32 where the ids fit (the table's columns are int64: ``_frame``)."""
+    """Parent and depth per range (:class:`Nesting`, a block of rows at a time). Held as int32 where the ids
+    fit (the table's columns are int64: ``_frame``)."""
     parent = np.full(len(pid), schema.NO_ID, _index_dtype(len(pid)))
     depth = np.zeros(len(pid), np.int32)
-    stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    nesting = Nesting()
     for a in range(0, len(pid), _NESTING_ROWS):  # Python ints for a block of rows at a time, not all
         b = a + _NESTING_ROWS
-        rows = zip(*(np.asarray(x)[a:b].tolist() for x in (pid, tid, start, end)), strict=True)
-        for i, (p, t, s0, e0) in enumerate(rows, start=a):
+        parent[a:b], depth[a:b] = nesting.add(*(np.asarray(x)[a:b] for x in (pid, tid, start, end)))
+    return parent, depth
+
+
+_NESTING_ROWS = 1 << 16
+
+
+class Nesting:
+    """Ranges nest per (pid, tid) by containment: fed in table order (start ascending, end descending) a block at
+    a time, each range's parent and depth, the threads' open ranges carried from block to block. A range flagged
+    in ``mark`` marks its ancestors (its thread's open ranges): :attr:`marked` lists each ancestor once (one
+    marked has its own ancestors marked already, so the walk stops there)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.marked: list[int] = []
+        self._stacks: dict[tuple[int, int], list[list[int]]] = {}  # per thread: [index, end, marked]
+
+    def add(
+        self,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        mark: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        m = len(pid)
+        parent = np.full(m, schema.NO_ID, np.int64)
+        depth = np.zeros(m, np.int32)
+        marks = itertools.repeat(False) if mark is None else mark.tolist()
+        rows = zip(*(np.asarray(x).tolist() for x in (pid, tid, start, end)), marks, strict=False)
+        stacks, marked = self._stacks, self.marked
+        for i, (p, t, s0, e0, flagged) in enumerate(rows):
             stack = stacks.setdefault((p, t), [])
             while stack and (stack[-1][1] <= s0 or stack[-1][1] < e0):
                 stack.pop()
             if stack:
                 parent[i] = stack[-1][0]
                 depth[i] = len(stack)
-            stack.append((i, e0))
-    return parent, depth
-
-
-_NESTING_ROWS = 1 << 16
+                if flagged:
+                    for entry in reversed(stack):
+                        if entry[2]:
+                            break
+                        entry[2] = 1
+                        marked.append(entry[0])
+            stack.append([self.n + i, e0, 0])
+        self.n += m
+        return parent, depth
 
 
 def _index_dtype(n: int) -> type[np.signedinteger]:
@@ -195,13 +230,26 @@ class Counters(Protocol):
 
     spill_dir: Path
 
-    def window_ends(self, end: np.ndarray) -> Iterator[tuple[int, np.ndarray]]: ...
-
     def parts(self, rows: int) -> Iterator[tuple[int, Partials]]: ...
 
 
+class RangeSource(Protocol):
+    """Range columns read a part at a time, not held (``range_file.RangeFile``)."""
+
+    def __len__(self) -> int: ...
+
+    def ends(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(pid, end) of ranges [a, a + rows), a = 0, rows, ..."""
+        ...
+
+    def parts(self, rows: int) -> Iterator[dict[str, Any]]:
+        """The columns (as :func:`range_columns` has them) of ranges [a, a + rows), a = 0, rows, ...; one
+        empty part where there are no ranges."""
+        ...
+
+
 def table_parts(
-    cols: dict[str, Any],
+    cols: dict[str, Any] | RangeSource,
     rows: int,
     partials: Partials | Counters | None = None,
     timelines: list[metrics.DeviceTimeline] | None = None,
@@ -209,25 +257,24 @@ def table_parts(
     """:func:`attributed_frame` (with ``partials``: held, or :class:`Counters` read a part at a time) or the
     unattributed table of a trace without GPU ops, as consecutive parts of ``rows`` ranges: the same rows and
     dtypes, never the whole table at once (the streamed path writes each part out before making the next).
-    ``cols`` is emptied on the way.
+    ``cols``: held columns (emptied on the way) or a :class:`RangeSource`.
 
     Held partials: each window's device time before its end is made for every range at once (16 bytes a
     range, from one pass over the timelines in end order). :class:`Counters`: the window ends go through two
-    sorted spills instead (``clipped_spill``), nothing held per range but the columns. The rest of the GPU
-    columns is made a part at a time."""
-    n = len(cols["start_ns"])
+    sorted spills instead (``clipped_spill``), nothing held per range. The rest of the GPU columns is made a
+    part at a time."""
+    src = _Held(cols) if isinstance(cols, dict) else cols
+    n = len(src)
     clipped: _Clipped | SpilledClipped | None = None
     counters: Iterator[tuple[int, Partials]] = iter(())
     if isinstance(partials, dict):
-        clipped = _Clipped(cols["pid"], _window_end(cols["end_ns"], partials["window"]), timelines or [])
+        assert isinstance(src, _Held), "held partials go with held columns"
+        held = src.cols
+        clipped = _Clipped(held["pid"], _window_end(held["end_ns"], partials["window"]), timelines or [])
     elif partials is not None:
-        pid = cols["pid"]
-        ends = ((pid[a : a + len(hi)], hi) for a, hi in partials.window_ends(cols["end_ns"]))
-        clipped = SpilledClipped(ends, timelines or [], partials.spill_dir)
+        clipped = SpilledClipped(_window_ends(src, partials), timelines or [], partials.spill_dir)
         counters = partials.parts(rows)
-    for a in range(0, max(n, 1), rows):
-        # one part: the columns themselves, so that _frame frees each as it converts it
-        part = cols if rows >= n else _rows(cols, a, a + rows)
+    for a, part in zip(range(0, max(n, 1), rows), src.parts(rows), strict=True):
         if partials is None:
             yield _frame(part, NO_GPU_REASON)
             continue
@@ -245,7 +292,38 @@ def table_parts(
                 clipped.close()
             clipped = None  # the last part: what was made for every range goes before this part's table
         yield _frame(part, "")
-    cols.clear()
+
+
+_ENDS_ROWS = 1 << 16  # window ends made a block of ranges at a time
+
+
+def _window_ends(src: RangeSource, counters: Counters) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each range's pid and window end (:func:`_window_end`), a block of ranges at a time."""
+    blocks = zip(counters.parts(_ENDS_ROWS), src.ends(_ENDS_ROWS), strict=True)
+    for (_, mine), (pid, end) in blocks:
+        yield pid, _window_end(np.asarray(end, np.int64), mine["window"])
+
+
+class _Held:
+    """Held range columns as a :class:`RangeSource`; a single part is the columns themselves (so that ``_frame``
+    frees each as it converts it), and the columns are emptied once every part is made."""
+
+    def __init__(self, cols: dict[str, Any]) -> None:
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.cols["start_ns"])
+
+    def ends(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        pid, end = self.cols["pid"], self.cols["end_ns"]
+        for a in range(0, len(self), rows):
+            yield pid[a : a + rows], end[a : a + rows]
+
+    def parts(self, rows: int) -> Iterator[dict[str, Any]]:
+        n = len(self)
+        for a in range(0, max(n, 1), rows):
+            yield self.cols if rows >= n else _rows(self.cols, a, a + rows)
+        self.cols.clear()
 
 
 def _no_counters() -> Partials:
@@ -369,19 +447,9 @@ def coded_range_columns(
     name_codes, name_cats = name[0], [*name[1], ""]  # code -1 (a missing name) -> ""
     dom_codes, dom_cats = domain[0], [*domain[1], ""]
     distinct = np.unique(name_codes)  # sorted; per distinct name (emit_nvtx: one per range), three list slots
-    names: list[str] = []
-    attrs: list[str] = []
-    phase_of: list[str] = []
-    phases: dict[str, str] = {}  # per op name: emit_nvtx names differ by their suffixes (", op_id = 7") only
+    values = NameValues(phase_map)
     for code in distinct.tolist():
-        base, parsed = split_encoded_name(name_cats[code])
-        op = shapes.base_op_name(base)
-        phase = phases.get(op)
-        if phase is None:
-            phase = phases[op] = phase_map.phase_of(op)
-        names.append(base)
-        attrs.append(json.dumps(parsed, sort_keys=True) if parsed else "{}")
-        phase_of.append(phase)
+        values.add(name_cats[code])
     order = np.lexsort((-end, start))  # start ascending, end descending, stable
     pid, tid = np.asarray(pid, np.int64)[order], np.asarray(tid, np.int64)[order]
     start, end = start[order], end[order]
@@ -394,15 +462,38 @@ def coded_range_columns(
         "range_id": range(n),
         "parent_id": parent,
         "depth": depth,
-        "name": Coded(names, codes),
+        "name": Coded(values.names, codes),
         "domain": Coded(dom_cats, np.where(dom < 0, len(dom_cats) - 1, dom)),
-        "phase": Coded(phase_of, codes),
+        "phase": Coded(values.phases, codes),
         "pid": pid,
         "tid": tid,
         "start_ns": start,
         "end_ns": end,
-        "attrs": Coded(attrs, codes),
+        "attrs": Coded(values.attrs, codes),
     }
+
+
+class NameValues:
+    """Per distinct range name, in the order added: its base name, attributes (JSON) and phase. Names are split,
+    JSON-encoded and mapped to phases once per distinct name, phases once per op name (emit_nvtx names differ
+    by their suffixes, ``, op_id = 7``, only)."""
+
+    def __init__(self, phase_map: PhaseMap) -> None:
+        self.phase_map = phase_map
+        self.names: list[str] = []
+        self.attrs: list[str] = []
+        self.phases: list[str] = []
+        self._phase_of_op: dict[str, str] = {}
+
+    def add(self, name: str) -> None:
+        base, parsed = split_encoded_name(name)
+        op = shapes.base_op_name(base)
+        phase = self._phase_of_op.get(op)
+        if phase is None:
+            phase = self._phase_of_op[op] = self.phase_map.phase_of(op)
+        self.names.append(base)
+        self.attrs.append(json.dumps(parsed, sort_keys=True) if parsed else "{}")
+        self.phases.append(phase)
 
 
 @dataclass(frozen=True)

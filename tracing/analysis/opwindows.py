@@ -223,7 +223,7 @@ class OpTables:
 class OpWindows:
     """Feed :meth:`add` the ops (columns of ``tracing.ingest.opjoin.JOINED_COLUMNS``, kind and name as codes
     into ``schema.EVENT_KINDS`` / ``names``) in (start, row) order, cut between distinct starts; then
-    :meth:`finish`. ``ranges``: the (pid, tid, start_ns, end_ns) arrays of ``attribution.range_columns``, or
+    :meth:`finish`. ``ranges``: the ranges in table order a slab at a time (``range_ops.RangeOps``), or
     None (a range log: nothing to attribute). Launches are spilled to ``spill_dir`` (:meth:`launches`); the
     device timelines' intervals to files in ``timeline_dir`` that outlive this object (the caller's folder,
     removed by it), or held in memory when it is None."""
@@ -231,7 +231,7 @@ class OpWindows:
     def __init__(
         self,
         names: list[str],
-        ranges: dict[str, np.ndarray] | None,
+        ranges: Iterator[dict[str, np.ndarray]] | None,
         spill_dir: str | Path,
         run_rows: int = 1 << 18,
         timeline_dir: str | Path | None = None,

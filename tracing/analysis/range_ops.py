@@ -4,8 +4,8 @@ counters held only for the ranges an op still to come may have been launched in.
 The ops arrive in (start, row) order (``tracing.analysis.opwindows``); each was launched at most ``lag`` before
 its start (``opjoin.Joined.max_lag``), so once a chunk whose latest start is t has been added, every op still to
 come was launched at t - lag or later, and a range that ended before that is done. The ranges (in table order,
-start ascending) come in a slab of :data:`SLAB_ROWS` at a time, when some op's launch start reaches the slab's
-first start::
+start ascending) are read a slab at a time (:data:`SLAB_ROWS` ranges, from a range file or held columns) and
+admitted when some op's launch start reaches the slab's first start::
 
     slab k: its ranges that end before slab k + 1's first start ("short")  -> one set of counters per rule,
             retired (to a row file, in table order) once t - lag passes the latest of their ends
@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -128,17 +129,22 @@ class _Rule:
 
 
 class _Set:
-    """Ranges (global indices ``idx``) with one :class:`_Rule` per rule."""
+    """Ranges (global indices ``idx``; ``cols``: their pid, tid, start_ns and end_ns) with one :class:`_Rule` per
+    rule."""
 
-    def __init__(self, ranges: dict[str, np.ndarray], idx: np.ndarray) -> None:
-        self.idx = idx
-        self.start, self.end = ranges["start_ns"][idx], ranges["end_ns"][idx]
+    def __init__(self, cols: dict[str, np.ndarray], idx: np.ndarray) -> None:
+        self.idx, self.cols = idx, cols
+        self.start, self.end = cols["start_ns"], cols["end_ns"]
         self.first_start = int(self.start.min()) if len(idx) else _MAX
         self.last_end = int(self.end.max()) if len(idx) else _MIN
         self.rules = {
-            prefix: _Rule([ranges[k][idx] for k in range_keys], self.start, self.end)
+            prefix: _Rule([cols[k] for k in range_keys], self.start, self.end)
             for prefix, _, range_keys in attribution.RULES
         }
+
+    @classmethod
+    def empty(cls) -> _Set:
+        return cls({k: np.zeros(0, np.int64) for k in RANGE_COLUMNS}, np.zeros(0, np.int64))
 
     def add(self, sorted_by: dict[str, _Sorted | None], lo: int, hi: int) -> None:
         """Ops whose launch starts span [lo, hi] (a set none of whose ranges meets it is skipped)."""
@@ -158,21 +164,31 @@ class _Set:
         return out
 
 
+RANGE_COLUMNS = ("pid", "tid", "start_ns", "end_ns")  # what a slab of ranges has
+
+
+def held_slabs(ranges: dict[str, Any], rows: int = SLAB_ROWS) -> Iterator[dict[str, np.ndarray]]:
+    """Held range columns (:data:`RANGE_COLUMNS`, table order) as slabs of ``rows`` ranges."""
+    n = len(ranges["start_ns"])
+    for a in range(0, n, rows):
+        yield {k: np.asarray(ranges[k][a : a + rows], np.int64) for k in RANGE_COLUMNS}
+
+
 class RangeOps:
     """Feed :meth:`add` the ops chunks of ``opwindows.OpWindows`` (with ``end_ns``); :meth:`finish` gives the
-    :class:`Counters`. ``ranges``: ``attribution.range_columns``' arrays (pid, tid, start_ns, end_ns, table
-    order). The short slabs' counters go to a file in ``spill_dir`` (removed by ``Counters.close``)."""
+    :class:`Counters`. ``slabs``: the ranges in table order (start ascending), a slab of :data:`RANGE_COLUMNS`
+    at a time (:func:`held_slabs`, ``range_file.RangeFile.slabs``), read one slab ahead of the last admitted.
+    The short slabs' counters go to a file in ``spill_dir`` (removed by ``Counters.close``)."""
 
-    def __init__(
-        self, ranges: dict[str, np.ndarray], spill_dir: str | Path, slab_rows: int = SLAB_ROWS
-    ) -> None:
-        self.ranges = {k: np.asarray(ranges[k], np.int64) for k in ("pid", "tid", "start_ns", "end_ns")}
-        self.n = len(self.ranges["start_ns"])
-        self.slab_rows = slab_rows
-        self.admitted = 0
+    def __init__(self, slabs: Iterator[dict[str, np.ndarray]], spill_dir: str | Path) -> None:
+        self.slabs = (s for s in slabs if len(s["start_ns"]))
+        self.next = next(
+            self.slabs, None
+        )  # the slab to admit next (its first start is the boundary of the last)
+        self.n = 0  # ranges admitted
         self.lag: int | None = None
         self.live: deque[_Set] = deque()
-        self.long = _Set(self.ranges, np.zeros(0, np.int64))
+        self.long = _Set.empty()
         self.long_done: list[dict[str, np.ndarray]] = []
         self.most_live = 0  # the most ranges held at once (short and long), for tests and benchmarks
         fd, name = tempfile.mkstemp(prefix="range-ops-", suffix=".bin", dir=spill_dir)
@@ -197,30 +213,31 @@ class RangeOps:
 
     def _admit(self, upto: int) -> None:
         """Admit every slab whose first range starts at or before ``upto``."""
-        start, end = self.ranges["start_ns"], self.ranges["end_ns"]
         changed = False
-        while self.admitted < self.n and start[self.admitted] <= upto:
-            a = self.admitted
-            b = min(a + self.slab_rows, self.n)
-            boundary = int(start[b]) if b < self.n else _MAX
-            idx = np.arange(a, b, dtype=np.int64)
-            short = end[a:b] < boundary
-            self.live.append(_Set(self.ranges, idx[short]))
+        while self.next is not None and self.next["start_ns"][0] <= upto:
+            slab = self.next
+            self.next = next(self.slabs, None)
+            boundary = int(self.next["start_ns"][0]) if self.next is not None else _MAX
+            idx = np.arange(self.n, self.n + len(slab["start_ns"]), dtype=np.int64)
+            self.n += len(idx)
+            short = slab["end_ns"] < boundary
+            self.live.append(_Set({k: v[short] for k, v in slab.items()}, idx[short]))
             if not short.all():
-                self._regroup(self.long.idx, idx[~short])
+                self._regroup(
+                    np.ones(len(self.long.idx), bool), {k: v[~short] for k, v in slab.items()}, idx[~short]
+                )
                 changed = True
-            self.admitted = b
         if changed or self.live:
             held = sum(len(s.idx) for s in self.live) + len(self.long.idx)
             self.most_live = max(self.most_live, held)
 
-    def _regroup(self, keep: np.ndarray, new: np.ndarray) -> None:
-        """The long set as ``keep`` (its current ranges, counters carried) plus ``new`` ranges."""
-        mine = np.flatnonzero(np.isin(self.long.idx, keep))
-        carried = {prefix: rule.raw(mine) for prefix, rule in self.long.rules.items()}
-        self.long = _Set(self.ranges, np.concatenate([self.long.idx[mine], new]))
+    def _regroup(self, keep: np.ndarray, cols: dict[str, np.ndarray], idx: np.ndarray) -> None:
+        """The long set as its ranges ``keep`` (a mask; counters carried) plus new ranges (``cols``, ``idx``)."""
+        carried = {prefix: rule.raw(keep) for prefix, rule in self.long.rules.items()}
+        merged = {k: np.concatenate([v[keep], cols[k]]) for k, v in self.long.cols.items()}
+        self.long = _Set(merged, np.concatenate([self.long.idx[keep], idx]))
         for prefix, raw in carried.items():
-            self.long.rules[prefix].resume(raw, slice(0, len(mine)))
+            self.long.rules[prefix].resume(raw, slice(0, int(keep.sum())))
 
     def _retire(self, horizon: int) -> None:
         """Retire what ended before ``horizon`` (no op still to come was launched before it)."""
@@ -231,14 +248,14 @@ class RangeOps:
         done = self.long.end < horizon
         if done.any():
             self.long_done.append(self.long.rows(done))
-            self._regroup(self.long.idx[~done], np.zeros(0, np.int64))
+            self._regroup(~done, _Set.empty().cols, np.zeros(0, np.int64))
 
     def finish(self) -> Counters:
         """Every range's counters (all admitted and retired), read back by :class:`Counters`. No op is to come:
         what is live retires now, and the ranges not yet admitted a slab at a time (not all at once)."""
         self._retire(_MAX)
-        while self.admitted < self.n:
-            self._admit(int(self.ranges["start_ns"][self.admitted]))
+        while self.next is not None:
+            self._admit(int(self.next["start_ns"][0]))
             self._retire(_MAX)
         self.long_done.append(self.long.rows())
         self.out.close()
@@ -264,14 +281,6 @@ class Counters:
     @property
     def spill_dir(self) -> Path:
         return self.path.parent
-
-    def window_ends(self, end: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-        """Each range's window end (``attribution._window_end``: the later of its end and its last op's), a block
-        at a time: (first index, the block's window ends)."""
-        for a, part in self.parts(_READ_ROWS):
-            n_ops, last = part["window"][0], part["window"][3]
-            mine = np.asarray(end[a : a + len(n_ops)], np.int64)
-            yield a, np.where(n_ops > 0, np.maximum(mine, last), mine)
 
     def parts(self, rows: int) -> Iterator[tuple[int, dict[str, Partial]]]:
         """(first index, counters) of ranges [a, a + rows), a = 0, rows, ..."""

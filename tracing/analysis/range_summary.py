@@ -18,54 +18,47 @@ against the whole table's.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from tracing.analysis import mbregions, steps
-from tracing.analysis.attribution import Coded
-
-_BLOCK = 1 << 16  # ranges a step of _firsts
 
 
-def needed_rows(cols: dict[str, Any], pattern: str | None) -> np.ndarray:
-    """The rows (a mask) of the range table made from ``cols`` (``attribution.range_columns``) that micro-batch
-    detection, the step table and the phase seconds read (see the module docstring)."""
-    name, phase, domain = cols["name"], cols["phase"], cols["domain"]
-    assert isinstance(name, Coded) and isinstance(phase, Coded) and isinstance(domain, Coded)
-    pid, parent = np.asarray(cols["pid"], np.int64), np.asarray(cols["parent_id"])  # int32 or int64 ids
-    n = len(pid)
-    explicit, library, _ = mbregions.name_flags(name.values, pattern)
-    # per distinct value, a byte (not a Python object: an emit_nvtx export has a distinct name per range)
-    step_name = np.fromiter(
-        map(steps.is_step_name, name.values), bool, len(name.values)
-    )  # ProfilerStep#N too
-    named_phase = np.fromiter((v != "other" for v in phase.values), bool, len(phase.values))
-    in_set = np.fromiter((v in mbregions.MICROBATCH_PHASES for v in phase.values), bool, len(phase.values))
-    user_domain = np.array([mbregions.is_user_domain(d) for d in domain.values], bool).reshape(-1)
-    by_name = explicit | step_name
-    keep = by_name[name.codes] | named_phase[phase.codes]
-    user = ~library[name.codes] & user_domain[domain.codes]
-    keep[_firsts(pid, None)] = True
-    keep[_firsts(pid, user)] = True
-    level = np.flatnonzero(in_set[phase.codes])
-    walked = np.zeros(n, bool)  # an ancestor reached before: its own chain is walked already
-    while len(level):  # up the parent chains, a generation at a time
-        level = np.unique(parent[level])
-        level = level[level >= 0]
-        level = level[~walked[level]]
-        walked[level] = True
-    return keep | walked
+class Needed:
+    """Which rows of a range table the other tables read (see the module docstring), marked as the ranges come
+    in table order a block at a time (``range_file.RangeFile.build``): per distinct name (a slot, added with
+    :meth:`add_names`) three bytes, per process whether its first range and first user range came; the
+    ancestors of the ranges :meth:`block` flags are marked by the nesting pass (``attribution.Nesting``)."""
 
+    def __init__(self, pattern: str | None, domains: Sequence[str]) -> None:
+        self.pattern = pattern
+        self.user_domain = np.array([mbregions.is_user_domain(d) for d in domains], bool).reshape(-1)
+        self.by_name = np.zeros(0, bool)  # an explicit micro-batch or step range, or one of a named phase
+        self.library = np.zeros(0, bool)  # an emit_nvtx op or NCCL range
+        self.in_set = np.zeros(0, bool)  # a range of a micro-batch phase
+        self._first: set[int] = set()
+        self._first_user: set[int] = set()
 
-def _firsts(pid: np.ndarray, where: np.ndarray | None) -> np.ndarray:
-    """Per process, the first row where ``where`` holds (every row: None), a block of rows at a time (nothing
-    made per range: an emit_nvtx export has millions)."""
-    first: dict[int, int] = {}
-    for a in range(0, len(pid), _BLOCK):
-        b = min(a + _BLOCK, len(pid))
-        rows = a + (np.arange(b - a) if where is None else np.flatnonzero(where[a:b]))
-        p, k = np.unique(pid[rows], return_index=True)
-        for q, r in zip(p.tolist(), rows[k].tolist(), strict=True):
-            first.setdefault(q, r)
-    return np.array(sorted(first.values()), np.int64)
+    def add_names(self, names: Sequence[str], phases: Sequence[str]) -> None:
+        """Flags for the names (base names) and phases of slots added since the last call."""
+        explicit, library, _ = mbregions.name_flags(names, self.pattern)
+        step = np.fromiter(map(steps.is_step_name, names), bool, len(names))  # ProfilerStep#N too
+        named = np.fromiter((v != "other" for v in phases), bool, len(phases))
+        in_set = np.fromiter((v in mbregions.MICROBATCH_PHASES for v in phases), bool, len(phases))
+        self.by_name = np.append(self.by_name, explicit | step | named)
+        self.library = np.append(self.library, library)
+        self.in_set = np.append(self.in_set, in_set)
+
+    def block(self, slot: np.ndarray, domain: np.ndarray, pid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next block of ranges (name slots, domain codes into ``domains``, pids): which are needed for
+        themselves, and which have their ancestors needed."""
+        keep = self.by_name[slot]
+        user = ~self.library[slot] & self.user_domain[domain]
+        for seen, rows in ((self._first, np.arange(len(pid))), (self._first_user, np.flatnonzero(user))):
+            p, k = np.unique(pid[rows], return_index=True)
+            for q, r in zip(p.tolist(), rows[k].tolist(), strict=True):
+                if q not in seen:
+                    seen.add(q)
+                    keep[r] = True
+        return keep, self.in_set[slot]
