@@ -26,6 +26,7 @@ from tracing.analysis import metrics, steps
 from tracing.analysis.opwindows import OpWindows
 from tracing.analysis.phases import default_phase_map
 from tracing.analysis.range_file import RangeFile
+from tracing.outputs.store import use_system_allocator
 
 STAGES: list[tuple[Any, str]] = [
     (RangeFile, "build"),
@@ -92,6 +93,7 @@ def main() -> int:
     if not Path("/proc/self/clear_refs").exists():
         print("bench_stages: needs Linux (/proc/self/clear_refs)", file=sys.stderr)
         return 2
+    use_system_allocator()  # as the mxperf command does at start-up (Arrow's default pool keeps what it frees)
     base = _status()["VmRSS"]
     rows: list[dict[str, Any]] = []
     for module, name in STAGES:

@@ -62,8 +62,9 @@ class ColumnFiles:
             else:
                 self.groups[g] = (self.rows + a, self.rows + b)
                 self._last = g
+        # a copy: a view of every EVERY-th key would keep the chunk's whole key column alive (8 bytes a row)
         self._sparse_parts.append(
-            np.asarray(chunk[self.key][(-self.rows) % self.every :: self.every], np.int64)
+            np.array(chunk[self.key][(-self.rows) % self.every :: self.every], np.int64)
         )
         for c, t in self.dtypes.items():
             np.asarray(chunk[c]).astype(t, copy=False).tofile(self._out[c])
