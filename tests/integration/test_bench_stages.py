@@ -30,6 +30,6 @@ def test_every_stage_reports_its_peak(trace, flags):
     ).stdout
     got = json.loads(out.strip().splitlines()[-1])
     stages = [r["stage"] for r in got["stages"]]
-    assert stages[0] == "decode" and {"joined_ops", "finish", "launches"} <= set(stages)
+    assert stages[0] == "decode" and {"build", "joined_ops", "finish", "launches"} <= set(stages)
     assert all(r["peak_mb"] >= r["before_mb"] - 1 for r in got["stages"])  # a peak is never below the start
     assert got["gpu_ops"] > 0 and got["events"] > got["gpu_ops"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ from tracing.jobs import ingest_file
 from tracing.outputs import store
 from tracing.outputs.labels import Labels
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
 REAL = [
     DATA / "real" / "hta_a100_ddp_rank0_hostbound.json.gz",
     *sorted((DATA / "real" / "hta_sampled_2rank").glob("*.json.gz")),
@@ -80,6 +82,20 @@ def _both(
 def test_streamed_tables_equal_in_memory_tables(path, tmp_path, monkeypatch):
     a, _ = _both(path, tmp_path, monkeypatch)
     assert a.num_events > 0
+
+
+def test_a_range_dense_trace_streams_to_the_same_tables(tmp_path, monkeypatch):
+    """Every cpu_op also a range (benchmarks/make_range_dense_source.py): ranges nested in ranges on every thread,
+    read back from the range file in many slabs, the same tables."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import make_range_dense_source as dense
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    path = tmp_path / "dense.json.gz"
+    assert dense.range_dense(dense.SRC, path)["ranges_added"] > 2_000
+    a, _ = _both(path, tmp_path, monkeypatch)
+    assert len(a.ranges) > 2_000 and (a.ranges["depth"] > 1).any() and a.ranges["window_ops"].sum() > 0
 
 
 def _sim(tmp: Path, name: str, **job) -> Path:

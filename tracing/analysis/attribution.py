@@ -109,7 +109,7 @@ def _nesting_arrays(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Parent and depth per range (:class:`Nesting`, a block of rows at a time). Held as int32 where the ids
     fit (the table's columns are int64: ``_frame``)."""
-    parent = np.full(len(pid), schema.NO_ID, _index_dtype(len(pid)))
+    parent = np.full(len(pid), schema.NO_ID, index_dtype(len(pid)))
     depth = np.zeros(len(pid), np.int32)
     nesting = Nesting()
     for a in range(0, len(pid), _NESTING_ROWS):  # Python ints for a block of rows at a time, not all
@@ -164,7 +164,7 @@ class Nesting:
         return parent, depth
 
 
-def _index_dtype(n: int) -> type[np.signedinteger]:
+def index_dtype(n: int) -> type[np.signedinteger]:
     """The narrowest of int32 / int64 that holds indices and codes below ``n`` (4 bytes a range, not 8)."""
     return np.int32 if n < np.iinfo(np.int32).max else np.int64
 
@@ -453,8 +453,8 @@ def coded_range_columns(
     order = np.lexsort((-end, start))  # start ascending, end descending, stable
     pid, tid = np.asarray(pid, np.int64)[order], np.asarray(tid, np.int64)[order]
     start, end = start[order], end[order]
-    codes = np.searchsorted(distinct.astype(np.int64), name_codes[order]).astype(_index_dtype(len(distinct)))
-    dom = dom_codes[order].astype(_index_dtype(len(dom_cats)))
+    codes = np.searchsorted(distinct.astype(np.int64), name_codes[order]).astype(index_dtype(len(distinct)))
+    dom = dom_codes[order].astype(index_dtype(len(dom_cats)))
     parent, depth = _nesting_arrays(pid, tid, start, end)
     n = len(codes)
     return {  # nothing per row for what follows from the rest (source, range_id, wall_ns: see _frame)

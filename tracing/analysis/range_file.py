@@ -72,7 +72,7 @@ class RangeFile:
         """From pass 1's range rows (:data:`SPILL_COLUMNS`, relative times) merged in :data:`SPILL_KEYS` order;
         ``names`` / ``domains``: what their codes index (-1: none, as ``attribution.coded_range_columns``)."""
         values = NameValues(phase_map)
-        slot_of = np.full(len(names) + 1, -1, attribution._index_dtype(len(names) + 1))  # per code: slot
+        slot_of = np.full(len(names) + 1, -1, attribution.index_dtype(len(names) + 1))  # per code: slot
         domain_values = [*domains, ""]
         needed = Needed(pattern, domain_values)
         nesting = Nesting()
