@@ -312,7 +312,7 @@ def _stream(
         if writer is None:
             store.write_table_parts(parts(), events_path, meta)
     try:
-        # the trace's events stay here and on disk: its range rows go straight into the range columns
+        # the trace's events stay here and on disk: its range rows go to the range file
         no_events = _frame(  # no rows, no names (pandas would hash every one: ~250 bytes a name)
             {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}, [], shape_cats, domains
         )
