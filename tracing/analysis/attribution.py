@@ -322,7 +322,7 @@ class _Held:
     def parts(self, rows: int) -> Iterator[dict[str, Any]]:
         n = len(self)
         for a in range(0, max(n, 1), rows):
-            yield self.cols if rows >= n else _rows(self.cols, a, a + rows)
+            yield self.cols if rows >= n else used_rows(self.cols, a, a + rows)
         self.cols.clear()
 
 
@@ -331,7 +331,7 @@ def _no_counters() -> Partials:
     return {prefix: tuple(np.zeros(0, np.int64) for _ in range(4)) for prefix, _, _ in RULES}  # type: ignore[misc]
 
 
-def _rows(cols: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+def used_rows(cols: dict[str, Any], a: int, b: int) -> dict[str, Any]:
     """Rows [a, b) of range columns (arrays, :class:`Coded` columns, extension arrays, lists or a ``range``; a
     string is every row's). A coded column keeps only the values its rows use (emit_nvtx names are all
     distinct: ``op_id = N``); columns that share their codes (name, phase, attrs) share the work."""

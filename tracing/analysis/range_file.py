@@ -133,29 +133,27 @@ class RangeFile:
             yield self._part(0, {c: np.zeros(0, np.int64) for c in COLUMNS})
 
     def _part(self, a: int, b: dict[str, np.ndarray]) -> dict[str, Any]:
-        """Ranges [a, a + len(b)) as ``attribution.range_columns`` has them (a name's values for the names
-        used); :attr:`part_keep`: which of them ``range_summary`` keeps."""
+        """Ranges [a, a + len(b)) as ``attribution.range_columns`` has them; :attr:`part_keep`: which of them
+        ``range_summary`` keeps."""
         i, j = np.searchsorted(self.ancestors, [a, a + len(b["keep"])])
         self.part_keep = b["keep"].astype(bool)
         self.part_keep[self.ancestors[i:j] - a] = True
-        used, codes = np.unique(b["slot"], return_inverse=True)
-        codes = codes.reshape(-1)
-        v = self.values
-        pick = used.tolist()
-        return {
+        v, n, slot = self.values, len(b["keep"]), b["slot"]
+        cols = {
             "source": self.source,
-            "range_id": range(a, a + len(codes)),
+            "range_id": range(a, a + n),
             "parent_id": b["parent"],
             "depth": b["depth"],
-            "name": Coded([v.names[k] for k in pick], codes),
+            "name": Coded(v.names, slot),
             "domain": Coded(self.domains, b["domain"]),
-            "phase": Coded([v.phases[k] for k in pick], codes),
+            "phase": Coded(v.phases, slot),
             "pid": b["pid"],
             "tid": b["tid"],
             "start_ns": b["start_ns"],
             "end_ns": b["end_ns"],
-            "attrs": Coded([v.attrs[k] for k in pick], codes),
+            "attrs": Coded(v.attrs, slot),
         }
+        return attribution.used_rows(cols, 0, n)  # each coded column with the values its rows use
 
     def table(
         self,
