@@ -216,10 +216,6 @@ def _dispatch(argv: list[str]) -> int:
             return 2
     try:  # building the parser imports the command's module: the same rule covers it
         with _imports_uncollected():
-            if command == "ingest":  # a lone Kineto file is decoded by a child while pandas imports
-                from mxperf.commands.ingest_args import start_prefetch
-
-                start_prefetch(argv[argv.index(command) + 1 :])
             parser = build_parser(command)
         args = parser.parse_args(argv)
         if getattr(args, "_module", None) is None:

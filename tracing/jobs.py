@@ -12,6 +12,7 @@ every file succeeded, so a bad input never leaves partial Parquet behind.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -20,21 +21,21 @@ from typing import Any
 
 import pandas as pd
 
-from tracing.analysis import attribution, kernel_classes, metrics, steps
+from tracing.analysis import attribution, engine, gpu_tables, kernel_classes, metrics, range_tables, steps
 from tracing.analysis.colocated import shared_device_time
 from tracing.analysis.logged_steps import logged_step_tables
-from tracing.analysis.microbatches import MicrobatchResult, find_microbatches
+from tracing.analysis.mb_engine import engine_signals
+from tracing.analysis.microbatches import MicrobatchResult, signals_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
-from tracing.ingest import STREAM_ABOVE_BYTES as _STREAM_ABOVE_BYTES
+from tracing.ingest.decoded import decode, write_events
 from tracing.ingest.detect import load_trace
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.trace import Trace, rank_from_name
-from tracing.outputs import background, store
-from tracing.outputs.children import spare_core
+from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
 from tracing.progress import Progress
-from tracing.staged import stage_tables, staged_path
+from tracing.staged import stage_tables
 
 
 @dataclass
@@ -77,35 +78,36 @@ def analyze_trace(
     labels: Labels | None = None,
     pattern: str | None = None,
 ) -> Analysis:
-    """All per-trace tables: devices, streams, ranges, kernels, steps, microbatches (pure; no I/O)."""
-
-    def microbatches(
-        ranges: pd.DataFrame,
-        ops: pd.DataFrame,
-        timelines: list[metrics.DeviceTimeline],
-        kernels: pd.DataFrame,
-    ) -> MicrobatchResult:
-        return find_microbatches(
-            trace, ranges, labels, pattern=pattern, ops=ops, timelines=timelines, kernels=kernels
-        )
-
-    return analyze_parts(trace, metrics.gpu_ops(trace.events), phase_map, microbatches)
+    """All per-trace tables of a trace held in memory (its event frame goes to the engine as Arrow; no I/O)."""
+    with engine.session() as con:
+        engine.register_frame(con, trace.events)
+        return analyze_in(con, trace, phase_map, labels, pattern)
 
 
-def analyze_parts(
+def analyze_in(
+    con: Any,
     trace: Trace,
-    ops: pd.DataFrame,
-    phase_map: PhaseMap | None,
-    microbatches: Callable[..., MicrobatchResult],
+    phase_map: PhaseMap | None = None,
+    labels: Labels | None = None,
+    pattern: str | None = None,
 ) -> Analysis:
-    """:func:`analyze_trace` from a trace's GPU ops (``metrics.gpu_ops``) and range rows (``trace.events``
-    needs only those) and a micro-batch finder called with (ranges, ops, timelines, kernels): the one table
-    builder of the in-memory and the streaming ingest (``tracing.streamed``)."""
-    timelines = metrics.device_timelines(trace.events, ops)
-    ranges = attribution.attribute_ranges(trace, phase_map, ops=ops, timelines=timelines)
-    kernels = kernel_classes.kernel_table(ops)
-    mb = microbatches(ranges, ops, timelines, kernels)
-    streams = metrics.stream_breakdown(trace.events, ops=ops)
+    """All per-trace tables from the engine's ``events`` view (``trace``: path, format, rank, range log)."""
+    phase_map = phase_map or default_phase_map()
+    num_ops = gpu_tables.make_ops(con)
+    timelines = gpu_tables.device_timelines(con)
+    streams = engine.frame(gpu_tables.stream_rows(con), schema.STREAM_COLUMNS, "streams")
+    kernels = kernel_classes.kernel_groups_frame(con)
+    if trace.range_log is not None:
+        ranges = attribution.range_log_frame(trace, phase_map)
+    else:
+        range_tables.make_ranges(con)
+        source = "nvtx" if trace.format == "nsys" else "user_annotation"
+        ranges = engine.frame(
+            range_tables.range_table(con, phase_map, source, num_ops), schema.RANGE_COLUMNS, "ranges"
+        )
+    gemm = kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str).tolist()
+    sig = engine_signals(con, gemm)
+    mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
     return assemble(trace, timelines, streams, ranges, kernels, mb)
 
 
@@ -129,6 +131,8 @@ def assemble(
     }
     return Analysis(tables, mb, timelines)
 
+
+_NO_EVENTS = schema.empty_frame(schema.EVENT_COLUMNS)  # a decoded file's events stay in the engine
 
 _STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns")  # what trace_step_phases reads (+ trace, rank)
 
@@ -168,65 +172,44 @@ def ingest_file(
     include_python: bool = False,
     labels: Labels | None = None,
     pattern: str | None = None,
-    streaming: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
-    decode_workers: int = 1,
-    background_write: bool = False,
 ) -> FileResult:
-    """Ingest one file; stage its event table as ``stage_dir/.events-<index>.parquet`` when given, and the
-    range table of a streamed file with ``tracing.staged.STAGE_ROWS`` ranges or more beside it, written a part at
-    a time (``staged_tables["ranges"]``; ``num_ranges`` and ``phase_seconds`` summarise it).
+    """Ingest one file, any size: decode it a batch at a time into its event table (staged as
+    ``stage_dir/.events-<index>.parquet`` when given), then every table from that file in the engine.
 
     ``labels`` fill what the trace cannot say about its micro-batches; ``pattern`` names explicit
-    micro-batch ranges (``--microbatch-range``). ``streaming``: a Kineto file or nsys export is read in
-    bounded memory (``tracing.streamed``: same tables) when True, in memory when False, and by its size when None
-    (:func:`use_streaming`). ``progress(bytes_read, file_bytes)`` is called as a streamed file is read.
-    ``decode_workers`` > 1: a Kineto file is streamed and decoded by that many processes (same tables).
-    ``background_write``: a file read in memory has its event Parquet written by a forked process while this
-    one analyses (``tracing.outputs.background``; the same file)."""
+    micro-batch ranges (``--microbatch-range``). ``progress(bytes_read, file_bytes)`` is called as the file is
+    read."""
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
     if fmt == METRIC_LOG:
         return _ingest_metric_log(path, phase_map)
     staged = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
-    parallel = fmt == "kineto" and decode_workers > 1
-    if fmt in ("kineto", "nsys") and (use_streaming(path, streaming) or parallel):
-        from tracing.streamed import stream_trace  # bounded memory; the same tables
-
-        st = stream_trace(
-            path,
-            fmt,
-            rank=rank,
-            include_python=include_python,
-            phase_map=phase_map,
-            labels=labels,
-            pattern=pattern,
-            events_path=staged,
-            spill_dir=stage_dir,
-            progress=progress,
-            workers=decode_workers,
-            ranges_path=None if stage_dir is None else str(staged_path(stage_dir, "ranges", index)),
-        )
-        trace, analysis, num_events, num_gpu_ops = st.trace, st.analysis, st.num_events, st.num_gpu_ops
-        ranges_staged = st.staged_ranges
-    else:
-        ranges_staged = None
+    if fmt == "rangelog":
         trace = load_trace(path, fmt, rank=rank, include_python=include_python)
-        meta = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
-        writer = None
-        if staged is not None and background_write:
-            # another core writes the event Parquet (the same file) while this one analyses
-            writer = background.BackgroundWrite.start(lambda: [trace.events], staged, meta)
-        try:
-            analysis = analyze_trace(trace, phase_map, labels, pattern)
-        except BaseException:
-            if writer is not None:
-                writer.cancel()
-            raise
-        num_events, num_gpu_ops = len(trace.events), trace.num_gpu_ops
-        if writer is not None:
-            writer.wait()  # interrupted: it stops the writer and removes its temp file
-        elif staged is not None:
-            store.write_table(trace.events, staged, meta=meta)
+        analysis = analyze_trace(trace, phase_map, labels, pattern)
+        num_events, num_gpu_ops = len(trace.events), 0
+        if staged is not None:
+            store.write_table(
+                trace.events, staged, meta={"trace": trace.path, "format": fmt, "rank": trace.rank}
+            )
+    else:
+        with (
+            tempfile.TemporaryDirectory(prefix=".engine-", dir=stage_dir) as work,
+            engine.session(work) as con,
+        ):
+            d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress)
+            con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
+            events = Path(staged) if staged is not None else Path(work) / "events.parquet"
+            num_events = write_events(con, d, events)
+            con.execute("drop view raw")
+            d.raw.unlink()
+            engine.parquet_events(con, events)
+            trace = Trace(d.path, d.format, _NO_EVENTS, rank=d.rank, meta=d.meta)
+            analysis = analyze_in(con, trace, phase_map, labels, pattern)
+            num_gpu_ops = sum(
+                int(t.row["num_kernels"] + t.row["num_memcpy"] + t.row["num_memset"])
+                for t in analysis.timelines
+            )
     tables = analysis.tables
     reason = ""
     if trace.format == "rangelog":
@@ -249,25 +232,7 @@ def ingest_file(
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
     )
-    if ranges_staged is not None:  # a streamed file's large range table: written a part at a time
-        result.staged_tables["ranges"] = ranges_staged.path
-        result.num_ranges, result.phase_seconds = ranges_staged.num_ranges, ranges_staged.phase_seconds
     return result
-
-
-# files above this size on disk are streamed by default (mxperf ingest decides from the same constant)
-STREAM_ABOVE_BYTES = _STREAM_ABOVE_BYTES
-
-
-def use_streaming(path: str, streaming: bool | None) -> bool:
-    """Whether a Kineto file or nsys export goes through the bounded-memory path (``streaming`` None: files
-    above :data:`STREAM_ABOVE_BYTES` on disk; small files are faster in memory)."""
-    if streaming is not None:
-        return streaming
-    try:
-        return os.path.getsize(path) > STREAM_ABOVE_BYTES
-    except OSError:
-        return False
 
 
 def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:
@@ -364,15 +329,14 @@ def ingest_many(
     include_python: bool = False,
     labels: list[Labels] | None = None,
     pattern: str | None = None,
-    streaming: bool | None = None,
     progress: Progress | None = None,
 ) -> list[FileResult]:
-    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray; a single
-    Kineto file that is streamed has its batches decoded by ``workers`` processes. With a ``stage_dir``, each
-    file's range, kernel and stream tables come back staged there (``tracing.staged``), not in the result.
+    """Map :func:`ingest_file` over files (in order), serially, with a process pool, or on Ray. With a
+    ``stage_dir``, each file's range, kernel and stream tables come back staged there (``tracing.staged``), not in
+    the result.
 
     ``labels[i]`` are item i's labels (command line, sidecar, run config). ``progress`` shows files done
-    (and, serially, the bytes read of a streamed file) on stderr."""
+    (and, serially, the bytes read of each file) on stderr."""
     many = len(items) > 1
     per_item = labels if labels is not None else [None] * len(items)
     jobs = [
@@ -386,7 +350,6 @@ def ingest_many(
             include_python,
             lab,
             pattern,
-            streaming,
         )
         for i, ((p, fmt), lab) in enumerate(zip(items, per_item, strict=True))
     ]
@@ -402,16 +365,7 @@ def ingest_many(
     out = []
     for job in jobs:
         bytes_read = progress.bytes_read if progress is not None else None
-        # a lone Kineto file read in bounded memory: ``workers`` processes decode its batches
-        # (tracing.ingest.kineto_sharded); small files are faster in memory, in this process
-        sharded = workers > 1 and job[1] == "kineto" and use_streaming(job[0], streaming)
-        # a lone file read in memory: a spare core writes its event Parquet beside the analysis (the
-        # start-up prefetch uses the same spare core before: tracing.ingest.prefetch)
-        beside = not many and spare_core()
-        result = ingest_file(
-            *job, progress=bytes_read, decode_workers=workers if sharded else 1, background_write=beside
-        )
-        out.append(stage_tables(result, stage_dir, job[4]))
+        out.append(stage_tables(ingest_file(*job, progress=bytes_read), stage_dir, job[4]))
         if progress is not None:
             progress.file_done()
     return out

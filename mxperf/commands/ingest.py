@@ -229,10 +229,6 @@ def run(args: argparse.Namespace) -> int:
         stage.mkdir()
         try:
             progress = Progress(len(items), enabled=args.progress)
-            # every table is written with it; imported now, while a start-up child may still be decoding
-            # (tracing.ingest.prefetch), and so before a background event writer is forked (it inherits it)
-            import pyarrow.parquet  # noqa: F401
-
             try:
                 results = ingest_many(
                     items,
@@ -246,7 +242,6 @@ def run(args: argparse.Namespace) -> int:
                         _labels_for(SimpleNamespace(path=str(p), format=f), cli_labels) for p, f in items
                     ],
                     pattern=args.microbatch_range,
-                    streaming={"auto": None, "on": True, "off": False}[args.stream],
                     progress=progress,
                 )
             finally:

@@ -1,15 +1,13 @@
-"""Intervals on disk or in memory, and their union's measure inside windows read a block at a time: equal to
-the all-at-once measure on the union (:func:`_clipped_at_once`), for any block size and any number of streams."""
+"""Intervals and their union's measure inside windows: equal to the all-at-once measure on the union
+(:func:`_clipped_at_once`), for any block size and any number of streams."""
 
 from __future__ import annotations
-
-import pickle
 
 import numpy as np
 import pytest
 
 from tracing.analysis import intervals, metrics
-from tracing.analysis.intervals import Covered, Intervals, IntervalSink, merged_by_start
+from tracing.analysis.intervals import Covered, Intervals, merged_by_start
 
 
 def _random_streams(rng: np.random.Generator, k: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -71,53 +69,8 @@ def test_queries_one_block_at_a_time_never_going_back() -> None:
     assert np.array_equal(got, want)
 
 
-def test_a_sparse_query_holds_few_blocks() -> None:
-    """Queries far apart fold the blocks between them: what is held stays about one read block."""
-    n = 100_000
-    s = np.arange(n, dtype=np.int64) * 10
-    cov = Covered(Intervals.of(s, s + 5).blocks(100))
-    assert int(cov.at(np.array([0]))[0]) == 0
-    assert int(cov.at(np.array([10 * n]))[0]) == 5 * n
-    assert len(cov._bs) <= 101
-
-
-def test_merged_by_start_keeps_start_order_with_ties_across_streams() -> None:
-    a = (np.array([0, 5, 5, 9]), np.array([1, 6, 7, 10]))
-    b = (np.array([5, 5, 8]), np.array([5, 9, 9]))
-    got = list(merged_by_start([_blocks(*a, 2), _blocks(*b, 1)]))
-    starts = np.concatenate([s for s, _ in got])
-    assert np.array_equal(starts, np.sort(np.r_[a[0], b[0]]))
-    pairs = sorted(zip(starts.tolist(), np.concatenate([e for _, e in got]).tolist(), strict=True))
-    assert pairs == sorted(zip(np.r_[a[0], b[0]].tolist(), np.r_[a[1], b[1]].tolist(), strict=True))
-
-
 def test_empty_streams_and_no_windows() -> None:
     empty = Intervals()
     assert np.array_equal(intervals.clipped([empty.blocks()], np.array([0, 5]), np.array([10, 20])), [0, 0])
     assert len(intervals.clipped([empty.blocks()], np.zeros(0), np.zeros(0))) == 0
     assert np.array_equal(intervals.clipped([], np.array([1]), np.array([2])), [0])
-
-
-def test_a_spilled_sink_reads_back_what_was_added_and_pickles_as_a_path(tmp_path) -> None:
-    path = tmp_path / "t.bin"
-    mem, disk = IntervalSink(), IntervalSink(path)
-    for a in range(0, 100, 30):
-        s = np.arange(a, min(a + 30, 100), dtype=np.int64) * 3
-        for sink in (mem, disk):
-            sink.add(s, s + 1)
-    m, d = mem.done(), disk.done()
-    assert d.path == str(path) and len(d) == len(m) == 100
-    assert all(np.array_equal(x, y) for x, y in zip(m.arrays(), d.arrays(), strict=True))
-    blocks = list(d.blocks(7))
-    assert len(blocks) == 15 and np.array_equal(np.concatenate([s for s, _ in blocks]), m.start)
-    again = pickle.loads(pickle.dumps(d))  # a pool worker's timeline reaches the parent as a file name
-    assert len(pickle.dumps(d)) < 500 and np.array_equal(again.arrays()[1], m.end)
-    loaded = d.loaded()
-    assert loaded.path is None and np.array_equal(loaded.start, m.start)
-
-
-def test_an_abandoned_sink_removes_its_file(tmp_path) -> None:
-    sink = IntervalSink(tmp_path / "t.bin")
-    sink.add(np.array([1]), np.array([2]))
-    sink.close()
-    assert not (tmp_path / "t.bin").exists()

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracing.analysis import mbdetect, mbwindows
+from tracing.analysis import mbdetect
 from tracing.analysis.mbregions import Region
-from tracing.analysis.mbsignals import HOST_FIELDS, LAUNCH_FIELDS, Signals, make_process, name_signals
-from tracing.ingest.columnfiles import ColumnFiles
+from tracing.analysis.mbsignals import make_process, name_signals
 
 NAMES = ["aten::mm", "MmBackward0", "aten::embedding", "cudaLaunchKernel", "aten::add"]
 
@@ -112,56 +111,3 @@ def test_forward_groups_split_where_a_gemm_or_a_backward_starts_between_two_look
         want.append([j]) if split else want[-1].append(j)
     before = [int(gemms[gemms < a].max()) if (gemms < a).any() else np.iinfo(np.int64).min for a in anchors]
     assert mbdetect._forward_groups(anchors, np.array(before, np.int64), bursts) == want
-
-
-def _stored(p, tmp_path, every: int):
-    """``p``'s items in column files, as a streamed trace's detection reads them."""
-    host = ColumnFiles(tmp_path / "host", mbwindows._HOST_DTYPES, "pid", "start", every=every)
-    lau = ColumnFiles(tmp_path / "launches", mbwindows._LAUNCH_DTYPES, "pid", "l_start", every=every)
-    n, m = len(p.start), len(p.l_start)
-    for a in range(0, n, 257):
-        host.append(
-            {"pid": np.full(min(257, n - a), p.pid), **{c: getattr(p, c)[a : a + 257] for c in HOST_FIELDS}}
-        )
-    for a in range(0, m, 97):
-        lau.append(
-            {"pid": np.full(min(97, m - a), p.pid), **{c: getattr(p, c)[a : a + 97] for c in LAUNCH_FIELDS}}
-        )
-    host.finish(), lau.finish()
-    return mbwindows.StoredProcess(p.pid, host, lau, p.opt_start, p.opt_end), (host, lau)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_process_read_from_column_files_is_cut_as_in_memory(seed, tmp_path, monkeypatch):
-    """The same windows, blocks and findings whether a process's items are arrays or column files (small
-    blocks and a fine sparse index: every boundary is crossed)."""
-    monkeypatch.setattr(mbdetect, "_BLOCK", 53)
-    rng = np.random.default_rng(seed)
-    p = _process(rng, 3_000, 800)
-    p.opt_start, p.opt_end = np.array([200_000, 700_000]), np.array([210_000, 720_000])
-    stored, files = _stored(p, tmp_path, every=7)
-    sig = name_signals(NAMES, [""])
-    with_cuts = 0
-    try:
-        # window edges at item starts (an item starting exactly at an edge is inside) and between them
-        edges = np.concatenate(
-            [rng.choice(p.start, 20), rng.choice(p.l_start, 20), rng.integers(0, 10**6, 20)]
-        )
-        for lo, hi in [(0, 2_000_000), *np.sort(rng.choice(edges, (30, 2)), axis=1).tolist()]:
-            a, b = p.window(lo, hi), stored.window(lo, hi)
-            for c in (*HOST_FIELDS, *LAUNCH_FIELDS):
-                np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
-            blocks = list(stored.host_blocks(lo, hi, ("start",), 53))
-            assert [len(x["start"]) for x in blocks] == [
-                len(x["start"]) for x in p.host_blocks(lo, hi, ("start",), 53)
-            ]
-            for tid in (1, 2, 3):
-                region = Region(p.pid, tid, "update", lo, hi, -1, "")
-                want = mbdetect.cut_region(Signals(**{**vars(sig), "processes": {p.pid: p}}), region)
-                got = mbdetect.cut_region(Signals(**{**vars(sig), "processes": {p.pid: stored}}), region)
-                assert got == want
-                with_cuts += bool(got.cuts)
-        assert with_cuts >= 2  # not only regions the rules call ambiguous
-    finally:
-        for f in files:
-            f.close()

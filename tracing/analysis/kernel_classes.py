@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -155,35 +156,32 @@ def with_rules(extra: Iterable[tuple[str, str]]) -> KernelClassifier:
 def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
     """One row per (device, kind, name): count, total/mean/max duration, class (``schema.KERNEL_COLUMNS``).
 
-    Rows: device ascending, then total time descending, ties by (kind, name) in code-point order. Grouping
-    runs on integer codes (each string column factorized once, its uniques ranked in sorted order), then a
-    stable sort by the combined key and ``reduceat`` -- exact int64 sums, no string groupby.
-    """
-    cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
-    if len(ops) == 0:
-        return schema.empty_frame({c: schema.KERNEL_COLUMNS[c] for c in cols})
-    dev_codes, dev_uniq = _sorted_codes(ops["device"].to_numpy(np.int64))
-    kind_codes, kind_uniq = _sorted_codes(ops["kind"].to_numpy(object))
-    name_codes, name_uniq = _sorted_codes_of(ops["name"])
-    dur = ops["dur_ns"].to_numpy(np.int64)
-    keep = (kind_codes >= 0) & (name_codes >= 0)  # like groupby's dropna: a missing key drops the op
-    if not keep.all():
-        dev_codes, kind_codes, name_codes, dur = (a[keep] for a in (dev_codes, kind_codes, name_codes, dur))
-        if len(dur) == 0:
-            return schema.empty_frame({c: schema.KERNEL_COLUMNS[c] for c in cols})
-    key = (dev_codes * len(kind_uniq) + kind_codes) * len(name_uniq) + name_codes
-    order = np.argsort(key, kind="stable")
-    key, dur = key[order], dur[order]
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    count = np.diff(np.r_[first, len(key)])
-    total = np.add.reduceat(dur, first)
-    gkey = key[first]
-    name_i = gkey % len(name_uniq)
-    kind_i = (gkey // len(name_uniq)) % len(kind_uniq)
-    dev_i = gkey // (len(name_uniq) * len(kind_uniq))
-    max_ns = np.maximum.reduceat(dur, first)
+    Rows: device ascending, then total time descending, ties by (kind, name) in code-point order (grouped in
+    the engine: ``gpu_tables.KERNELS_SQL``)."""
+    import pyarrow as pa
+
+    from tracing.analysis import engine
+
+    cols = {
+        c: ops[c].astype(object) if c in ("kind", "name") else ops[c]
+        for c in ("device", "kind", "name", "dur_ns")
+    }
+    with engine.session() as con:
+        con.register("ops", pa.Table.from_pandas(pd.DataFrame(cols), preserve_index=False))
+        return kernel_groups_frame(con, classifier)
+
+
+def kernel_groups_frame(con: Any, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
+    """The kernel table of the engine's ``ops`` (:func:`kernel_table`)."""
+    from tracing.analysis import gpu_tables
+
+    k = gpu_tables.kernel_groups(con)
     return kernel_frame(
-        dev_uniq[dev_i], kind_uniq[kind_i], name_uniq[name_i], count, total, max_ns, classifier
+        *(
+            k[c].to_numpy(zero_copy_only=False)
+            for c in ("device", "kind", "name", "count", "total_ns", "max_ns")
+        ),
+        classifier,
     )
 
 
@@ -197,8 +195,7 @@ def kernel_frame(
     classifier: KernelClassifier = DEFAULT,
 ) -> pd.DataFrame:
     """The kernel table from its groups given in (device, kind, name) order (values ascending, strings in
-    code-point order): rows by device ascending, then total time descending, ties kept in that order.
-    Shared by :func:`kernel_table` and the windowed ops pass (``tracing.analysis.opwindows``)."""
+    code-point order): rows by device ascending, then total time descending, ties kept in that order."""
     cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
     rows = np.lexsort((-total, device))  # stable: equal totals keep (kind, name) order
     kinds, names, count, total = kinds[rows], names[rows], count[rows].astype(np.int64), total[rows]
@@ -217,20 +214,6 @@ def kernel_frame(
         {c: pd.array(values[c], dtype="string") if dtypes[c] == "string" else values[c] for c in cols},
         copy=False,
     )
-
-
-def _sorted_codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_sorted_codes` of a column; a categorical one (``tracing.streamed``) is ranked
-    through its used categories, never a string per row."""
-    if not isinstance(col.dtype, pd.CategoricalDtype):
-        return _sorted_codes(col.to_numpy(object))
-    codes = col.cat.codes.to_numpy()
-    used = np.unique(codes[codes >= 0])
-    names = np.array([str(c) for c in col.cat.categories[used]], dtype=object)
-    by_value = np.argsort(names, kind="stable")
-    rank = np.full(len(col.cat.categories) + 1, -1, np.int64)  # the last slot: code -1 (missing)
-    rank[used[by_value]] = np.arange(len(used))
-    return rank[codes], names[by_value]
 
 
 def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

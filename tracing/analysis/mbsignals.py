@@ -21,11 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import pandas as pd
 
-from tracing.analysis import metrics, shapes
-from tracing.analysis.kernel_classes import DEFAULT
-from tracing.outputs import schema
+from tracing.analysis import shapes
 
 _AUTOGRAD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$")
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
@@ -173,30 +170,6 @@ def is_optimizer(name: str) -> bool:
     return _OPTIMIZER.match(shapes.base_op_name(name)) is not None
 
 
-def launch_signals(
-    ops: pd.DataFrame, kernels: pd.DataFrame | None = None
-) -> dict[int, dict[str, np.ndarray]]:
-    """Per process, its GPU launches (ops with a launch record) sorted by launch start (stable):
-    ``l_tid l_start l_end op_end l_kernel l_gemm``."""
-    kernel_gemm = _gemm_kernels(ops, kernels)
-    l_mask = ops["launch_start_ns"].to_numpy() != schema.NO_ID
-    lp = ops["pid"].to_numpy()
-    cols = {
-        "l_tid": ops["launch_tid"].to_numpy(),
-        "l_start": ops["launch_start_ns"].to_numpy(),
-        "l_end": ops["launch_end_ns"].to_numpy(),
-        "op_end": ops["end_ns"].to_numpy(),
-        "l_kernel": ops["kind"].to_numpy() == schema.KERNEL,
-        "l_gemm": kernel_gemm,
-    }
-    out = {}
-    for p in np.unique(lp[l_mask]).tolist():
-        rows = np.flatnonzero(l_mask & (lp == p))
-        rows = rows[np.argsort(cols["l_start"][rows], kind="stable")]  # one gather per column below
-        out[int(p)] = {c: v[rows] for c, v in cols.items()}
-    return out
-
-
 _NO_LAUNCHES = {
     "l_tid": np.zeros(0, np.int64),
     "l_start": np.zeros(0, np.int64),
@@ -234,58 +207,3 @@ def make_process(
         opt_start=opt_start,
         opt_end=opt_end,
     )
-
-
-def gather_signals(events: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame | None = None) -> Signals:
-    """Per-process host items and launches of a trace (``ops`` from ``metrics.gpu_ops``; ``kernels``, the
-    ``kernel_classes.kernel_table`` of ``ops``, saves classifying the kernel names again)."""
-    names = [str(n) for n in events["name"].cat.categories]
-    sig = name_signals(names, [str(s) for s in events["shapes"].cat.categories])
-    kind_cats = list(events["kind"].cat.categories)
-    kind = events["kind"].cat.codes.to_numpy()
-    launch_codes = [kind_cats.index(k) for k in schema.LAUNCH_KINDS if k in kind_cats]
-    code = events["name"].cat.codes.to_numpy()
-    is_call = np.isin(kind, launch_codes)
-    host = metrics.kind_mask(events, (schema.CPU_OP,)) | is_call
-    is_range = metrics.kind_mask(events, (schema.RANGE,))
-    # nsys + emit_nvtx: op ranges ("aten::mm, seq = 3, op_id = 9") are host items; user ranges (which
-    # emit_nvtx also suffixes with op_id) and Kineto user annotations are not
-    op_range = np.array([is_op_range(n) for n in names], bool)
-    safe = np.maximum(code, 0)
-    host |= is_range & (code >= 0) & op_range[safe]
-    opt = is_range & (code >= 0) & np.array([is_optimizer(n) for n in names], bool)[safe]
-    shape_codes = events["shapes"].cat.codes.to_numpy()
-    start = events["start_ns"].to_numpy()
-    end = start + events["dur_ns"].to_numpy()
-    pid, tid = events["pid"].to_numpy(), events["tid"].to_numpy()
-    launches = launch_signals(ops, kernels)
-    for p in np.unique(np.concatenate([pid[host], np.array(list(launches), np.int64)])).tolist():
-        hm = host & (pid == p) & (code >= 0)
-        order = np.argsort(start[hm], kind="stable")
-        items = {
-            "tid": tid,
-            "start": start,
-            "end": end,
-            "code": code,
-            "shape": shape_codes,
-            "is_call": is_call,
-        }
-        om = opt & (pid == p)
-        sig.processes[int(p)] = make_process(
-            int(p),
-            {c: v[hm][order] for c, v in items.items()},
-            launches.get(int(p)),
-            np.sort(start[om]),
-            end[om][np.argsort(start[om], kind="stable")],
-        )
-    return sig
-
-
-def _gemm_kernels(ops: pd.DataFrame, kernels: pd.DataFrame | None) -> np.ndarray:
-    if len(ops) == 0:
-        return np.zeros(0, bool)
-    if kernels is not None:
-        gemm = set(kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str))
-        return ops["name"].isin(gemm).to_numpy(bool) & (ops["kind"].to_numpy() == schema.KERNEL)
-    classes = DEFAULT.classify_ops(ops["kind"].to_numpy(), ops["name"].astype(str).to_numpy())
-    return classes == "gemm"

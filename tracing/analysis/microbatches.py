@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.analysis import attribution, mbdetect, mbregions, metrics
-from tracing.analysis.mbsignals import Signals, gather_signals
+from tracing.analysis import attribution, kernel_classes, mbdetect, mbregions, metrics
+from tracing.analysis.mbsignals import Signals
 from tracing.analysis.precision import PrecisionEvidence, detect_precision, reconcile
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
@@ -97,12 +97,33 @@ def find_microbatches(
 ) -> MicrobatchResult:
     """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``; ``ops``,
     ``timelines``, ``kernels`` -- ``kernel_classes.kernel_table`` -- may be passed to reuse them)."""
-    labels = labels or Labels()
-    ops = metrics.gpu_ops(trace.events) if ops is None else ops
-    timelines = metrics.device_timelines(trace.events, ops) if timelines is None else timelines
-    sig = gather_signals(trace.events, ops, kernels)
+    from tracing.analysis import engine, gpu_tables
+    from tracing.analysis.mb_engine import engine_signals
+
+    with engine.session() as con:
+        engine.register_frame(con, trace.events)
+        num_ops = gpu_tables.make_ops(con)
+        timelines = gpu_tables.device_timelines(con) if timelines is None else timelines
+        if kernels is None:
+            kernels = kernel_classes.kernel_groups_frame(con)
+        gemm = kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str).tolist()
+        sig = engine_signals(con, gemm)
+    return signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
+
+
+def signals_microbatches(
+    sig: Signals,
+    trace: Trace,
+    ranges: pd.DataFrame,
+    evidence_from: pd.DataFrame,
+    num_ops: int,
+    labels: Labels | None,
+    pattern: str | None,
+    timelines: list[metrics.DeviceTimeline],
+) -> MicrobatchResult:
+    """The micro-batch table from a trace's signals (``mbsignals.gather_signals`` or the engine's), its range
+    table, the kernel table (or GPU ops) precision is read from and its device timelines."""
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
-    evidence_from = ops if kernels is None else kernels
 
     def gpu_ends(pid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return np.array(
@@ -110,7 +131,14 @@ def find_microbatches(
         )
 
     return microbatch_result(
-        findings, gpu_ends, evidence_from, len(ops) > 0, labels, trace.rank, trace.format, timelines
+        findings,
+        gpu_ends,
+        evidence_from,
+        num_ops > 0,
+        labels or Labels(),
+        trace.rank,
+        trace.format,
+        timelines,
     )
 
 

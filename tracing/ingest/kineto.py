@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracing.ingest import prefetch
 from tracing.ingest.kineto_rows import CATEGORY_KIND, KIND_CODE, Columns, as_int
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace, events_frame, rank_from_name
@@ -53,9 +52,6 @@ def load_kineto_events(
     Batches of events are decoded with list comprehensions; a batch with anything unusual is redone event by
     event, which gives the same table or the exact error (event index and field).
     """
-    done = prefetch.claim(path, include_python)  # decoded by a child while this process imported pandas
-    if done is not None:
-        return _finish(Path(path), *done, rank)
     from tracing.ingest import kineto_fast  # the decoder (msgspec): only where this process decodes
 
     return _load(Path(path), rank, include_python, fast=kineto_fast.AVAILABLE)

@@ -1,0 +1,161 @@
+"""The query engine every trace table is computed in: one DuckDB connection per trace, any size.
+
+DuckDB does the relational work (the op <-> launch join, the busy union, gaps and host stall, the stream
+breakdown, the kernel table, range attribution as an interval join, window-end device time) out of core:
+``memory_limit`` caps what it holds and the rest spills to ``temp_directory``. Events enter as an Arrow table
+(a trace decoded in memory) or as Parquet files (a trace decoded a batch at a time); the SQL is the same.
+
+Limits come from the environment so that every entry point (CLI, pool worker, Ray task, notebook) gets them:
+
+- ``MXPERF_MEMORY_LIMIT`` (default ``512MB``): DuckDB's ``memory_limit`` per trace;
+- ``MXPERF_THREADS`` (default: the cores, at most 4): DuckDB's ``threads``;
+- ``MXPERF_TEMP_DIR``: where it spills (default: the ingest's staging folder, else the system's).
+
+An engine error (out of memory, out of temp space) becomes one line naming the limit and the variable that
+raises it (:class:`EngineError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from tracing.outputs import schema
+from tracing.outputs.errors import InputError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+    import pyarrow as pa
+
+MEMORY_ENV = "MXPERF_MEMORY_LIMIT"
+THREADS_ENV = "MXPERF_THREADS"
+TEMP_ENV = "MXPERF_TEMP_DIR"
+DEFAULT_MEMORY = "512MB"
+NO_ID = -1
+# Hugeint interval keys: (group << 64) + (t + 2^63) orders every group's times after the previous group's, so an
+# equality on the group plus a range on the time is one range condition (an IEJoin, not a hash join + filter).
+OFFSET = "9223372036854775808"
+
+
+class EngineError(InputError):
+    """The engine ran out of a limit: one line naming it and how to raise it (exit 2, like bad input)."""
+
+
+def memory_limit() -> str:
+    return os.environ.get(MEMORY_ENV, DEFAULT_MEMORY)
+
+
+def threads() -> int:
+    env = os.environ.get(THREADS_ENV)
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise InputError(f"{THREADS_ENV}={env!r}: expected a whole number of threads") from None
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def connect(temp_dir: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with mxperf's limits (an in-memory database that spills to ``temp_dir``)."""
+    import duckdb
+
+    temp = os.environ.get(TEMP_ENV) or temp_dir or tempfile.gettempdir()
+    con = duckdb.connect(
+        config={
+            "memory_limit": memory_limit(),
+            "threads": threads(),
+            "temp_directory": str(temp),
+            "preserve_insertion_order": True,
+        }
+    )
+    return con
+
+
+@contextmanager
+def session(temp_dir: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection closed on exit, its engine errors turned into :class:`EngineError`."""
+    con = connect(temp_dir)
+    try:
+        with engine_errors():
+            yield con
+    finally:
+        con.close()
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """DuckDB's out-of-memory and out-of-disk errors as one line naming the limit and its variable."""
+    import duckdb
+
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        first = str(exc).splitlines()[0]
+        raise EngineError(
+            f"the trace engine ran out of memory at {MEMORY_ENV}={memory_limit()} ({first}); "
+            f"raise {MEMORY_ENV} (e.g. 2GB) or free disk in {TEMP_ENV} for spilling"
+        ) from None
+    except duckdb.IOException as exc:
+        first = str(exc).splitlines()[0]
+        if "No space left" in first or "disk" in first.lower() or "temp" in first.lower():
+            raise EngineError(
+                f"the trace engine could not spill to disk ({first}); point {TEMP_ENV} at a folder with "
+                "free space"
+            ) from None
+        raise
+
+
+def arrow(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:
+    """A query's result as one Arrow table."""
+    return con.sql(sql, params=params).to_arrow_table()
+
+
+def batches(
+    con: duckdb.DuckDBPyConnection, sql: str, rows: int, params: list[Any] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """A query's result ``rows`` at a time, in its order (``ORDER BY`` in ``sql``)."""
+    yield from con.sql(sql, params=params).to_arrow_reader(rows)
+
+
+# the event table's columns as the engine reads them: categoricals as text, plus ``row``
+EVENT_SELECT = ", ".join(
+    [f"{c}::varchar as {c}" if t == "category" else c for c, t in schema.EVENT_COLUMNS.items()]
+)
+
+
+def register_frame(con: duckdb.DuckDBPyConnection, events: pd.DataFrame) -> None:
+    """An event frame as the ``events`` view (``row`` = the row's position in the frame)."""
+    import numpy as np
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(events, preserve_index=False)
+    table = table.append_column("row", pa.array(np.arange(len(events), dtype=np.int64)))
+    con.register("events_frame", table)
+    con.execute(f"create or replace temp view events as select {EVENT_SELECT}, row from events_frame")
+
+
+def parquet_events(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str]) -> None:
+    """An events Parquet file as the ``events`` view (``row`` = the row's position in the file)."""
+    con.execute(
+        f"create or replace temp view events as select {EVENT_SELECT}, file_row_number as row "
+        f"from read_parquet({literal(path)}, file_row_number = true)"
+    )
+
+
+def literal(text: str | os.PathLike[str]) -> str:
+    """A SQL string literal (a path in a view's definition, where parameters cannot go)."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def frame(table: pa.Table, columns: dict[str, str], name: str = "table") -> pd.DataFrame:
+    """An engine result as a frame of a table's schema (its columns but trace / format / rank)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapper = {pa.int64(): pd.Int64Dtype(), pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}
+    cols = {c: t for c, t in columns.items() if c not in ("trace", "rank", "format")}
+    return schema.conform(table.to_pandas(types_mapper=mapper.get), cols, name)

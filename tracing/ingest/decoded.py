@@ -1,0 +1,221 @@
+"""Decode a Kineto file or an nsys export once, a batch at a time, into Parquet: the one input of the engine.
+
+    file --(KinetoDecoder | NsysDecoder: a batch of rows at a time)--> raw Parquet (name / kind / shape codes,
+    times as read) --(pid of GPU rows, base time, emit_nvtx shapes)--> events Parquet (``schema.EVENT_COLUMNS``)
+
+Memory holds one batch of rows and the interned names. What only the whole file knows is applied in the second
+pass: a Kineto file's ``baseTimeNanoseconds`` (often written after ``traceEvents``) and the process that launched
+each GPU op (a Kineto GPU row carries the device as its pid: it takes its launch call's pid by correlation;
+:func:`gpu_pid_sql`), an export's emit_nvtx shapes (known per range name once every name is read).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracing.ingest.kineto import trace_info
+from tracing.ingest.kineto_rows import KIND_CODE
+from tracing.outputs import schema, store
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+BATCH_ROWS = 1 << 17  # rows per raw row group and per events row group
+INT_COLUMNS = tuple(c for c, t in schema.EVENT_COLUMNS.items() if t == "int64")
+CODE_COLUMNS = ("kind", "name", "domain", "shapes")
+_LAUNCH_CODES = ", ".join(str(KIND_CODE[k]) for k in schema.LAUNCH_KINDS)
+_RANGE_CODE = KIND_CODE[schema.RANGE]
+
+
+@dataclass
+class Decoded:
+    """A file decoded to its raw Parquet: codes, the strings they stand for, and what the file says of itself."""
+
+    path: str
+    format: str
+    rank: int | None
+    meta: dict[str, Any]
+    raw: Path
+    rows: int
+    names: list[str]
+    shapes: list[str]
+    domains: list[str]
+    base_ns: int = 0
+    shape_lut: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # nsys: name code -> shape
+
+
+def decode(
+    path: str | os.PathLike[str],
+    fmt: str,
+    work: Path,
+    *,
+    rank: int | None = None,
+    include_python: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Decoded:
+    """Decode ``path`` (``fmt``: kineto | nsys) into ``work/raw.parquet``, a batch of rows at a time."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    raw = work / "raw.parquet"
+    if fmt == "nsys":
+        from tracing.ingest.nsys_stream import NsysDecoder
+
+        dec: Any = NsysDecoder(path, progress=progress)
+    else:
+        from tracing.ingest import kineto_fast
+        from tracing.ingest.kineto_decode import KinetoDecoder
+
+        dec = KinetoDecoder(path, include_python, fast=kineto_fast.AVAILABLE, progress=progress)
+    writer: pq.ParquetWriter | None = None
+    rows = 0
+    try:
+        for part in _parts(dec):
+            table = _raw_table(part, rows)
+            if writer is None:
+                writer = pq.ParquetWriter(raw, table.schema, compression="lz4")
+            writer.write_table(table)
+            rows += table.num_rows
+        if writer is None:
+            table = _raw_table(_empty(), 0)
+            writer = pq.ParquetWriter(raw, table.schema, compression="lz4")
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    names = list(dec.columns.names)
+    if fmt == "nsys":
+        resolved, info = dec.finish(rank)
+        return Decoded(
+            str(path),
+            "nsys",
+            resolved,
+            info,
+            raw,
+            rows,
+            names,
+            list(dec.shape_names),
+            dec.domains,
+            shape_lut=np.asarray(dec.shape_lut, np.int32),
+        )
+    base_ns, resolved, info = trace_info(path, dec.reader.meta, rank, dec.skipped)
+    return Decoded(
+        str(path), "kineto", resolved, info, raw, rows, names, list(dec.columns.shapes), [""], base_ns
+    )
+
+
+def _parts(dec: Any) -> Iterator[dict[str, np.ndarray]]:
+    for _ in dec.run():
+        if len(dec.columns) >= BATCH_ROWS:
+            yield dec.columns.take()
+    last = dec.columns.take()
+    if len(last["kind"]):
+        yield last
+
+
+def _empty() -> dict[str, np.ndarray]:
+    return {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}
+
+
+def _raw_table(c: dict[str, np.ndarray], first: int) -> pa.Table:
+    """A batch of decoded rows as Arrow: ``rid`` (the row's position in the file), codes, int64 columns."""
+    import pyarrow as pa
+
+    n = len(c["kind"])
+    cols: dict[str, Any] = {"rid": np.arange(first, first + n, dtype=np.int64)}
+    cols["kind"] = np.asarray(c["kind"], np.int8)
+    cols["name"] = np.asarray(c["name"], np.int32)
+    cols["domain"] = np.asarray(c["domain"], np.int32) if "domain" in c else np.zeros(n, np.int32)
+    cols["shapes"] = (
+        np.maximum(np.asarray(c["shapes"], np.int32), 0) if "shapes" in c else np.zeros(n, np.int32)
+    )
+    for k in INT_COLUMNS:
+        cols[k] = np.asarray(c[k], np.int64) if k in c else np.full(n, schema.NO_ID, np.int64)
+    return pa.table(cols)
+
+
+def gpu_pid_sql(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The pid expression of the events view over ``raw`` (None: the rows' own pids stand).
+
+    Each GPU row (device >= 0) takes the pid of the first launch call (in file order) with its correlation; one
+    without a launch record takes the pid that launched most of the other ops on its device, else the file's
+    most common launching pid (the smallest pid among equals)."""
+    launch = f"kind in ({_LAUNCH_CODES}) and correlation >= 0"
+    counts = con.sql(f"select pid, count(*) as c from raw where {launch} group by pid").fetchall()
+    gpu = con.sql("select count(*) from raw where device >= 0").fetchall()[0][0]
+    if not counts or not gpu:
+        return None
+    if len(counts) == 1:
+        return f"case when r.device >= 0 then {int(counts[0][0])} else r.pid end"
+    overall = min(counts, key=lambda pc: (-pc[1], pc[0]))[0]
+    con.execute(
+        f"""create or replace temp table launch_pid as
+        select correlation, arg_min(pid, rid) as lpid from raw where {launch} group by correlation;
+        create or replace temp table device_pid as
+        select device, arg_min(lpid, (-c, lpid)) as fill from (
+          select r.device, l.lpid, count(*) as c from raw r join launch_pid l on r.correlation = l.correlation
+          where r.device >= 0 group by r.device, l.lpid) group by device"""
+    )
+    return f"case when r.device >= 0 then coalesce(l.lpid, d.fill, {int(overall)}) else r.pid end"
+
+
+def events_sql(con: duckdb.DuckDBPyConnection, d: Decoded) -> str:
+    """The query giving the event table's int64 columns and codes in file order (``rid``), fixed."""
+    pid = gpu_pid_sql(con) if d.format == "kineto" else None
+    cols = []
+    for c in ("kind", "name", "domain", "shapes", *INT_COLUMNS):
+        if c == "pid" and pid is not None:
+            cols.append(f"{pid} as pid")
+        elif c == "start_ns" and d.base_ns:
+            cols.append(f"r.start_ns + {int(d.base_ns)} as start_ns")
+        else:
+            cols.append(f"r.{c}")
+    joins = ""
+    if pid is not None and "coalesce" in pid:
+        joins = (
+            " left join launch_pid l on r.device >= 0 and r.correlation = l.correlation"
+            " left join device_pid d on r.device = d.device"
+        )
+    return f"select r.rid, {', '.join(cols)} from raw r{joins} order by r.rid"
+
+
+def write_events(con: duckdb.DuckDBPyConnection, d: Decoded, path: Path) -> int:
+    """The event table (``schema.EVENT_COLUMNS``, categoricals as pandas reads them) to ``path``, a batch at a
+    time; returns its rows."""
+    cats = {
+        "kind": list(schema.EVENT_KINDS),
+        "name": d.names,
+        "domain": d.domains,
+        "shapes": d.shapes or [""],
+    }
+    meta = {"trace": d.path, "format": d.format, "rank": d.rank}
+
+    def parts() -> Iterator[pa.Table]:
+        shares = store.CarriedCategories({c: len(v) for c, v in cats.items()})
+        done = 0
+        reader = con.sql(events_sql(con, d)).to_arrow_reader(BATCH_ROWS)
+        batch = next(reader, None)
+        while batch is not None:
+            nxt = next(reader, None)
+            cols = {c: batch.column(c).to_numpy() for c in schema.EVENT_COLUMNS}
+            if d.format == "nsys" and len(d.shape_lut):
+                is_range = cols["kind"] == _RANGE_CODE
+                shapes = np.zeros(len(is_range), np.int32)
+                shapes[is_range] = d.shape_lut[cols["name"][is_range]]
+                cols["shapes"] = shapes
+            done += batch.num_rows
+            carry = shares.carry({c: cols[c] for c in cats}, last=nxt is None)
+            yield store.coded_table(cols, cats, carry)
+            batch = nxt
+        if done == 0:
+            cols = {c: np.zeros(0, np.int64) for c in schema.EVENT_COLUMNS}
+            yield store.coded_table(cols, cats)
+
+    return store.write_table_parts(parts(), path, meta)[1]
