@@ -1,17 +1,27 @@
 """GPU op classes by name pattern, so "time spent quantizing" or "time in NCCL" is one number.
 
-Classes: ``communication``, ``attention``, ``gemm``, ``quantize`` (quantize / cast / transpose / amax / scale
-kernels, the overhead low precision adds), ``elementwise``, ``other``; memcpy and memset ops are classed by
-their kind. Rules are tried in order, first match wins: communication and attention come before GEMM (flash
-attention kernels contain MMA loops), GEMM before quantize (an FP8 GEMM's name mentions e4m3 too).
-Extend with :func:`with_rules` (your rules are tried first).
+Classes: ``communication``, ``attention``, ``gemm``, ``quantize`` (FP8 / MX / FP4 quantize, dequantize,
+amax, scale and the transposes of quantized data: the overhead low precision adds), ``elementwise``,
+``other``; memcpy and memset ops are classed by their kind.
+
+The rules are the rows of ``kernel_patterns.toml`` (next to this module): real kernel-name patterns
+(cuBLAS / cuBLASLt / CUTLASS, Transformer Engine, Triton / Inductor, hipBLASLt / Tensile ``Cijk_*``,
+rocBLAS, composable_kernel, vLLM, torchao, PyTorch's own loops), each with the project and file its names
+were read from. Rows are tried in file order, first match wins. Matching is token-aware: a row's token
+regex must cover whole name tokens (runs of letters and digits, :func:`token_regex`), so ``cast`` is
+never found inside ``gpu_kernel_impl_nocast`` or ``LoadWithCast``. GEMM rows also say how to read the
+operand precision (``tracing.analysis.precision``). Extend with :func:`with_rules` (your rules, plain
+case-insensitive regexes, are tried first).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,31 +40,161 @@ CLASSES: tuple[str, ...] = (
     "memset",
 )
 
-# Written for the regex engine's literal scan: every branch starts with a literal ("msccl(?<=\bmsccl)" is
-# "\bmsccl" checked after the literal matched; a leading "\b" makes the search try every position), and no
-# branch is implied by another ("ncclDevKernel" contains "nccl"; "sm90_...gemm" contains "gemm").
-DEFAULT_RULES: tuple[tuple[str, str], ...] = (
-    (
-        "communication",
-        r"nccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|msccl(?<=\bmsccl)|rccl(?<=\brccl)|nvshmem",
-    ),
-    (
-        "attention",
-        r"flash|fmha|attention|attn|sdpa|xformers|paged_?attention|mha_|flashinfer|efficient_attention",
-    ),
-    (
-        "gemm",
-        r"gemm|matmul|cublas|cutlass|nvjet|xmma|wgmma|hmma|mma(?<=\bmma)|sm\d+_.*tensorop|ampere_|volta_|turing_|hopper_|_nn_|_nt_|_tn_|_tt_|splitkreduce|dot_?product|bmm",
-    ),
-    (
-        "quantize",
-        r"quantiz|dequant|cast|transpose|fp8|e4m3|e5m2|e8m0|mxfp|nvfp4|amax|scale|to_mx|float8|convert",
-    ),
-    (
-        "elementwise",
-        r"elementwise|vectorized|unrolled|pointwise|reduce_kernel|reduction|softmax|layer_?norm|rms_?norm|batch_?norm|bn_|dropout|relu|gelu|silu|swiglu|add|mul|copy|fill|index|gather|scatter|embedding|rotary|cat_|triton_poi|triton_red|triton_per",
-    ),
+PATTERNS_PATH = Path(__file__).with_name("kernel_patterns.toml")
+
+# What a gemm row's ``precision`` may be: a family, or the name of a decoder in tracing.analysis.precision.
+PRECISION_FAMILIES: tuple[str, ...] = ("mxfp8", "fp8", "fp4", "bf16", "fp16", "fp32", "fp64", "int8")
+PRECISION_DECODERS: tuple[str, ...] = (
+    "tensile",
+    "nvjet",
+    "xmma",
+    "cutlass",
+    "cublas",
+    "deepgemm",
+    "operand-types",
 )
+
+
+@dataclass(frozen=True)
+class PatternExample:
+    """A real kernel name a row was read from (or built from the identifier its source defines)."""
+
+    name: str
+    precision: str | None  # expected precision family of a gemm row's example; None = unknown
+    source: str  # where the name comes from, when that is not the row's own file
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PatternRow:
+    """One row of ``kernel_patterns.toml``."""
+
+    id: str
+    kernel_class: str
+    tokens: tuple[str, ...]
+    precision: str | None  # gemm rows: a family, a decoder name, or None (the names do not say)
+    project: str
+    file: str
+    commit: str
+    note: str
+    examples: tuple[PatternExample, ...]
+
+    @property
+    def regex(self) -> str:
+        """The row as one regex (its tokens as alternatives, each bounded by :func:`token_regex`)."""
+        return "|".join(token_regex(t) for t in self.tokens)
+
+
+def token_regex(token: str) -> str:
+    """``token`` (a case-insensitive regex over whole name tokens) with its token boundaries.
+
+    The match may not start right after a letter nor end right before a letter or digit; a digit may
+    precede it (the length prefixes of mangled names: ``_ZN19cutlass_cudnn_train``). The leading check
+    is written after the token's first literal character (``c(?<![a-z]c)ast...``), so every branch of a
+    class's combined rule still starts with a literal the regex engine can scan for.
+    """
+    first, rest = token[0], token[1:]
+    return f"{first}(?<![a-z]{first})(?:{rest})(?![a-z0-9])"
+
+
+def _check_token(row_id: str, token: str) -> None:
+    problem = ""
+    if not token or not token.isascii() or token != token.lower():
+        problem = "must be non-empty ASCII lower case"
+    elif not (token[0].isalpha() or token[0] == "_"):
+        problem = "must start with a letter or '_'"
+    elif token[1:2] in ("*", "+", "?", "{"):
+        problem = "may not quantify its first character"
+    else:
+        depth = 0
+        escaped = False
+        for ch in token:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif ch == "|" and depth == 0:
+                problem = "may not alternate at top level (list the alternatives as tokens)"
+                break
+        if not problem:
+            try:
+                re.compile(token_regex(token))
+            except re.error as exc:
+                problem = f"does not compile ({exc})"
+    if problem:
+        raise ValueError(f"kernel pattern {row_id!r}: token {token!r} {problem}")
+
+
+def load_patterns(path: str | Path = PATTERNS_PATH) -> tuple[PatternRow, ...]:
+    """The rows of a kernel-pattern table (``kernel_patterns.toml``), checked."""
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    rows: list[PatternRow] = []
+    seen: set[str] = set()
+    for raw in data.get("row", []):
+        row_id = str(raw["id"])
+        cls = str(raw["class"])
+        if row_id in seen:
+            raise ValueError(f"kernel pattern {row_id!r}: duplicate id")
+        seen.add(row_id)
+        if cls not in CLASSES or cls in ("memcpy", "memset", "other"):
+            raise ValueError(f"kernel pattern {row_id!r}: class {cls!r} is not a kernel class")
+        precision = raw.get("precision")
+        if precision is not None and (
+            cls != "gemm" or precision not in PRECISION_FAMILIES + PRECISION_DECODERS
+        ):
+            raise ValueError(
+                f"kernel pattern {row_id!r}: precision {precision!r} (gemm rows only: a family or decoder)"
+            )
+        tokens = tuple(str(t) for t in raw["tokens"])
+        for t in tokens:
+            _check_token(row_id, t)
+        examples = tuple(
+            PatternExample(
+                name=str(e["name"]),
+                precision=e.get("precision"),
+                source=str(e.get("from", "")),
+                note=str(e.get("note", "")),
+            )
+            for e in raw.get("example", [])
+        )
+        if not examples or not raw.get("project") or not raw.get("file"):
+            raise ValueError(f"kernel pattern {row_id!r}: needs project, file and at least one example")
+        rows.append(
+            PatternRow(
+                id=row_id,
+                kernel_class=cls,
+                tokens=tokens,
+                precision=precision,
+                project=str(raw["project"]),
+                file=str(raw["file"]),
+                commit=str(raw.get("commit", "")),
+                note=str(raw.get("note", "")),
+                examples=examples,
+            )
+        )
+    return tuple(rows)
+
+
+PATTERNS: tuple[PatternRow, ...] = load_patterns()
+
+
+def _class_rules(rows: Iterable[PatternRow]) -> tuple[tuple[str, str], ...]:
+    """(class, regex) per run of consecutive rows of one class: first match wins as row by row."""
+    rules: list[tuple[str, list[str]]] = []
+    for row in rows:
+        if rules and rules[-1][0] == row.kernel_class:
+            rules[-1][1].append(row.regex)
+        else:
+            rules.append((row.kernel_class, [row.regex]))
+    return tuple((cls, "|".join(parts)) for cls, parts in rules)
+
+
+# (class, case-insensitive regex), tried in order; every branch starts with a literal (token_regex).
+DEFAULT_RULES: tuple[tuple[str, str], ...] = _class_rules(PATTERNS)
 
 
 @dataclass(frozen=True)
@@ -151,6 +291,23 @@ DEFAULT = KernelClassifier(_compile(DEFAULT_RULES))
 def with_rules(extra: Iterable[tuple[str, str]]) -> KernelClassifier:
     """A classifier whose ``extra`` (class, regex) rules are tried before the defaults."""
     return KernelClassifier(_compile(extra) + DEFAULT.rules)
+
+
+_ROW_REGEXES: tuple[tuple[PatternRow, re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (row, re.compile(row.regex), re.compile(row.regex, re.IGNORECASE)) for row in PATTERNS
+)
+
+
+@functools.lru_cache(maxsize=65536)
+def match_row(name: str) -> PatternRow | None:
+    """The first ``kernel_patterns.toml`` row that matches ``name`` (None: no row; the class is
+    ``other``). ``DEFAULT.classify(name)`` is this row's class; precision detection reads its
+    ``precision``."""
+    lowered = name.lower() if name.isascii() else None
+    for row, twin, pattern in _ROW_REGEXES:
+        if (twin.search(lowered) if lowered is not None else pattern.search(name)) is not None:
+            return row
+    return None
 
 
 def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
