@@ -3,14 +3,19 @@
 With ``d_fixed = fixed_low - fixed_base`` and ``d_tok = per_token_base - per_token_low`` the low precision is
 faster at size n exactly when ``d_tok * n > d_fixed``. Each difference is "significantly > 0", "significantly
 < 0" or "not significant" by its two-sided 95 % t interval (HC3 variances of the two independent fits add;
-Welch-Satterthwaite degrees of freedom). The seven rows (docs/contracts.md):
+Welch-Satterthwaite degrees of freedom). The case says only what the intervals say (docs/contracts.md):
+"always" / "never" faster need *both* differences significant that way -- the Fieller set of n* then lies
+below zero; when one difference is within noise, the set reaches zero or infinity and the case is the
+crossing with that set:
 
-    d_tok sig > 0, d_fixed sig > 0      faster_above       n* = d_fixed / d_tok
-    d_tok sig > 0, d_fixed not > 0      always_faster
-    d_tok sig < 0, d_fixed sig < 0      faster_below       n* = d_fixed / d_tok
-    d_tok sig < 0, d_fixed not < 0      never_faster
-    d_tok n.s.,    d_fixed sig > 0      never_faster
-    d_tok n.s.,    d_fixed sig < 0      always_faster
+    d_tok sig > 0, d_fixed sig > 0      faster_above       n* = d_fixed / d_tok, Fieller [lo, hi]
+    d_tok sig > 0, d_fixed n.s.         faster_above       n* in [0, hi] (0: faster at every size)
+    d_tok sig > 0, d_fixed sig < 0      always_faster
+    d_tok sig < 0, d_fixed sig < 0      faster_below       n* = d_fixed / d_tok, Fieller [lo, hi]
+    d_tok sig < 0, d_fixed n.s.         faster_below       n* in [0, hi] (0: never faster)
+    d_tok sig < 0, d_fixed sig > 0      never_faster
+    d_tok n.s.,    d_fixed sig > 0      faster_above       n* >= r2: not faster below r2, maybe never
+    d_tok n.s.,    d_fixed sig < 0      faster_below       n* >= r2: faster below r2, maybe always
     d_tok n.s.,    d_fixed n.s.         indistinguishable
 
 Fieller's interval for a ratio ``theta = a / b`` is the set of theta whose t-statistic of ``a - theta b`` is
@@ -115,12 +120,47 @@ def _sign(ci: tuple[float, float]) -> int:
 
 
 def classify_case(tok_sign: int, fixed_sign: int) -> str:
-    """The docs/contracts.md case from the significance signs (+1 / -1 / 0) of d_tok and d_fixed."""
+    """The docs/contracts.md case from the significance signs (+1 / -1 / 0) of d_tok and d_fixed: always /
+    never faster only when both differences say so; one within noise leaves a crossing whose interval
+    reaches 0 or infinity (see the module docstring)."""
     if tok_sign > 0:
-        return "faster_above" if fixed_sign > 0 else "always_faster"
+        return "always_faster" if fixed_sign < 0 else "faster_above"
     if tok_sign < 0:
-        return "faster_below" if fixed_sign < 0 else "never_faster"
-    return {1: "never_faster", -1: "always_faster", 0: "indistinguishable"}[fixed_sign]
+        return "never_faster" if fixed_sign > 0 else "faster_below"
+    return {1: "faster_above", -1: "faster_below", 0: "indistinguishable"}[fixed_sign]
+
+
+def ratio_answer(
+    case: str, a: float, b: float, fs: FiellerSet, tok_sign: int, fixed_sign: int
+) -> tuple[float | None, tuple[float | None, float | None], str | None]:
+    """(n*, interval, reason) of a crossing case from the Fieller set of ``a / b`` (d_fixed / d_tok).
+
+    Both significant: the bounded set. d_fixed within noise: the bounded set clipped at 0 (n* may be 0).
+    d_tok within noise: the half-line ``[r2, inf)`` beyond the gap around 0 -- the low precision is not
+    faster (``faster_above``) / not slower (``faster_below``) below r2, and n* is the estimate only when it
+    lies there."""
+    est = a / b if b != 0 else None
+    if case not in ("faster_above", "faster_below"):
+        return None, (fs.lo, fs.hi), fs.reason
+    if tok_sign != 0 and fs.shape == "bounded":
+        if fixed_sign != 0:
+            return est, (fs.lo, fs.hi), None
+        way = "faster at every size" if case == "faster_above" else "never faster"
+        reason = (
+            f"the fixed-cost difference is within noise: n* may be 0 ({way}); the interval's lower end is "
+            f"clipped at 0 (Fieller: [{fs.lo:.4g}, {fs.hi:.4g}])"
+        )
+        return (max(est, 0.0) if est is not None else 0.0), (0.0, fs.hi), reason
+    if tok_sign == 0 and fs.shape == "two_half_lines" and fs.excluded is not None:
+        r2 = fs.excluded[1]
+        way = "not faster" if case == "faster_above" else "faster"
+        after = "it may never pay off" if case == "faster_above" else "it may be faster at every size"
+        reason = (
+            f"the per-token difference is within noise: {way} below {r2:,.0f} tokens (95 %); above that "
+            f"{after} (Fieller: {fs.reason.split(': ', 1)[1] if fs.reason else 'two half-lines'})"
+        )
+        return (est if est is not None and est >= r2 else None), (r2, None), reason
+    return None, (None, None), fs.reason or "no interval for n*"
 
 
 @dataclass(frozen=True)
@@ -149,6 +189,7 @@ class Breakeven:
     model: str | None = "line"  # the model n* comes from: line | knee | parts (| a mix); None: withheld
     model_reason: str | None = None  # what rejects the line (and, when withheld, the knee model)
     other_roots: tuple[float, ...] = ()  # further sign changes of the fitted curves
+    end_signs: tuple[int, int] = (0, 0)  # low - base significantly > 0 (1) / < 0 (-1) / not at the two ends
 
 
 def _bootstrap_ratio(base: np.ndarray, low: np.ndarray, level: float) -> tuple[tuple | None, str | None]:
@@ -161,6 +202,20 @@ def _bootstrap_ratio(base: np.ndarray, low: np.ndarray, level: float) -> tuple[t
     if same_sign < 0.5 + level / 2.0:
         return None, f"d_tok changes sign in {1 - same_sign:.1%} of resamples: the ratio is unbounded"
     return percentile_ci(d_fixed / d_tok, level), None
+
+
+def end_signs(
+    intercept: float, slope: float, cov: np.ndarray, lo: float, hi: float, t: float
+) -> tuple[int, int]:
+    """Sign (+1 / -1 / 0: not significant) of ``intercept + slope n`` at ``lo`` and at ``hi``."""
+    if not (np.isfinite(t) and np.isfinite(cov).all()):
+        return (0, 0)
+    out = []
+    for n in (lo, hi):
+        d = intercept + slope * n
+        sd = float(np.sqrt(max(cov[0, 0] + 2 * n * cov[0, 1] + n * n * cov[1, 1], 0.0)))
+        out.append(1 if d - t * sd > 0 else (-1 if d + t * sd < 0 else 0))
+    return (out[0], out[1])
 
 
 def line_within(
@@ -206,13 +261,15 @@ def _line_breakeven(
         b_ci = percentile_ci(base_boot[:n, 1] - low_boot[:n, 1], level)
         method = "bootstrap"
     determined = bool(np.isfinite(a_ci).all() and np.isfinite(b_ci).all())
-    case = classify_case(_sign(b_ci), _sign(a_ci)) if determined else "undetermined"
+    tok_sign, fixed_sign = _sign(b_ci), _sign(a_ci)
+    case = classify_case(tok_sign, fixed_sign) if determined else "undetermined"
     estimate = a / b if b != 0 else None
-    tokens = estimate if case in ("faster_above", "faster_below") else None
+    tokens = None
     fs = fieller_interval(a, b, var_a, var_b, cov_ab, t)
     boot_ci, boot_reason = _bootstrap_ratio(base_boot, low_boot, level)
     if method == "fieller":
-        ci, shape, reason = (fs.lo, fs.hi), fs.shape, fs.reason
+        tokens, ci, reason = ratio_answer(case, a, b, fs, tok_sign, fixed_sign)
+        shape = fs.shape
     else:
         ci, shape = (boot_ci or (None, None)), "bootstrap"
         reason = (
@@ -220,6 +277,10 @@ def _line_breakeven(
             if boot_ci
             else boot_reason
         )
+        if case in ("faster_above", "faster_below") and boot_ci is not None:
+            tokens = max(estimate, 0.0) if estimate is not None else None
+            if fixed_sign == 0:
+                ci = (0.0, boot_ci[1])
     if not determined:
         ci, shape = (None, None), "undefined"
         reason = (
@@ -230,6 +291,7 @@ def _line_breakeven(
         reason = f"case {case}: no breakeven size; interval of d_fixed / d_tok shown for reference"
     lo_meas, hi_meas = max(base.x_min, low.x_min), min(base.x_max, low.x_max)
     within, diff_ends = line_within(a, -b, cl + cb, lo_meas, hi_meas, t)
+    signs = end_signs(a, -b, cl + cb, lo_meas, hi_meas, t)
     return Breakeven(
         case=case,
         tokens=tokens,
@@ -250,6 +312,7 @@ def _line_breakeven(
         d_tok_s=b,
         d_tok_ci=b_ci,
         dof=dof,
+        end_signs=signs,
     )
 
 
@@ -294,9 +357,16 @@ def _curve_breakeven(base: BasisFit, low: BasisFit, measured: tuple[float, float
     case = classify_case(_sign(b_ci), _sign(a_ci))
     tokens = ci = None
     reason = None
+    if case in ("always_faster", "never_faster"):  # both ends say so; the middle must too (a knee between)
+        side = "faster_above" if case == "always_faster" else "faster_below"
+        if root_interval(bl, bb, side, level) != (0.0, 0.0):
+            case = side
     if case in ("faster_above", "faster_below"):
         r = pick_root(roots, slopes, case)[0]
-        tokens = float(r) if np.isfinite(r) else None
+        if np.isfinite(r):
+            tokens = float(r)
+        elif (dtok > 0) if case == "faster_above" else (d0 > 0):
+            tokens = 0.0  # no crossing: faster everywhere (above) / nowhere (below)
         ci = root_interval(bl, bb, case, level)
         if tokens is not None and not (
             (ci[0] is None or ci[0] <= tokens) and (ci[1] is None or tokens <= ci[1])
@@ -306,6 +376,12 @@ def _curve_breakeven(base: BasisFit, low: BasisFit, measured: tuple[float, float
                 None if ci[1] is None else max(ci[1], tokens),
             )
             reason = "the bootstrap interval did not hold the estimate (a skewed knee search); widened to it"
+        elif ci[0] == 0.0:
+            way = "faster at every size" if case == "faster_above" else "never faster"
+            reason = f"some replicates do not cross ({way}): the interval reaches 0"
+        elif ci[1] is None:
+            way = "may never pay off" if case == "faster_above" else "may be faster at every size"
+            reason = f"some replicates do not cross: the upper end is unbounded ({way})"
     else:
         reason = f"case {case}: the fitted curves do not cross in the direction of a breakeven"
     others = tuple(r for r in all_roots if tokens is None or abs(r - tokens) > 1e-9 * max(tokens, 1.0))
@@ -315,8 +391,7 @@ def _curve_breakeven(base: BasisFit, low: BasisFit, measured: tuple[float, float
         tokens_estimate=tokens if tokens is not None else (all_roots[-1] if all_roots else None),
         ci=ci or (None, None),
         ci_method="bootstrap",
-        ci_reason=reason
-        or ("the upper end is unbounded in some replicates" if ci and ci[1] is None else None),
+        ci_reason=reason,
         ci_shape="bootstrap",
         bootstrap_ci=ci,
         extrapolated=bool(tokens is not None and not (measured[0] <= tokens <= measured[1])),
@@ -342,16 +417,38 @@ def find_breakeven(
     if b is None or lo is None:
         raise ValueError(f"no {basis} fit for one of the precisions")
     line = _line_breakeven(b.line2(), lo.line2(), b.line_boot(), lo.line_boot(), level)
-    if b.line_ok and lo.line_ok:
-        return replace(line, basis=basis)
     names = [getattr(f, "precision", d) for f, d in ((base, "baseline"), (low, "low"))]
-    why = "; ".join(f"{n}: {f.rejection}" for n, f in zip(names, (b, lo), strict=True) if not f.line_ok)
+    fits = (b, lo)
+    few = [f"{n}: {f.line.n_units} unit" for n, f in zip(names, fits, strict=True) if f.line.n_units < 2]
+    if few:  # nothing to resample, no spread to estimate: no interval, whatever the point estimates say
+        why = (
+            f"one independent unit (step) per precision ({'; '.join(few)}): nothing to resample and no noise "
+            "to measure; trace or run more steps"
+        )
+        return replace(line, basis=basis, **_no_answer("undetermined", why), model_ok=False, model_reason=why)
+    refused = [f"{n}: {f.refused}" for n, f in zip(names, fits, strict=True) if f.refused]
+    if refused:
+        why = "; ".join(refused)
+        return replace(
+            line,
+            basis=basis,
+            **_no_answer(line.case, f"n* withheld: {why}"),
+            model_ok=False,
+            model=None,
+            model_reason=why,
+        )
+    if b.line_ok and lo.line_ok:
+        untested = [n for n, f in zip(names, fits, strict=True) if f.linearity == "untested"]
+        if untested:
+            return replace(_untested(line, untested, level), basis=basis)
+        return replace(line, basis=basis)
+    why = "; ".join(f"{n}: {f.rejection}" for n, f in zip(names, fits, strict=True) if not f.line_ok)
     if b.model is not None and lo.model is not None:
         kinds = sorted({b.model, lo.model})
         curve = _curve_breakeven(b, lo, line.measured_tokens, level)
         return replace(curve, basis=basis, model_ok=False, model="+".join(kinds), model_reason=why)
     why += "; " + "; ".join(
-        f"{n}: {f.knee_failure}" for n, f in zip(names, (b, lo), strict=True) if f.model is None
+        f"{n}: {f.knee_failure}" for n, f in zip(names, fits, strict=True) if f.model is None
     )
     return replace(
         line,
@@ -365,3 +462,67 @@ def find_breakeven(
         model=None,
         model_reason=why,
     )
+
+
+def _no_answer(case: str, reason: str) -> dict:
+    return dict(
+        case=case,
+        tokens=None,
+        ci=(None, None),
+        ci_shape="withheld" if case != "undetermined" else "undefined",
+        ci_reason=reason,
+        extrapolated=False,
+    )
+
+
+def _untested(line: Breakeven, names: list[str], level: float) -> Breakeven:
+    """Lines nothing could test (two sizes): n* from the line is a guess about the curve between and beyond
+    the sizes, so its Fieller interval is not stated. The model-free answer is: at each end of the measured
+    range, is the low precision significantly slower or faster? A significant change of sign brackets the
+    crossing between the two sizes (``ci_method: measured``); anything else is ``undetermined``."""
+    lo_n, hi_n = line.measured_tokens
+    why = (
+        f"linearity untested ({', '.join(names)}: fewer than three sizes; a line through two sizes always fits, "
+        "a third would test it)"
+    )
+    if line.case == "undetermined":  # no interval at all: that reason comes first
+        return replace(line, model_ok=False, model_reason=why, ci_reason=f"{line.ci_reason}; {why}")
+    common = dict(model_ok=False, model="line", model_reason=why, extrapolated=False, ci_method="measured")
+    if line.case != "undetermined" and line.within_measured == "mixed" and hi_n > lo_n:
+        d_lo, d_hi = line.diff_at_ends_s
+        ends_sig = _ends_significant(line)
+        if ends_sig and d_lo > 0 > d_hi:
+            case = "faster_above"
+        elif ends_sig and d_lo < 0 < d_hi:
+            case = "faster_below"
+        else:
+            case = None
+        if case is not None:
+            est = line.tokens_estimate
+            tokens = min(max(est, lo_n), hi_n) if est is not None else None
+            return replace(
+                line,
+                case=case,
+                tokens=tokens,
+                ci=(lo_n, hi_n),
+                ci_shape="measured",
+                ci_reason=f"{why}: the measured difference changes sign significantly between {lo_n:,.0f} and "
+                f"{hi_n:,.0f} tokens, which brackets n* (the line's own Fieller interval assumes the line)",
+                **common,
+            )
+    return replace(
+        line,
+        case="undetermined",
+        tokens=None,
+        ci=(None, None),
+        ci_shape="undefined",
+        ci_reason=f"{why}, and the measured difference does not change sign significantly between the sizes: "
+        "no interval for n* without a tested model",
+        **common,
+    )
+
+
+def _ends_significant(line: Breakeven) -> bool:
+    """Is the difference significant, with opposite signs, at the two ends of the measured range?"""
+    a, b = line.end_signs
+    return bool(a != 0 and b != 0 and a != b)

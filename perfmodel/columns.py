@@ -3,8 +3,10 @@
 Every column of ``tracing.outputs.schema.MICROBATCH_COLUMNS`` is accepted (only ``model``, ``precision``,
 ``tokens_per_microbatch`` or ``num_tokens``, and ``seconds`` are required; the rest get defaults). Extra
 columns the fit uses: ``global_tokens`` (tokens in the step: two global batch sizes identify a per-step cost),
-``seq_lens`` (sequence lengths of the micro-batch -> ``sum_sq_tokens``, attention's quadratic covariate) and
-``trace`` (whose micro-batches are whose). Any other column is ignored with a note, never refused.
+``seq_lens`` (sequence lengths of the micro-batch -> ``sum_sq_tokens``, attention's quadratic covariate),
+``trace`` (whose micro-batches are whose) and ``overlap_seconds`` (``mxperf ingest``: how long the window
+overlapped an earlier micro-batch's GPU work; material overlap means the times are not per-micro-batch
+costs, and the fit refuses them). Any other column is ignored with a note, never refused.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from tracing.outputs.schema import MICROBATCH_COLUMNS
 
 REQUIRED = ("model", "precision", "tokens_per_microbatch", "seconds")
 # Extra columns kept for the fit: name -> dtype. ``input`` is where the row came from (set by the loader).
-FIT_EXTRAS = {"global_tokens": "Float64", "sum_sq_tokens": "Float64", "trace": "string", "input": "string"}
-USED_EXTRAS = ("global_tokens", "seq_lens", "sum_sq_tokens", "trace")
+FIT_EXTRAS = {
+    "global_tokens": "Float64",
+    "sum_sq_tokens": "Float64",
+    "trace": "string",
+    "input": "string",
+    "overlap_seconds": "Float64",
+}
+USED_EXTRAS = ("global_tokens", "seq_lens", "sum_sq_tokens", "trace", "overlap_seconds")
 FIT_COLUMNS = {**MICROBATCH_COLUMNS, **FIT_EXTRAS}
 _NUMERIC = (
     "seconds",
@@ -38,6 +46,7 @@ _NUMERIC = (
     "flops",
     "global_tokens",
     "sum_sq_tokens",
+    "overlap_seconds",
 )
 _INT = re.compile(r"\d+")
 
@@ -132,7 +141,15 @@ def conform_microbatches(
             df[col] = default
     if "num_tokens" not in df.columns:
         df["num_tokens"] = df["tokens_per_microbatch"]
-    for col in ("rank", "gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops", "global_tokens"):
+    for col in (
+        "rank",
+        "gpu_busy_seconds",
+        "host_stall_seconds",
+        "peak_mem_bytes",
+        "flops",
+        "global_tokens",
+        "overlap_seconds",
+    ):
         if col not in df.columns:
             df[col] = pd.NA
     if "seq_lens" in df.columns and "sum_sq_tokens" not in df.columns:

@@ -105,6 +105,8 @@ class Design:
     n_rows: int
     dropped: dict[str, str] = field(default_factory=dict)
     seq_len_ref: float | None = None  # median sum(L^2)/n: the effective sequence length (tokens)
+    row_unit: np.ndarray | None = None  # (rows,) the unit of each row of the table it was built from
+    row_pattern: np.ndarray | None = None  # (rows,) the regressor pattern of each row
 
     @property
     def p(self) -> int:
@@ -263,6 +265,8 @@ def build_design(df: pd.DataFrame, x_col: str = "num_tokens") -> Design:
         n_rows=len(df),
         dropped=dropped,
         seq_len_ref=ref,
+        row_unit=unit,
+        row_pattern=pattern,
     )
 
 

@@ -130,11 +130,24 @@ class BasisFit:
     model: str | None = "line"
     note: str = ""
     seq_len_ref: float | None = None
+    refused: str | None = None  # why no model is fitted at all (implausible costs, overlapping windows)
 
     @property
     def line_ok(self) -> bool:
         """The straight line is not rejected: no significant, material lack of fit; plausible coefficients."""
         return not (self.lack_of_fit is not None and self.lack_of_fit.flag) and not self.implausible
+
+    @property
+    def linearity(self) -> str:
+        """What the data say of the straight line: ``rejected`` (lack of fit or implausible coefficients),
+        ``untested`` (too few sizes for a lack-of-fit test: a line through two sizes always fits),
+        ``no evidence against`` (the test could not see a material bend through the noise) or ``fits``."""
+        if not self.line_ok:
+            return "rejected"
+        lof = self.lack_of_fit
+        if lof is None or lof.p_value is None:
+            return "untested"
+        return "no evidence against" if lof.weak else "fits"
 
     @property
     def rejection(self) -> str:
@@ -145,7 +158,7 @@ class BasisFit:
     @property
     def knee_failure(self) -> str:
         """Why no knee model took over ('' when one did or none was needed)."""
-        if self.model is not None or self.line_ok:
+        if self.model is not None or self.line_ok or self.refused:
             return ""
         if self.knee is None:
             return "too few sizes for a knee model (it needs 5)"
@@ -235,6 +248,11 @@ class PrecisionFit:
     wall: BasisFit
     busy: BasisFit | None = None
     stall: LinearFit | None = None
+    stall_lack_of_fit: LackOfFit | None = None
+    stall_knee: SegmentedFit | None = (
+        None  # host stall's knee model (fitted when the wall or stall line bends)
+    )
+    stall_knee_lack_of_fit: LackOfFit | None = None
     memory: LinearFit | None = None
     holdout: dict[str, Any] = field(default_factory=dict)
     sizes: tuple[int, ...] = ()
@@ -247,10 +265,19 @@ class PrecisionFit:
     busy_size_mean_curve_s: tuple[float, ...] | None = None
     points: dict[str, np.ndarray] | None = None  # one point per unit: label, repeat, x, seconds
     n_microbatches: int = 0
+    outliers: tuple[dict, ...] = ()  # steps left out before the fit (perfmodel.outliers), named
+    outlier_note: str | None = None  # why none were left out although some are far off (heavy tails)
 
     @property
     def time(self) -> LineFit:
         return self.wall.line2()
+
+    def sizes_around(self, knee: float) -> tuple[int, int]:
+        """(measured sizes below, above) ``knee`` tokens (sizes as mean tokens processed): a line segment of a
+        knee model rests on the sizes on its side; with fewer than two its intercept or slope is not measured."""
+        x = np.asarray(self.size_mean_tokens or self.sizes, dtype=float)
+        k = float(knee)
+        return int(np.sum(x < k)), int(np.sum(x > k))
 
     @property
     def fixed_s(self) -> float:

@@ -28,10 +28,12 @@ from perfmodel.fitted import PER_STEP_TERMS, BasisFit, LinearFit, PrecisionFit, 
 from perfmodel.knee import KINDS, fit_segmented
 from perfmodel.linear import fit_line, fit_linear
 from perfmodel.lof import holdout_mape, holdout_splits, implausible, lack_of_fit
+from perfmodel.outliers import screen_rows
 from tracing.outputs.errors import InputError
 
 __all__ = ["GROUP_KEYS", "fit_basis", "fit_cost_model", "fit_line", "fit_precision"]
 GROUP_KEYS = ("model", "phase", "precision")
+PER_STEP_MATERIAL = 0.03  # a per-step cost below zero matters beyond this share of a typical micro-batch
 GPU_BUSY_MIN_SHARE = 0.9  # GPU busy on at least this share of micro-batches to fit the GPU-busy basis
 _PARTS_ALPHA = 0.05
 
@@ -78,10 +80,16 @@ def _knee_refit(
 
 
 def fit_basis(
-    design: Design, response: str, basis: str, draws: Draws | None, anchor: LinearFit | None = None
+    design: Design,
+    response: str,
+    basis: str,
+    draws: Draws | None,
+    anchor: LinearFit | None = None,
+    refuse: str | None = None,
 ) -> BasisFit | None:
     """The line for ``response``, and the knee-aware model when the line is rejected (see the module
-    docstring); None when the response cannot give a line."""
+    docstring); None when the response cannot give a line. ``refuse``: a reason the times are not
+    per-micro-batch costs (overlapping windows): the line is fitted for reference, no model is chosen."""
     line = fit_linear(design, response, draws)
     if line is None:
         return None
@@ -97,8 +105,22 @@ def fit_basis(
     )
     b = BasisFit(basis, line, lof, seq_len_ref=design.seq_len_ref)
     line2 = b.line2()
-    bad = tuple(implausible(line2.intercept, line2.ci("intercept"), line2.slope, line2.ci("slope")))
-    b = BasisFit(basis, line, lof, bad, seq_len_ref=design.seq_len_ref)
+    bad = implausible(line2.intercept, line2.ci("intercept"), line2.slope, line2.ci("slope"))
+    ps = b.per_step()
+    typical = float(np.nanmedian(line.unit_fitted)) if np.isfinite(line.unit_fitted).any() else 0.0
+    if ps is not None and ps[1] is not None and ps[1][1] < 0 and ps[0] < -PER_STEP_MATERIAL * typical:
+        bad.append(
+            f"per-step cost {ps[0] * 1e3:.3g} ms is below zero (95 % CI up to {ps[1][1] * 1e3:.3g} ms): the first "
+            "micro-batch of a step is faster than the others -- their windows overlap (each holds an earlier "
+            "one's GPU work) or the index is not the order they ran in"
+        )
+    # a per-token or per-step cost below zero is no bend a knee model could follow: nothing is fitted
+    hard = [m for m in bad if not m.startswith("fixed cost")]
+    if refuse or hard:
+        why = "; ".join([*([refuse] if refuse else []), *hard])
+        note = f"no model: {why}"
+        return BasisFit(basis, line, lof, tuple(bad), None, None, None, note, design.seq_len_ref, why)
+    b = BasisFit(basis, line, lof, tuple(bad), seq_len_ref=design.seq_len_ref)
     if b.line_ok:
         return b
     fits = {}
@@ -133,6 +155,28 @@ def fit_basis(
         return BasisFit(basis, line, lof, bad, None, None, None, note, design.seq_len_ref)
     note = f"the line is rejected ({why}); the {shown} model does not fit either ({lofs[shown].note})"
     return BasisFit(basis, line, lof, bad, fits[shown], lofs[shown], None, note, design.seq_len_ref)
+
+
+OVERLAP_MIN_SHARE = 0.1  # of a group's micro-batches overlapping an earlier one by > 5 % of their time
+
+
+def overlap_reason(df: pd.DataFrame) -> str | None:
+    """Why the micro-batch times are not per-micro-batch costs: their windows overlap earlier micro-batches'
+    GPU work (``overlap_seconds`` from ``mxperf ingest``) in a material share of them; None when they do not
+    (or the table does not say)."""
+    if "overlap_seconds" not in df.columns:
+        return None
+    ov = pd.to_numeric(df["overlap_seconds"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    secs = pd.to_numeric(df["seconds"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    hit = np.isfinite(ov) & (ov > 0.05 * secs)
+    if hit.sum() < max(2, OVERLAP_MIN_SHARE * len(df)):
+        return None
+    share = float(np.median(ov[hit] / secs[hit]))
+    return (
+        f"micro-batch windows overlap: {int(hit.sum())} of {len(df)} start while an earlier micro-batch's GPU "
+        f"work still runs (overlap_seconds, median {share:.0%} of their seconds), so their times include that "
+        "wait and are not per-micro-batch costs"
+    )
 
 
 def _holdout(design: Design, basis: BasisFit) -> dict[str, object]:
@@ -208,20 +252,49 @@ def fit_precision(
     if df["tokens_per_microbatch"].nunique() < 2 and pd.to_numeric(df[x_col], errors="coerce").nunique() < 2:
         raise InputError(f"{model}/{phase}/{precision}: needs at least two micro-batch sizes")
     design = build_design(df, x_col)
+    screen = screen_rows(design, fit_linear(design, "seconds"), df)
+    if screen.drop.any():  # a few wild micro-batches: named in the report, left out of every fit
+        df = df[~screen.drop]
+        design = build_design(df, x_col)
+    refuse = overlap_reason(df)
     draws = draw(design.n_units, design.strata, n_boot, rng) if n_boot > 0 else None
     if draws is not None:  # one pass over the draws for every response's sums
         draws.prepare([m for r in design.responses.values() for m in (r.count, r.total, r.sumsq)])
     busy_fit = None
     busy = None
     if design.has("gpu_busy_seconds", GPU_BUSY_MIN_SHARE):
-        busy = fit_basis(design, "gpu_busy_seconds", "gpu_busy", draws)
-        busy_fit = busy.line if busy is not None and busy.line_ok else None
-    wall = fit_basis(design, "seconds", "wall", draws, busy_fit if design.has(GPU_SIDE) else None)
+        busy = fit_basis(design, "gpu_busy_seconds", "gpu_busy", draws, refuse=refuse)
+        busy_fit = busy.line if busy is not None and busy.line_ok and busy.model else None
+    wall = fit_basis(design, "seconds", "wall", draws, busy_fit if design.has(GPU_SIDE) else None, refuse)
     if wall is None:
         raise InputError(
             f"{model}/{phase}/{precision}: the sizes cannot separate a fixed and a per-token cost"
         )
     stall = fit_linear(design, "host_stall_seconds", draws)
+    stall_lof = stall_knee = stall_knee_lof = None
+    if stall is not None:
+        stall_lof = lack_of_fit(
+            design,
+            "host_stall_seconds",
+            stall.unit_resid,
+            stall.unit_fitted,
+            len(stall.names),
+            line_refit("host_stall_seconds"),
+            stall.pattern_fitted,
+            line=True,
+        )
+        if not wall.line_ok or _flagged(stall_lof):  # stall bends with the wall: its knee model's intercept
+            stall_knee = fit_segmented(design, "host_stall_seconds", draws)
+            if stall_knee is not None:
+                stall_knee_lof = lack_of_fit(
+                    design,
+                    "host_stall_seconds",
+                    stall_knee.unit_resid,
+                    stall_knee.unit_fitted,
+                    stall_knee.n_params,
+                    _knee_refit("host_stall_seconds", None),
+                    stall_knee.pattern_fitted,
+                )
     memory = fit_linear(design, "peak_mem_bytes")
     sizes = tuple(int(s) for s in sorted(df["tokens_per_microbatch"].unique()))
     return PrecisionFit(
@@ -232,6 +305,9 @@ def fit_precision(
         wall=wall,
         busy=busy,
         stall=stall,
+        stall_lack_of_fit=stall_lof,
+        stall_knee=stall_knee,
+        stall_knee_lack_of_fit=stall_knee_lof,
         memory=memory,
         holdout=_holdout(design, wall),
         sizes=sizes,
@@ -244,6 +320,8 @@ def fit_precision(
         busy_size_mean_curve_s=curve_size_means(design, busy, "gpu_busy_seconds", sizes),
         points=_points(design, wall.line),
         n_microbatches=len(df),
+        outliers=screen.named,
+        outlier_note=screen.note,
     )
 
 

@@ -35,36 +35,108 @@ def _ci(ci: tuple | list | None) -> str:
     return f"[95 % CI {_tok(lo)} to {_tok(hi)}]"
 
 
-def _costs(be: Breakeven, low: str) -> str:
+def _costs(be: Breakeven, low: str, entry: dict[str, Any] | None = None) -> str:
     fixed = f"adds {_ms(be.d_fixed_s)}" if be.d_fixed_s >= 0 else f"removes {_ms(-be.d_fixed_s)}"
     tok = f"saves {_us(be.d_tok_s)}" if be.d_tok_s >= 0 else f"costs {_us(-be.d_tok_s)} more"
     if be.model in (None, "line") or be.model_ok:
         return f"{low} {fixed} fixed per micro-batch and {tok}"
-    return f"{low} {fixed} per micro-batch at small sizes and {tok} once GPU-bound ({be.model} model)"
+    below, above = _knee_sizes(entry)
+    few_small = {p: n for p, n in below.items() if n < 2}
+    few_large = {p: n for p, n in above.items() if n < 2}
+    fixed_part = (
+        f"{low} {fixed} per micro-batch at small sizes"
+        if not few_small
+        else f"{low}: added cost at small sizes not measured ({_few(few_small, 'below')})"
+    )
+    tok_part = (
+        f"{tok} once GPU-bound"
+        if not few_large
+        else f"per-token saving once GPU-bound not measured ({_few(few_large, 'above')})"
+    )
+    sep = " and " if not (few_small or few_large) else "; "
+    return f"{fixed_part}{sep}{tok_part} ({be.model} model)"
+
+
+def _knee_sizes(entry: dict[str, Any] | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Per precision: measured sizes below its chosen knee (knee models only), and measured sizes in the
+    GPU-bound regime (``gpu_bound_sizes``: host stall under 20 % where a trace says, else above the knee)."""
+    below: dict[str, int] = {}
+    above: dict[str, int] = {}
+    for prec, f in ((entry or {}).get("fits") or {}).items():
+        knee = f.get("knee") or {}
+        if f.get("model") in ("knee", "parts") and knee.get("chosen") and "sizes_below_knee" in knee:
+            below[prec] = knee["sizes_below_knee"]
+        if f.get("gpu_bound_sizes") is not None:
+            above[prec] = f["gpu_bound_sizes"]
+    return below, above
+
+
+def _few(counts: dict[str, int], side: str) -> str:
+    where = "below its knee" if side == "below" else "GPU-bound"
+    return ", ".join(f"{p}: {n} measured size{'s' if n != 1 else ''} {where}" for p, n in counts.items())
+
+
+def crossing_words(be: Breakeven, short: bool = False) -> str:
+    """n* and its interval in words for ``faster_above`` / ``faster_below``, saying what an interval that
+    reaches 0 or infinity means (one difference within noise) and where the interval comes from."""
+    lo, hi = [*list(be.ci or []), None, None][:2]
+    per = " tokens" if short else " tokens per micro-batch"
+    extra = " (extrapolated beyond the measured sizes)" if be.extrapolated and not short else ""
+    above = be.case == "faster_above"
+    if lo is not None and hi is None:  # d_tok within noise: a half-line
+        est = f" (point estimate {_tok(be.tokens)})" if be.tokens is not None else ""
+        if above:
+            return f"not faster below {_tok(lo)}{per} (95 %); above that it may never pay off{est}"
+        return f"faster at least below {_tok(lo)}{per} (95 %); above that it may stay faster{est}"
+    if lo == 0.0 and hi is not None:  # d_fixed within noise: n* may be 0
+        if above:
+            return (
+                f"pays off above {_tok(be.tokens)}{per} [95 % CI 0 to {_tok(hi)}]{extra}: faster above "
+                f"{_tok(hi)}, possibly at every size"
+            )
+        return (
+            f"faster only below {_tok(be.tokens)}{per} [95 % CI 0 to {_tok(hi)}]{extra}: slower above "
+            f"{_tok(hi)}, possibly at every size"
+        )
+    if be.ci_method == "measured":
+        way = "pays off above" if above else "faster only below"
+        return (
+            f"{way} ~{_tok(be.tokens)}{per}, between the measured {_tok(lo)} and {_tok(hi)} (model-free "
+            "bracket: linearity untested)"
+        )
+    way = "pays off above" if above else "faster only below"
+    return f"{way} {_tok(be.tokens)}{per} {_ci(be.ci)}{extra}"
 
 
 def _case(be: Breakeven, cross: Crossing | None) -> str:
-    ci = _ci(be.ci)
-    extra = " (extrapolated beyond the measured sizes)" if be.extrapolated else ""
+    if be.model is None:
+        if be.ci_reason and be.ci_reason.startswith("n* withheld: no model fits"):
+            return (
+                f": n* withheld, the straight lines are rejected and no knee model fits ({be.model_reason})"
+            )
+        return f": no breakeven, no recommendation ({be.model_reason})"
+    within = ""
+    if be.case not in ("faster_above", "faster_below") and be.within_measured in ("faster", "slower"):
+        lo, hi = be.measured_tokens
+        within = f"; within the measured sizes ({lo:,.0f} to {hi:,.0f} tokens) it is significantly {be.within_measured} at every size"
     if be.case == "undetermined":
         est = f" (point estimate {_tok(be.tokens_estimate)} tokens)" if be.tokens_estimate is not None else ""
-        return f"; undetermined{est}: {be.ci_reason}"
-    if be.model is None:  # the line is rejected and no knee model fits: n* withheld
-        return f": n* withheld, the straight lines are rejected and no knee model fits ({be.model_reason})"
-    rejected = "" if be.model_ok else f" (the straight lines are rejected: {be.model_reason})"
+        return f"; undetermined{est}: {be.ci_reason}{within}"
+    if be.model_ok:
+        rejected = ""
+    elif be.model == "line":
+        rejected = f" ({be.model_reason})"
+    else:
+        rejected = f" (the straight lines are rejected: {be.model_reason})"
     tail = {
-        "faster_above": f"; pays off above {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
-        "faster_below": f"; faster only below {_tok(be.tokens)} tokens per micro-batch {ci}{extra}",
+        "faster_above": "; " + crossing_words(be),
+        "faster_below": "; " + crossing_words(be),
         "always_faster": _one_sided(be, "always_faster"),
         "never_faster": _one_sided(be, "never_faster"),
         "indistinguishable": "; neither difference is significant at 95 % (indistinguishable: more repeats or "
         "sizes would tell)",
     }[be.case]
-    within = ""
-    if be.case not in ("faster_above", "faster_below") and be.within_measured in ("faster", "slower"):
-        lo, hi = be.measured_tokens
-        within = f"; within the measured sizes ({lo:,.0f} to {hi:,.0f} tokens) it is significantly {be.within_measured} at every size"
-    elif be.case in ("always_faster", "never_faster") and be.within_measured == "mixed":
+    if be.case in ("always_faster", "never_faster") and be.within_measured == "mixed":
         within = "; it is not significantly " + ("faster" if be.case == "always_faster" else "slower")
         within += " at every measured size"
     if be.case in ("always_faster", "never_faster") and cross is not None and cross.significant:
@@ -73,35 +145,12 @@ def _case(be: Breakeven, cross: Crossing | None) -> str:
     return tail + rejected + within
 
 
-def _significant(be: Breakeven) -> tuple[bool, bool]:
-    """(d_fixed, d_tok) significant in the direction of an always_faster / never_faster case."""
-    faster = be.case == "always_faster"
-    fixed_sig = be.d_fixed_ci[1] < 0 if faster else be.d_fixed_ci[0] > 0
-    tok_sig = be.d_tok_ci[0] > 0 if faster else be.d_tok_ci[1] < 0
-    return bool(fixed_sig), bool(tok_sig)
-
-
 def _one_sided(be: Breakeven, case: str) -> str:
-    """always_faster / never_faster in words: a claim about every size only when both differences are
-    significant (the case table also gives these cases when one difference is within noise)."""
-    faster = case == "always_faster"
-    fixed_sig, tok_sig = _significant(be)
-    if fixed_sig and tok_sig:
-        return (
-            "; faster at every micro-batch size (95 %)"
-            if faster
-            else "; never faster at any micro-batch size (95 %)"
-        )
-    lo, hi = (_ms(v) for v in be.d_fixed_ci)
-    if not fixed_sig:
-        text = f"; {case} by the case table, but the fixed-cost difference is within noise ({lo} to {hi})"
-    else:
-        tlo, thi = (_us(v) for v in be.d_tok_ci)
-        text = f"; {case} by the case table, but the per-token difference is within noise ({tlo} to {thi})"
-    bound = be.ci[1] if be.ci_shape == "bounded" and faster else None
-    if bound is not None and bound > 0:
-        text += f": any breakeven lies below {_tok(bound)} tokens (95 %)"
-    return text
+    """always_faster / never_faster in words: the case table gives them only when both differences are
+    significant that way (one within noise leaves a crossing whose interval reaches 0 or infinity)."""
+    if case == "always_faster":
+        return "; faster at every micro-batch size (95 %): it saves per token and removes fixed cost"
+    return "; never faster at any micro-batch size (95 %): it costs more per token and adds fixed cost"
 
 
 def _crossing(cross: Crossing | None, low: str) -> str:
@@ -123,21 +172,16 @@ def _gpu_busy(be: Breakeven | None) -> str:
     if be.case == "undetermined" or be.model is None:
         return (
             ". With host overhead removed (GPU busy time): no n* ("
-            + (be.ci_reason or be.model_reason or "")
+            + (be.model_reason if be.model is None and be.model_reason else be.ci_reason or "")
             + ")"
         )
     words = {
-        "faster_above": f"pays off above {_tok(be.tokens)} tokens {_ci(be.ci)}",
-        "faster_below": f"faster only below {_tok(be.tokens)} tokens {_ci(be.ci)}",
+        "faster_above": crossing_words(be, short=True),
+        "faster_below": crossing_words(be, short=True),
         "always_faster": "faster at every size",
         "never_faster": "never faster",
         "indistinguishable": "indistinguishable",
     }[be.case]
-    if be.case in ("always_faster", "never_faster") and not all(_significant(be)):
-        fixed_sig, _ = _significant(be)
-        lo, hi = (_ms(v) for v in be.d_fixed_ci) if not fixed_sig else (_us(v) for v in be.d_tok_ci)
-        what = "fixed-cost" if not fixed_sig else "per-token"
-        words = f"{be.case} by the case table (the {what} difference is within noise: {lo} to {hi})"
     return f". With host overhead removed (GPU busy time): {words}"
 
 
@@ -176,7 +220,7 @@ def _stall(share: HostStallShare, be: Breakeven) -> str:
     if share.share is None or share.ci[0] is None or be.d_fixed_s <= 0:
         return ""
     lo, hi = share.ci
-    where = "" if share.basis == "fitted intercepts" else f", {share.basis}"
+    where = "" if share.basis == "fitted intercepts" else ", at zero tokens (the knee models' host lines)"
     return f". Host stall is {_pct(share.share)} [{_pct(lo)} to {_pct(hi)}] of the added fixed cost{where}"
 
 
@@ -200,7 +244,7 @@ def verdict(
     low, base = entry["precision"], entry["baseline"]
     head = f"{entry['model']}/{entry['phase']}: {low} vs {base}"
     if be.model is not None:  # a rejected line's coefficients are not stated as facts
-        head += f": {_costs(be, low)}"
+        head += f": {_costs(be, low, entry)}"
     pair = ""
     if paired is not None and paired.case != be.case:
         n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""

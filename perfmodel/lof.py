@@ -26,7 +26,7 @@ LOF_MIN_REL_DEV = 0.03
 _MAX_BINS = 8
 
 
-def _groups(design: Design, ok: np.ndarray) -> np.ndarray:
+def unit_groups(design: Design, ok: np.ndarray) -> np.ndarray:
     """A size group per unit: its label, or (dynamic batching) a quantile bin of its mean tokens."""
     if (design.unit_label[ok] >= 0).all():
         return design.unit_label
@@ -123,7 +123,7 @@ def lack_of_fit(
         frame = cells
         n_params = int(n_params)
     else:
-        group = _groups(design, ok)
+        group = unit_groups(design, ok)
         n_params = size_parameters(design, response, n_params)
         frame = pd.DataFrame(
             {"g": group[ok], "r": unit_resid[ok] / unit_fitted[ok], "f": 1.0, "n": design.unit_tokens[ok]}
@@ -137,10 +137,12 @@ def lack_of_fit(
     rel = (r_s / f_s).to_numpy()
     worst = int(np.argmax(np.abs(rel)))
     p: float | None
+    noise: float | None = None
     if units > sizes:
         ss_lof = float((m_s * r_s * r_s).sum())
         ss_pe = float(((frame["r"] - frame["g"].map(r_s)) ** 2).sum())
         df_lof, df_pe = sizes - n_params, units - sizes
+        noise = float(stats.t.ppf(0.975, df_pe) * np.sqrt(ss_pe / df_pe / float(m_s.mean())))
         if ss_pe > 0:
             p = float(stats.f.sf((ss_lof / df_lof) / (ss_pe / df_pe), df_lof, df_pe))
         else:
@@ -151,17 +153,32 @@ def lack_of_fit(
             test, p = "pure_error_F+quadratic", min(1.0, 2.0 * min(p, p_curv))  # Bonferroni
     else:
         test, p = "quadratic", (_curvature_p(design, response) if n_params <= 2 or line else None)
+        df_res = units - n_params
+        if df_res >= 1:
+            noise = float(stats.t.ppf(0.975, df_res) * np.sqrt(float((frame["r"] ** 2).sum()) / df_res))
     rel_dev = float(np.abs(rel[worst]))
     flag = p is not None and p < LOF_ALPHA and rel_dev > LOF_MIN_REL_DEV
     small_above = bool(np.all(rel[: max(1, sizes // 3)] > 0))
     worst_size = round(float(n_s.iloc[worst]))
-    if not flag:
-        note = "the model fits the measured sizes"
+    what = "line" if line else "model"
+    weak = False
+    if p is None:
+        note = f"the {what} is untested (no lack-of-fit test: too few sizes or units)"
+    elif not flag:
+        weak = noise is None or not np.isfinite(noise) or noise > LOF_MIN_REL_DEV or rel_dev > LOF_MIN_REL_DEV
+        spread = "n/a" if noise is None or not np.isfinite(noise) else f"+-{noise:.1%}"
+        if weak:  # the test lacks the power to see a material bend: that is not evidence that the model fits
+            note = (
+                f"no evidence against the {what} (noise {spread} at a size mean; it misses the mean time by "
+                f"up to {rel_dev:.1%}, at {worst_size:,} tokens)"
+            )
+        else:
+            note = f"the {what} fits the measured sizes (within {rel_dev:.1%}; noise {spread} at a size mean)"
     else:
         note = f"it misses the mean time by {rel_dev:.1%} at {worst_size:,} tokens"
         if small_above:
             note += "; small micro-batches are slower than it predicts (a launch-bound host or an under-filled GPU)"
-    return LackOfFit(flag, test, p, rel_dev, worst_size, small_above, None, note)
+    return LackOfFit(flag, test, p, rel_dev, worst_size, small_above, None, note, noise, weak)
 
 
 def implausible(

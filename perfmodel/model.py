@@ -99,6 +99,8 @@ class LackOfFit:
     small_sizes_above_line: bool
     suggested_min_tokens: int | None
     note: str
+    noise_rel: float | None = None  # 95 % half-width of a size's mean relative residual (what noise hides)
+    weak: bool = False  # not flagged, but a material bend (> 3 %) could hide in the noise: no evidence
 
 
 @dataclass(frozen=True, eq=False)

@@ -178,3 +178,51 @@ def step_breakeven_interval(
     else:
         out["tokens"] = n_est
     return out
+
+
+def gate_recommendation(
+    rec: dict[str, object],
+    case: str,
+    ci: tuple[float | None, float | None] | list | None,
+    basis: str,
+    baseline: str,
+    low: str,
+    withheld_reason: str | None = None,
+) -> dict[str, object]:
+    """The recommendation with its case and interval, or withheld with the reason: a precision is named only
+    when the breakeven says it is faster at the recommended size at 95 % -- never for ``indistinguishable``
+    / ``undetermined`` / a withheld n*, nor at a size inside the breakeven's interval."""
+    lo, hi = [*list(ci or []), None, None][:2]
+    out = {**rec, "case": case, "breakeven_ci": [lo, hi], "breakeven_basis": basis}
+    prec, size = rec.get("precision"), rec.get("tokens_per_microbatch")
+    if prec is None or size is None:
+        return out
+    why = None
+    if withheld_reason:
+        why = withheld_reason
+    elif case in ("indistinguishable", "undetermined"):
+        why = f"case {case}: the data do not say which precision is faster"
+    elif case == "always_faster" and prec != low:
+        why = f"case always_faster says {low}, the step times say {prec}"
+    elif case == "never_faster" and prec != baseline:
+        why = f"case never_faster says {baseline}, the step times say {prec}"
+    elif case in ("faster_above", "faster_below"):
+        low_side = (
+            (hi is not None and size > hi) if case == "faster_above" else (lo is not None and size < lo)
+        )
+        base_side = (
+            (lo is not None and size < lo) if case == "faster_above" else (hi is not None and size > hi)
+        )
+        confident = low_side if prec == low else base_side
+        if not confident:
+            why = (
+                f"at {size:,} tokens per micro-batch {prec} is not significantly faster: the breakeven's 95 % "
+                f"interval ({case}, {_bound(lo)} to {_bound(hi)} tokens) does not exclude that size"
+            )
+    if why is None:
+        return out
+    return {**out, "precision": None, "tokens_per_microbatch": None, "step_seconds": None, "reason": why}
+
+
+def _bound(x: float | None) -> str:
+    return "unbounded" if x is None else f"{x:,.0f}"

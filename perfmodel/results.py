@@ -126,11 +126,13 @@ def _attention(b: BasisFit, f: PrecisionFit) -> dict[str, Any] | None:
     }
 
 
-def _knee(b: BasisFit) -> dict[str, Any] | None:
+def _knee(b: BasisFit, f: PrecisionFit | None = None) -> dict[str, Any] | None:
     k = b.knee
     if k is None:
         return None
     out = {"kind": k.kind, **k.curve.as_dict(), "chosen": b.model == k.kind}
+    if f is not None:  # a segment resting on fewer than two sizes: its intercept / slope is not measured
+        out["sizes_below_knee"], out["sizes_above_knee"] = f.sizes_around(float(k.curve.knee))
     for key, side, field in (
         ("knee_ci", None, "knee"),
         ("intercept_ci", "left", "a1"),
@@ -150,7 +152,18 @@ def _knee(b: BasisFit) -> dict[str, Any] | None:
     return out
 
 
-def basis_entry(b: BasisFit) -> dict[str, Any]:
+def _linearity_note(b: BasisFit) -> str:
+    """What the data say of a line that is kept: it fits, there is no evidence against it, or nothing tested
+    it (two sizes)."""
+    if b.linearity == "untested":
+        return (
+            "linearity untested: too few sizes (or units) for a lack-of-fit test -- a line through two sizes "
+            "always fits; a third size would test it"
+        )
+    return b.lack_of_fit.note if b.lack_of_fit is not None else ""
+
+
+def basis_entry(b: BasisFit, f: PrecisionFit | None = None) -> dict[str, Any]:
     """The line, per-step cost, chosen model and knee of one basis (wall or GPU busy) of one precision."""
     line = b.line.line()
     fixed_ci, per_token_ci = line.ci("intercept"), line.ci("slope")
@@ -173,11 +186,28 @@ def basis_entry(b: BasisFit) -> dict[str, Any]:
         "per_step_ci": ps[1] if ps else None,
         "per_step_basis": ps[2] if ps else None,
         "model": b.model,
-        "model_note": b.note or ("the line fits the measured sizes" if b.line_ok else ""),
+        "model_note": b.note or _linearity_note(b),
         "line_ok": b.line_ok,
+        "linearity": b.linearity,
         "lack_of_fit": asdict(b.lack_of_fit) if b.lack_of_fit else None,
-        "knee": _knee(b),
+        "knee": _knee(b, f),
     }
+
+
+GPU_BOUND_STALL_SHARE = 0.2  # a size whose mean host stall is below this share of its time is GPU-bound
+
+
+def gpu_bound_sizes(f: PrecisionFit) -> int:
+    """Measured sizes in the GPU-bound regime: above a chosen knee, and with host stall under 20 % of the
+    time where a GPU trace says; a line without a trace: every size (one regime, which is not known)."""
+    counts = [len(f.sizes)]
+    if f.stall_size_mean_s and f.size_mean_s:
+        share = np.asarray(f.stall_size_mean_s, float) / np.asarray(f.size_mean_s, float)
+        counts.append(int(np.sum(share < GPU_BOUND_STALL_SHARE)))
+    k = f.wall.knee
+    if f.wall.model in ("knee", "parts") and k is not None:
+        counts.append(f.sizes_around(float(k.curve.knee))[1])
+    return min(counts)
 
 
 def precision_entry(f: PrecisionFit) -> dict[str, Any]:
@@ -189,7 +219,8 @@ def precision_entry(f: PrecisionFit) -> dict[str, Any]:
             f"not identified: {d.dropped.get('per_step', '')}; {d.dropped.get('per_step_spread', '')}"
         )
     return {
-        **basis_entry(f.wall),
+        **basis_entry(f.wall, f),
+        "gpu_bound_sizes": gpu_bound_sizes(f),
         "per_step_reason": per_step_reason,
         "attention": _attention(f.wall, f),
         "n_microbatches": f.n_microbatches,
@@ -199,7 +230,7 @@ def precision_entry(f: PrecisionFit) -> dict[str, Any]:
         "size_mean_tokens": list(f.size_mean_tokens),
         "size_count": list(f.size_count),
         "holdout": f.holdout,
-        "gpu_busy": basis_entry(f.busy) if f.busy is not None else None,
+        "gpu_busy": basis_entry(f.busy, f) if f.busy is not None else None,
         "busy_size_mean_s": list(f.busy_size_mean_s) if f.busy_size_mean_s else None,
         "size_mean_curve_s": list(f.size_mean_curve_s) if f.size_mean_curve_s else None,
         "busy_size_mean_curve_s": list(f.busy_size_mean_curve_s) if f.busy_size_mean_curve_s else None,
@@ -293,6 +324,28 @@ def _compare(base: PrecisionFit, low: PrecisionFit, mb: pd.DataFrame) -> dict[st
     return entry
 
 
+def _gate(entry: dict[str, Any], baseline: str, low: str) -> None:
+    """Name a recommended precision only with a case and an interval that support it at that size: the
+    step-level breakeven at the recommendation's global batch when the per-step costs differ significantly,
+    else the micro-batch breakeven."""
+    from perfmodel.recommend import gate_recommendation
+
+    step = entry["step"]
+    rec = step.get("recommendation") or {}
+    be = entry["breakeven"]
+    d_ci = step.get("per_step_difference_ci")
+    n_rec = rec.get("global_batch_tokens")
+    sb = next((x for x in step.get("step_breakeven") or [] if x["global_batch_tokens"] == n_rec), None)
+    if d_ci and (d_ci[0] > 0 or d_ci[1] < 0) and sb is not None:
+        case, ci, basis = sb["case"], sb.get("ci"), f"step-level breakeven at {n_rec:,} tokens per step"
+    else:
+        case, ci, basis = be["case"], be["ci"], "micro-batch breakeven"
+    withheld = None
+    if be.get("model") is None:
+        withheld = f"n* withheld ({be.get('model_reason') or be.get('ci_reason')})"
+    step["recommendation"] = gate_recommendation(rec, case, ci, basis, baseline, low, withheld)
+
+
 def analyze(
     inputs: FitInputs,
     *,
@@ -321,6 +374,7 @@ def analyze(
             entry["step"] = step_section(
                 group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs
             )
+            _gate(entry, baseline, prec)
             entry["verdict"] = verdict(entry, *entry.pop("_parts"))
             entries.append(entry)
     return _num(

@@ -23,12 +23,15 @@ def test_shared_drift_is_cancelled_by_pairing() -> None:
     paired = paired_breakeven(base, low)
     independent = find_breakeven(base, low)
     assert paired is not None and paired.case == "faster_above"
-    assert paired.n_pairs == 7 * 4
+    # one (size, repeat) drifted 2.7x in both precisions: the outlier screen leaves that step out of both
+    assert paired.n_pairs == 7 * 4 - 1
+    left_out = {(o["tokens_per_microbatch"], o["repeat"]) for o in base.outliers + low.outliers}
+    assert left_out == {(1024, 1)}
     assert paired.ci_shape == "bounded"
     assert paired.ci[0] <= 4500 <= paired.ci[1]
     # Fitted one precision at a time, the drift swamps the per-token saving: no bounded interval for n*.
     assert independent.ci_shape != "bounded"
-    assert independent.case != "faster_above"
+    assert independent.ci[1] is None  # at best a half-line: "not faster below r2"
 
 
 def test_paired_matches_independent_fits_without_drift() -> None:
