@@ -25,16 +25,12 @@ FILES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("workers", "stage_rows", "stream"),
-    [(1, 50, False), (2, 50, False), (2, staged.STAGE_ROWS, False), (2, 50, True)],
-)
+@pytest.mark.parametrize(("workers", "stage_rows"), [(1, 50), (2, 50), (2, staged.STAGE_ROWS)])
 def test_the_command_writes_the_concatenation_of_every_files_tables(
-    workers, stage_rows, stream, tmp_path, capsys, monkeypatch
+    workers, stage_rows, tmp_path, capsys, monkeypatch
 ):
     """Tables of ``stage_rows`` rows or more are staged by the workers (forked pool workers see the patched
-    threshold), the others gathered: written part by part, the same table as all files' concatenated. A streamed
-    file's range table leaves it in parts of ``stage_rows`` ranges as it is made."""
+    threshold), the others gathered: written part by part, the same table as all files' concatenated."""
     monkeypatch.setattr(staged, "STAGE_ROWS", stage_rows)
     items = [(p, "nsys" if p.suffix == ".sqlite" else "kineto") for p in FILES]
     held = ingest_many(items, None)  # no staging folder: nothing staged, every table held
@@ -42,12 +38,11 @@ def test_the_command_writes_the_concatenation_of_every_files_tables(
     if stage_rows < 100:  # some tables staged (by the pool's workers too), some held, in one output table
         assert {len(r.ranges) >= stage_rows for r in held} == {True, False}
         (tmp_path / "stage").mkdir()
-        got = ingest_many(items, str(tmp_path / "stage"), workers=workers, streaming=stream or None)
+        got = ingest_many(items, str(tmp_path / "stage"), workers=workers)
         assert ["ranges" in r.staged_tables for r in got] == [len(r.ranges) >= stage_rows for r in held]
         assert [r.num_ranges for r in got] == [len(r.ranges) for r in held]
     out = tmp_path / "out"
-    args = ["--stream", "on"] if stream else []
-    assert main(["ingest", *map(str, FILES), "-o", str(out), "--workers", str(workers), *args]) == 0
+    assert main(["ingest", *map(str, FILES), "-o", str(out), "--workers", str(workers)]) == 0
     for attr, (name, cols) in STAGED.items():
         want = schema.conform(pd.concat([getattr(r, attr) for r in held], ignore_index=True), cols, name)
         got = store.read_table(out / name)

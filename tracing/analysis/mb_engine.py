@@ -1,32 +1,47 @@
 """Micro-batch detection's signals read from the engine: each process's host items and launches, ordered there.
 
-The same :class:`~tracing.analysis.mbsignals.Signals` as ``mbsignals.gather_signals`` builds from an event frame
-(per process, host items in (start, row) order and launches in (launch start, row) order, per-name flags once per
-distinct name), here from the engine's ``events`` view and ``ops`` table (:mod:`tracing.analysis.gpu_tables`):
-the sort happens in the engine, and numpy gets ordered columns a batch at a time.
+Per process, its host items (Kineto ``cpu_op`` and launch calls; nsys launch calls and ``emit_nvtx`` op ranges)
+in (start, row) order and its GPU launches in (launch start, row) order, with per-name flags made once per
+distinct name (``mbsignals.name_signals``). The engine sorts them into two tables; a process with at most
+:data:`HELD_ITEMS` items is read into a :class:`~tracing.analysis.mbsignals.Process` (arrays), a larger one stays
+in the engine and detection reads a block of a region, or a micro-batch's neighbourhood, at a time
+(:class:`EngineItems`): nothing is held per item of a large trace.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis.engine import batches
-from tracing.analysis.mbsignals import Signals, is_op_range, is_optimizer, make_process, name_signals
+from tracing.analysis.engine import arrow, batches
+from tracing.analysis.mbsignals import (
+    Process,
+    Signals,
+    is_op_range,
+    is_optimizer,
+    make_process,
+    name_signals,
+)
 from tracing.outputs import schema
 
 if TYPE_CHECKING:
     import duckdb
-    import pyarrow as pa
 
-_ROWS = 1 << 17
+HELD_ITEMS = 1 << 20  # a process with more host items and launches than this is read from the engine
+SLAB_ITEMS = 1 << 17  # host items (and launches) an engine-read process holds at a time
+_EVERY = 1 << 10  # items per entry of an engine-read process's start index
 _LAUNCH_KINDS = ", ".join(f"'{k}'" for k in schema.LAUNCH_KINDS)
+_HOST_COLUMNS = 'tid, start, "end", code, shape, is_call'
+_LAUNCH_COLUMNS = "l_tid, l_start, l_end, op_end, l_kernel, l_gemm"
 
 
 def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> Signals:
-    """Per-process signals of the trace in the engine (``gemm_kernels``: the kernel names classed ``gemm``)."""
+    """Per-process signals of the trace in the engine (``gemm_kernels``: the kernel names classed ``gemm``).
+        The engine's ``host_items`` and ``launch_items`` tables (not temporary: :class:`EngineItems` reads them
+    through cursors) stay until it closes."""
     import pyarrow as pa
 
     names = [
@@ -56,31 +71,28 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
         ),
     )
     con.register("gemm_kernels", pa.table({"name": pa.array(gemm_kernels, pa.string())}))
+    host = f"""(e.kind = '{schema.CPU_OP}' or e.kind in ({_LAUNCH_KINDS})
+        or (e.kind = '{schema.RANGE}' and coalesce(n.op_range, false)))"""
     try:
-        host_filter = f"""(e.kind = '{schema.CPU_OP}' or e.kind in ({_LAUNCH_KINDS})
-            or (e.kind = '{schema.RANGE}' and coalesce(n.op_range, false)))"""
-        pids = {
-            int(r[0])
-            for r in con.sql(
-                f"""select distinct e.pid from events e left join signal_names n on e.name = n.name
-                where {host_filter} union select distinct pid from ops where launch_start_ns <> -1"""
-            ).fetchall()
-        }
-        host = _grouped(
-            con,
-            f"""select e.pid, e.tid, e.start_ns as start, e.start_ns + e.dur_ns as "end", n.code,
+        con.execute(
+            f"""create or replace table host_items as
+            select e.pid, row_number() over (partition by e.pid order by e.start_ns, e.row) - 1 as i, e.tid,
+              e.start_ns as start, e.start_ns + e.dur_ns as "end", n.code,
               coalesce(s.code, 0) as shape, e.kind in ({_LAUNCH_KINDS}) as is_call
             from events e join signal_names n on e.name = n.name left join signal_shapes s on e.shapes = s.shape
-            where {host_filter} order by e.pid, e.start_ns, e.row""",
-        )
-        launches = _grouped(
-            con,
-            f"""select o.pid, o.launch_tid as l_tid, o.launch_start_ns as l_start, o.launch_end_ns as l_end,
+            where {host} order by e.pid, e.start_ns, e.row;
+            create or replace table launch_items as
+            select o.pid, row_number() over (partition by o.pid order by o.launch_start_ns, o.row) - 1 as i,
+              o.launch_tid as l_tid, o.launch_start_ns as l_start, o.launch_end_ns as l_end,
               o.end_ns as op_end, o.kind = '{schema.KERNEL}' as l_kernel,
               o.kind = '{schema.KERNEL}' and g.name is not null as l_gemm
             from ops o left join gemm_kernels g on o.name = g.name
-            where o.launch_start_ns <> -1 order by o.pid, o.launch_start_ns, o.row""",
+            where o.launch_start_ns <> -1 order by o.pid, o.launch_start_ns, o.row"""
         )
+        nameless = con.sql(
+            f"""select distinct e.pid from events e left join signal_names n on e.name = n.name
+            where {host}"""
+        ).fetchall()
         opt = _grouped(
             con,
             f"""select e.pid, e.start_ns as start, e.start_ns + e.dur_ns as "end" from events e
@@ -90,37 +102,139 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
     finally:
         for t in ("signal_names", "signal_shapes", "gemm_kernels"):
             con.unregister(t)
-    empty = {
-        "tid": np.zeros(0, np.int64),
-        "start": np.zeros(0, np.int64),
-        "end": np.zeros(0, np.int64),
-        "code": np.zeros(0, np.int64),
-        "shape": np.zeros(0, np.int64),
-        "is_call": np.zeros(0, bool),
-    }
-    for p in sorted(pids):
-        o = opt.get(p)
-        sig.processes[p] = make_process(
-            p,
-            host.get(p, empty),
-            launches.get(p),
-            o["start"] if o else np.zeros(0, np.int64),
-            o["end"] if o else np.zeros(0, np.int64),
-        )
+    counts = dict(
+        con.sql(
+            "select pid, sum(n) from (select pid, count(*) as n from host_items group by pid union all "
+            "select pid, count(*) from launch_items group by pid) group by pid"
+        ).fetchall()
+    )
+    for p in sorted({int(r[0]) for r in nameless} | {int(p) for p in counts}):
+        o = opt.get(p, {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)})
+        if counts.get(p, 0) > HELD_ITEMS:
+            sig.processes[p] = EngineItems(con, p, o["start"], o["end"])
+        else:
+            sig.processes[p] = _held(con, p, o["start"], o["end"])
     return sig
+
+
+def _held(con: duckdb.DuckDBPyConnection, pid: int, opt_start: np.ndarray, opt_end: np.ndarray) -> Process:
+    host = _columns(
+        arrow(con, f"select {_HOST_COLUMNS} from host_items where pid = $1 order by rowid", [pid])
+    )
+    lau = _columns(
+        arrow(con, f"select {_LAUNCH_COLUMNS} from launch_items where pid = $1 order by rowid", [pid])
+    )
+    return make_process(pid, host, lau if len(lau["l_start"]) else None, opt_start, opt_end)
+
+
+class EngineItems:
+    """A large process's host items and launches read from the engine (``mbsignals.Items``): a region a block
+    at a time, a window as a :class:`~tracing.analysis.mbsignals.Process`. Detection moves forward in time, so a
+    slab of :data:`SLAB_ITEMS` items from the last request on is held and serves the requests it covers."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, pid: int, opt_start: np.ndarray, opt_end: np.ndarray
+    ) -> None:
+        self.con, self.pid = con, pid
+        self.opt_start, self.opt_end = opt_start, opt_end
+        self._slab: Process | None = None
+        self._covers = (0, -1)  # every item starting in [lo, hi] is in the slab
+        # every EVERY-th item's start (item i = its position in start order): where a slab from t on begins
+        self._index = {
+            table: arrow(
+                con, f"select {key} from {table} where pid = $1 and i % {_EVERY} = 0 order by i", [pid]
+            )[key].to_numpy()
+            for table, key in (("host_items", "start"), ("launch_items", "l_start"))
+        }
+
+    def host_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        slab = self._held(lo, hi)
+        if slab is not None:
+            return slab.host_blocks(lo, hi, columns, size)
+        return self._blocks("host_items", "start", lo, hi, columns, size)
+
+    def launch_blocks(
+        self, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        slab = self._held(lo, hi)
+        if slab is not None:
+            return slab.launch_blocks(lo, hi, columns, size)
+        return self._blocks("launch_items", "l_start", lo, hi, columns, size)
+
+    def window(self, lo: int, hi: int) -> Process:
+        slab = self._held(lo, hi)
+        if slab is not None:
+            return slab.window(lo, hi)
+        p = [self.pid, lo, hi]
+        where = "where pid = $1 and {} between $2 and $3 order by rowid"
+        host = _columns(arrow(self.con, f"select {_HOST_COLUMNS} from host_items {where.format('start')}", p))
+        lau = _columns(
+            arrow(self.con, f"select {_LAUNCH_COLUMNS} from launch_items {where.format('l_start')}", p)
+        )
+        return make_process(self.pid, host, lau, self.opt_start, self.opt_end)
+
+    def _held(self, lo: int, hi: int) -> Process | None:
+        """The held slab when it covers [lo, hi] (loaded from ``lo`` on when the current one does not)."""
+        a, b = self._covers
+        if not (a <= lo and hi <= b):
+            host = self._slab_from("host_items", _HOST_COLUMNS, lo)
+            lau = self._slab_from("launch_items", _LAUNCH_COLUMNS, lo)
+            end = np.iinfo(np.int64).max
+            for col, n in ((host["start"], len(host["start"])), (lau["l_start"], len(lau["l_start"]))):
+                if n == SLAB_ITEMS:  # cut: items starting at its last start may go on past it
+                    end = min(end, int(col[-1]) - 1)
+            self._slab = make_process(self.pid, host, lau, self.opt_start, self.opt_end)
+            self._covers = (lo, end)
+            a, b = self._covers
+        return self._slab if a <= lo and hi <= b else None
+
+    def _slab_from(self, table: str, columns: str, t: int) -> dict[str, np.ndarray]:
+        """:data:`SLAB_ITEMS` items of ``table`` in start order, from a little before the first starting at t."""
+        first = max(int(np.searchsorted(self._index[table], t, side="left")) - 1, 0) * _EVERY
+        sql = f"select {columns} from {table} where pid = $1 and i >= $2 and i < $3 order by i"
+        return _columns(arrow(self.con, sql, [self.pid, first, first + SLAB_ITEMS]))
+
+    def _blocks(
+        self, table: str, key: str, lo: int, hi: int, columns: tuple[str, ...], size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        cols = ", ".join(f'"{c}"' if c != "is_launch_call" else "is_call as is_launch_call" for c in columns)
+        sql = f"select {cols} from {table} where pid = $1 and {key} between $2 and $3 order by rowid"
+        cursor = self.con.cursor()  # its own result: detection reads two of these side by side
+        try:
+            for b in batches(cursor, sql, size, [self.pid, lo, hi]):
+                yield {c: b.column(i).to_numpy(zero_copy_only=False) for i, c in enumerate(columns)}
+        finally:
+            cursor.close()
+
+    def whole(self) -> tuple[int, int, int] | None:
+        span = self.con.sql(
+            'select min(start), max("end") from host_items where pid = $1', params=[self.pid]
+        ).fetchall()[0]
+        if span[0] is None:
+            return None
+        launched = self.con.sql(
+            "select count(*) from launch_items where pid = $1", params=[self.pid]
+        ).fetchall()
+        table, col = ("launch_items", "l_tid") if launched[0][0] else ("host_items", "tid")
+        tid = self.con.sql(
+            f"select {col} from {table} where pid = $1 group by {col} order by count(*) desc, {col} limit 1",
+            params=[self.pid],
+        ).fetchall()[0][0]
+        return int(tid), int(span[0]), int(span[1])
+
+
+def _columns(t: Any) -> dict[str, np.ndarray]:
+    return {c: t[c].to_numpy(zero_copy_only=False) for c in t.column_names}
 
 
 def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[int, dict[str, np.ndarray]]:
     """A query's rows (ordered by pid first) as per-pid column arrays (without ``pid``)."""
-    parts: list[pa.RecordBatch] = list(batches(con, sql, _ROWS))
-    if not parts:
-        return {}
-    import pyarrow as pa
-
-    t = pa.Table.from_batches(parts)
+    t = arrow(con, sql)
     if t.num_rows == 0:
         return {}
-    cols = {c: t[c].to_numpy() for c in t.column_names}
+    cols = _columns(t)
     pid = cols.pop("pid")
     cut = np.flatnonzero(pid[1:] != pid[:-1]) + 1
     bounds = np.r_[0, cut, len(pid)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracing.analysis.mbsignals import Process, Signals
+from tracing.analysis.mbsignals import Signals
 
 MICROBATCH_PHASES: tuple[str, ...] = ("update", "logprob", "reward")
 EXPLICIT_NAMES = re.compile(
@@ -146,8 +146,8 @@ def profiler_steps(ranges: pd.DataFrame) -> pd.DataFrame:
 def whole_process_region(sig: Signals, pid: int) -> Region | None:
     """The fallback region of a process with no ranges at all: its host span, on its busiest thread."""
     p = sig.processes.get(pid)
-    if not isinstance(p, Process) or len(p.start) == 0:  # in memory (a streamed trace's: mbwindows.HostStats)
+    whole = p.whole() if p is not None else None
+    if whole is None:
         return None
-    tids = p.l_tid if len(p.l_tid) else p.tid
-    values, counts = np.unique(tids, return_counts=True)
-    return Region(pid, int(values[np.argmax(counts)]), None, int(p.start.min()), int(p.end.max()), -1, "")
+    tid, first, last = whole
+    return Region(pid, tid, None, first, last, -1, "")

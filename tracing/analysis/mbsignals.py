@@ -77,11 +77,20 @@ class Process:
             self.pid, *host, *(getattr(self, c)[ls] for c in LAUNCH_FIELDS), self.opt_start, self.opt_end
         )
 
+    def whole(self) -> tuple[int, int, int] | None:
+        """(busiest thread, first host item start, last host item end): a process's fallback region (its
+        busiest thread is the one with most launches, else most host items; the smallest tid among equals)."""
+        if len(self.start) == 0:
+            return None
+        tids = self.l_tid if len(self.l_tid) else self.tid
+        values, counts = np.unique(tids, return_counts=True)
+        return int(values[np.argmax(counts)]), int(self.start.min()), int(self.end.max())
+
 
 class Items(Protocol):
     """A process's host items and launches as micro-batch detection reads them: a region a block at a time, a
-    micro-batch's neighbourhood as a :class:`Process` (in memory: :class:`Process` itself; a streamed trace's
-    on disk: ``mbwindows.StoredProcess``)."""
+    micro-batch's neighbourhood as a :class:`Process` (held: :class:`Process` itself; a large process's, read
+    from the engine as needed: ``mb_engine.EngineItems``)."""
 
     pid: int
     opt_start: np.ndarray
@@ -96,6 +105,8 @@ class Items(Protocol):
     ) -> Iterator[dict[str, np.ndarray]]: ...
 
     def window(self, lo: int, hi: int) -> Process: ...
+
+    def whole(self) -> tuple[int, int, int] | None: ...
 
 
 def start_slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:

@@ -108,7 +108,7 @@ def find_microbatches(
             kernels = kernel_classes.kernel_groups_frame(con)
         gemm = kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str).tolist()
         sig = engine_signals(con, gemm)
-    return signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
+        return signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
 
 
 def signals_microbatches(
