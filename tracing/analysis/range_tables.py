@@ -20,7 +20,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class NameValues:
 
 
 RANGES_SQL = """
-create or replace temp table ranges as
+create or replace table ranges as
 select (row_number() over (order by start_ns, start_ns + dur_ns desc, row) - 1)::bigint as range_id,
   pid, tid, start_ns, start_ns + dur_ns as end_ns, coalesce(name, '') as name, coalesce(domain, '') as domain
 from events where kind = 'range'
@@ -213,48 +214,113 @@ def make_ranges(con: duckdb.DuckDBPyConnection) -> int:
 
 def range_table(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source: str, num_ops: int) -> pa.Table:
     """The range table (``schema.RANGE_COLUMNS`` without trace / rank) in table order, GPU work attributed when
-    the trace has GPU ops (``num_ops``), else null with ``gpu_reason``."""
+    the trace has GPU ops (``num_ops``), else null with ``gpu_reason`` (:func:`make_range_rows`, fetched)."""
+    make_range_rows(con, phase_map, source, num_ops)
+    return arrow(con, "select * from range_rows order by range_id")
+
+
+_COLUMNS = [c for c in schema.RANGE_COLUMNS if c not in ("trace", "rank")]
+
+
+def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source: str, num_ops: int) -> int:
+    """The engine table ``range_rows``: the whole range table, in table order (read it whole, a part at a time
+    with :func:`range_parts`, or the rows other tables read with :func:`summary_rows`). Returns its rows."""
+    _nesting(con)
+    con.register("range_names", _name_values(con, phase_map))
+    try:
+        if num_ops:
+            _attributed(con)
+            reason, joined = "", "left join range_gpu g using (range_id)"
+        else:
+            reason, joined = NO_GPU_REASON, ""
+        values = {
+            "source": f"{_literal(source)}::varchar",
+            "range_id": "r.range_id",
+            "parent_id": "n.parent_id",
+            "depth": "n.depth",
+            "name": "v.base",
+            "domain": "r.domain",
+            "phase": "v.phase",
+            "pid": "r.pid",
+            "tid": "r.tid",
+            "start_ns": "r.start_ns",
+            "end_ns": "r.end_ns",
+            "wall_ns": "r.end_ns - r.start_ns",
+            "attrs": "v.attrs",
+            "time_ns": "g.time_ns" if num_ops else "r.end_ns - r.start_ns",
+            "gpu_reason": f"{_literal(reason)}::varchar",
+        }
+        cols = [
+            f"{values[c]} as {c}" if c in values else (f"g.{c}" if num_ops else f"null::bigint as {c}")
+            for c in _COLUMNS
+        ]
+        con.execute(
+            f"""create or replace table range_rows as select {", ".join(cols)}
+            from ranges r join range_nesting n using (range_id) join range_names v on r.name = v.name {joined}
+            order by r.range_id"""
+        )
+    finally:
+        con.unregister("range_names")
+    return int(con.sql("select count(*) from range_rows").fetchall()[0][0])
+
+
+def range_parts(con: duckdb.DuckDBPyConnection, rows: int) -> Iterator[pa.RecordBatch]:
+    """``range_rows`` in table order, ``rows`` at a time."""
+    yield from batches(con.cursor(), "select * from range_rows order by range_id", rows)
+
+
+def summary_rows(con: duckdb.DuckDBPyConnection, pattern: str | None) -> pa.Table:
+    """The rows of ``range_rows`` the other tables read (micro-batch regions, the step table, seconds per phase),
+    in table order: from them they get what they get from the whole table.
+
+    - every range of a named phase (not ``other``), explicit micro-batch ranges (``pattern``, else
+      ``mbregions.EXPLICIT_NAMES``), ``ProfilerStep#N`` and other step ranges;
+    - per process, its first range and its first user range (neither an emit_nvtx op nor an NCCL range, in a
+      user domain): which processes have ranges at all, and which have op ranges only (cut as a whole);
+    - every ancestor of a range of a micro-batch phase (a phase range nested in another is not a region)."""
     import pyarrow as pa
 
-    nest = _nesting(con)
-    names = _name_values(con, phase_map)
-    con.register("range_nesting", nest)
-    con.register("range_names", names)
-    base = arrow(
-        con,
-        """select r.range_id, n.parent_id, n.depth, v.base as name, r.domain, v.phase, r.pid, r.tid, r.start_ns,
-        r.end_ns, r.end_ns - r.start_ns as wall_ns, v.attrs
-        from ranges r join range_nesting n using (range_id) join range_names v on r.name = v.name
-        order by r.range_id""",
+    from tracing.analysis import mbregions, steps
+
+    names = [r[0] for r in con.sql("select distinct name from range_rows").fetchall()]
+    domains = [r[0] for r in con.sql("select distinct domain from range_rows").fetchall()]
+    explicit, library, _ = mbregions.name_flags(names, pattern)
+    step = np.fromiter(map(steps.is_step_name, names), bool, len(names))
+    con.register(
+        "summary_names",
+        pa.table({"name": pa.array(names, pa.string()), "keep": explicit | step, "library": library}),
     )
-    con.unregister("range_nesting")
-    con.unregister("range_names")
-    n = base.num_rows
-    cols: dict[str, Any] = {"source": pa.array([source] * n, pa.string())}
-    for c in base.column_names:
-        cols[c] = base[c]
-    if num_ops:
-        gpu = _attributed(con)
-        for c in gpu.column_names[1:]:
-            cols[c] = gpu[c]
-        reason = ""
-    else:
-        cols["time_ns"] = base["wall_ns"]
-        reason = NO_GPU_REASON
-    cols["gpu_reason"] = pa.array([reason] * n, pa.string())
-    out = {}
-    for c, dtype in schema.RANGE_COLUMNS.items():
-        if c in ("trace", "rank"):
-            continue
-        col = cols.get(c)
-        if col is None:
-            col = pa.nulls(n, pa.int64())
-        out[c] = col.cast(pa.string() if dtype == "string" else pa.int64())
-    return pa.table(out)
+    user = np.array([mbregions.is_user_domain(d) for d in domains], bool)
+    con.register("summary_domains", pa.table({"domain": pa.array(domains, pa.string()), "user": user}))
+    phases = ", ".join(f"'{p}'" for p in mbregions.MICROBATCH_PHASES)
+    try:
+        return arrow(
+            con,
+            f"""with recursive f as (
+              select r.range_id, r.parent_id, r.pid, r.phase, n.keep, not n.library and d.user as is_user
+              from range_rows r join summary_names n using (name) join summary_domains d using (domain)),
+            kept as (
+              select range_id from f where keep or phase <> 'other'
+              union select min(range_id) from f group by pid
+              union select min(range_id) from f where is_user group by pid),
+            up as (
+              select parent_id as range_id from f where phase in ({phases}) and parent_id >= 0
+              union
+              select r.parent_id from up join range_rows r using (range_id) where r.parent_id >= 0)
+            select * from range_rows where range_id in (select range_id from kept union select range_id from up)
+            order by range_id""",
+        )
+    finally:
+        con.unregister("summary_names")
+        con.unregister("summary_domains")
 
 
-def _attributed(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """The GPU columns of every range (by range_id)."""
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _attributed(con: duckdb.DuckDBPyConnection) -> None:
+    """The engine table ``range_gpu``: the GPU columns of every range (by range_id)."""
     con.execute(f"create or replace temp table thread_ops as {_attribution_sql(True)}")
     con.execute(f"create or replace temp table window_ops as {_attribution_sql(False)}")
     con.execute(
@@ -269,23 +335,36 @@ def _attributed(con: duckdb.DuckDBPyConnection) -> pa.Table:
     )
     con.execute(_COVER_SQL.format(name="busy", source=busy))
     con.execute(_COVER_SQL.format(name="stall", source=stall))
-    return arrow(con, TABLE_SQL)
+    con.execute(f"create or replace temp table range_gpu as {TABLE_SQL}")
 
 
-def _nesting(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """(range_id, parent_id, depth) of every range, a batch of ranges at a time in table order."""
+def _nesting(con: duckdb.DuckDBPyConnection) -> None:
+    """The engine table ``range_nesting`` (range_id, parent_id, depth), made a batch of ranges at a time in table
+    order (the stack walk holds each thread's open ranges, never the table)."""
     import pyarrow as pa
 
+    con.execute(
+        "create or replace temp table range_nesting (range_id bigint, parent_id bigint, depth bigint)"
+    )
     nesting = Nesting()
-    parents, depths = [], []
+    first = 0
     sql = "select pid, tid, start_ns, end_ns from ranges order by range_id"
-    for b in batches(con, sql, NEST_ROWS):
+    for b in batches(con.cursor(), sql, NEST_ROWS):
         parent, depth = nesting.add(*(b.column(i).to_numpy() for i in range(4)))
-        parents.append(parent)
-        depths.append(depth.astype(np.int64))
-    parent = np.concatenate(parents) if parents else np.zeros(0, np.int64)
-    depth = np.concatenate(depths) if depths else np.zeros(0, np.int64)
-    return pa.table({"range_id": np.arange(len(parent), dtype=np.int64), "parent_id": parent, "depth": depth})
+        n = len(parent)
+        con.register(
+            "nest_batch",
+            pa.table(
+                {
+                    "range_id": np.arange(first, first + n, dtype=np.int64),
+                    "parent_id": parent,
+                    "depth": depth.astype(np.int64),
+                }
+            ),
+        )
+        con.execute("insert into range_nesting select * from nest_batch")
+        con.unregister("nest_batch")
+        first += n
 
 
 def _name_values(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap) -> pa.Table:
