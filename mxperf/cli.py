@@ -234,7 +234,7 @@ def _dispatch(argv: list[str]) -> int:
         line = one_line(exc)
         if line is None or os.environ.get(DEBUG_ENV):
             raise
-        from tracing.outputs.placement import shown
+        from tracing.outputs.errors import shown
 
         print(f"{who}: error: {shown(line)}", file=sys.stderr)  # the output's name, never its temp folder
         return 2

@@ -28,6 +28,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.columns",
             "perfmodel.design",
             "perfmodel.fitted",
+            "perfmodel.outliers",
             "perfmodel.simulate",
         ),
     ),
@@ -157,3 +158,55 @@ def test_every_module_says_what_it_is_for_in_two_lines() -> None:
         elif len(doc.split("\n\n")[0].splitlines()) > 2:
             bad.append(f"{rel}: the first paragraph of its docstring runs past two lines")
     assert not bad, "\n".join(bad)
+
+
+def _type_checking_lines(path: Path) -> set[int]:
+    """Lines inside ``if TYPE_CHECKING:`` blocks (imports there never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for sub in node.body:
+                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+    return lines
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports (module level and inside functions, not under
+    ``TYPE_CHECKING``; packages' own ``__init__`` left out: they only re-export)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        me, skip = module_name(path), _type_checking_lines(path)
+        graph[me] = {
+            t
+            for line, t in imports_of(path)
+            if line not in skip
+            and (ROOT / (t.replace(".", "/") + ".py")).is_file()
+            and t.startswith(package + ".")
+        } - {me}
+    return graph
+
+
+def test_no_import_circles_inside_tracing() -> None:
+    """A module never imports, directly or through others, a module that imports it (lazy imports included)."""
+    graph = _module_graph("tracing")
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(graph.get(m, ())):
+            if state.get(t) == 1:
+                circles.append(" -> ".join([*stack[stack.index(t) :], t]))
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not circles, "import circles:\n" + "\n".join(circles)

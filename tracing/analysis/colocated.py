@@ -21,8 +21,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from tracing.analysis import metrics
 from tracing.analysis.intervals import Covered, merged_by_start, shifted
+from tracing.analysis.timelines import DeviceTimeline
 
 SHARED_COLUMNS: tuple[str, ...] = (
     "device_processes",
@@ -33,7 +33,7 @@ SHARED_COLUMNS: tuple[str, ...] = (
 
 
 def shared_device_time(
-    timelines: Sequence[metrics.DeviceTimeline],
+    timelines: Sequence[DeviceTimeline],
     offsets_ns: Sequence[int] | None = None,
     groups: Sequence[Hashable] | None = None,
 ) -> list[dict[str, int]]:

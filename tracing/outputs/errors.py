@@ -5,6 +5,30 @@ Messages name the file (and byte offset, table or column where known) and say wh
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+# temp folder -> the output it becomes (messages name the output, never the temp folder)
+_BUILDING: dict[str, str] = {}
+
+
+def building(tmp: Path, target: Path) -> None:
+    """Record that ``tmp`` is being built to become ``target`` (see :func:`shown`)."""
+    _BUILDING[str(tmp)] = str(target)
+
+
+def forget(tmp: Path) -> None:
+    """Stop naming ``tmp`` as its output (it is left as it is, under its own name)."""
+    _BUILDING.pop(str(tmp), None)
+
+
+def shown(text: str | os.PathLike[str]) -> str:
+    """``text`` with every temp folder of an output being built replaced by that output's own path."""
+    out = str(text)
+    for tmp, target in _BUILDING.items():
+        out = out.replace(tmp, target)
+    return out
+
 
 class MxperfError(Exception):
     """Bad input or an impossible request; never a bug in mxperf."""

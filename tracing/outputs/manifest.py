@@ -28,8 +28,7 @@ from tracing.outputs import placement, store
 from tracing.outputs.errors import InputError, OutputExistsError, OutputWriteError
 from tracing.outputs.version import __version__
 
-KINDS = ("run", "sweep", "ingest", "fit", "demo")  # demo: the top folder of `mxperf demo`
-STATUSES = ("running", "complete", "failed", "interrupted")
+KINDS, STATUSES = placement.KINDS, placement.STATUSES
 
 
 def _version(dist: str) -> str | None:

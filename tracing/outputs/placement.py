@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tracing.outputs import store
-from tracing.outputs.errors import InputError, OutputExistsError, OutputWriteError
+from tracing.outputs.errors import (  # noqa: F401 -- building / forget / shown: placement's names too
+    InputError,
+    OutputExistsError,
+    OutputWriteError,
+    building,
+    forget,
+    shown,
+)
 
 FORCE_HELP = "replace an mxperf output of this kind at -o (kept until the new one is complete)"
 OUT_HELP = "output folder: new, empty, or an mxperf output of this kind with --force"
@@ -51,32 +58,12 @@ LEGACY_PATTERNS = (
 )
 
 
-# temp folder -> the output it becomes (messages name the output, never the temp folder)
-_BUILDING: dict[str, str] = {}
-
-
-def building(tmp: Path, target: Path) -> None:
-    """Record that ``tmp`` is being built to become ``target`` (see :func:`shown`)."""
-    _BUILDING[str(tmp)] = str(target)
-
-
-def forget(tmp: Path) -> None:
-    """Stop naming ``tmp`` as its output (it is left as it is, under its own name)."""
-    _BUILDING.pop(str(tmp), None)
-
-
-def shown(text: str | os.PathLike[str]) -> str:
-    """``text`` with every temp folder of an output being built replaced by that output's own path."""
-    out = str(text)
-    for tmp, target in _BUILDING.items():
-        out = out.replace(tmp, target)
-    return out
+KINDS = ("run", "sweep", "ingest", "fit", "demo")  # demo: the top folder of `mxperf demo`
+STATUSES = ("running", "complete", "failed", "interrupted")
 
 
 def is_mxperf_manifest(data: Mapping[str, Any]) -> bool:
     """A manifest mxperf wrote: a kind, a known status and the mxperf version."""
-    from tracing.outputs.manifest import KINDS, STATUSES
-
     return data.get("kind") in KINDS and data.get("status") in STATUSES and "mxperf_version" in data
 
 
