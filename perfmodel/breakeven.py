@@ -432,7 +432,7 @@ def find_breakeven(
         return replace(
             line,
             basis=basis,
-            **_no_answer(line.case, f"n* withheld: {why}"),
+            **_no_answer("undetermined", f"no breakeven: {why}"),
             model_ok=False,
             model=None,
             model_reason=why,

@@ -106,8 +106,12 @@ def _test(b: pd.DataFrame, lo: pd.DataFrame, paired: bool) -> tuple[float, float
     return diff, float(2 * stats.t.sf(abs(diff) / np.sqrt(vl + vb), dof))
 
 
-def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall") -> Crossing | None:
-    """The crossing on ``basis`` (``wall`` | ``gpu_busy``); None when that basis was not fitted for both."""
+def measured_crossing(
+    base: PrecisionFit, low: PrecisionFit, basis: str = "wall", pair: bool = True
+) -> Crossing | None:
+    """The crossing on ``basis`` (``wall`` | ``gpu_busy``); None when that basis was not fitted for both.
+    ``pair``: the precisions ran back to back (an ``mxperf sweep``), so units with the same repeat at a size
+    may be paired; else Welch's test throughout."""
     response = "seconds" if basis == "wall" else "gpu_busy_seconds"
     fb, fl = (base.wall, low.wall) if basis == "wall" else (base.busy, low.busy)
     if fb is None or fl is None:
@@ -127,7 +131,7 @@ def measured_crossing(base: PrecisionFit, low: PrecisionFit, basis: str = "wall"
     for s in common:
         b, lo = by_b[s], by_l[s]
         shared = set(b["repeat"]) & set(lo["repeat"])
-        paired = grouping == "size" and len(shared) >= 2 and len(shared) == len(b) == len(lo)
+        paired = pair and grouping == "size" and len(shared) >= 2 and len(shared) == len(b) == len(lo)
         all_paired &= paired
         diff, p = _test(b, lo, paired)
         size = float(pd.concat([b, lo])["tokens"].mean())  # tokens processed: n*'s scale, not the label

@@ -33,7 +33,7 @@ from tracing.outputs.errors import InputError
 
 __all__ = ["GROUP_KEYS", "fit_basis", "fit_cost_model", "fit_line", "fit_precision"]
 GROUP_KEYS = ("model", "phase", "precision")
-PER_STEP_MATERIAL = 0.03  # a per-step cost below zero matters beyond this share of a typical micro-batch
+PER_STEP_MATERIAL = 0.1  # a per-step cost below zero is no noise beyond this share of a typical micro-batch
 GPU_BUSY_MIN_SHARE = 0.9  # GPU busy on at least this share of micro-batches to fit the GPU-busy basis
 _PARTS_ALPHA = 0.05
 
@@ -117,7 +117,7 @@ def fit_basis(
     # a per-token or per-step cost below zero is no bend a knee model could follow: nothing is fitted
     hard = [m for m in bad if not m.startswith("fixed cost")]
     if refuse or hard:
-        why = "; ".join([*([refuse] if refuse else []), *hard])
+        why = refuse or "; ".join(hard)
         note = f"no model: {why}"
         return BasisFit(basis, line, lof, tuple(bad), None, None, None, note, design.seq_len_ref, why)
     b = BasisFit(basis, line, lof, tuple(bad), seq_len_ref=design.seq_len_ref)

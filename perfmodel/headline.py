@@ -242,7 +242,7 @@ def verdict(
 ) -> str:
     """'mxfp8 adds X ms fixed per micro-batch and saves Y us/token; pays off above N* tokens [CI]. ...'."""
     low, base = entry["precision"], entry["baseline"]
-    head = f"{entry['model']}/{entry['phase']}: {low} vs {base}"
+    head = f"{entry['model']}/{entry['phase']}: {low} vs {base}{emulation_tag(entry)}"
     if be.model is not None:  # a rejected line's coefficients are not stated as facts
         head += f": {_costs(be, low, entry)}"
     pair = ""
@@ -251,5 +251,45 @@ def verdict(
         pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
     per_step = _per_step(entry, low) if be.model is not None else ""
     text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + per_step
-    text += pair + _stall(share, be)
+    text += pair + _stall(share, be) + _outliers(entry)
     return text + "."
+
+
+def emulation_tag(entry: dict[str, Any]) -> str:
+    """' [CPU emulation of mxfp8: ...]' when a precision's GEMMs were emulated; '' otherwise."""
+    em = entry.get("emulated") or {}
+    if not em:
+        return ""
+    where = "CPU emulation" if all("cpu" in str(w).lower() for w in em.values()) else "emulation"
+    names = " and ".join(em)
+    return (
+        f" [{where} of {names}: the timings are the emulation's, not what {names} costs with hardware GEMMs]"
+    )
+
+
+def _outliers(entry: dict[str, Any]) -> str:
+    counts = {p: len(f.get("outliers") or []) for p, f in (entry.get("fits") or {}).items()}
+    counts = {p: n for p, n in counts.items() if n}
+    if not counts:
+        return ""
+    said = ", ".join(f"{p} {n} micro-batch{'es' if n != 1 else ''}" for p, n in counts.items())
+    return f". Left out as outliers: {said} (named in the report)"
+
+
+def answer(entry: dict[str, Any], be: Breakeven) -> str:
+    """One line, first in the report: the case and n* with its interval, or why there is none."""
+    head = f"{entry['model']}/{entry['phase']}: {entry['precision']} vs {entry['baseline']}{emulation_tag(entry)}"
+    if be.model is None:
+        if be.ci_reason and be.ci_reason.startswith("n* withheld: no model fits"):
+            return f"{head}: n* withheld: no model fits the timings ({be.model_reason}); see the measured crossing"
+        return f"{head}: no breakeven ({be.model_reason})"
+    if be.case == "undetermined":
+        return f"{head}: undetermined: {be.ci_reason}"
+    words = {
+        "faster_above": crossing_words(be) if be.case == "faster_above" else "",
+        "faster_below": crossing_words(be) if be.case == "faster_below" else "",
+        "always_faster": "faster at every micro-batch size (95 %)",
+        "never_faster": "never faster at any micro-batch size (95 %)",
+        "indistinguishable": "neither difference is significant at 95 %: no breakeven can be told",
+    }[be.case]
+    return f"{head}: {be.case}: {words}"

@@ -60,6 +60,7 @@ class FitInputs:
     kernel_microbatches: dict[str, int] = field(default_factory=dict)  # precision -> micro-batches traced
     summaries: list[InputSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # columns ignored, values left out: said in the report
+    emulated: dict[str, str] = field(default_factory=dict)  # precision -> how its GEMMs were emulated
 
 
 def read_csv_table(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
@@ -153,11 +154,55 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             _add_kernels(inputs, store.read_table(kpath), df)
     m = manifest.get("machine") or {}
     machine = f"{m.get('cpu', '?')} x{m.get('cpu_count', '?')}; GPU {m.get('gpu') or 'none'}" if m else "-"
+    device = manifest.get("learner_device") or (manifest.get("config") or {}).get("learner_device")
+    if kind == "sweep" and device:
+        machine += f"; learner on {device}"
     if kind == "ingest":  # the numbers come from the traced machine, not from the one that ingested them
-        names = sorted({n for t in manifest.get("traces") or [] for n in t.get("gpu_names") or []})
-        traced = ", ".join(names) if names else "GPU not named in the trace"
-        machine = f"traced on {traced} (ingested on {machine})"
+        machine = f"{_traced_on(manifest)} (ingested on {machine})"
+    for prec, why in emulated_precisions(manifest, kind, df).items():
+        inputs.emulated.setdefault(prec, why)
     inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-", machine))
+
+
+def _traced_on(manifest: dict) -> str:
+    """Where an ingest's traces ran: the GPU(s) they name, a GPU they do not name, or no GPU at all."""
+    traces = manifest.get("traces") or []
+    names = sorted({n for t in traces for n in t.get("gpu_names") or []})
+    if names:
+        return f"traced on {', '.join(names)}"
+    if any(t.get("devices") for t in traces):
+        return "traced on a GPU not named in the trace"
+    if traces:
+        return "a CPU-only trace (no GPU ops)"
+    return "traced on a device the manifest does not record"
+
+
+def emulated_precisions(manifest: dict, kind: str, df: pd.DataFrame) -> dict[str, str]:
+    """Low precisions of an input whose GEMMs were emulated (quantize/dequantize around higher-precision
+    GEMMs), with how we know: the sweep's or run's recorded ``gemm_backend``; else a learner on the CPU (no
+    low-precision GEMMs there); else an ingest of CPU-only traces."""
+    low = sorted(set(df["precision"].astype(str)) - {"bf16"})
+    out: dict[str, str] = {}
+    learners = manifest.get("learners") if isinstance(manifest.get("learners"), dict) else {}
+    engines = manifest.get("engines") if isinstance(manifest.get("engines"), dict) else {}
+    if isinstance(engines.get("learner"), dict) and engines["learner"].get("precision"):
+        learners = {**learners, str(engines["learner"]["precision"]): engines["learner"]}
+    device = manifest.get("learner_device") or (manifest.get("config") or {}).get("learner_device")
+    for prec in low:
+        info = learners.get(prec)
+        if isinstance(info, dict) and info.get("gemm_backend"):
+            if info["gemm_backend"] == "emulated":
+                where = info.get("learner_device") or device or "this device"
+                out[prec] = (
+                    f"emulated on {where} (gemm_backend: emulated; {info.get('gemm_reason') or 'recorded'})"
+                )
+            continue
+        gpu = (manifest.get("machine") or {}).get("gpu")
+        if kind in ("sweep", "run") and (device == "cpu" or (device is None and not gpu)):
+            out[prec] = "emulated on the CPU (a CPU run has no low-precision GEMMs)"
+        elif kind == "ingest" and _traced_on(manifest) == "a CPU-only trace (no GPU ops)":
+            out[prec] = "emulated on the CPU (CPU-only traces: no low-precision GEMMs)"
+    return out
 
 
 def _add_kernels(inputs: FitInputs, kernels: pd.DataFrame, mb: pd.DataFrame) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perfmodel.breakeven import _sign, classify_case, fieller_interval, line_within
+from perfmodel.breakeven import _sign, classify_case, fieller_interval, line_within, ratio_answer
 from perfmodel.design import UNIT_ROW
 from perfmodel.fitted import PrecisionFit
 from perfmodel.linear import fit_line
@@ -79,14 +79,16 @@ def paired_breakeven(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL
         return None
     a_ci = (a - t * f.intercept_se, a + t * f.intercept_se)
     b_ci = (b - t * f.slope_se, b + t * f.slope_se)
-    case = classify_case(_sign(b_ci), _sign(a_ci))
+    tok_sign, fixed_sign = _sign(b_ci), _sign(a_ci)
+    case = classify_case(tok_sign, fixed_sign)
     fs = fieller_interval(a, b, f.cov[0, 0], f.cov[1, 1], -f.cov[0, 1], t)
+    tokens, ci, _ = ratio_answer(case, a, b, fs, tok_sign, fixed_sign)
     within, _ = line_within(f.intercept, f.slope, f.cov, float(x.min()), float(x.max()), t)
     return PairedBreakeven(
         n_pairs=len(x),
         case=case,
-        tokens=a / b if case in ("faster_above", "faster_below") else None,
-        ci=(fs.lo, fs.hi),
+        tokens=tokens,
+        ci=ci,
         ci_shape=fs.shape,
         d_fixed_s=a,
         d_fixed_ci=a_ci,

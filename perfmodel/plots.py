@@ -43,6 +43,15 @@ def _grid(entry: dict[str, Any], key: str = "breakeven") -> np.ndarray:
     return np.geomspace(max(lo * 0.8, 1.0), hi * 1.1, 300)
 
 
+def _emulated(entry: dict[str, Any]) -> str:
+    """A title line naming emulated precisions (their timings are the emulation's, not hardware GEMMs')."""
+    em = entry.get("emulated") or {}
+    if not em:
+        return ""
+    cpu = all("cpu" in str(w).lower() for w in em.values())
+    return f"\n{' and '.join(em)} {'CPU-' if cpu else ''}emulated: not hardware {' / '.join(em)} GEMMs"
+
+
 def curve_of(fit: dict[str, Any]) -> Curve:
     """The micro-batch curve of a fits.json basis entry: the knee model when the data chose it, else the line
     (per-token at the reference sequence length when an attention term was fitted)."""
@@ -129,7 +138,8 @@ def _basis_figure(entry: dict[str, Any], basis: str) -> Figure:
     ok = "" if be.get("model_ok", True) else ", line rejected"
     what = "" if basis == "wall" else " -- host overhead removed"
     ax.set_title(
-        f"{entry['model']} / {entry['phase']}: {entry['precision']} vs {base} ({be.get('case')}{ok}){what}",
+        f"{entry['model']} / {entry['phase']}: {entry['precision']} vs {base} ({be.get('case')}{ok}){what}"
+        + _emulated(entry),
         fontsize=10,
     )
     ax.legend(fontsize=7)
@@ -172,6 +182,7 @@ def host_stall_figure(entry: dict[str, Any]) -> Figure | None:
     title = "host-stall fraction of micro-batch time"
     if share is not None:
         title += f" (share of added fixed cost: {share:.0%})"
+    title += _emulated(entry)
     ax.set_title(title, fontsize=10)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -238,7 +249,11 @@ def step_time_figure(entry: dict[str, Any], global_tokens: int) -> Figure:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("tokens per micro-batch")
     ax.set_ylabel("predicted seconds per step")
-    ax.set_title(f"step time for a global batch of {global_tokens:,} tokens (per-step costs included)")
+    ax.set_title(
+        f"step time for a global batch of {global_tokens:,} tokens (per-step costs included)"
+        + _emulated(entry),
+        fontsize=10,
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfmodel.outliers import describe
 from perfmodel.results import entry_stem
 
 
@@ -75,7 +76,7 @@ def _model_lines(prec: str, f: dict[str, Any], what: str = "") -> list[str]:
     lof = f.get("lack_of_fit")
     if lof:
         p = "n/a" if lof["p_value"] is None else f"{lof['p_value']:.3g}"
-        flag = "**lack of fit**" if lof["flag"] else "line ok"
+        flag = "**lack of fit**" if lof["flag"] else "not rejected"
         out.append(
             f"- {prec}{what}: {flag} ({lof['test']}, p = {p}, max deviation {lof['max_rel_dev']:.1%}): {lof['note']}."
         )
@@ -148,9 +149,17 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
     out = [
         f"## {e['model']} / {e['phase']}: {e['precision']} vs {e['baseline']}",
         "",
-        f"**{e['verdict']}**",
+        f"**{e.get('answer') or e['verdict']}**",
+        "",
+        e["verdict"],
         "",
     ]
+    for prec, why in (e.get("emulated") or {}).items():
+        out += [
+            f"**{prec} is emulated**: {why}. Its timings are the emulation's (quantize and dequantize around "
+            f"higher-precision GEMMs), not what {prec} costs with hardware GEMMs.",
+            "",
+        ]
     out += [*_fit_table(e), ""]
     out += _breakeven_lines(e, e["breakeven"], "Breakeven (wall clock)")
     gb = e.get("breakeven_gpu_busy")
@@ -163,12 +172,24 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
     pb = e["breakeven"].get("paired")
     if pb:
         out.append(
-            f"- Paired cross-check ({pb['n_pairs']} (size, repeat) cells run back to back in both precisions; "
-            f"fits time_{e['precision']} - time_{e['baseline']} per cell, cancelling shared drift): case "
-            f"`{pb['case']}`, n* = {_tok_or_none(pb['tokens'])} {_ci(pb['ci'])} ({pb['ci_shape']})."
+            f"- Paired cross-check ({pb['n_pairs']} (size, repeat) cells an mxperf sweep ran back to back in both "
+            f"precisions; fits time_{e['precision']} - time_{e['baseline']} per cell, cancelling shared drift): "
+            f"case `{pb['case']}`, n* = {_tok_or_none(pb['tokens'])} {_ci(pb['ci'])} ({pb['ci_shape']})."
+        )
+    elif e.get("interleaved") is False:
+        out.append(
+            "- No paired cross-check: the inputs are not an mxperf sweep, so the precisions did not run back "
+            "to back (repeats are indices, not shared moments); the crossing uses Welch's test."
         )
     for prec in (e["baseline"], e["precision"]):
         f = e["fits"][prec]
+        if f.get("outliers"):
+            out.append(
+                f"- {prec}: **{len(f['outliers'])} micro-batch(es) left out as outliers** (more than 6 robust "
+                f"standard deviations from the median of their size): {describe(f['outliers'])}."
+            )
+        if f.get("outlier_note"):
+            out.append(f"- {prec}: outlier screen: {f['outlier_note']}.")
         out += _model_lines(prec, f)
         if f.get("gpu_busy"):
             out += _model_lines(prec, f["gpu_busy"], " (GPU busy)")
@@ -207,11 +228,18 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
     out = []
     if rec.get("precision"):
         cap = rec.get("mem_cap_bytes")
+        lo, hi = [*list(rec.get("breakeven_ci") or []), None, None][:2]
         out.append(
             f"- Step level, global batch {rec['global_batch_tokens']:,} tokens"
             + (f", memory cap {cap:,.0f} B" if cap else "")
             + f": use **{rec['precision']} at {rec['tokens_per_microbatch']:,} tokens per micro-batch** "
-            f"(predicted {rec['step_seconds']:.4g} s per step)."
+            f"(predicted {rec['step_seconds']:.4g} s per step; case `{rec.get('case')}`"
+            + (
+                f", breakeven 95 % CI {_tok(lo)} to {_tok(hi)} tokens"
+                if lo is not None or hi is not None
+                else ""
+            )
+            + f", from the {rec.get('breakeven_basis')})."
         )
         for prec, r in rec["per_precision"].items():
             if r.get("step_seconds") is not None:
@@ -221,6 +249,12 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
                 )
     elif rec.get("reason"):
         out.append(f"- Step-level recommendation: none ({rec['reason']}).")
+        for prec, r in (rec.get("per_precision") or {}).items():
+            if r.get("step_seconds") is not None:
+                out.append(
+                    f"  - {prec}: fastest size {r['tokens_per_microbatch']:,} tokens -> {r['step_seconds']:.4g} s "
+                    "(point estimate)"
+                )
     for sb in step.get("step_breakeven") or []:
         ci = sb.get("ci")
         n = sb.get("tokens")
@@ -267,6 +301,9 @@ def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None =
     """Markdown for a fits.json document; ``plots``: entry stem -> {title: png file name}."""
     plots = plots or {}
     lines = ["# mxperf cost model", ""]
+    for e in doc["models"]:  # the answer first: the case and n* with its interval, or why there is none
+        lines.append(f"- **{e.get('answer') or e['verdict']}**")
+    lines.append("")
     for e in doc["models"]:
         lines.append(f"- {e['verdict']}")
     lines += [

@@ -38,7 +38,7 @@ from perfmodel.breakeven import Breakeven, find_breakeven
 from perfmodel.crossing import Crossing, measured_crossing
 from perfmodel.fitted import BasisFit, LinearFit, PrecisionFit
 from perfmodel.fitting import fit_cost_model
-from perfmodel.headline import verdict
+from perfmodel.headline import answer, verdict
 from perfmodel.hoststall import host_stall_share
 from perfmodel.inputs import FitInputs
 from perfmodel.lof import implausible
@@ -237,6 +237,8 @@ def precision_entry(f: PrecisionFit) -> dict[str, Any]:
         "host_stall": _line(f.stall),
         "stall_size_mean_s": list(f.stall_size_mean_s) if f.stall_size_mean_s else None,
         "memory": _line(f.memory),
+        "outliers": list(f.outliers),
+        "outlier_note": f.outlier_note,
     }
 
 
@@ -291,15 +293,27 @@ def _sources(mb: pd.DataFrame, base: PrecisionFit, low: PrecisionFit) -> dict[st
     }
 
 
+def interleaved(mb: pd.DataFrame, base: PrecisionFit, low: PrecisionFit) -> bool:
+    """Did both precisions run back to back, (size, repeat) by (size, repeat)? Only an ``mxperf sweep`` does;
+    repeats of ingested traces or of a user's table are indices, not shared moments."""
+    rows = mb[
+        mb["precision"].isin([base.precision, low.precision])
+        & (mb["model"] == base.model)
+        & (mb["phase"] == base.phase)
+    ]
+    return bool(len(rows)) and bool((rows["source"].astype(str) == "sweep").all())
+
+
 def _compare(base: PrecisionFit, low: PrecisionFit, mb: pd.DataFrame) -> dict[str, Any]:
     be = find_breakeven(base, low)
-    cross = measured_crossing(base, low, "wall")
-    paired = paired_breakeven(base, low) if be.model_ok else None
+    pair = interleaved(mb, base, low)
+    cross = measured_crossing(base, low, "wall", pair=pair)
+    paired = paired_breakeven(base, low) if be.model_ok and pair else None
     share = host_stall_share(base, low)
     busy_be = busy_cross = None
     if base.busy is not None and low.busy is not None:
         busy_be = find_breakeven(base, low, basis="gpu_busy")
-        busy_cross = measured_crossing(base, low, "gpu_busy")
+        busy_cross = measured_crossing(base, low, "gpu_busy", pair=pair)
     entry = {
         "model": base.model,
         "phase": base.phase,
@@ -319,6 +333,7 @@ def _compare(base: PrecisionFit, low: PrecisionFit, mb: pd.DataFrame) -> dict[st
             "basis": share.basis,
         },
         "sources": _sources(mb, base, low),
+        "interleaved": pair,
     }
     entry["_parts"] = (be, cross, busy_be, share, paired)
     return entry
@@ -371,11 +386,14 @@ def analyze(
         group = {p: f for (m, ph, p), f in fits.items() if m == model and ph == phase}
         for prec in sorted(p for p in group if p != baseline):
             entry = _compare(group[baseline], group[prec], mb)
+            entry["emulated"] = {p: inputs.emulated[p] for p in (baseline, prec) if p in inputs.emulated}
             entry["step"] = step_section(
                 group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs
             )
             _gate(entry, baseline, prec)
-            entry["verdict"] = verdict(entry, *entry.pop("_parts"))
+            parts = entry.pop("_parts")
+            entry["answer"] = answer(entry, parts[0])
+            entry["verdict"] = verdict(entry, *parts)
             entries.append(entry)
     return _num(
         {
