@@ -33,7 +33,8 @@ HTA_CODE = (
     "import logging, sys; logging.disable(logging.WARNING)\n"
     "from hta.trace_analysis import TraceAnalysis\n"
     "ta = TraceAnalysis(trace_dir=sys.argv[1])\n"
-    "ta.get_idle_time_breakdown(visualize=False); ta.get_temporal_breakdown(visualize=False)\n"
+    "ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)\n"
+    "ta.get_temporal_breakdown(visualize=False)\n"
 )
 
 

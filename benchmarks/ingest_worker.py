@@ -7,20 +7,21 @@ Tools (each imports its libraries first, then records the baseline RSS, then tim
 - ``mxperf-metrics``: HTA's scope only: load + device metrics (temporal breakdown) + stream breakdown (idle
   breakdown) + kernel-class totals.
 - ``hta``: Holistic Trace Analysis 0.5.0 ``TraceAnalysis(trace_dir)`` (default JSON backend) +
-  ``get_idle_time_breakdown`` + ``get_temporal_breakdown``. PATH is a directory of rank files.
+  ``get_idle_time_breakdown`` (every rank) + ``get_temporal_breakdown``. PATH is a directory of rank files.
 - ``gunzip``: the floor for a .json.gz: stream-decompress it (1 MiB chunks) and discard the bytes.
-- ``duckdb``: PATH is an event Parquet (file or folder): the out-of-core steps of the embedded-engine design
-  as DuckDB queries (busy union, launch join, host items sorted), one thread, ``MXPERF_DUCKDB_MEMORY`` limit.
 - ``sqlite``: the floor for an nsys export: the same SELECTs mxperf runs, ``fetchall`` only.
-- ``mxperf-file``: ``tracing.jobs.ingest_file`` on one file, event Parquet included (``MXPERF_STREAM=1`` /
-  ``0``: the streaming / in-memory path; unset: chosen by size; ``MXPERF_DECODE_WORKERS=K``: decoded by K
-  processes; ``MXPERF_KEEP_EVENTS=FILE``: the event Parquet is kept there).
+- ``mxperf-file``: ``tracing.jobs.ingest_file`` on one file, event Parquet included (the one engine;
+  ``MXPERF_MEMORY_LIMIT`` / ``MXPERF_THREADS`` as the command reads them).
 - ``mxperf-cli``: ``mxperf ingest PATH -o TMP/out`` plus ``MXPERF_ARGS`` (e.g. ``--workers 2``, ``--ray local``).
 
 Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
 The mxperf tools choose Arrow's allocator as the ``mxperf`` command does at start-up
 (``tracing.outputs.store.use_system_allocator``); HTA runs with pyarrow's default pool unless the benchmark sets
 ``ARROW_DEFAULT_MEMORY_POOL`` (its ``hta-system`` case).
+
+:func:`measure_command` is the whole-process measurement the scale and engine benchmarks use instead: a
+command run as a child, its wall time, its CPU time and the peak RSS of its whole process tree (sampled every
+20 ms, and the kernel's high-water mark of its largest process), imports and start-up included.
 """
 
 from __future__ import annotations
@@ -84,18 +85,14 @@ def main(tool: str, path: str) -> dict[str, object]:
         from tracing.ingest.detect import detect_format
         from tracing.jobs import ingest_file
 
-        stream = {"1": True, "0": False}.get(os.environ.get("MXPERF_STREAM", ""))
         base = _rss_bytes()
         cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mxperf-bench-", dir=os.environ.get("MXPERF_TMP")) as tmp:
-            workers = int(os.environ.get("MXPERF_DECODE_WORKERS", "1"))
-            r = ingest_file(str(p), detect_format(p), None, tmp, 0, streaming=stream, decode_workers=workers)
-            info = {"events": r.num_events, "busy_ns": int(r.devices["busy_ns"].sum()), "streamed": stream}
-            cpu = _cpu_seconds()  # load-independent: what K idle cores would overlap
+            r = ingest_file(str(p), detect_format(p), None, tmp, 0)
+            info = {"events": r.num_events, "busy_ns": _busy_ns(r.devices)}
+            cpu = _cpu_seconds()
             info.update({k: round(v - cpu0[k], 3) for k, v in cpu.items()})
-            if os.environ.get("MXPERF_KEEP_EVENTS"):  # for the duckdb tool (a rename: same disk)
-                os.replace(r.staged_events, os.environ["MXPERF_KEEP_EVENTS"])
     elif tool == "mxperf-cli":  # the whole command (MXPERF_ARGS: extra flags), e.g. a rank set
         import shlex
         import tempfile
@@ -125,7 +122,7 @@ def main(tool: str, path: str) -> dict[str, object]:
         base = _rss_bytes()
         t0 = time.perf_counter()
         ta = TraceAnalysis(trace_dir=str(p))
-        idle = ta.get_idle_time_breakdown(visualize=False)[0]
+        idle = ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)[0]
         temporal = ta.get_temporal_breakdown(visualize=False)
         info = {"idle_rows": len(idle), "temporal_rows": len(temporal)}
     elif tool == "gunzip":  # a file, or every file of a directory
@@ -139,14 +136,6 @@ def main(tool: str, path: str) -> dict[str, object]:
                 while chunk := fh.read(1 << 20):
                     n += len(chunk)
         info = {"bytes": n}
-    elif tool == "duckdb":  # the embedded-engine design: the out-of-core steps over an event Parquet
-        import duckdb
-        import pyarrow  # noqa: F401 -- the record-batch reader's, imported before the baseline
-
-        con = duckdb.connect()
-        base = _rss_bytes()
-        t0 = time.perf_counter()
-        info = _duckdb_steps(con, p)
     elif tool == "sqlite":
         import sqlite3
 
@@ -168,47 +157,83 @@ def main(tool: str, path: str) -> dict[str, object]:
     }
 
 
-DUCKDB_BUSY = """
-WITH ops AS (
-    SELECT pid, device, start_ns AS s, start_ns + dur_ns AS e FROM read_parquet($p)
-    WHERE kind IN ('kernel', 'memcpy', 'memset')),
-run AS (
-    SELECT *, max(e) OVER (PARTITION BY pid, device ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS run_end FROM ops),
-prev AS (SELECT *, lag(run_end) OVER (PARTITION BY pid, device ORDER BY s, e) AS prev_end FROM run),
-island AS (
-    SELECT *, sum(CASE WHEN prev_end IS NULL OR s > prev_end THEN 1 ELSE 0 END)
-              OVER (PARTITION BY pid, device ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS k FROM prev)
-SELECT sum(hi - lo) FROM (SELECT max(e) AS hi, min(s) AS lo FROM island GROUP BY pid, device, k)
-"""
-DUCKDB_JOIN = """
-SELECT count(*), sum(o.start_ns - l.start_ns) FROM read_parquet($p) o
-JOIN read_parquet($p) l ON o.pid = l.pid AND o.correlation = l.correlation
-WHERE o.kind IN ('kernel', 'memcpy', 'memset') AND l.kind IN ('runtime', 'driver') AND o.correlation >= 0
-"""
-DUCKDB_HOST = """
-SELECT pid, tid, start_ns, dur_ns, name FROM read_parquet($p)
-WHERE kind IN ('cpu_op', 'runtime', 'driver', 'range') ORDER BY pid, start_ns
-"""
+def _busy_ns(devices: object) -> int:
+    """The summed ``busy_ns`` of a devices table, a pandas frame or an Arrow table."""
+    col = devices["busy_ns"]  # type: ignore[index]
+    if hasattr(col, "to_pylist"):  # pyarrow
+        return int(sum(v or 0 for v in col.to_pylist()))
+    return int(col.sum())
 
 
-def _duckdb_steps(con: object, p: Path) -> dict[str, object]:
-    """What the sort-merge design does out of core, as DuckDB queries over the written event Parquet (one
-    thread, ``MXPERF_DUCKDB_MEMORY`` limit, spilling to ``MXPERF_TMP``): the device busy union (must equal
-    mxperf's busy_ns), the GPU-op-to-launch join, and the host items read back in (pid, start) order."""
-    con.execute(f"SET threads = 1; SET memory_limit = '{os.environ.get('MXPERF_DUCKDB_MEMORY', '1GB')}'")
-    con.execute(f"SET temp_directory = '{os.environ.get('MXPERF_TMP', '/tmp')}/duckdb-spill'")
-    files = (str(p / "*.parquet") if p.is_dir() else str(p)).replace("'", "''")
-    lit = f"'{files}'"  # a literal: a bound parameter costs DuckDB 1.5 ~2.5 s on its first query
-    seconds = {}
-    t = time.perf_counter()
-    busy = con.execute(DUCKDB_BUSY.replace("$p", lit)).fetchone()[0]
-    seconds["busy"], t = time.perf_counter() - t, time.perf_counter()
-    joined = con.execute(DUCKDB_JOIN.replace("$p", lit)).fetchone()[0]
-    seconds["join"], t = time.perf_counter() - t, time.perf_counter()
-    reader = con.execute(DUCKDB_HOST.replace("$p", lit)).to_arrow_reader(1 << 17)
-    host = sum(b.num_rows for b in reader)
-    seconds["host_sort"] = time.perf_counter() - t
-    return {"busy_ns": int(busy or 0), "joined_ops": int(joined), "host_items": host, "seconds": seconds}
+def _tree_rss(pid: int, hwm: dict[int, int]) -> int:
+    """RSS of ``pid`` and every process below it (``/proc/PID/task/TID/children``), 0 once it has gone; each
+    process's high-water RSS (``VmHWM``) is recorded in ``hwm``."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        hwm[p] = max(hwm.get(p, 0), int(line.split()[1]) * 1024)
+                    elif line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+def measure_command(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None, interval: float = 0.02
+) -> dict[str, object]:
+    """Run ``cmd`` as a child: wall seconds, CPU seconds (user + system, its reaped children included), the peak
+    RSS of its whole process tree (the sum over the tree, sampled every ``interval`` s), the largest high-water
+    RSS of one process of it (``VmHWM``, read at each sample: it also catches a peak between samples), stdout
+    and the tail of stderr. ``peak_rss_mb`` is the larger of the two. (``wait4``'s ``ru_maxrss`` is not used:
+    Linux carries the parent's high-water mark into a child across fork + exec, so it reads at least the
+    benchmark process's own RSS.)"""
+    import subprocess
+    import tempfile
+    import threading
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        peak = [0]
+        hwm: dict[int, int] = {}
+        stop = threading.Event()
+
+        def sample() -> None:
+            while True:
+                peak[0] = max(peak[0], _tree_rss(proc.pid, hwm))
+                if stop.wait(interval):
+                    return
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    largest = max(hwm.values(), default=0)
+    return {
+        "returncode": proc.returncode,
+        "seconds": seconds,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "tree_peak_mb": peak[0] / 2**20,
+        "max_process_rss_mb": largest / 2**20,
+        "peak_rss_mb": max(peak[0], largest) / 2**20,
+        "processes": len(hwm),
+        "stdout": stdout,
+        "stderr_tail": stderr[-3000:],
+    }
 
 
 def _cpu_seconds() -> dict[str, float]:

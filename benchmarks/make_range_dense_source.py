@@ -1,7 +1,7 @@
 """A range-dense Kineto source: every ``cpu_op`` of a trace also wrapped in a ``user_annotation`` range.
 
     .venv/bin/python benchmarks/make_range_dense_source.py SRC.json.gz -o /tmp/dense.json.gz
-    .venv/bin/python benchmarks/bench_scale.py size --gb 1 4 --in-memory-up-to 0 --source /tmp/dense.json.gz
+    .venv/bin/python benchmarks/bench_scale.py size --gb 0.5 1 4 --mix range-dense  # builds the source itself
 
 The densest ranges a Kineto trace is likely to have (as if each op ran inside ``record_function``): each range
 has its op's pid, tid, start and duration and is named ``<op>, op_id = k`` (k counts the source's ops, so a
