@@ -21,13 +21,15 @@ Tables (one module, so producers and readers cannot drift apart):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracing.outputs.errors import InputError
 
-if TYPE_CHECKING:  # pandas is imported where a frame is made: the Kineto decoder uses these names without it
+if TYPE_CHECKING:  # the command works on Arrow tables and never imports pandas; notebooks get frames
     import pandas as pd
+    import pyarrow as pa
 
 # Canonical phases of an RL step (the ``phase`` column of ranges, steps and micro-batches).
 PHASES: tuple[str, ...] = ("generate", "logprob", "update", "sync", "reward", "other")
@@ -251,6 +253,8 @@ MICROBATCH_COLUMNS: dict[str, str] = {
     "flops": "Float64",  # extra
 }
 MICROBATCH_SOURCES: tuple[str, ...] = ("sweep", "range", "detected")
+# microbatches.parquet ends with the trace each row came from (pandas' default string dtype, as written so far)
+MICROBATCH_TRACE: dict[str, str] = {"trace": "str"}
 
 
 def empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:
@@ -277,3 +281,203 @@ def conform(df: pd.DataFrame, columns: Mapping[str, str], table: str) -> pd.Data
         return out.astype(cast) if cast else out
     except (TypeError, ValueError) as exc:
         raise InputError(f"{table}: a column has the wrong type ({exc})") from None
+
+
+# ------------------------------------------------------------------------------------------------ Arrow tables
+# The ``mxperf ingest`` path builds every table as an Arrow table of the dtypes above (no pandas import); the
+# pandas metadata each carries makes ``pandas.read_parquet`` / ``Table.to_pandas`` give those dtypes back
+# (``string`` / ``str`` columns, nullable ``Int64`` / ``Float64``, categoricals), exactly the metadata
+# ``pyarrow.Table.from_pandas`` writes for a frame of those dtypes.
+
+# dtype -> (Arrow type name, pandas_type, numpy_type) of that metadata
+_ARROW: dict[str, tuple[str, str, str]] = {
+    "int64": ("int64", "int64", "int64"),
+    "Int64": ("int64", "int64", "Int64"),
+    "float64": ("float64", "float64", "float64"),
+    "Float64": ("float64", "float64", "Float64"),
+    "string": ("large_string", "object", "string"),
+    "str": ("large_string", "object", "str"),
+    "bool": ("bool_", "bool", "bool"),
+}
+NULLABLE = frozenset({"Int64", "Float64", "string", "str"})  # dtypes whose column may hold nulls
+
+
+def arrow_type(dtype: str) -> pa.DataType:
+    """The Arrow type of a column of ``dtype`` (``category``: a dictionary of large strings, int32 codes)."""
+    import pyarrow as pa
+
+    if dtype == "category":
+        return pa.dictionary(pa.int32(), pa.large_string())
+    try:
+        return getattr(pa, _ARROW[dtype][0])()
+    except KeyError:
+        raise ValueError(f"no Arrow type for dtype {dtype!r}") from None
+
+
+def codes_type(num_categories: int) -> str:
+    """The integer type of a pandas categorical's codes (``pandas.core.dtypes.cast.coerce_indexer_dtype``)."""
+    for name, top in (("int8", 127), ("int16", 32_767), ("int32", 2_147_483_647)):
+        if num_categories < top:
+            return name
+    return "int64"
+
+
+def _pandas_version() -> str | None:
+    """The installed pandas' version, found without importing it (or its package metadata: ~0.1 s)."""
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec("pandas")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    site = Path(spec.origin).parent.parent
+    found = [p.name[len("pandas-") : -len(".dist-info")] for p in site.glob("pandas-*.dist-info")]
+    return found[0] if len(found) == 1 else None
+
+
+_VERSIONS: dict[str, str | None] = {}
+
+
+def pandas_metadata(columns: Mapping[str, str], categories: Mapping[str, int] | None = None) -> bytes:
+    """The ``pandas`` schema metadata of a frame with ``columns`` (name -> dtype; ``categories``: the number
+    of categories of each ``category`` column), as ``pyarrow.Table.from_pandas`` writes it."""
+    import pyarrow as pa
+
+    if "pandas" not in _VERSIONS:
+        _VERSIONS["pandas"] = _pandas_version()
+    entries = []
+    for c, dtype in columns.items():
+        if dtype == "category":
+            n = (categories or {}).get(c, 0)
+            kind, numpy, meta = "categorical", codes_type(n), {"num_categories": n, "ordered": False}
+        else:
+            _, kind, numpy = _ARROW[dtype]
+            meta = None
+        entries.append(
+            {"name": c, "field_name": c, "pandas_type": kind, "numpy_type": numpy, "metadata": meta}
+        )
+    doc: dict[str, Any] = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": entries,
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+    }
+    if _VERSIONS["pandas"] is not None:
+        doc["pandas_version"] = _VERSIONS["pandas"]
+    return json.dumps(doc).encode()
+
+
+def arrow_schema(columns: Mapping[str, str]) -> pa.Schema:
+    """The Arrow schema of a table of ``columns`` (no ``category`` columns), pandas metadata included."""
+    import pyarrow as pa
+
+    fields = [pa.field(c, arrow_type(t)) for c, t in columns.items()]
+    return pa.schema(fields, metadata={b"pandas": pandas_metadata(columns)})
+
+
+def _column(values: Any, dtype: str, n: int) -> pa.Array | pa.ChunkedArray:
+    """``values`` (a sequence, numpy array, Arrow array or one scalar for all ``n`` rows) as Arrow ``dtype``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    typ = arrow_type(dtype)
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        arr = values if values.type == typ else values.cast(typ)
+    elif _scalar(values):
+        arr = pa.array([values] * n, typ, from_pandas=True) if values is not None else pa.nulls(n, typ)
+    elif isinstance(values, np.ndarray) and values.dtype != object:
+        arr = pa.array(values, typ, from_pandas=True)  # NaN -> null, as a frame's NaN is written
+    else:
+        arr = pa.array(list(values), typ, from_pandas=True)
+    if dtype == "Float64" and arr.null_count < len(arr):  # pandas' Float64 has no NaN: a NaN is missing
+        arr = pc.if_else(pc.is_nan(arr), pa.scalar(None, typ), arr)
+    return arr
+
+
+def _scalar(value: Any) -> bool:
+    import numpy as np
+
+    return value is None or isinstance(value, (str, int, float, np.generic))
+
+
+def make_table(data: Mapping[str, Any], columns: Mapping[str, str], name: str = "table") -> pa.Table:
+    """An Arrow table of exactly ``columns`` (in order, of their dtypes) from ``data`` (column -> values);
+    a missing column or one that cannot take its dtype raises InputError naming ``name``."""
+    import pyarrow as pa
+
+    missing = [c for c in columns if c not in data]
+    if missing:
+        raise InputError(f"{name}: missing column(s) {', '.join(missing)}")
+    n = next((len(v) for v in data.values() if not _scalar(v)), 0)
+    try:
+        arrays = [_column(data[c], t, n) for c, t in columns.items()]
+    except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InputError(f"{name}: a column has the wrong type ({exc})") from None
+    for (c, t), arr in zip(columns.items(), arrays, strict=True):
+        if t not in NULLABLE and t != "float64" and arr.null_count:
+            raise InputError(f"{name}: a column has the wrong type (column {c!r} of {t} holds nulls)")
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(columns))
+
+
+def conform_table(table: pa.Table, columns: Mapping[str, str], name: str = "table") -> pa.Table:
+    """``table`` with exactly ``columns`` in order and type, pandas metadata included (:func:`make_table`)."""
+    return make_table({c: table.column(c) for c in columns if c in table.column_names}, columns, name)
+
+
+def dtypes_of(table: pa.Table) -> dict[str, str]:
+    """Column -> dtype of a table made here (read from its pandas metadata: :func:`make_table`)."""
+    doc = json.loads((table.schema.metadata or {})[b"pandas"])
+    by_numpy = {numpy: dtype for dtype, (_, _, numpy) in _ARROW.items()}
+    known = {
+        e["name"]: "category" if e["pandas_type"] == "categorical" else by_numpy[e["numpy_type"]]
+        for e in doc["columns"]
+    }
+    return {c: known[c] for c in table.column_names}
+
+
+def empty_table(columns: Mapping[str, str]) -> pa.Table:
+    """A zero-row Arrow table with the given schema."""
+    return arrow_schema(columns).empty_table()
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table of these schemas as the pandas frame notebooks get (its metadata gives the dtypes)."""
+    return table.to_pandas()
+
+
+def column(table: pa.Table, name: str) -> Any:
+    """One column of an Arrow table as numpy (strings as an object array; nulls as None, or NaN in floats)."""
+    return table.column(name).to_numpy()
+
+
+def from_frame(df: pd.DataFrame) -> pa.Table:
+    """A frame a notebook passed in, as the Arrow table the functions inside work on."""
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def is_arrow(table: object) -> bool:
+    """An Arrow table (not a pandas frame)."""
+    return hasattr(table, "column_names") and hasattr(table, "num_rows")
+
+
+def factorize(table: pa.Table, name: str) -> tuple[Any, list[Any]]:
+    """Codes (int64 numpy, in order of first appearance) and the distinct values of one column, with no
+    Python object per row (a range table of an nsys export holds a row per op); a null is a value (None)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    enc = pc.dictionary_encode(col, null_encoding="encode").combine_chunks()
+    if not isinstance(enc, pa.DictionaryArray):  # an empty column
+        return np.zeros(0, np.int64), []
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import tempfile
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,70 @@ def use_system_allocator() -> str:
 
     pa.set_memory_pool(pa.system_memory_pool())
     return pa.default_memory_pool().backend_name
+
+
+@contextlib.contextmanager
+def arrow_without_pandas() -> Iterator[None]:
+    """Keep pandas out of a command that builds Arrow tables only (``mxperf ingest`` / ``ranges``): importing
+    it is ~0.4-0.7 s of a 1 MB trace's whole ingest.
+
+    pyarrow imports pandas, when it is installed, the first time it converts anything (``pa.array``,
+    ``pa.table``: its pandas shim probes once per process, its C++ conversions once more), and goes on
+    without it when that finds no usable pandas. So while this is active ``sys.modules["pandas"]`` is a
+    stand-in (:class:`_NoPandas`): the shim is made to probe at once and conclude "no pandas" (the stand-in
+    says it is older than pyarrow supports), the C++ probe finds none of pandas' objects, and neither searches
+    the disk (no ``-X importtime`` line). Code on the path that uses pandas fails (:data:`NO_PANDAS`), which
+    ``tests/integration/test_ingest_imports.py`` rules out. A process that imported pandas already (tests,
+    notebooks), or a pyarrow whose shim is not as expected, is left as it is. Afterwards pandas imports as
+    usual (pyarrow's shim imports it on its next explicit use, ``to_pandas`` / ``from_pandas``)."""
+    if "pandas" in sys.modules:
+        yield
+        return
+    stand_in = _NoPandas("pandas")
+    sys.modules["pandas"] = stand_in
+    try:
+        if not _pyarrow_shim_without_pandas():
+            del sys.modules["pandas"]
+        yield
+    finally:
+        if sys.modules.get("pandas") is stand_in:
+            del sys.modules["pandas"]
+
+
+NO_PANDAS = "this command keeps pandas out of its process (it builds Arrow tables only), yet a step used it"
+
+
+class _NoPandas(types.ModuleType):
+    """``sys.modules["pandas"]`` while :func:`arrow_without_pandas` is active: no attribute at all."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"{NO_PANDAS} (pandas.{name})")
+
+
+def _pyarrow_shim_without_pandas() -> bool:
+    """Make pyarrow's pandas shim probe now, with the stand-in in ``sys.modules``, and say whether it
+    concluded that there is no pandas (it then never probes again in this process)."""
+    import warnings
+
+    import pyarrow.lib
+
+    shim = getattr(pyarrow.lib, "_pandas_api", None)
+    stand_in = sys.modules["pandas"]
+    compat = "pyarrow.pandas_compat"
+    stub_compat = compat not in sys.modules  # the shim imports it with pandas; it needs none of it here
+    if stub_compat:
+        sys.modules[compat] = types.ModuleType(compat)
+    stand_in.__version__ = "0"  # older than pyarrow supports: "pandas-specific integration is not used"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return shim is not None and shim.have_pandas is False
+    except Exception:  # a pyarrow whose shim works otherwise: let it import pandas
+        return False
+    finally:
+        del stand_in.__version__
+        if stub_compat:
+            del sys.modules[compat]
 
 
 # File names, named once.
@@ -109,7 +174,7 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     except OutputWriteError:
         raise
     except OSError as exc:
-        from tracing.outputs.placement import shown
+        from tracing.outputs.errors import shown
 
         raise OutputWriteError(f"{shown(path)}: cannot write ({exc.strerror or exc})") from None
 
@@ -127,19 +192,16 @@ def atomic_target(path: Path) -> tuple[int, str]:
 
 
 def write_table(
-    df: pd.DataFrame, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
+    df: pd.DataFrame | pa.Table, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None
 ) -> Path:
-    """Write ``df`` to Parquet atomically, with ``schema_version`` (and ``meta``) in the file metadata."""
+    """Write ``df`` (a frame, or an Arrow table: ``schema.make_table``) to Parquet atomically, with
+    ``schema_version`` (and ``meta``) in the file metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    kv = dict(table.schema.metadata or {})
-    kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
-    if meta:
-        kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
-    table = table.replace_schema_metadata(kv)
+    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata(_file_metadata(table.schema, meta))
     fd, tmp = atomic_target(path)
     os.close(fd)
     try:
@@ -150,6 +212,14 @@ def write_table(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _file_metadata(schema: pa.Schema, meta: Mapping[str, Any] | None) -> dict[bytes, bytes]:
+    kv = dict(schema.metadata or {})
+    kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
+    if meta:
+        kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
+    return kv
 
 
 def write_table_parts(
@@ -176,11 +246,7 @@ def write_table_parts(
             for df in frames:
                 if writer is None:
                     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
-                    kv = dict(table.schema.metadata or {})
-                    kv[b"schema_version"] = str(SCHEMA_VERSION).encode()
-                    if meta:
-                        kv[b"mxperf"] = json.dumps(dict(meta), default=str).encode()
-                    schema = table.schema.with_metadata(kv)
+                    schema = table.schema.with_metadata(_file_metadata(table.schema, meta))
                     writer = pq.ParquetWriter(tmp, schema)
                 else:
                     table = (
@@ -219,44 +285,32 @@ def coded_table(
     least the ones its codes use; :class:`CarriedCategories`); the index type and metadata stay the whole
     table's, so parts carrying different categories share one schema (:func:`write_table_parts`)."""
     import numpy as np
-    import pandas as pd
     import pyarrow as pa
 
-    template = pa.Table.from_pandas(  # the schema and pandas metadata of the frame, with no rows
-        pd.DataFrame(
-            {
-                c: pd.Categorical([], categories=pd.Index([], dtype="str"))
-                if c in categories
-                else np.zeros(0, np.int64)
-                for c in columns
-            }
-        ),
-        preserve_index=False,
-    )
-    pandas_meta = json.loads(template.schema.metadata[b"pandas"])
+    from tracing.outputs import schema
+
+    dtypes = {c: "category" if c in categories else "int64" for c in columns}
+    counts = {c: len(v) for c, v in categories.items()}
     arrays, fields = [], []
-    for col, field in zip(columns, template.schema, strict=True):
+    for col in columns:
         values = np.asarray(columns[col])
         if col not in categories:
-            arrays.append(pa.array(values, field.type))
-            fields.append(field)
+            arrays.append(pa.array(values, pa.int64()))
+            fields.append(pa.field(col, pa.int64()))
             continue
         codes, cats = values.astype(np.int64), categories[col]
-        index = pa.from_numpy_dtype(_codes_dtype(len(cats)))
+        index = getattr(pa, schema.codes_type(len(cats)))()
         if carry is not None and col in carry:
             kept = carry[col]
             codes = np.where(codes >= 0, np.searchsorted(kept, codes), -1)
             cats = [cats[i] for i in kept.tolist()]
         arrays.append(
             pa.DictionaryArray.from_arrays(
-                pa.array(codes, index, mask=codes < 0), pa.array(cats, field.type.value_type)
+                pa.array(codes, index, mask=codes < 0), pa.array(cats, pa.large_string())
             )
         )
-        fields.append(pa.field(col, pa.dictionary(index, field.type.value_type)))
-        entry = next(e for e in pandas_meta["columns"] if e["name"] == col)
-        entry["numpy_type"] = str(_codes_dtype(len(categories[col])))
-        entry["metadata"]["num_categories"] = len(categories[col])
-    kv = {**template.schema.metadata, b"pandas": json.dumps(pandas_meta).encode()}
+        fields.append(pa.field(col, pa.dictionary(index, pa.large_string())))
+    kv = {b"pandas": schema.pandas_metadata(dtypes, counts)}
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kv))
 
 
@@ -286,16 +340,6 @@ class CarriedCategories:
         return out
 
 
-def _codes_dtype(num_categories: int) -> Any:
-    """The dtype of a pandas categorical's codes (``pandas.core.dtypes.cast.coerce_indexer_dtype``)."""
-    import numpy as np
-
-    for t in (np.int8, np.int16, np.int32):
-        if num_categories < np.iinfo(t).max:
-            return np.dtype(t)
-    return np.dtype(np.int64)
-
-
 def _used_categories(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each categorical column's unused categories dropped (order kept); other columns shared."""
     import pandas as pd
@@ -311,6 +355,13 @@ def read_table(
 ) -> pd.DataFrame:
     """Read a table mxperf wrote; a missing, corrupt or newer-schema file raises InputError naming it.
     ``foreign=True``: a table any tool wrote (a user's own Parquet): no ``schema_version`` needed."""
+    return read_arrow(path, columns, foreign=foreign).to_pandas()
+
+
+def read_arrow(
+    path: str | os.PathLike[str], columns: list[str] | None = None, *, foreign: bool = False
+) -> pa.Table:
+    """:func:`read_table` as an Arrow table (no pandas: what the ``mxperf`` commands read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -330,7 +381,7 @@ def read_table(
         raise InputError(
             f"{path}: schema_version {int(version)} is newer than this mxperf ({SCHEMA_VERSION})"
         )
-    return table.to_pandas()
+    return table
 
 
 def table_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
