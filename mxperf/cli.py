@@ -206,6 +206,10 @@ def entry() -> None:
     os._exit(code)
 
 
+# Commands whose path builds Arrow tables only: pyarrow must not import pandas for them (store.arrow_without_pandas)
+ARROW_ONLY = frozenset({"ingest", "ranges"})
+
+
 def _dispatch(argv: list[str]) -> int:
     command = _chosen(argv)
     who = f"mxperf {command}" if command in COMMANDS else "mxperf"
@@ -221,6 +225,11 @@ def _dispatch(argv: list[str]) -> int:
         if getattr(args, "_module", None) is None:
             parser.print_help(sys.stderr)
             return 2
+        if command in ARROW_ONLY:
+            from tracing.outputs.store import arrow_without_pandas
+
+            with arrow_without_pandas():
+                return int(args._module.run(args) or 0)
         return int(args._module.run(args) or 0)
     except Terminated:
         print(f"{who}: terminated", file=sys.stderr)

@@ -1,6 +1,9 @@
 """Ingest jobs: one trace file -> its event table (staged Parquet) and every small table; mapped over files.
 
-    file --(tracing.ingest.detect.load_trace)--> Trace --(tracing.analysis: metrics, attribution, kernels)--> tables
+    file --(tracing.ingest.decoded: a batch at a time)--> events Parquet --(the engine: tracing.analysis)--> tables
+
+Every table is an Arrow table of its ``tracing.outputs.schema`` dtypes (the command imports no pandas);
+:func:`analyze` gives the notebook its pandas frames.
 
 The per-file step (:func:`ingest_file`) is a pure function of one path (plus options) that writes its event
 table to a staging name and returns the small tables; it is mapped over files in-process, with a local process
@@ -17,19 +20,17 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracing.analysis import attribution, engine, gpu_tables, kernel_classes, metrics, range_tables, steps
 from tracing.analysis.colocated import shared_device_time
-from tracing.analysis.logged_steps import logged_step_tables
+from tracing.analysis.logged_steps import logged_tables
 from tracing.analysis.mb_engine import engine_signals
-from tracing.analysis.microbatches import MicrobatchResult, signals_microbatches
+from tracing.analysis.microbatches import MicrobatchResult, gemm_names, signals_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
 from tracing.ingest.decoded import decode, write_events
-from tracing.ingest.detect import load_trace
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
+from tracing.ingest.rangelog import read_range_log
 from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError, MxperfError
@@ -37,24 +38,29 @@ from tracing.outputs.labels import Labels
 from tracing.progress import Progress
 from tracing.staged import stage_tables
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
 
 @dataclass
 class FileResult:
-    """What one file contributes to the output directory (events are staged on disk, not carried here)."""
+    """What one file contributes to the output directory (events are staged on disk, not carried here); its
+    tables are Arrow tables of the output schemas (no pandas on the command's path)."""
 
     path: str
     format: str
     rank: int | None
     num_events: int
     staged_events: str | None
-    devices: pd.DataFrame
-    streams: pd.DataFrame
-    ranges: pd.DataFrame
-    kernels: pd.DataFrame
-    steps: pd.DataFrame
+    devices: pa.Table
+    streams: pa.Table
+    ranges: pa.Table
+    kernels: pa.Table
+    steps: pa.Table
     meta: dict[str, Any] = field(default_factory=dict)
     gpu_reason: str = ""
-    mismatch: pd.DataFrame | None = None  # a metric log's mismatch metrics (schema.MISMATCH_COLUMNS)
+    mismatch: pa.Table | None = None  # a metric log's mismatch metrics (schema.MISMATCH_COLUMNS)
     microbatches: MicrobatchResult | None = None  # detected / explicit micro-batches and their notes
     timelines: list[metrics.DeviceTimeline] = field(default_factory=list)  # busy / stall intervals
     # set when the worker staged its large tables (tracing.staged): those tables are then empty here
@@ -65,9 +71,9 @@ class FileResult:
 
 @dataclass
 class Analysis:
-    """Every per-trace table, plus the micro-batch notes and device timelines that go with them."""
+    """Every per-trace table (Arrow), plus the micro-batch notes and device timelines that go with them."""
 
-    tables: dict[str, pd.DataFrame]
+    tables: dict[str, pa.Table]
     microbatches: MicrobatchResult
     timelines: list[metrics.DeviceTimeline]
 
@@ -78,7 +84,8 @@ def analyze_trace(
     labels: Labels | None = None,
     pattern: str | None = None,
 ) -> Analysis:
-    """All per-trace tables of a trace held in memory (its event frame goes to the engine as Arrow; no I/O)."""
+    """All per-trace tables of a trace held in memory (its event table, a frame or Arrow, goes to the engine as
+    Arrow; no I/O)."""
     with engine.session() as con:
         engine.register_frame(con, trace.events)
         return analyze_in(con, trace, phase_map, labels, pattern)
@@ -95,18 +102,17 @@ def analyze_in(
     phase_map = phase_map or default_phase_map()
     num_ops = gpu_tables.make_ops(con)
     timelines = gpu_tables.device_timelines(con)
-    streams = engine.frame(gpu_tables.stream_rows(con), schema.STREAM_COLUMNS, "streams")
-    kernels = kernel_classes.kernel_groups_frame(con)
+    streams = engine.table(gpu_tables.stream_rows(con), schema.STREAM_COLUMNS, "streams")
+    kernels = kernel_classes.kernel_groups_table(con)
     if trace.range_log is not None:
-        ranges = attribution.range_log_frame(trace, phase_map)
+        ranges = attribution.range_log_table(trace, phase_map)
     else:
         range_tables.make_ranges(con)
         source = "nvtx" if trace.format == "nsys" else "user_annotation"
-        ranges = engine.frame(
+        ranges = engine.table(
             range_tables.range_table(con, phase_map, source, num_ops), schema.RANGE_COLUMNS, "ranges"
         )
-    gemm = kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str).tolist()
-    sig = engine_signals(con, gemm)
+    sig = engine_signals(con, gemm_names(kernels))
     mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
     return assemble(trace, timelines, streams, ranges, kernels, mb)
 
@@ -114,15 +120,14 @@ def analyze_in(
 def assemble(
     trace: Trace,
     timelines: list[metrics.DeviceTimeline],
-    streams: pd.DataFrame,
-    ranges: pd.DataFrame,
-    kernels: pd.DataFrame,
+    streams: pa.Table,
+    ranges: pa.Table,
+    kernels: pa.Table,
     mb: MicrobatchResult,
 ) -> Analysis:
-    """Every per-trace table from the GPU-op tables (all ops at once, or window by window:
-    ``tracing.streamed``), the range table and the micro-batches."""
+    """Every per-trace table from the GPU-op tables, the range table and the micro-batches."""
     tables = {
-        "devices": metrics.device_metrics(trace.events, timelines),
+        "devices": metrics.device_table(timelines),
         "streams": streams,
         "ranges": ranges,
         "kernels": kernels,
@@ -132,34 +137,27 @@ def assemble(
     return Analysis(tables, mb, timelines)
 
 
-_NO_EVENTS = schema.empty_frame(schema.EVENT_COLUMNS)  # a decoded file's events stay in the engine
-
 _STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns")  # what trace_step_phases reads (+ trace, rank)
 
 
-def _step_input(ranges: pd.DataFrame) -> pd.DataFrame:
-    cols = ranges[list(_STEP_INPUT)]
-    return cols[steps.step_rows(cols)]
+def _step_input(ranges: pa.Table) -> pa.Table:
+    cols = ranges.select(list(_STEP_INPUT))
+    return cols.filter(steps.step_rows(cols))
 
 
 def analyze(
     trace: Trace, phase_map: PhaseMap | None = None, labels: Labels | None = None
 ) -> dict[str, pd.DataFrame]:
-    """All per-trace tables (:func:`analyze_trace`'s ``tables``)."""
-    return analyze_trace(trace, phase_map, labels).tables
+    """All per-trace tables (:func:`analyze_trace`'s ``tables``), as pandas frames."""
+    return {k: schema.to_frame(t) for k, t in analyze_trace(trace, phase_map, labels).tables.items()}
 
 
-def with_trace_cols(df: pd.DataFrame, trace: Trace, *, fmt: bool = False) -> pd.DataFrame:
-    """``df`` with the output tables' ``trace`` (and ``format``) and ``rank`` columns first."""
-    df = df.copy(deep=False)  # copy-on-write: the caller's frame is untouched, its columns are not copied
-    # the tables' own dtype ("string"), so that conforming them to their schema casts nothing
-    df.insert(0, "trace", pd.array([trace.path] * len(df), dtype="string"))
-    pos = 1
-    if fmt:
-        df.insert(pos, "format", pd.array([trace.format] * len(df), dtype="string"))
-        pos += 1
-    df.insert(pos, "rank", pd.array([trace.rank] * len(df), dtype="Int64"))
-    return df
+def with_trace_cols(table: pa.Table, trace: Trace, *, fmt: bool = False) -> pa.Table:
+    """``table`` with the output tables' ``trace`` (and ``format``) and ``rank`` columns first."""
+    cols = {"trace": "string", **({"format": "string"} if fmt else {}), "rank": "Int64"}
+    values = {"trace": trace.path, "format": trace.format, "rank": trace.rank}
+    own = {c: table.column(c) for c in table.column_names}
+    return schema.make_table({**values, **own}, {**cols, **schema.dtypes_of(table)})
 
 
 def ingest_file(
@@ -185,9 +183,9 @@ def ingest_file(
         return _ingest_metric_log(path, phase_map)
     staged = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
     if fmt == "rangelog":
-        trace = load_trace(path, fmt, rank=rank, include_python=include_python)
+        trace = read_range_log(path, rank=rank)
         analysis = analyze_trace(trace, phase_map, labels, pattern)
-        num_events, num_gpu_ops = len(trace.events), 0
+        num_events, num_gpu_ops = trace.events.num_rows, 0
         if staged is not None:
             store.write_table(
                 trace.events, staged, meta={"trace": trace.path, "format": fmt, "rank": trace.rank}
@@ -204,7 +202,7 @@ def ingest_file(
             con.execute("drop view raw")
             d.raw.unlink()
             engine.parquet_events(con, events)
-            trace = Trace(d.path, d.format, _NO_EVENTS, rank=d.rank, meta=d.meta)
+            trace = Trace(d.path, d.format, None, rank=d.rank, meta=d.meta)  # its events: in the engine
             analysis = analyze_in(con, trace, phase_map, labels, pattern)
             num_gpu_ops = sum(
                 int(t.row["num_kernels"] + t.row["num_memcpy"] + t.row["num_memset"])
@@ -237,9 +235,11 @@ def ingest_file(
 
 def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:
     """A verl / NeMo RL metric log: no events; per-step phase seconds and mismatch metrics."""
+    import pyarrow as pa
+
     log = load_metric_log(path)
-    got = logged_step_tables(log, phase_map)
-    none = pd.DataFrame()
+    got = logged_tables(log, phase_map)
+    none = pa.table({})
     meta = {"framework": log.framework, "layout": log.layout, "steps": len(log.steps)}
     return FileResult(
         path=log.path,
@@ -258,23 +258,32 @@ def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:
     )
 
 
-def combine_microbatches(results: list[FileResult]) -> pd.DataFrame:
-    """The micro-batch tables of several files as one (``schema.MICROBATCH_COLUMNS`` + extras + ``trace``).
+def combine_microbatches(results: list[FileResult]) -> pa.Table | None:
+    """The micro-batch tables of several files as one (``schema.MICROBATCH_COLUMNS`` + extras + ``trace``),
+    None when they hold no rows.
 
     ``repeat`` becomes one traced step of one rank across the set: a dense index over (trace, rank, process,
     step), so the bootstrap resamples whole steps.
     """
-    tables = [
-        r.microbatches.table.assign(trace=r.path)
-        for r in results
-        if r.microbatches is not None and len(r.microbatches.table)
-    ]
-    if not tables:
-        return pd.DataFrame()
-    df = pd.concat(tables, ignore_index=True)
-    keys = [df["trace"], df["rank"].fillna(-1), df["pid"], df["step"]]
-    df["repeat"] = pd.Series(pd.MultiIndex.from_arrays(keys).factorize(sort=True)[0], dtype="int64")
-    return df
+    import numpy as np
+    import pyarrow as pa
+
+    from tracing.analysis.microbatches import EXTRA_COLUMNS
+
+    held = [r for r in results if r.microbatches is not None and len(r.microbatches.table)]
+    if not held:
+        return None
+    table = pa.concat_tables([r.microbatches.table for r in held])
+    trace = [r.path for r in held for _ in range(len(r.microbatches.table))]
+    ranks = [-1 if x is None else x for x in table.column("rank").to_pylist()]
+    keys = list(
+        zip(trace, ranks, table.column("pid").to_pylist(), table.column("step").to_pylist(), strict=True)
+    )
+    dense = {k: i for i, k in enumerate(sorted(set(keys)))}
+    cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS, **schema.MICROBATCH_TRACE}
+    data = {c: table.column(c) for c in table.column_names}
+    data.update(trace=trace, repeat=np.array([dense[k] for k in keys], np.int64))
+    return schema.make_table(data, cols, "microbatches")
 
 
 def clock_offset_ns(result: FileResult) -> int | None:
@@ -305,9 +314,14 @@ def share_devices(results: list[FileResult]) -> list[str]:
     if len({k for k, *_ in entries}) < 2:
         return notes
     shared = shared_device_time([t for *_, t, _ in entries], [o for *_, o in entries])
+    columns: dict[int, dict[str, list[Any]]] = {}
     for (k, i, _, _), cols in zip(entries, shared, strict=True):
+        devices = results[k].devices
+        held = columns.setdefault(k, {c: devices.column(c).to_pylist() for c in devices.column_names})
         for c, v in cols.items():
-            results[k].devices.loc[results[k].devices.index[i], c] = v
+            held[c][i] = v
+    for k, data in columns.items():
+        results[k].devices = schema.make_table(data, schema.dtypes_of(results[k].devices), "devices")
     return notes
 
 

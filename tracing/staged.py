@@ -1,39 +1,38 @@
 """A file's large tables leave its worker as staged files, so the command holds summaries, not every rank's rows.
 
-``mxperf ingest`` over many ranks gathered every file's range, kernel and stream tables in the driver (pickled
-back from pool and Ray workers) before writing each as one concatenated table: memory grew with the ranks and
-their sizes (64 ranks of 100 k ranges each hold ~2 GB of rows there). Now a worker writes each of those tables
-that has :data:`STAGE_ROWS` rows or more beside its staged events and keeps what the command prints (the range
-count, seconds per phase); the command writes each output table a part at a time::
+``mxperf ingest`` over many ranks would gather every file's range, kernel and stream tables in the driver
+(pickled back from pool and Ray workers) before writing each as one concatenated table: memory would grow with
+the ranks and their sizes (64 ranks of 100 k ranges each hold ~2 GB of rows there). Instead a worker writes
+each of those tables that has :data:`STAGE_ROWS` rows or more beside its staged events and keeps what the
+command prints (the range count, seconds per phase); the command writes each output table a part at a time::
 
-    worker:  FileResult --(stage_tables)--> OUT/.staging/.ranges-<i>.pkl (.kernels-<i>, .streams-<i>), for tables
-                                            of STAGE_ROWS rows or more; num_ranges, phase_seconds kept
-             a streamed file's range table of STAGE_ROWS ranges or more goes there as it is made, a part of
-             STAGE_ROWS ranges at a time (part_file; tracing.streamed): never whole in the worker either
+    worker:  FileResult --(stage_tables)--> OUT/.staging/.ranges-<i>.arrow (.kernels-<i>, .streams-<i>), for
+                                            tables of STAGE_ROWS rows or more; num_ranges, phase_seconds kept
     driver:  table_parts: small tables gathered up to STAGE_ROWS rows, staged ones read back a part at a time
              --(store.write_table_parts: a row group per part)--> ranges.parquet, kernels.parquet, streams.parquet
 
 Small tables stay in the result (staging a 100-row table costs more than it saves), so a set of small ranks
-writes its tables exactly as before, in one part. The staged files are pickles (pandas frames one after another:
-written and read back by the same installation, and removed with the staging folder), ~6x cheaper than Parquet
-for a table that is written out again anyway. Same rows, columns, order and dtypes as the concatenation
-(``tests/integration/test_staged_tables.py``).
+writes its tables exactly as before, in one part. The staged files are Arrow IPC streams (record batches one
+after another: written and read back by the same installation, and removed with the staging folder), cheaper
+than Parquet for a table that is written out again anyway. Same rows, columns, order and dtypes as the
+concatenation (``tests/integration/test_staged_tables.py``).
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 
 from tracing.analysis.metrics import measure
 from tracing.outputs import schema, store
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from tracing.jobs import FileResult
 
 # FileResult attribute -> (output table, its columns)
@@ -45,15 +44,20 @@ STAGED: dict[str, tuple[str, Mapping[str, str]]] = {
 STAGE_ROWS = 1 << 16  # a table this long leaves its worker as a file; also the rows of one written part
 
 
-def phase_seconds(ranges: pd.DataFrame) -> dict[str, float]:
+def phase_seconds(ranges: pa.Table) -> dict[str, float]:
     """Wall seconds per phase: the union of the phase's ranges on each process, summed over processes."""
-    if not len(ranges) or "phase" not in ranges:
+    if not len(ranges) or "phase" not in ranges.column_names:
         return {}
+    codes, phases = schema.factorize(ranges, "phase")
+    pid = ranges.column("pid").to_numpy()
+    start, end = (ranges.column(c).to_numpy().astype(np.int64) for c in ("start_ns", "end_ns"))
     out: dict[str, float] = {}
-    named = ranges[ranges["phase"].astype(str) != "other"]
-    for (phase, _pid), g in named.groupby([named["phase"].astype(str), named["pid"]], sort=True):
-        start, end = g["start_ns"].to_numpy("int64"), g["end_ns"].to_numpy("int64")
-        out[phase] = out.get(phase, 0.0) + measure(start, end) / 1e9
+    named = sorted((str(p), k) for k, p in enumerate(phases) if str(p) != "other")
+    for phase, k in named:
+        mine = codes == k
+        for p in np.unique(pid[mine]).tolist():
+            sel = mine & (pid == p)
+            out[phase] = out.get(phase, 0.0) + measure(start[sel], end[sel]) / 1e9
     return out
 
 
@@ -62,70 +66,77 @@ def stage_tables(result: FileResult, stage_dir: str | None, index: int) -> FileR
     empty them in ``result``; keep its range count and seconds per phase. Nothing happens without ``stage_dir``."""
     if stage_dir is None:
         return result
-    if result.num_ranges is None:  # a streamed file's ranges may have left already (staged_path)
+    if result.num_ranges is None:
         result.num_ranges = len(result.ranges)
         result.phase_seconds = phase_seconds(result.ranges)
     for attr in STAGED:
-        df = getattr(result, attr)
-        if len(df) < STAGE_ROWS or attr in result.staged_tables:
+        table = getattr(result, attr)
+        if len(table) < STAGE_ROWS or attr in result.staged_tables:
             continue
         path = staged_path(stage_dir, attr, index)
-        with part_file(path) as add:
-            add(df)
+        with part_file(path, table.schema) as add:
+            add(table)
         result.staged_tables[attr] = str(path)
-        setattr(result, attr, df.iloc[:0].copy())
+        setattr(result, attr, table.schema.remove_metadata().empty_table())  # (a slice pickles its rows)
     return result
 
 
 def staged_path(stage_dir: str, attr: str, index: int) -> Path:
     """Where file ``index``'s table ``attr`` is staged."""
-    return Path(stage_dir) / f".{attr}-{index}.pkl"
+    return Path(stage_dir) / f".{attr}-{index}.arrow"
 
 
 @contextmanager
-def part_file(path: str | Path) -> Iterator[Callable[[pd.DataFrame], None]]:
+def part_file(path: str | Path, table_schema: pa.Schema) -> Iterator[Callable[[pa.Table], None]]:
     """A staged table written a part at a time (``add(part)``; read back a part at a time by
-    :func:`table_parts`): the streamed path writes its range table so, never holding all of it. The file is
-    removed if the writing fails."""
-    with open(path, "wb") as fh:
-        try:
-            yield lambda df: pickle.dump(df, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException:
-            fh.close()
-            Path(path).unlink(missing_ok=True)
-            raise
+    :func:`read_parts`). The file is removed if the writing fails."""
+    import pyarrow as pa
+
+    try:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table_schema) as writer:
+            yield writer.write_table
+    except BaseException:
+        Path(path).unlink(missing_ok=True)
+        raise
 
 
-def _read_parts(path: str) -> Iterator[pd.DataFrame]:
-    with open(path, "rb") as fh:
-        while True:
-            try:
-                yield pickle.load(fh)
-            except EOFError:
-                return
+def read_parts(path: str | Path) -> Iterator[pa.Table]:
+    """A staged table's parts, in the order they were written."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "rb") as source, pa.ipc.open_stream(source) as reader:
+        for batch in reader:
+            yield pa.Table.from_batches([batch])
 
 
 def table_parts(
     results: list[FileResult], attr: str, name: str, cols: Mapping[str, str]
-) -> Iterator[pd.DataFrame]:
+) -> Iterator[pa.Table]:
     """One output table's rows in file order, conformed, a part at a time: the tables the results hold,
     gathered up to :data:`STAGE_ROWS` rows, and each staged table read back on its own. Empty parts are skipped."""
-    held: list[pd.DataFrame] = []
+    import pyarrow as pa
+
+    held: list[pa.Table] = []
     rows = 0
+
+    def gathered() -> pa.Table:
+        return pa.concat_tables([schema.conform_table(t, cols, name) for t in held])
+
     for r in results:
         path = r.staged_tables.get(attr)
         if path is None:
-            df = getattr(r, attr)
-            if len(df):
-                held.append(df)
-                rows += len(df)
+            table = getattr(r, attr)
+            if len(table):
+                held.append(table)
+                rows += len(table)
             if rows < STAGE_ROWS:
                 continue
         if held:
-            yield schema.conform(pd.concat(held, ignore_index=True), cols, name)
+            yield gathered()
             held, rows = [], 0
         if path is not None:
-            for part in _read_parts(path):
-                yield schema.conform(part, cols, name)
+            for part in read_parts(path):
+                if len(part):
+                    yield schema.conform_table(part, cols, name)
     if held:
-        yield schema.conform(pd.concat(held, ignore_index=True), cols, name)
+        yield gathered()

@@ -11,17 +11,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import re
 import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from mxperf.commands.ingest_args import add_arguments
 from tracing.analysis.crossrank import cross_rank_tables
+from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG
 from tracing.ingest.rangelog import is_run_dir, run_config
@@ -33,6 +33,9 @@ from tracing.outputs.manifest import OutputDir
 from tracing.outputs.precisions import PRECISION_IDS
 from tracing.progress import Progress
 from tracing.staged import STAGED, phase_seconds, table_parts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 STAGING = ".staging"
 __all__ = ["add_arguments", "run"]
@@ -114,7 +117,7 @@ def _labels_for(r: FileResult | Any, cli: Labels) -> Labels:
     return base.merged(sidecar_labels(p, overridden=cli.as_dict())).merged(cli)
 
 
-def _microbatches(results: list[FileResult]) -> tuple[pd.DataFrame | None, list[str], list[str]]:
+def _microbatches(results: list[FileResult]) -> tuple[pa.Table | None, list[str], list[str]]:
     """The ingest's micro-batch table (each file's, found at ingest with its labels), its notes (stderr and
     manifest) and the files it was taken from. A sweep's traces are left out (it holds its own table), and
     so is a run's own trace when its range log is ingested too (the log has every step, with attributes)."""
@@ -132,8 +135,7 @@ def _microbatches(results: list[FileResult]) -> tuple[pd.DataFrame | None, list[
             continue  # a run's own trace: its micro-batches come from the range log (all steps, with attributes)
         picked.append(r)
         notes += r.microbatches.lines(r.path)
-    table = combine_microbatches(picked)
-    return (table if len(table) else None), notes, [r.path for r in picked]
+    return combine_microbatches(picked), notes, [r.path for r in picked]
 
 
 def _microbatch_manifest(r: FileResult) -> dict[str, Any]:
@@ -157,30 +159,29 @@ def spec_json(results: list[FileResult], picked: list[str] | None = None) -> dic
     """The ingest ``--json`` document; ``picked``: the files whose micro-batches went into the table
     (default: all), so ``microbatches`` counts the rows each trace put in ``microbatches.parquet``."""
     traces = []
+    keys = ("rank", "pid", "device", "span_ns", "busy_ns", "idle_ns", "host_stall_ns", "num_kernels")
     for r in results:
-        devices = [
-            {
-                "rank": None if pd.isna(d.rank) else int(d.rank),
-                "pid": None if pd.isna(d.pid) else int(d.pid),
-                "device": int(d.device),
-                "span_ns": int(d.span_ns),
-                "busy_ns": int(d.busy_ns),
-                "idle_ns": int(d.idle_ns),
-                "host_stall_ns": int(d.host_stall_ns),
-                "num_kernels": int(d.num_kernels),
-            }
-            for d in r.devices.itertuples(index=False)
-        ]
+        devices = [{k: d[k] for k in keys} for d in r.devices.to_pylist()]
         entry = {"path": r.path, "format": r.format, "devices": devices}
         if r.microbatches is not None:  # (v2) micro-batches found and wall seconds per phase
             taken = picked is None or r.path in picked
             entry["microbatches"] = len(r.microbatches.table) if taken else 0
             entry["phases"] = _phase_seconds(r)
         elif r.format == METRIC_LOG:  # no micro-batches; its timers' seconds per phase over its steps
-            sums = r.steps[r.steps["phase"] != "other"].groupby("phase")["seconds"].sum(min_count=1)
-            entry.update(microbatches=0, phases={str(p): float(v) for p, v in sums.items() if pd.notna(v)})
+            sums = _phase_sums(r.steps)
+            entry.update(microbatches=0, phases={p: sums[p] for p in sorted(sums)})
         traces.append(entry)
     return {"schema_version": store.SCHEMA_VERSION, "traces": traces}
+
+
+def _phase_sums(steps: pa.Table) -> dict[str, float]:
+    """A metric log's seconds per phase (not ``other``) summed over its steps (NaN skipped, as pandas' groupby
+    sum), in order of first appearance; a phase whose timers are all NaN is left out."""
+    per: dict[str, list[float]] = {}
+    for phase, v in zip(steps.column("phase").to_pylist(), steps.column("seconds").to_pylist(), strict=True):
+        if phase != "other":
+            per.setdefault(phase, []).append(math.nan if v is None else v)
+    return {p: kahan_sum(v) for p, v in per.items() if any(x == x for x in v)}
 
 
 def summary_lines(results: list[FileResult]) -> list[str]:
@@ -191,7 +192,7 @@ def summary_lines(results: list[FileResult]) -> list[str]:
         lines.append(f"{r.path} [{r.format}, rank {rank}]: {r.num_events} events, {num_ranges} ranges")
         if r.gpu_reason:
             lines.append(f"  no GPU devices: {r.gpu_reason}; GPU metrics are null")
-        for d in r.devices.itertuples(index=False):
+        for d in (SimpleNamespace(**row) for row in r.devices.to_pylist()):
             span = d.span_ns or 1
             lines.append(
                 f"  pid {d.pid} device {d.device}: span {d.span_ns / 1e6:.1f} ms, busy {d.busy_ns / 1e6:.1f} ms "
@@ -275,7 +276,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | None) -> None:
+def _write(out: Path, results: list[FileResult], microbatches: pa.Table | None) -> None:
+    import pyarrow as pa
+
     taken: set[str] = set()
     num_ranks = 0
     for i, r in enumerate(results):
@@ -287,24 +290,23 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
         (store.DEVICES, "devices", schema.DEVICE_COLUMNS),
         (store.STEPS, "steps", schema.STEP_COLUMNS),
     ):
-        frames = [getattr(r, attr) for r in results if len(getattr(r, attr))]
-        df = pd.concat(frames, ignore_index=True) if frames else schema.empty_frame(cols)
-        table = schema.conform(df, cols, name)
+        held = [schema.conform_table(t, cols, name) for r in results if len(t := getattr(r, attr))]
+        table = pa.concat_tables(held) if held else schema.empty_table(cols)
         store.write_table(table, out / name)
         if name == store.DEVICES:
-            num_ranks = table["rank"].nunique(dropna=True)
+            num_ranks = len({x for x in table.column("rank").to_pylist() if x is not None})
     for attr, (name, cols) in STAGED.items():  # one file's part at a time (staged by the workers)
         parts = table_parts(results, attr, name, cols)
         first = next(parts, None)
         if first is None:
-            store.write_table(schema.conform(schema.empty_frame(cols), cols, name), out / name)
+            store.write_table(schema.empty_table(cols), out / name)
         else:
             store.write_table_parts(itertools.chain([first], parts), out / name)
     if microbatches is not None:
         store.write_table(microbatches, out / store.MICROBATCHES)
     if num_ranks < 2:  # cross_rank_tables gives nothing for fewer than two ranks: skip reading back
         return
-    devices, steps = (pd.read_parquet(out / n) for n in (store.DEVICES, store.STEPS))
+    devices, steps = (store.read_arrow(out / n) for n in (store.DEVICES, store.STEPS))
     for name, table in cross_rank_tables(devices, steps).items():  # several ranks: across them
         store.write_table(
             table, out / {"stragglers": store.STRAGGLERS, "rank_spread": store.RANK_SPREAD}[name]
@@ -314,18 +316,20 @@ def _write(out: Path, results: list[FileResult], microbatches: pd.DataFrame | No
 def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> list[str]:
     """``mismatch.parquet`` from the metric logs among ``results`` (each row with its log's precision label);
     returns summary lines: per log, its framework, seconds per phase over its steps, and what it cannot say."""
+    import pyarrow as pa
+
     tables, lines = [], []
     for r in results:
         if r.format != METRIC_LOG:
             continue
         precision = _labels_for(r, cli).precision
         if r.mismatch is not None and len(r.mismatch):
-            tables.append(r.mismatch.assign(precision=precision))
-        steps = r.steps[r.steps["phase"] != "other"]
-        per_phase = steps.groupby("phase", sort=False)["seconds"].sum(min_count=1)
-        shown = ", ".join(f"{p} {s:.1f} s" for p, s in per_phase.items() if pd.notna(s)) or "no phase timers"
-        num_steps = r.steps["step"].nunique()
-        metrics = sorted(set(r.mismatch["metric"])) if r.mismatch is not None else []
+            data = {c: r.mismatch.column(c) for c in r.mismatch.column_names}
+            tables.append(schema.make_table({**data, "precision": precision}, schema.MISMATCH_COLUMNS))
+        per_phase = _phase_sums(r.steps)
+        shown = ", ".join(f"{p} {s:.1f} s" for p, s in per_phase.items()) or "no phase timers"
+        num_steps = len(set(r.steps.column("step").to_pylist()))
+        metrics = sorted(set(r.mismatch.column("metric").to_pylist())) if r.mismatch is not None else []
         lines.append(
             f"{r.path}: {r.meta.get('framework')} metric log ({precision or 'no precision label'}): {num_steps} "
             f"steps with timers ({shown}); mismatch metrics: {', '.join(metrics[:6]) or 'none'}"
@@ -333,6 +337,6 @@ def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> lis
         )
         lines += [f"{r.path}: {note}" for note in r.meta.get("notes", [])]
     if tables:
-        df = pd.concat(tables, ignore_index=True)
-        store.write_table(schema.conform(df, schema.MISMATCH_COLUMNS, "mismatch"), out / store.MISMATCH)
+        table = schema.conform_table(pa.concat_tables(tables), schema.MISMATCH_COLUMNS, "mismatch")
+        store.write_table(table, out / store.MISMATCH)
     return lines

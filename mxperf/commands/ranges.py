@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import read_manifest
 from tracing.outputs.schema import PHASES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Per-occurrence numbers group as one name: ProfilerStep#4 -> ProfilerStep#*, and the sequence ids
 # `emit_nvtx` / nsys append to every op (aten::to, seq = 12, op_id = 999599 -> aten::to, seq = *, op_id = *).
@@ -45,84 +48,136 @@ def _regex(flag: str, pattern: str) -> re.Pattern[str]:
         raise InputError(f"{flag} {pattern!r}: not a regular expression ({exc})") from None
 
 
+COLUMNS = ("count", "wall_ms", "time_ms", "window_busy_ms", "thread_busy_ms", "host_stall_ms", "stall_share")
+_SUMMED = {  # output column -> the ranges' column summed (null when every one is null)
+    "wall_ms": "wall_ns",
+    "time_ms": "time_ns",
+    "window_busy_ms": "window_busy_ns",
+    "thread_busy_ms": "thread_busy_ns",
+    "host_stall_ms": "host_stall_ns",
+}
+
+
 def summarize_ranges(
-    ranges: pd.DataFrame,
+    ranges: pa.Table,
     *,
     match: str | None = None,
     phase: str | None = None,
     by: str = "name",
     trace: str | None = None,
-) -> pd.DataFrame:
+) -> list[dict[str, Any]]:
     """Group a ranges table by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with ``by="phase"``, by
     phase over the outermost range of each phase: count, host wall, window time (start -> later of end and
-    the end of the GPU work it launched), attributed busy, host stall (ms), stall share of the window."""
-    df = ranges
-    if trace and "trace" in df:
+    the end of the GPU work it launched), attributed busy, host stall (ms), stall share of the window. Rows
+    (``name``, ``phase`` and :data:`COLUMNS`) by window time, longest first; ties by (name, phase)."""
+    import numpy as np
+
+    from tracing.outputs.schema import factorize
+
+    cols = ranges.column_names
+    keep = np.ones(ranges.num_rows, bool)
+    if trace and "trace" in cols:
         rt = _regex("--trace", trace)
-        df = df[df["trace"].astype(str).map(lambda t: rt.search(t) is not None).to_numpy(dtype=bool)]
+        keep &= _per_value(ranges, "trace", lambda t: rt.search(str(t)) is not None)
     if by == "phase":
-        df = df[_outermost_of_phase(df)]
+        keep &= _outermost_of_phase(ranges)
     if match:
         rx = _regex("--match", match)
-        df = df[df["name"].astype(str).map(lambda n: rx.search(n) is not None).to_numpy(dtype=bool)]
+        keep &= _per_value(ranges, "name", lambda n: rx.search(str(n)) is not None)
     if phase:
-        df = df[df["phase"] == phase]
-    names = df["name"].astype(str).str.replace(_NUMBERED, "#*", regex=True)
-    df = df.assign(name=names.str.replace(_OP_ID, r"\g<1>*", regex=True))
+        keep &= _per_value(ranges, "phase", lambda p: p == phase)
+    t = ranges.filter(keep)
     if by == "phase":
-        df = df.assign(name=df["phase"])
-    if "time_ns" not in df:  # an ingest written before the one time basis: host wall time only
-        df = df.assign(time_ns=df["wall_ns"])
-    g = df.groupby(["name", "phase"], observed=True, dropna=False)
-    out = pd.DataFrame(
-        {
-            "count": g.size(),
-            "wall_ms": g["wall_ns"].sum() / 1e6,
-            "time_ms": g["time_ns"].sum() / 1e6,
-            "window_busy_ms": g["window_busy_ns"].sum(min_count=1) / 1e6,
-            "thread_busy_ms": g["thread_busy_ns"].sum(min_count=1) / 1e6,
-            "host_stall_ms": g["host_stall_ns"].sum(min_count=1) / 1e6,
-        }
-    ).reset_index()
-    # busy and stall are measured in each range's window (start -> later of end and its last GPU op's end)
-    out["stall_share"] = out["host_stall_ms"] / out["time_ms"].where(out["time_ms"] > 0)
-    return out.sort_values("time_ms", ascending=False, kind="stable").reset_index(drop=True)
+        name_codes, names = factorize(t, "phase")
+    else:
+        name_codes, raw = factorize(t, "name")
+        names = [_OP_ID.sub(r"\g<1>*", _NUMBERED.sub("#*", str(n))) for n in raw]
+    phase_codes, phases = factorize(t, "phase")
+    keys = sorted(
+        {(names[n], phases[p]) for n, p in zip(name_codes.tolist(), phase_codes.tolist(), strict=True)},
+        key=_group_order,
+    )
+    index = {k: i for i, k in enumerate(keys)}
+    group = np.array(
+        [
+            index[(names[n], phases[p])]
+            for n, p in zip(name_codes.tolist(), phase_codes.tolist(), strict=True)
+        ],
+        np.int64,
+    )
+    out = [{"name": k[0], "phase": k[1], "count": 0} for k in keys]
+    for i, c in enumerate(np.bincount(group, minlength=len(keys)).tolist()):
+        out[i]["count"] = c
+    for c, src in _SUMMED.items():
+        if src == "time_ns" and src not in cols:  # an ingest written before the one time basis
+            src = "wall_ns"
+        values = t.column(src).to_numpy().astype(np.float64)  # nulls -> NaN; sums of ns are exact below 2^53
+        present = ~np.isnan(values)
+        sums = np.bincount(group[present], values[present], minlength=len(keys))
+        seen = np.bincount(group[present], minlength=len(keys)) > 0
+        for i, (v, ok) in enumerate(zip(sums.tolist(), seen.tolist(), strict=True)):
+            out[i][c] = v / 1e6 if ok else None
+    for row in out:  # busy and stall are measured in each range's window (start -> later of end and GPU end)
+        stall, time = row["host_stall_ms"], row["time_ms"]
+        row["stall_share"] = stall / time if stall is not None and time is not None and time > 0 else None
+    return sorted(out, key=lambda r: -(r["time_ms"] or 0.0))  # stable: ties keep the (name, phase) order
 
 
-def _outermost_of_phase(df: pd.DataFrame) -> pd.Series:
+def _per_value(ranges: pa.Table, column: str, test: Any) -> Any:
+    """``test`` of each row's value of a string column, called once per distinct value."""
+    import numpy as np
+
+    from tracing.outputs.schema import factorize
+
+    codes, values = factorize(ranges, column)
+    return np.array([bool(test(v)) for v in values] + [False], bool)[codes]
+
+
+def _group_order(key: tuple[Any, Any]) -> tuple[Any, ...]:
+    """Groups sorted as pandas' groupby sorts them: by name, then phase, a missing value last."""
+    return tuple(x for v in key for x in (v is None, "" if v is None else str(v)))
+
+
+def _outermost_of_phase(ranges: pa.Table) -> Any:
     """True for ranges with no ancestor of the same phase (so per-phase totals never count time twice)."""
-    traces = df["trace"] if "trace" in df else pd.Series([""] * len(df), index=df.index)
-    info = {
-        (t, int(r)): (int(p), ph)
-        for t, r, p, ph in zip(traces, df["range_id"], df["parent_id"], df["phase"], strict=True)
-    }
-    keep = []
-    for t, parent, phase in zip(traces, df["parent_id"], df["phase"], strict=True):
-        p, outermost = int(parent), True
+    import numpy as np
+
+    n = ranges.num_rows
+    traces = ranges.column("trace").to_pylist() if "trace" in ranges.column_names else [""] * n
+    rid, parent, phase = (ranges.column(c).to_pylist() for c in ("range_id", "parent_id", "phase"))
+    info = {(t, int(r)): (int(p), ph) for t, r, p, ph in zip(traces, rid, parent, phase, strict=True)}
+    keep = np.ones(n, bool)
+    for i, (t, up, ph) in enumerate(zip(traces, parent, phase, strict=True)):
+        p = int(up)
         while p >= 0 and (t, p) in info:
-            p, ph = info[(t, p)]
-            if ph == phase:
-                outermost = False
+            p, above = info[(t, p)]
+            if above == ph:
+                keep[i] = False
                 break
-        keep.append(outermost)
-    return pd.Series(keep, index=df.index, dtype=bool)  # bool even when empty (else a column selection)
+    return keep
 
 
-def render(table: pd.DataFrame) -> str:
+def render(table: list[dict[str, Any]]) -> str:
     """A fixed-width text table (null GPU columns print as '-')."""
     if len(table) == 0:
         return "no ranges"
-    cols = ["count", "wall_ms", "time_ms", "window_busy_ms", "thread_busy_ms", "host_stall_ms", "stall_share"]
-    width = min(60, max(len("name"), *(len(str(n)) for n in table["name"])))
-    lines = [f"{'name':<{width}}  {'phase':<8} " + " ".join(f"{c:>14}" for c in cols)]
-    for r in table.itertuples(index=False):
-        name = str(r.name) if len(str(r.name)) <= width else str(r.name)[: width - 1] + "…"
+    width = min(60, max(len("name"), *(len(str(r["name"])) for r in table)))
+    lines = [f"{'name':<{width}}  {'phase':<8} " + " ".join(f"{c:>14}" for c in COLUMNS)]
+    for r in table:
+        name = str(r["name"]) if len(str(r["name"])) <= width else str(r["name"])[: width - 1] + "…"
         vals = []
-        for c in cols:
-            v = getattr(r, c)
-            vals.append(f"{'-':>14}" if pd.isna(v) else f"{int(v):>14d}" if c == "count" else f"{v:>14.3f}")
-        lines.append(f"{name:<{width}}  {r.phase!s:<8} " + " ".join(vals))
+        for c in COLUMNS:
+            v = r[c]
+            vals.append(f"{'-':>14}" if v is None else f"{int(v):>14d}" if c == "count" else f"{v:>14.3f}")
+        lines.append(f"{name:<{width}}  {r['phase']!s:<8} " + " ".join(vals))
     return "\n".join(lines)
+
+
+def _json_value(v: Any) -> Any:
+    """A cell as pandas' ``to_json`` wrote it: floats to 10 decimals, NaN and missing as null."""
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else round(v, 10)
+    return v
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,9 +197,12 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.top < 0:
         raise InputError(f"--top {args.top}: must be >= 0 (0 shows every row)")
-    ranges = store.read_table(args.out / store.RANGES)
+    ranges = store.read_arrow(args.out / store.RANGES)
     table = summarize_ranges(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
-    sources = sorted(ranges["trace"].astype(str).unique()) if "trace" in ranges and not args.trace else []
+    has_trace = "trace" in ranges.column_names
+    sources = (
+        sorted({str(t) for t in ranges.column("trace").to_pylist()}) if has_trace and not args.trace else []
+    )
     if len(sources) > 1:  # e.g. a run's range log and its trace: the same steps, seen twice
         print(
             f"note: ranges from {len(sources)} sources ({', '.join(Path(s).name for s in sources)}) add up in "
@@ -152,9 +210,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.top:
-        table = table.head(args.top)
+        table = table[: args.top]
     if args.json:
-        rows = json.loads(table.to_json(orient="records"))
+        rows = [{k: _json_value(v) for k, v in r.items()} for r in table]
         print(json.dumps({"schema_version": store.SCHEMA_VERSION, "ranges": rows}, separators=(",", ":")))
     else:
         print(render(table))

@@ -40,7 +40,7 @@ def rank_set(folder: Path, n: int) -> dict[int, int]:
     stretch = mk.rank_set(sources, folder, n, 50)["stretch_permille"]
     from tracing.jobs import ingest_file
 
-    base = [ingest_file(str(p), "kineto", None, None, 0).steps for p in mk.RANK_SOURCES]
+    base = [ingest_file(str(p), "kineto", None, None, 0).steps.to_pandas() for p in mk.RANK_SOURCES]
     per_step = [s.groupby("step")["seconds"].sum() for s in base]
     return {
         int(step): max(range(n), key=lambda r: per_step[r % 2][step] * (1000 + stretch[r]))

@@ -150,7 +150,7 @@ def test_step_rows_are_summed_as_pandas_groupby_sums_them(repeat):
     want = st._with_other(
         want.drop(columns="_wall"), want["_wall"].to_numpy(), ["trace", "rank", "pid", "step"]
     )
-    got = st._long_table(rows)
+    got = schema.to_frame(schema.make_table(st._long_table(rows), schema.STEP_COLUMNS))
     pd.testing.assert_frame_equal(
         schema.conform(got, schema.STEP_COLUMNS, "steps"),
         schema.conform(want, schema.STEP_COLUMNS, "steps"),
@@ -170,10 +170,10 @@ def test_only_step_and_phase_rows_reach_the_step_table(tmp_path) -> None:
         (st.Job(minibatches=2), st.Job(framework="verl-megatron", steps=((512, 256),) * 3))
     ):
         trace = load_trace(st.write_kineto(st.simulate(job), tmp_path / f"{k}.json.gz"))
-        ranges = attribution.attribute_ranges(trace)
+        ranges = schema.from_frame(attribution.attribute_ranges(trace))
         keep = steps.step_rows(ranges)
         assert 0 < keep.sum() < len(ranges)  # some rows dropped, some kept: the test can fail
-        every = steps.trace_step_phases(jobs.with_trace_cols(ranges[list(jobs._STEP_INPUT)], trace))
+        every = steps.trace_step_phases(jobs.with_trace_cols(ranges.select(list(jobs._STEP_INPUT)), trace))
         some = steps.trace_step_phases(jobs.with_trace_cols(jobs._step_input(ranges), trace))
         assert len(every) > 0
-        pd.testing.assert_frame_equal(every, some, check_exact=True)
+        assert every.equals(some, check_metadata=True)

@@ -33,10 +33,9 @@ or stalled). A trace without GPU ops leaves all GPU columns null with ``gpu_reas
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tracing.analysis import engine, gpu_tables, intervals, metrics, range_tables
 from tracing.analysis.phases import PhaseMap, default_phase_map
@@ -49,6 +48,10 @@ from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and
 )
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 _FRAME_COLUMNS = (
     "source",
@@ -71,7 +74,7 @@ def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame
     """The ranges of a trace with nesting (parent_id, depth) and canonical phase; no GPU columns yet."""
     phase_map = phase_map or default_phase_map()
     if trace.range_log is not None:
-        table = _frame(_range_log_columns(trace.range_log, phase_map), RANGELOG_REASON)
+        table = range_log_frame(trace, phase_map)
     else:
         with engine.session() as con:
             engine.register_frame(con, trace.events)
@@ -93,7 +96,7 @@ def attribute_ranges(
     engine, :mod:`tracing.analysis.range_tables`; ``ops`` / ``timelines`` are accepted for older callers)."""
     phase_map = phase_map or default_phase_map()
     if trace.range_log is not None:
-        return _frame(_range_log_columns(trace.range_log, phase_map), RANGELOG_REASON)
+        return range_log_frame(trace, phase_map)
     with engine.session() as con:
         engine.register_frame(con, trace.events)
         num_ops = gpu_tables.make_ops(con)
@@ -109,49 +112,39 @@ def _source(trace: Trace) -> str:
 
 def range_log_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
     """An mxperf range log's range table (no GPU columns: its clock is the host's)."""
-    return _frame(_range_log_columns(trace.range_log, phase_map or default_phase_map()), RANGELOG_REASON)
+    return schema.to_frame(range_log_table(trace, phase_map))
 
 
-def _range_log_columns(log: pd.DataFrame, phase_map: PhaseMap) -> dict[str, Any]:
+def range_log_table(trace: Trace, phase_map: PhaseMap | None = None) -> pa.Table:
+    """:func:`range_log_frame` as an Arrow table (``schema.RANGE_COLUMNS`` but trace / rank)."""
+    log = trace.range_log if schema.is_arrow(trace.range_log) else schema.from_frame(trace.range_log)
+    cols = _range_log_columns(log, phase_map or default_phase_map())
+    cols.update(time_ns=cols["wall_ns"], gpu_reason=RANGELOG_REASON)
+    for c in engine.own_columns(schema.RANGE_COLUMNS):
+        cols.setdefault(c, None)  # GPU columns: null
+    return schema.make_table(cols, engine.own_columns(schema.RANGE_COLUMNS), "ranges")
+
+
+def _range_log_columns(log: pa.Table, phase_map: PhaseMap) -> dict[str, Any]:
     """mxperf's range log as range columns (its own ids, nesting and attributes)."""
-    names = log["name"].astype(str).tolist()
+    names = [str(n) for n in log.column("name").to_pylist()]
     phases = {n: phase_map.phase_of(n) for n in set(names)}
-    start = log["start_ns"].to_numpy(np.int64)
-    end = log["end_ns"].to_numpy(np.int64)
+    start, end = (log.column(c).to_numpy().astype(np.int64) for c in ("start_ns", "end_ns"))
     return {
-        "source": ["rangelog"] * len(log),
-        "range_id": log["range_id"].to_numpy(np.int64),
-        "parent_id": log["parent_id"].to_numpy(np.int64),
-        "depth": log["depth"].to_numpy(np.int64),
+        "source": "rangelog",
+        "range_id": log.column("range_id").to_numpy().astype(np.int64),
+        "parent_id": log.column("parent_id").to_numpy().astype(np.int64),
+        "depth": log.column("depth").to_numpy().astype(np.int64),
         "name": names,
-        "domain": [""] * len(log),
+        "domain": "",
         "phase": [phases[n] for n in names],
-        "pid": np.full(len(log), schema.NO_ID, np.int64),
-        "tid": log["tid"].to_numpy(np.int64),
+        "pid": schema.NO_ID,
+        "tid": log.column("tid").to_numpy().astype(np.int64),
         "start_ns": start,
         "end_ns": end,
         "wall_ns": end - start,
-        "attrs": log["attrs"].astype(str).tolist(),
+        "attrs": [str(a) for a in log.column("attrs").to_pylist()],
     }
-
-
-def _frame(cols: dict[str, Any], gpu_reason: str) -> pd.DataFrame:
-    """The range table of a range log from its columns; GPU columns null, ``gpu_reason`` set."""
-    n = len(cols["start_ns"])
-    data: dict[str, Any] = {}
-    cols["time_ns"] = cols["wall_ns"]
-    for c, dtype in schema.RANGE_COLUMNS.items():
-        if c in ("trace", "rank"):
-            continue
-        if c == "gpu_reason":
-            data[c] = pd.array([gpu_reason] * n, dtype=dtype)
-        elif c not in cols:
-            data[c] = pd.array([pd.NA] * n, dtype=dtype)
-        elif dtype == "int64":
-            data[c] = np.asarray(cols[c], np.int64)
-        else:
-            data[c] = pd.array(cols[c], dtype=dtype)
-    return pd.DataFrame(data, copy=False)
 
 
 def clipped_device_time(

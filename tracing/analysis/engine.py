@@ -127,12 +127,12 @@ EVENT_SELECT = ", ".join(
 )
 
 
-def register_frame(con: duckdb.DuckDBPyConnection, events: pd.DataFrame) -> None:
-    """An event frame as the ``events`` view (``row`` = the row's position in the frame)."""
+def register_frame(con: duckdb.DuckDBPyConnection, events: pd.DataFrame | pa.Table) -> None:
+    """An event table (a frame, or Arrow) as the ``events`` view (``row`` = the row's position in it)."""
     import numpy as np
     import pyarrow as pa
 
-    table = pa.Table.from_pandas(events, preserve_index=False)
+    table = events if isinstance(events, pa.Table) else pa.Table.from_pandas(events, preserve_index=False)
     table = table.append_column("row", pa.array(np.arange(len(events), dtype=np.int64)))
     con.register("events_frame", table)
     con.execute(f"create or replace temp view events as select {EVENT_SELECT}, row from events_frame")
@@ -151,11 +151,16 @@ def literal(text: str | os.PathLike[str]) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def frame(table: pa.Table, columns: dict[str, str], name: str = "table") -> pd.DataFrame:
-    """An engine result as a frame of a table's schema (its columns but trace / format / rank)."""
-    import pandas as pd
-    import pyarrow as pa
+def table(result: pa.Table, columns: dict[str, str], name: str = "table") -> pa.Table:
+    """An engine result as an Arrow table of a table's schema (its columns but trace / format / rank)."""
+    return schema.conform_table(result, own_columns(columns), name)
 
-    mapper = {pa.int64(): pd.Int64Dtype(), pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}
-    cols = {c: t for c, t in columns.items() if c not in ("trace", "rank", "format")}
-    return schema.conform(table.to_pandas(types_mapper=mapper.get), cols, name)
+
+def own_columns(columns: dict[str, str]) -> dict[str, str]:
+    """A table's columns but the ``trace`` / ``format`` / ``rank`` that ``jobs.with_trace_cols`` adds."""
+    return {c: t for c, t in columns.items() if c not in ("trace", "rank", "format")}
+
+
+def frame(result: pa.Table, columns: dict[str, str], name: str = "table") -> pd.DataFrame:
+    """:func:`table` as a pandas frame (the notebook functions)."""
+    return schema.to_frame(table(result, columns, name))

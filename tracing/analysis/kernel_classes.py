@@ -22,12 +22,15 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tracing.outputs import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 CLASSES: tuple[str, ...] = (
     "communication",
@@ -236,8 +239,9 @@ class KernelClassifier:
     def classify_ops(self, kinds: pd.Series | np.ndarray, names: pd.Series | np.ndarray) -> np.ndarray:
         """Class per op: memcpy/memset by kind, kernels by name (each distinct name matched once)."""
         names = np.asarray(names, dtype=object)
-        codes, uniques = pd.factorize(names)
-        out = np.array([self.classify(str(n)) for n in uniques], dtype=object)[codes]
+        code: dict[Any, int] = {}
+        codes = np.fromiter((code.setdefault(n, len(code)) for n in names.tolist()), np.int64, len(names))
+        out = np.array([self.classify(str(n)) for n in code] + [""], dtype=object)[codes]
         kinds = np.asarray(kinds, dtype=object)
         out[kinds == schema.MEMCPY] = "memcpy"
         out[kinds == schema.MEMSET] = "memset"
@@ -315,6 +319,7 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
 
     Rows: device ascending, then total time descending, ties by (kind, name) in code-point order (grouped in
     the engine: ``gpu_tables.KERNELS_SQL``)."""
+    import pandas as pd
     import pyarrow as pa
 
     from tracing.analysis import engine
@@ -330,10 +335,15 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
 
 def kernel_groups_frame(con: Any, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
     """The kernel table of the engine's ``ops`` (:func:`kernel_table`)."""
+    return schema.to_frame(kernel_groups_table(con, classifier))
+
+
+def kernel_groups_table(con: Any, classifier: KernelClassifier = DEFAULT) -> pa.Table:
+    """:func:`kernel_groups_frame` as an Arrow table (``schema.KERNEL_COLUMNS`` but trace / rank)."""
     from tracing.analysis import gpu_tables
 
     k = gpu_tables.kernel_groups(con)
-    return kernel_frame(
+    return kernel_rows(
         *(
             k[c].to_numpy(zero_copy_only=False)
             for c in ("device", "kind", "name", "count", "total_ns", "max_ns")
@@ -342,7 +352,7 @@ def kernel_groups_frame(con: Any, classifier: KernelClassifier = DEFAULT) -> pd.
     )
 
 
-def kernel_frame(
+def kernel_rows(
     device: np.ndarray,
     kinds: np.ndarray,
     names: np.ndarray,
@@ -350,7 +360,7 @@ def kernel_frame(
     total: np.ndarray,
     max_ns: np.ndarray,
     classifier: KernelClassifier = DEFAULT,
-) -> pd.DataFrame:
+) -> pa.Table:
     """The kernel table from its groups given in (device, kind, name) order (values ascending, strings in
     code-point order): rows by device ascending, then total time descending, ties kept in that order."""
     cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
@@ -366,15 +376,13 @@ def kernel_frame(
         "mean_ns": total / count,
         "max_ns": max_ns[rows],
     }
-    dtypes = {c: schema.KERNEL_COLUMNS[c] for c in cols}
-    return pd.DataFrame(  # numeric columns are int64 / float64 already (schema.KERNEL_COLUMNS)
-        {c: pd.array(values[c], dtype="string") if dtypes[c] == "string" else values[c] for c in cols},
-        copy=False,
-    )
+    return schema.make_table(values, {c: schema.KERNEL_COLUMNS[c] for c in cols}, "kernels")
 
 
 def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes whose order is the values' sorted order (-1 = missing), and the sorted uniques."""
+    import pandas as pd
+
     codes, uniques = pd.factorize(values)
     uniques = np.asarray(uniques, dtype=values.dtype if values.dtype != object else object)
     if values.dtype == object:
@@ -392,6 +400,8 @@ def class_totals(kernels: pd.DataFrame) -> pd.DataFrame:
     (exact int64 sums); an empty table, a missing class or non-int64 device / total columns take the pandas
     groupby path, which gives the same table.
     """
+    import pandas as pd
+
     classes = kernels["kernel_class"]
     plain = kernels["device"].dtype == np.int64 and kernels["total_ns"].dtype == np.int64
     if len(kernels) == 0 or not plain or classes.isna().any():

@@ -12,9 +12,8 @@ cannot say stays NaN, never 0: a phase none of its timers maps to, ``other`` of 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-import pandas as pd
+from dataclasses import dataclass, replace
+from typing import Any
 
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.steps import PHASES as STEP_PHASE_NAMES
@@ -30,8 +29,8 @@ _OVERLAP_TOLERANCE = 0.01  # phases may exceed the total by timer jitter before 
 class LoggedSteps:
     """What one metric log gives: tables plus what was read from where, for the summary and the manifest."""
 
-    steps: pd.DataFrame  # STEP_COLUMNS
-    mismatch: pd.DataFrame  # MISMATCH_COLUMNS
+    steps: Any  # STEP_COLUMNS: a pandas frame (logged_step_tables), an Arrow table (logged_tables)
+    mismatch: Any  # MISMATCH_COLUMNS, likewise
     phase_keys: dict[str, list[str]]  # step phase -> the logged timer keys summed into it
     notes: tuple[str, ...]
 
@@ -39,7 +38,16 @@ class LoggedSteps:
 def logged_step_tables(
     log: MetricLog, phase_map: PhaseMap | None = None, precision: str | None = None
 ) -> LoggedSteps:
-    """Both tables of ``log`` (phase map: the default one); ``precision`` (a label) goes into the mismatch rows."""
+    """Both tables of ``log`` as pandas frames (phase map: the default one); ``precision`` (a label) goes into
+    the mismatch rows."""
+    got = logged_tables(log, phase_map, precision)
+    return replace(got, steps=schema.to_frame(got.steps), mismatch=schema.to_frame(got.mismatch))
+
+
+def logged_tables(
+    log: MetricLog, phase_map: PhaseMap | None = None, precision: str | None = None
+) -> LoggedSteps:
+    """:func:`logged_step_tables` with Arrow tables (``mxperf ingest``)."""
     phase_keys, total_key, skipped = _classify_timers(log, phase_map or default_phase_map())
     steps, overlap = _step_rows(log, phase_keys, total_key)
     notes = []
@@ -84,7 +92,7 @@ def _classify_timers(
 
 def _step_rows(
     log: MetricLog, phase_keys: dict[str, list[str]], total_key: str | None
-) -> tuple[pd.DataFrame, list[int]]:
+) -> tuple[Any, list[int]]:
     rows, overlap = [], []
     timer_keys = {k for keys in phase_keys.values() for k in keys} | ({total_key} if total_key else set())
     for step in sorted(log.steps):
@@ -103,13 +111,13 @@ def _step_rows(
             overlap.append(step)
         seconds["other"] = max(other, 0.0) if not math.isnan(other) else math.nan
         rows += [(log.path, step, phase, seconds[phase]) for phase in STEP_PHASES]
-    df = pd.DataFrame(rows, columns=["trace", "step", "phase", "seconds"])
-    df.insert(1, "rank", pd.array([pd.NA] * len(df), dtype="Int64"))
-    df.insert(2, "pid", METRIC_LOG_PID)
-    return schema.conform(df, schema.STEP_COLUMNS, "steps"), overlap
+    names = ("trace", "step", "phase", "seconds")
+    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
+    data = {"trace": [], "step": [], "phase": [], "seconds": [], **cols, "rank": None, "pid": METRIC_LOG_PID}
+    return schema.make_table(data, schema.STEP_COLUMNS, "steps"), overlap
 
 
-def _mismatch_rows(log: MetricLog, precision: str | None) -> pd.DataFrame:
+def _mismatch_rows(log: MetricLog, precision: str | None) -> Any:
     fw = log.keys
     rows = [
         (log.path, log.framework, precision, step, metric, key, value)
@@ -117,5 +125,6 @@ def _mismatch_rows(log: MetricLog, precision: str | None) -> pd.DataFrame:
         for key, value in sorted(log.steps[step].items())
         if (metric := fw.mismatch_metric(key)) is not None
     ]
-    df = pd.DataFrame(rows, columns=["trace", "framework", "precision", "step", "metric", "key", "value"])
-    return schema.conform(df, schema.MISMATCH_COLUMNS, "mismatch")
+    names = ("trace", "framework", "precision", "step", "metric", "key", "value")
+    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
+    return schema.make_table({**{k: [] for k in names}, **cols}, schema.MISMATCH_COLUMNS, "mismatch")

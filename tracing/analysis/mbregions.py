@@ -14,11 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tracing.analysis.mbsignals import Signals
+from tracing.outputs import schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 MICROBATCH_PHASES: tuple[str, ...] = ("update", "logprob", "reward")
 EXPLICIT_NAMES = re.compile(
@@ -39,38 +43,37 @@ class Region:
     name: str
 
 
-def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region], pd.DataFrame, list[int]]:
+def find_regions(ranges: pa.Table, pattern: str | None) -> tuple[list[Region], pa.Table, list[int]]:
     """Detection regions, explicit micro-batch ranges, and the processes to cut as a whole (ranges only
     from ``emit_nvtx``), from a range table (``attribution.range_frame``).
 
     Names are matched once per distinct name; only candidate rows are walked (emit_nvtx traces hold one
     range per op)."""
-    if len(ranges) == 0:
-        return [], ranges.iloc[0:0], []
-    codes, uniq = _factorized(ranges["name"])
+    if ranges.num_rows == 0:
+        return [], ranges, []
+    codes, uniq = _factorized(ranges, "name")
     explicit, library, is_step = (flags[codes] for flags in name_flags(uniq, pattern))
-    phase_codes, phases = _factorized(ranges["phase"])
-    pid = ranges["pid"].to_numpy(np.int64)
+    phase_codes, phases = _factorized(ranges, "phase")
+    pid = ranges.column("pid").to_numpy().astype(np.int64)
     in_set = np.isin(phases, MICROBATCH_PHASES)[phase_codes] & ~explicit
     regions: list[Region] = []
     fallback: list[int] = []
-    tid = ranges["tid"].to_numpy(np.int64)
-    start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+    tid, start, end = (ranges.column(c).to_numpy().astype(np.int64) for c in ("tid", "start_ns", "end_ns"))
 
     def region(k: int, phase: str | None) -> Region:
         return Region(int(pid[k]), int(tid[k]), phase, int(start[k]), int(end[k]), -1, str(uniq[codes[k]]))
 
     candidates = np.flatnonzero(in_set)
     if len(candidates):
-        rid = ranges["range_id"].to_numpy(np.int64)
-        parent = dict(zip(rid.tolist(), ranges["parent_id"].to_numpy(np.int64).tolist(), strict=True))
+        rid = ranges.column("range_id").to_numpy().astype(np.int64)
+        parent = dict(zip(rid.tolist(), ranges.column("parent_id").to_pylist(), strict=True))
         flagged = set(rid[in_set].tolist())
         for k in candidates.tolist():
             if not _has_flagged_ancestor(int(rid[k]), parent, flagged):
                 regions.append(region(k, str(phases[phase_codes[k]])))
     covered = {r.pid for r in regions}
     # user ranges: not emit_nvtx op ranges, not NCCL's own NVTX ranges (ncclSend, ncclGroupStart, ...)
-    dom_codes, domains = _factorized(ranges["domain"])
+    dom_codes, domains = _factorized(ranges, "domain")
     user = ~library & np.array([is_user_domain(d) for d in domains], bool)[dom_codes]
     not_trained = np.isin(phases, ("generate", "sync"))[phase_codes]
     for p in sorted(set(pid.tolist()) - covered):
@@ -82,7 +85,7 @@ def find_regions(ranges: pd.DataFrame, pattern: str | None) -> tuple[list[Region
             regions += [region(k, None) for k in steps.tolist()]
         elif not (mine & user).any():
             fallback.append(int(p))  # only op ranges: cut the process as a whole
-    return regions, ranges[explicit], fallback
+    return regions, ranges.filter(explicit), fallback
 
 
 def name_flags(names: Sequence[str], pattern: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,11 +114,11 @@ def is_user_domain(domain: str) -> bool:
     return domain.upper() != "NCCL"
 
 
-def _factorized(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Codes and distinct values (as ``str``, as ``astype(str)`` gives them) of a string column, without a
-    Python string per row (an nsys export holds a range per op)."""
-    codes, uniq = pd.factorize(col, use_na_sentinel=False)
-    return np.asarray(codes), np.array([str(u) for u in pd.Series(uniq).astype(str)], dtype=object)
+def _factorized(ranges: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and distinct values (as ``str``; a null as pandas writes it, ``<NA>``) of a string column,
+    without a Python string per row (an nsys export holds a range per op)."""
+    codes, uniq = schema.factorize(ranges, column)
+    return codes, np.array(["<NA>" if u is None else str(u) for u in uniq], dtype=object)
 
 
 def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -> bool:
@@ -127,20 +130,15 @@ def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -
     return False
 
 
-def profiler_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N); names matched once per distinct name."""
-    codes, uniq = _factorized(ranges["name"])
+def profiler_steps(ranges: pa.Table) -> dict[str, np.ndarray]:
+    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N) arrays; names matched once per distinct
+    name."""
+    codes, uniq = _factorized(ranges, "name")
     step_of = np.array([int(m[1]) if (m := _PROFILER_STEP.fullmatch(n)) else -1 for n in uniq], np.int64)
     step = step_of[codes] if len(codes) else np.zeros(0, np.int64)
     keep = step >= 0
-    return pd.DataFrame(
-        {
-            "pid": ranges["pid"].to_numpy(np.int64)[keep],
-            "start_ns": ranges["start_ns"].to_numpy(np.int64)[keep],
-            "end_ns": ranges["end_ns"].to_numpy(np.int64)[keep],
-            "step": step[keep],
-        }
-    )
+    out = {c: ranges.column(c).to_numpy().astype(np.int64)[keep] for c in ("pid", "start_ns", "end_ns")}
+    return {**out, "step": step[keep]}
 
 
 def whole_process_region(sig: Signals, pid: int) -> Region | None:

@@ -50,6 +50,7 @@ from tracing.outputs import schema
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 __all__ = [
     "KERNEL_WAIT_THRESHOLD_NS",
@@ -97,15 +98,27 @@ def device_metrics(events: pd.DataFrame, timelines: list[DeviceTimeline] | None 
     """
     import pandas as pd
 
+    timelines = device_timelines(events) if timelines is None else timelines
+    rows = _device_rows(timelines)
+    cols = engine.own_columns(schema.DEVICE_COLUMNS)
+    if not rows:
+        return schema.empty_frame(cols)
+    return pd.DataFrame(rows, columns=list(cols))
+
+
+def device_table(timelines: list[DeviceTimeline]) -> pa.Table:
+    """:func:`device_metrics` of a trace's timelines as an Arrow table (``schema.DEVICE_COLUMNS`` but trace /
+    format / rank)."""
+    rows = _device_rows(timelines)
+    cols = engine.own_columns(schema.DEVICE_COLUMNS)
+    return schema.make_table({c: [r[c] for r in rows] for c in cols}, cols, "devices")
+
+
+def _device_rows(timelines: list[DeviceTimeline]) -> list[dict[str, float | int]]:
     from tracing.analysis.colocated import shared_device_time  # it builds on the timelines
 
-    timelines = device_timelines(events) if timelines is None else timelines
     shared = shared_device_time(timelines)  # processes of this trace that share a device
-    rows = [{**t.row, **s} for t, s in zip(timelines, shared, strict=True)]
-    cols = [c for c in schema.DEVICE_COLUMNS if c not in ("trace", "format", "rank")]
-    if not rows:
-        return schema.empty_frame({c: schema.DEVICE_COLUMNS[c] for c in cols})
-    return pd.DataFrame(rows, columns=cols)
+    return [{**t.row, **s} for t, s in zip(timelines, shared, strict=True)]
 
 
 def stream_breakdown(

@@ -24,14 +24,14 @@ host op and the end of the last GPU op it launched (any thread of its process); 
 from __future__ import annotations
 
 import bisect
-import functools
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tracing.analysis import attribution, kernel_classes, mbdetect, mbregions, metrics
 from tracing.analysis.mbsignals import Signals
@@ -40,6 +40,10 @@ from tracing.ingest.trace import Trace
 from tracing.outputs import schema
 from tracing.outputs.labels import Labels
 from tracing.outputs.precisions import PRECISION_IDS
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 EXTRA_COLUMNS: dict[str, str] = {
     "pid": "int64",
@@ -64,9 +68,10 @@ GpuEnds = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 @dataclass
 class MicrobatchResult:
-    """The table plus what people need to trust it: per (process, phase) notes and the precision evidence."""
+    """The table plus what people need to trust it: per (process, phase) notes and the precision evidence.
+    ``table``: an Arrow table inside ``mxperf ingest``, a pandas frame from :func:`find_microbatches`."""
 
-    table: pd.DataFrame
+    table: Any
     notes: list[dict[str, Any]] = field(default_factory=list)
     precision: PrecisionEvidence | None = None
     warnings: list[str] = field(default_factory=list)
@@ -96,26 +101,36 @@ def find_microbatches(
     kernels: pd.DataFrame | None = None,
 ) -> MicrobatchResult:
     """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``; ``ops``,
-    ``timelines``, ``kernels`` -- ``kernel_classes.kernel_table`` -- may be passed to reuse them)."""
+    ``timelines``, ``kernels`` -- ``kernel_classes.kernel_table`` -- may be passed to reuse them); the table
+    is a pandas frame."""
     from tracing.analysis import engine, gpu_tables
     from tracing.analysis.mb_engine import engine_signals
 
+    ranges_t = ranges if schema.is_arrow(ranges) else schema.from_frame(ranges)
     with engine.session() as con:
         engine.register_frame(con, trace.events)
         num_ops = gpu_tables.make_ops(con)
         timelines = gpu_tables.device_timelines(con) if timelines is None else timelines
         if kernels is None:
-            kernels = kernel_classes.kernel_groups_frame(con)
-        gemm = kernels.loc[kernels["kernel_class"].astype(str) == "gemm", "name"].astype(str).tolist()
-        sig = engine_signals(con, gemm)
-        return signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
+            kinds = kernel_classes.kernel_groups_table(con)
+        else:
+            kinds = kernels if schema.is_arrow(kernels) else schema.from_frame(kernels)
+        sig = engine_signals(con, gemm_names(kinds))
+        found = signals_microbatches(sig, trace, ranges_t, kinds, num_ops, labels, pattern, timelines)
+    return replace(found, table=schema.to_frame(found.table))
+
+
+def gemm_names(kernels: pa.Table) -> list[str]:
+    """The names of a kernel table's GEMM kernels (every row of class ``gemm``, in table order)."""
+    cls, names = kernels.column("kernel_class").to_pylist(), kernels.column("name").to_pylist()
+    return [str(n) for c, n in zip(cls, names, strict=True) if str(c) == "gemm"]
 
 
 def signals_microbatches(
     sig: Signals,
     trace: Trace,
-    ranges: pd.DataFrame,
-    evidence_from: pd.DataFrame,
+    ranges: pa.Table,
+    evidence_from: pa.Table,
     num_ops: int,
     labels: Labels | None,
     pattern: str | None,
@@ -145,7 +160,7 @@ def signals_microbatches(
 def microbatch_result(
     findings: list[mbdetect.Finding],
     gpu_ends: GpuEnds,
-    evidence_from: pd.DataFrame,
+    evidence_from: pa.Table,
     has_gpu: bool,
     labels: Labels,
     rank: int | None,
@@ -163,13 +178,13 @@ def microbatch_result(
     return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
 
 
-def _note_overlaps(table: pd.DataFrame, notes: list[dict[str, Any]]) -> None:
+def _note_overlaps(table: pa.Table, notes: list[dict[str, Any]]) -> None:
     """Say where micro-batch windows overlap (no sync between micro-batches): their seconds then include
     waiting for earlier GPU work, so they over-state a micro-batch's own cost."""
-    if len(table) == 0:
+    if table.num_rows == 0:
         return
-    late = (table["overlap_seconds"] > 0.05 * table["seconds"]).to_numpy()
-    keys = list(zip(table["pid"].tolist(), table["phase"].astype(str).tolist(), strict=True))
+    late = table.column("overlap_seconds").to_numpy() > 0.05 * table.column("seconds").to_numpy()
+    keys = list(zip(table.column("pid").to_pylist(), table.column("phase").to_pylist(), strict=True))
     count, total = Counter(k for k, x in zip(keys, late, strict=True) if x), Counter(keys)
     for n in notes:
         k = count[(n["pid"], n["phase"])]
@@ -184,7 +199,9 @@ def microbatch_table(
     trace: Trace, labels: Labels | None = None, *, pattern: str | None = None
 ) -> pd.DataFrame:
     """:func:`find_microbatches`' table for a trace alone (notebooks: ``tracing.open(path).microbatches()``)."""
-    return find_microbatches(trace, attribution.attribute_ranges(trace), labels, pattern=pattern).table
+    ranges = attribution.attribute_ranges(trace)
+    table: pd.DataFrame = find_microbatches(trace, ranges, labels, pattern=pattern).table
+    return table
 
 
 @dataclass(frozen=True)
@@ -204,17 +221,17 @@ class Job:
 def plan_jobs(
     pids: set[int],
     whole_region: Callable[[int], mbregions.Region | None],
-    ranges: pd.DataFrame,
+    ranges: pa.Table,
     pattern: str | None,
     ranges_only: bool = False,
-) -> tuple[list[Job], list[mbregions.Region], pd.DataFrame]:
+) -> tuple[list[Job], list[mbregions.Region], dict[str, np.ndarray]]:
     """Where to cut, in output order: explicit ranges, phase / step regions, whole processes. ``pids``: the
     processes with host items or launches; ``whole_region(pid)``: a process's fallback region."""
     regions, explicit, whole = mbregions.find_regions(ranges, pattern)
     steps = mbregions.profiler_steps(ranges)
     jobs: list[Job] = []
     inside: set[int] = set()
-    for r in explicit.itertuples(index=False):
+    for r in (SimpleNamespace(**row) for row in explicit.to_pylist()):
         host = _enclosing(regions, int(r.pid), int(r.start_ns), int(r.end_ns))
         own = str(r.phase) if str(r.phase) in mbregions.MICROBATCH_PHASES else None
         jobs.append(Job(int(r.pid), int(r.start_ns), int(r.end_ns), row=r, phase=host.phase if host else own))
@@ -222,13 +239,13 @@ def plan_jobs(
             inside.add(regions.index(host))
     if pattern is not None or ranges_only:
         # --microbatch-range names the micro-batches; an mxperf range log has no ops to cut with
-        if pattern is not None and len(explicit) == 0:
+        if pattern is not None and explicit.num_rows == 0:
             reason = f"no range matches --microbatch-range {pattern!r}"
             jobs.append(Job(-1, 0, -1, done=mbdetect.Finding(_NO_REGION, [], reason)))
         return jobs, regions, steps
     # a range with explicit micro-batch ranges inside is cut by them
     jobs += [Job(g.pid, g.start_ns, g.end_ns, region=g) for k, g in enumerate(regions) if k not in inside]
-    has_ranges = set(ranges["pid"].tolist())
+    has_ranges = set(ranges.column("pid").to_pylist())
     for pid in sorted((pids - has_ranges) | set(whole)):  # no ranges, or only op ranges
         region = whole_region(pid)
         if region is not None:
@@ -247,7 +264,7 @@ def run_job(sig: Signals, job: Job) -> mbdetect.Finding:
 
 
 def _findings(
-    sig: Signals, ranges: pd.DataFrame, pattern: str | None, ranges_only: bool = False
+    sig: Signals, ranges: pa.Table, pattern: str | None, ranges_only: bool = False
 ) -> list[mbdetect.Finding]:
     def whole(pid: int) -> mbregions.Region | None:
         return mbregions.whole_process_region(sig, pid)
@@ -269,14 +286,14 @@ def _enclosing(regions: list[mbregions.Region], pid: int, lo: int, hi: int) -> m
 
 
 def with_steps(
-    findings: list[mbdetect.Finding], regions: list[mbregions.Region], steps: pd.DataFrame
+    findings: list[mbdetect.Finding], regions: list[mbregions.Region], steps: dict[str, np.ndarray]
 ) -> list[mbdetect.Finding]:
     """Step of each cut: attributes, else the enclosing ProfilerStep#N, else its region's ordinal among the
     ranges of its phase on its process."""
     starts: dict[tuple[int, str | None], list[int]] = {}
     for r in sorted(regions, key=lambda r: r.start_ns):
         starts.setdefault((r.pid, r.phase), []).append(r.start_ns)
-    pid, s0, s1, n = (steps[c].to_numpy() for c in ("pid", "start_ns", "end_ns", "step"))
+    pid, s0, s1, n = (steps[c] for c in ("pid", "start_ns", "end_ns", "step"))
     out = []
     for f in findings:  # the last range of its phase starting at or before it (explicit ranges sit inside)
         own = max(
@@ -392,44 +409,61 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
 
 def _table(
     rows: list[dict[str, Any]], gpu_ends: GpuEnds, rank: int | None, timelines: list[Any], has_gpu: bool
-) -> pd.DataFrame:
+) -> pa.Table:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
-        return _empty_table().copy()
-    df = pd.DataFrame(rows)
-    start = df["start_ns"].to_numpy(np.int64)
-    host_end = df["host_end_ns"].to_numpy(np.int64)
-    pid = df["pid"].to_numpy(np.int64)
-    gpu_end = gpu_ends(pid, start, host_end)
-    end = np.maximum(host_end, gpu_end)
-    df["end_ns"] = end
-    df["seconds"] = (end - start) / 1e9
+        return schema.empty_table(cols)
+    start = np.array([r["start_ns"] for r in rows], np.int64)
+    host_end = np.array([r["host_end_ns"] for r in rows], np.int64)
+    pid = np.array([r["pid"] for r in rows], np.int64)
+    end = np.maximum(host_end, gpu_ends(pid, start, host_end))
     if has_gpu:
         busy, stall = attribution.clipped_device_time(pid, start, end, timelines)
-        df["gpu_busy_seconds"] = busy / 1e9
-        df["host_stall_seconds"] = stall / 1e9
+        gpu_busy, gpu_stall = busy / 1e9, stall / 1e9
     else:
-        df["gpu_busy_seconds"] = df["host_stall_seconds"] = None
-    df["rank"] = rank
-    df = df.sort_values(["pid", "start_ns"], kind="stable", ignore_index=True)
-    df["overlap_seconds"] = (
-        _overlaps(df["pid"].to_numpy(), df["start_ns"].to_numpy(), df["end_ns"].to_numpy()) / 1e9
+        gpu_busy = gpu_stall = np.full(len(rows), np.nan)
+    # rows by (pid, start), stably: each window's overlap with the earlier windows of its process
+    by_start = sorted(range(len(rows)), key=lambda i: (pid[i], start[i]))
+    overlap = np.zeros(len(rows))
+    overlap[by_start] = _overlaps(pid[by_start], start[by_start], end[by_start]) / 1e9
+    # then by (pid, phase, step, start), stably
+    order = sorted(by_start, key=lambda i: (pid[i], rows[i]["phase"], rows[i]["step"], start[i]))
+    counts: Counter[tuple[Any, ...]] = Counter()
+    microbatch = []
+    for i in order:  # the index within (pid, phase, step) unless the range said
+        key = (pid[i], rows[i]["phase"], rows[i]["step"])
+        given = rows[i]["microbatch"]
+        microbatch.append(given if given is not None else counts[key])
+        counts[key] += 1
+    groups = sorted({(pid[i], rows[i]["step"]) for i in order})
+    repeat = {g: k for k, g in enumerate(groups)}
+    data: dict[str, Any] = {c: [rows[i][c] for i in order] for c in rows[0] if c in cols}
+    data.update(
+        pid=pid[order],
+        start_ns=start[order],
+        end_ns=end[order],
+        seconds=(end[order] - start[order]) / 1e9,
+        gpu_busy_seconds=gpu_busy[order],
+        host_stall_seconds=gpu_stall[order],
+        overlap_seconds=overlap[order],
+        microbatch=np.array(microbatch, np.int64),
+        repeat=np.array([repeat[(pid[i], rows[i]["step"])] for i in order], np.int64),
+        rank=rank,
+        peak_mem_bytes=[_number(rows[i]["peak_mem_bytes"]) for i in order],
+        flops=[_number(rows[i]["flops"]) for i in order],
     )
-    df = df.sort_values(["pid", "phase", "step", "start_ns"], kind="stable", ignore_index=True)
-    given = df["microbatch"].notna()
-    index = df.groupby(["pid", "phase", "step"], sort=False).cumcount()
-    df["microbatch"] = np.where(given, df["microbatch"].fillna(0), index).astype(np.int64)
-    df["repeat"] = df.groupby(["pid", "step"], sort=True).ngroup().astype(np.int64)
-    for c in ("gpu_busy_seconds", "host_stall_seconds", "peak_mem_bytes", "flops"):
-        values = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64, na_value=np.nan)
-        df[c] = pd.arrays.FloatingArray(np.nan_to_num(values), np.isnan(values))  # missing -> <NA>
-    df["rank"] = pd.array([rank] * len(df), dtype="Int64")
-    return schema.conform(df, cols, "microbatches")
+    return schema.make_table(data, cols, "microbatches")
 
 
-@functools.cache
-def _empty_table() -> pd.DataFrame:
-    return schema.empty_frame({**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS})
+def _number(value: Any) -> float | None:
+    """An attribute as a float (``pd.to_numeric(errors="coerce")``): numbers and numeric text; else None."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
 
 
 def _overlaps(pid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

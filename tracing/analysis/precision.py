@@ -28,13 +28,14 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tracing.analysis.kernel_classes import PRECISION_FAMILIES, kernel_table, match_row
 from tracing.outputs import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 UNKNOWN = "unknown"
 
@@ -341,28 +342,37 @@ class PrecisionEvidence:
         return asdict(self)
 
 
-def detect_precision(kernels: pd.DataFrame) -> PrecisionEvidence:
+def detect_precision(kernels: pd.DataFrame | pa.Table) -> PrecisionEvidence:
     """The precision of the GEMM kernels in a kernel table (``kernel_classes.kernel_table``: name,
-    kernel_class, total_ns per kernel name), or of raw ``metrics.gpu_ops`` rows."""
-    if "kernel_class" not in kernels:
+    kernel_class, total_ns per kernel name; a frame or an Arrow table), or of raw ``metrics.gpu_ops`` rows."""
+    arrow = hasattr(kernels, "column_names")
+    if "kernel_class" not in (kernels.column_names if arrow else kernels.columns):
         kernels = kernel_table(kernels)
-    kernels = kernels[kernels["kind"].astype(str) == schema.KERNEL]
-    if len(kernels) == 0:
+        arrow = False
+
+    def values(c: str) -> list[Any]:
+        return kernels.column(c).to_pylist() if arrow else kernels[c].tolist()
+
+    kind, name, cls, total = (values(c) for c in ("kind", "name", "kernel_class", "total_ns"))
+    rows = [i for i, k in enumerate(kind) if str(k) == schema.KERNEL]
+    if not rows:
         return PrecisionEvidence(None, "none", 0, 0.0, "", "no GPU kernels in the trace")
-    names = kernels["name"].astype(str).to_numpy(object)
-    is_gemm = (kernels["kernel_class"].astype(str) == "gemm").to_numpy(bool, copy=True)
-    totals = pd.Series(kernels["total_ns"].to_numpy(np.int64), index=names)
-    gemm = totals[is_gemm].groupby(level=0, sort=False).sum()  # a name on several devices: once
-    if len(gemm) == 0 or int(gemm.sum()) == 0:
+    gemm: dict[str, int] = {}  # GEMM time per name, in the table's order (a name on several devices: once)
+    for i in rows:
+        if str(cls[i]) == "gemm":
+            gemm[str(name[i])] = gemm.get(str(name[i]), 0) + int(total[i])
+    total_ns = sum(gemm.values())
+    if total_ns == 0:
         return PrecisionEvidence(None, "none", 0, 0.0, "", "no GEMM kernels among the GPU kernels")
-    fam = pd.Series([gemm_precision(n) for n in gemm.index], index=gemm.index)
-    time_of = gemm.groupby(fam).sum()
-    total = int(gemm.sum())
-    low = [f for f in ("mxfp8", "fp8", "fp4") if f in time_of.index]  # any low-precision GEMM decides
-    family = low[0] if low else str(time_of.idxmax())
-    mine = gemm[fam == family]
-    example = str(mine.idxmax())
-    share = float(time_of[family]) / total
+    fam = {n: gemm_precision(n) for n in gemm}
+    time_of: dict[str, int] = {}
+    for n, t in gemm.items():
+        time_of[fam[n]] = time_of.get(fam[n], 0) + t
+    low = [f for f in ("mxfp8", "fp8", "fp4") if f in time_of]  # any low-precision GEMM decides
+    family = low[0] if low else max(sorted(time_of), key=time_of.__getitem__)  # ties: the first by name
+    example = max((n for n in gemm if fam[n] == family), key=gemm.__getitem__)  # ties: the first met
+    share = time_of[family] / total_ns
+    total = total_ns
     pct = f"{100 * share:.0f} % of GEMM time"
     precision, reason = {
         "mxfp8": ("mxfp8", f"MX block-scaled GEMMs ({pct})"),

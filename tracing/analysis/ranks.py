@@ -8,30 +8,37 @@ its lag is how much longer it took than the median rank of the same step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _KEYS = ("trace", "rank", "pid")
 
 
+def _missing(value: object) -> bool:
+    """None, NaN or pandas' NA (without importing pandas)."""
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):
+        return True
+    return isinstance(value, float) and value != value
+
+
 def process_label(rank: object, pid: object) -> str:
     """``rank 3``, or ``pid 4037`` when the trace names no rank (a null rank is never shown as 'None')."""
-    if rank is not None and not pd.isna(rank):
-        return f"rank {int(rank)}"
-    if pid is not None and not pd.isna(pid):
-        return f"pid {int(pid)}"
+    if not _missing(rank):
+        return f"rank {int(rank)}"  # type: ignore[call-overload]
+    if not _missing(pid):
+        return f"pid {int(pid)}"  # type: ignore[call-overload]
     return "unknown process"
 
 
-def process_labels(df: pd.DataFrame) -> np.ndarray:
-    """:func:`process_label` per row; when one label covers several (trace, rank, pid) -- two traces that
-    both call themselves rank 0 -- the trace's file name (its whole path when the names collide too, and
-    the pid when one trace holds both) is added so they stay apart."""
-    keys = [k for k in _KEYS if k in df.columns]
-    if df.empty:
-        return np.asarray([], dtype=object)
-    ident = df[keys].drop_duplicates() if keys else pd.DataFrame(index=[0])
-    recs = ident.to_dict("records")
+def ident_labels(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """:func:`process_label` of each distinct (trace, rank, pid) (dicts holding some of those keys); where one
+    label covers several -- two traces that both call themselves rank 0 -- the trace's file name (its whole
+    path when the names collide too, and the pid when one trace holds both) is added so they stay apart."""
     base = [process_label(r.get("rank"), r.get("pid")) for r in recs]
     groups: dict[str, list[int]] = {}
     for i, label in enumerate(base):
@@ -47,6 +54,20 @@ def process_labels(df: pd.DataFrame) -> np.ndarray:
             if traces.count(trace) > 1 and "pid" in recs[i] and not label.startswith("pid"):
                 extra = f"{extra} pid {recs[i]['pid']}".strip()
             names[i] = f"{label} ({extra})"
+    return names
+
+
+def process_labels(df: pd.DataFrame) -> np.ndarray:
+    """:func:`process_label` per row; when one label covers several (trace, rank, pid) -- two traces that
+    both call themselves rank 0 -- the trace's file name (its whole path when the names collide too, and
+    the pid when one trace holds both) is added so they stay apart."""
+    import pandas as pd
+
+    keys = [k for k in _KEYS if k in df.columns]
+    if df.empty:
+        return np.asarray([], dtype=object)
+    ident = df[keys].drop_duplicates() if keys else pd.DataFrame(index=[0])
+    names = ident_labels(ident.to_dict("records"))
     if not keys:
         return np.asarray(names * len(df), dtype=object)
     lookup = ident.assign(_label=names)
@@ -59,6 +80,8 @@ def step_totals(steps: pd.DataFrame) -> pd.DataFrame:
 
     Columns ``process, trace, rank, pid, step, seconds``; ``process`` is :func:`process_label`.
     """
+    import pandas as pd
+
     keys = [k for k in _KEYS if k in steps.columns]
     if steps.empty:
         return pd.DataFrame(columns=["process", *keys, "step", "seconds"])
@@ -78,6 +101,8 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
     median over processes; ``spread_pct`` = (slowest - fastest) / fastest. ``processes`` counts the processes
     that ran the step (a step missing on some rank is visible here). Ties go to the lowest rank number.
     """
+    import pandas as pd
+
     totals = step_totals(steps)
     cols = [
         "step",
@@ -120,6 +145,8 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
 def rank_summary(steps: pd.DataFrame, skip_steps: tuple[int, ...] = ()) -> pd.DataFrame:
     """One row per process: steps seen, median step seconds with its quartiles, and how often it was the
     slowest (the straggler count). ``skip_steps`` are left out (e.g. the warm-up step)."""
+    import pandas as pd
+
     totals = step_totals(steps)
     totals = totals[~totals["step"].isin(skip_steps)] if len(totals) else totals
     cols = ["process", "steps", "median_s", "q1_s", "q3_s", "slowest_in"]
@@ -143,6 +170,8 @@ def rank_summary(steps: pd.DataFrame, skip_steps: tuple[int, ...] = ()) -> pd.Da
 
 def one_rank(steps: pd.DataFrame, process: str) -> pd.DataFrame:
     """``step, phase, seconds`` of one process (by :func:`process_label`)."""
+    import pandas as pd
+
     if steps.empty:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
     sel = steps[process_labels(steps) == process]
@@ -151,6 +180,8 @@ def one_rank(steps: pd.DataFrame, process: str) -> pd.DataFrame:
 
 def processes(steps: pd.DataFrame) -> list[str]:
     """The processes of a step table, ranks first in rank order, then pids."""
+    import pandas as pd
+
     totals = step_totals(steps)
     if totals.empty:
         return []

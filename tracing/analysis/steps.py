@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tracing.analysis.metrics import measure
 from tracing.outputs import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 STEP_PHASES: tuple[str, ...] = ("generate", "logprob", "update", "sync", "other")
 PHASES: tuple[str, ...] = STEP_PHASES[:-1]
@@ -46,6 +50,8 @@ def _phase_order(col: pd.Series) -> pd.Series:
 def _with_other(
     wide: pd.DataFrame, step_seconds: pd.Series | np.ndarray | None, keys: Sequence[str]
 ) -> pd.DataFrame:
+    import pandas as pd
+
     wide = wide.fillna({p: 0.0 for p in PHASES})
     phase_sum = wide[list(PHASES)].sum(axis=1)
     if step_seconds is not None:
@@ -63,6 +69,8 @@ def step_phase_table(metrics: pd.DataFrame | None, ranges: pd.DataFrame | None =
     Uses the per-phase seconds in ``metrics`` when present; otherwise the range log (``step`` ranges and
     their direct children named after a phase). Raises ValueError when neither has per-phase times.
     """
+    import pandas as pd
+
     if metrics is not None and "step" in metrics.columns:
         cols = {p: _phase_column(list(metrics.columns), p) for p in PHASES}
         if any(cols.values()):
@@ -77,6 +85,8 @@ def step_phase_table(metrics: pd.DataFrame | None, ranges: pd.DataFrame | None =
 
 
 def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
     steps = ranges[ranges["name"] == "step"]
     if steps.empty:
         raise ValueError("the range log has no 'step' ranges")
@@ -99,12 +109,15 @@ def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
     return _with_other(wide, wide["step"].map(step_total), ["step"])
 
 
-def _is_step(ranges: pd.DataFrame) -> np.ndarray:
+def _is_step(ranges: pa.Table) -> np.ndarray:
     """Step ranges: a step-like name (matched once per distinct name: an nsys export has a range per op, no
     str object per row) or the phase ``step``."""
-    codes, uniques = pd.factorize(ranges["name"].astype(str))
-    matched = np.array([is_step_name(n) for n in uniques.tolist()] + [False])
-    step_phase = (ranges["phase"] == "step").to_numpy(bool) if "phase" in ranges else False
+    codes, uniques = schema.factorize(ranges, "name")
+    matched = np.array([is_step_name(n) for n in uniques] + [False])
+    step_phase = False
+    if "phase" in ranges.column_names:
+        p_codes, phases = schema.factorize(ranges, "phase")
+        step_phase = np.array([p == "step" for p in phases] + [False])[p_codes]
     return matched[codes] | step_phase
 
 
@@ -113,66 +126,82 @@ def is_step_name(name: object) -> bool:
     return isinstance(name, str) and _STEP_RE.match(name) is not None
 
 
-def step_rows(ranges: pd.DataFrame) -> np.ndarray:
+def step_rows(ranges: pd.DataFrame | pa.Table) -> np.ndarray:
     """The rows :func:`trace_step_phases` reads: step ranges and ranges of a step phase; the others cannot
     change its table (pass only these and an NVTX-heavy range table is not copied whole)."""
-    if ranges.empty:
+    t = ranges if schema.is_arrow(ranges) else schema.from_frame(ranges)
+    if t.num_rows == 0:
         return np.zeros(0, bool)
-    return _is_step(ranges) | ranges["phase"].isin(PHASES).to_numpy(bool)
+    step_phase = np.zeros(t.num_rows, bool)
+    if "phase" in t.column_names:
+        p_codes, phases = schema.factorize(t, "phase")
+        step_phase = np.array([p in PHASES for p in phases] + [False])[p_codes]
+    return _is_step(t) | step_phase
 
 
-def trace_step_phases(ranges: pd.DataFrame) -> pd.DataFrame:
-    """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``).
+def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Table:
+    """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``); a frame gives a
+    frame, an Arrow table an Arrow table.
 
     One row per (trace, rank, process, step, phase); empty when the trace has no step ranges.
     """
-    if ranges.empty:
-        return schema.empty_frame(schema.STEP_COLUMNS)
-    names = ranges["name"].astype(str)
-    phase_col = ranges["phase"] if "phase" in ranges else pd.Series("", index=ranges.index)
-    is_step = pd.Series(_is_step(ranges), index=ranges.index, dtype=bool)
-    steps = ranges[is_step]
-    if steps.empty:
-        return schema.empty_frame(schema.STEP_COLUMNS)
-    found = names[is_step].str.extract(_STEP_RANGE)[0]
-    steps = steps.assign(step_no=pd.to_numeric(found, errors="coerce")).sort_values("start_ns")
-    keys = ["trace", "rank", "pid"]
-    steps = steps.assign(**{k: steps.get(k) for k in ("trace", "rank")})
+    if not schema.is_arrow(ranges):
+        return schema.to_frame(trace_step_phases(schema.from_frame(ranges)))
+    if ranges.num_rows == 0:
+        return schema.empty_table(schema.STEP_COLUMNS)
+    is_step = _is_step(ranges)
+    if not is_step.any():
+        return schema.empty_table(schema.STEP_COLUMNS)
+    has = set(ranges.column_names)
+    n = ranges.num_rows
+
+    def values(c: str) -> list[Any]:
+        return ranges.column(c).to_pylist() if c in has else [None] * n
+
+    pid, start, end = (ranges.column(c).to_numpy() for c in ("pid", "start_ns", "end_ns"))
+    trace, rank = values("trace"), values("rank")
+    steps = np.flatnonzero(is_step)
+    steps = steps[np.argsort(start[steps], kind="stable")]
+    names = ranges.column("name").take(steps).to_pylist()
     # Unnumbered steps count up per process, in time order.
-    fallback = steps.groupby(["trace", "pid"], dropna=False).cumcount()
-    steps["step_no"] = steps["step_no"].fillna(fallback).astype("int64")
-    phased = ranges[phase_col.isin(PHASES)]
-    # numpy columns once (pandas masks per step cost ~1 ms each); every phased row has a phase (isin)
-    p_pid, p_start, p_end = (phased[c].to_numpy() for c in ("pid", "start_ns", "end_ns"))
-    p_phase = phased["phase"].to_numpy(object)
-    p_trace = phased["trace"].to_numpy(object) if "trace" in phased else None
+    seen: dict[tuple[Any, int], int] = {}
+    step_no = []
+    for k, name in zip(steps.tolist(), names, strict=True):
+        key = (trace[k], int(pid[k]))
+        fallback = seen.get(key, 0)
+        seen[key] = fallback + 1
+        m = _STEP_RE.match(name) if isinstance(name, str) else None
+        step_no.append(int(m.group(1)) if m is not None and m.group(1) is not None else fallback)
+    # numpy columns once (masks per step cost ~1 ms each); every phased row has a phase
+    if "phase" in has:
+        p_codes, phases = schema.factorize(ranges, "phase")
+        phased = np.flatnonzero(np.array([p in PHASES for p in phases] + [False])[p_codes])
+    else:
+        phased = np.zeros(0, np.int64)
+    p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
+    p_phase = np.array(ranges.column("phase").take(phased).to_pylist(), dtype=object) if len(phased) else None
+    p_trace = np.array([trace[k] for k in phased.tolist()], dtype=object) if "trace" in has else None
     rows = []
-    for st in steps[[*keys, "start_ns", "end_ns", "step_no"]].itertuples(index=False):
-        inside = (p_pid == st.pid) & (p_start >= st.start_ns) & (p_end <= st.end_ns)
+    for k, no in zip(steps.tolist(), step_no, strict=True):
+        inside = (p_pid == pid[k]) & (p_start >= start[k]) & (p_end <= end[k])
         if p_trace is not None:
-            inside &= p_trace == st.trace
-        wide: dict[str, object] = {
-            "trace": st.trace,
-            "rank": st.rank,
-            "pid": int(st.pid),
-            "step": int(st.step_no),
-        }
+            inside &= p_trace == trace[k]
+        wide: dict[str, object] = {"trace": trace[k], "rank": rank[k], "pid": int(pid[k]), "step": no}
         for phase in PHASES:
-            sel = inside & (p_phase == phase)
+            sel = inside & (p_phase == phase) if p_phase is not None else inside
             wide[phase] = measure(p_start[sel], p_end[sel]) / 1e9 if sel.any() else 0.0
-        wide["_wall"] = (st.end_ns - st.start_ns) / 1e9
+        wide["_wall"] = (int(end[k]) - int(start[k])) / 1e9
         rows.append(wide)
-    long = _long_table(rows)
-    return schema.conform(long, schema.STEP_COLUMNS, "steps")
+    return schema.make_table(_long_table(rows), schema.STEP_COLUMNS, "steps")
 
 
-def _long_table(rows: list[dict[str, object]]) -> pd.DataFrame:
+def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
     """The long table of the per-step rows: rows of one (trace, rank, process, step) summed (a Kineto trace
     has each ``ProfilerStep#N`` twice, on the CPU and the GPU timeline), keys ascending (a missing trace or
     rank last), then one row per phase in ``STEP_PHASES`` order, ``other`` = max(step wall - phase sum, 0).
 
-    What pandas' groupby-sum, melt and keyed sort gave, float for float (~20 ms less on a small trace): sums
-    in row order with the same compensated (Kahan) addition as its ``group_sum``, phases summed left to right."""
+    What pandas' groupby-sum, melt and keyed sort gave, float for float: sums in row order with the same
+    compensated (Kahan) addition as its ``group_sum``, phases summed left to right."""
     fields = (*PHASES, "_wall")
     groups: dict[tuple[object, ...], tuple[list[float], list[float]]] = {}
     for r in rows:
@@ -192,7 +221,7 @@ def _long_table(rows: list[dict[str, object]]) -> pd.DataFrame:
 
     def order(key: tuple[object, ...]) -> tuple[object, ...]:
         trace, rank = key[0], key[1]
-        no_rank = rank is None or rank is pd.NA
+        no_rank = rank is None or type(rank).__name__ == "NAType"  # pandas' NA, from a frame's rows
         return (trace is None, trace or "", no_rank, 0 if no_rank else rank, key[2], key[3])
 
     keys = sorted(groups, key=order)
@@ -203,16 +232,14 @@ def _long_table(rows: list[dict[str, object]]) -> pd.DataFrame:
     other = (sums[:, len(PHASES)] - phase_sum).clip(min=0)
     seconds = np.column_stack([sums[:, : len(PHASES)], other]).reshape(-1)
     m = len(STEP_PHASES)
-    return pd.DataFrame(
-        {
-            "trace": np.repeat(np.array([k[0] for k in keys], object), m),
-            "rank": np.repeat(np.array([k[1] for k in keys], object), m),
-            "pid": np.repeat(np.array([k[2] for k in keys], np.int64), m),
-            "step": np.repeat(np.array([k[3] for k in keys], np.int64), m),
-            "phase": np.tile(np.array(STEP_PHASES, object), len(keys)),
-            "seconds": seconds,
-        }
-    )
+    return {
+        "trace": [k[0] for k in keys for _ in range(m)],
+        "rank": [k[1] for k in keys for _ in range(m)],
+        "pid": np.repeat(np.array([k[2] for k in keys], np.int64), m),
+        "step": np.repeat(np.array([k[3] for k in keys], np.int64), m),
+        "phase": list(STEP_PHASES) * len(keys),
+        "seconds": seconds,
+    }
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
@@ -221,6 +248,8 @@ def one_process(steps: pd.DataFrame) -> pd.DataFrame:
     The slowest process of a step is the one with the longest step (sum over its phases); its phase split
     is kept whole, so the phases still add up to that step.
     """
+    import pandas as pd
+
     if steps.empty:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
     keys = [k for k in ("trace", "rank", "pid") if k in steps]
@@ -230,3 +259,19 @@ def one_process(steps: pd.DataFrame) -> pd.DataFrame:
     return picked[["step", "phase", "seconds"]].sort_values(
         ["step", "phase"], key=_phase_order, ignore_index=True
     )
+
+
+def kahan_sum(values: list[float]) -> float:
+    """The sum of ``values`` as pandas' groupby sum gives it: NaN skipped, compensated (Kahan) addition in
+    order (0.0 for none)."""
+    total = comp = 0.0
+    for v in values:
+        if v != v:
+            continue
+        y = v - comp
+        t = total + y
+        comp = t - total - y
+        if comp != comp:  # an infinite value: no compensation (pandas GH#53606)
+            comp = 0.0
+        total = t
+    return total

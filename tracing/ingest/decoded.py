@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.ingest.kineto import trace_info
-from tracing.ingest.kineto_rows import KIND_CODE
+from tracing.ingest.kineto_rows import KIND_CODE, as_int
+from tracing.ingest.trace import rank_from_name
 from tracing.outputs import schema, store
+from tracing.outputs.errors import TraceFormatError
 
 if TYPE_CHECKING:
     import duckdb
@@ -105,10 +106,46 @@ def decode(
             dec.domains,
             shape_lut=np.asarray(dec.shape_lut, np.int32),
         )
-    base_ns, resolved, info = trace_info(path, dec.reader.meta, rank, dec.skipped)
+    base_ns, resolved, info = kineto_info(path, dec.reader.meta, rank, dec.skipped)
     return Decoded(
         str(path), "kineto", resolved, info, raw, rows, names, list(dec.columns.shapes), [""], base_ns
     )
+
+
+def kineto_info(
+    path: Path, meta: dict[str, Any], rank: int | None, skipped: int
+) -> tuple[int, int | None, dict[str, Any]]:
+    """What a Kineto file says about itself: (base time ns, rank, the Trace's meta). The same as
+    ``kineto.trace_info``, here so that decoding imports no pandas (``kineto`` builds a frame)."""
+    base = meta.get("baseTimeNanoseconds")
+    base_ns = 0
+    if base is not None:
+        try:
+            base_ns = as_int(base)
+        except (TypeError, ValueError):
+            raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}") from None
+    dist = meta.get("distributedInfo")
+    file_rank = dist.get("rank") if isinstance(dist, dict) else None
+    if not isinstance(file_rank, int):
+        file_rank = None
+    resolved = file_rank if file_rank is not None else rank_from_name(path)
+    if resolved is None:
+        resolved = rank
+    props = meta.get("deviceProperties")
+    gpu_names = (
+        {int(p["id"]): p.get("name") for p in props if isinstance(p, dict) and isinstance(p.get("id"), int)}
+        if isinstance(props, list)
+        else {}
+    )
+    info = {
+        "base_time_ns": base_ns,
+        "clock": "epoch_ns" if base_ns else "kineto_us_as_ns",
+        "distributed_info": dist if isinstance(dist, dict) else None,
+        "gpu_names": gpu_names,
+        "skipped_events": skipped,
+        "display_time_unit": meta.get("displayTimeUnit"),
+    }
+    return base_ns, resolved, info
 
 
 def _parts(dec: Any) -> Iterator[dict[str, np.ndarray]]:

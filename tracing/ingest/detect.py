@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tracing.ingest.kineto import load_kineto_events
 from tracing.ingest.metric_logs import METRIC_LOG, is_metric_log, looks_like_metric_lines
-from tracing.ingest.nsys import load_nsys_events
 from tracing.ingest.rangelog import is_run_dir, load_range_log
 from tracing.ingest.trace import Trace
 from tracing.outputs import store
@@ -102,9 +100,13 @@ def load_trace(
 ) -> Trace:
     """Read any supported trace into a :class:`Trace` (``include_python``: keep Kineto ``python_function``)."""
     fmt = fmt or detect_format(path)
-    if fmt == "kineto":
+    if fmt == "kineto":  # the whole-file readers (pandas frames) load where a notebook asks for them
+        from tracing.ingest.kineto import load_kineto_events
+
         return load_kineto_events(path, rank=rank, include_python=include_python)
     if fmt == "nsys":
+        from tracing.ingest.nsys import load_nsys_events
+
         return load_nsys_events(path, rank=rank)
     if fmt == "rangelog":
         return load_range_log(path, rank=rank)

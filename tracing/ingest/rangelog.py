@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from tracing.ingest.trace import Trace, events_frame
+from tracing.ingest.trace import Trace
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError, TraceFormatError
 from tracing.outputs.schema import RANGE_LOG_COLUMNS
@@ -39,43 +39,51 @@ def run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_range_log(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
-    """Read ``PATH/ranges.parquet`` (a run directory) or a ranges.parquet file itself."""
+    """Read ``PATH/ranges.parquet`` (a run directory) or a ranges.parquet file itself (its events and range
+    log as pandas frames)."""
+    trace = read_range_log(path, rank=rank)
+    return replace(trace, events=schema.to_frame(trace.events), range_log=schema.to_frame(trace.range_log))
+
+
+def read_range_log(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
+    """:func:`load_range_log` with its events and range log as Arrow tables (``mxperf ingest``)."""
     path = Path(path)
     table = path / store.RANGES if path.is_dir() else path
     try:
-        log = store.read_table(table)
+        log = store.read_arrow(table)
     except InputError as exc:
         raise TraceFormatError(table, str(exc).split(": ", 1)[-1]) from None
-    missing = [c for c in RANGE_LOG_COLUMNS if c not in log.columns]
+    missing = [c for c in RANGE_LOG_COLUMNS if c not in log.column_names]
     if missing:
         raise TraceFormatError(table, f"not an mxperf range log: missing column(s) {', '.join(missing)}")
     try:
-        log = log.loc[:, list(RANGE_LOG_COLUMNS)].astype(RANGE_LOG_COLUMNS)
-    except (TypeError, ValueError) as exc:
+        log = schema.conform_table(log, RANGE_LOG_COLUMNS, "range log")
+    except InputError as exc:
         raise TraceFormatError(table, f"range log column has the wrong type ({exc})") from None
-    if (log["end_ns"] < log["start_ns"]).any():
+    start, end = (log.column(c).to_numpy() for c in ("start_ns", "end_ns"))
+    if (end < start).any():
         raise TraceFormatError(table, "a range ends before it starts (negative duration)")
-    for i, text in enumerate(log["attrs"]):
+    for i, text in enumerate(log.column("attrs").to_pylist()):
         try:
             if not isinstance(json.loads(text), dict):
                 raise ValueError
         except (ValueError, TypeError):
             raise TraceFormatError(table, f"row {i}: attrs is not a JSON object") from None
-    names = list(pd.unique(log["name"]))
-    code = {n: i for i, n in enumerate(names)}
-    n = len(log)
+    log_names = log.column("name").to_pylist()
+    code = {n: i for i, n in enumerate(dict.fromkeys(log_names))}
+    n = log.num_rows
     columns = {
         c: np.full(n, schema.NO_ID, np.int64)
         for c in schema.EVENT_COLUMNS
         if c not in ("kind", "name", "domain", "shapes")
     }
-    columns["kind"] = np.full(n, schema.EVENT_KINDS.index(schema.RANGE), np.int8)
-    columns["name"] = np.fromiter((code[x] for x in log["name"]), np.int32, count=n)
-    columns["domain"] = np.zeros(n, np.int32)
-    columns["tid"] = log["tid"].to_numpy(np.int64)
-    columns["start_ns"] = log["start_ns"].to_numpy(np.int64)
-    columns["dur_ns"] = log["dur_ns"].to_numpy(np.int64)
-    events = events_frame(columns, names, list(schema.EVENT_KINDS), [""])
+    columns["kind"] = np.full(n, schema.EVENT_KINDS.index(schema.RANGE), np.int64)
+    columns["name"] = np.fromiter((code[x] for x in log_names), np.int64, count=n)
+    columns["domain"] = columns["shapes"] = np.zeros(n, np.int64)
+    for c in ("tid", "start_ns", "dur_ns"):
+        columns[c] = log.column(c).to_numpy()
+    categories = {"kind": list(schema.EVENT_KINDS), "name": list(code), "domain": [""], "shapes": [""]}
+    events = store.coded_table({c: columns[c] for c in schema.EVENT_COLUMNS}, categories)
     cfg = run_config(path) if path.is_dir() else {}
     meta = {"clock": "monotonic_ns", "config": cfg}
-    return Trace(str(path), "rangelog", events, rank=rank, meta=meta, range_log=log.reset_index(drop=True))
+    return Trace(str(path), "rangelog", events, rank=rank, meta=meta, range_log=log)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tracing.outputs import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # "rank-3", "rank3", "prof_rank-0", verl's "actor_update_step3_rank0-of-8_tp0-pp0-dp0_pid..." -- not "frank2".
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
@@ -28,14 +30,17 @@ _RANK_VARIABLE = re.compile(r"(?:^|;)RANK=(\d+)(?:;|$)")
 
 @dataclass
 class Trace:
-    """One ingested file. ``events`` follows ``schema.EVENT_COLUMNS``; ``meta`` is JSON-able."""
+    """One ingested file. ``events`` follows ``schema.EVENT_COLUMNS``; ``meta`` is JSON-able.
+
+    ``events`` and ``range_log`` are pandas frames from the public loaders (``tracing.load_trace``), Arrow
+    tables inside ``mxperf ingest`` (``rangelog.read_range_log``); ``of_kind`` / ``num_gpu_ops`` need a frame."""
 
     path: str
     format: str  # kineto | nsys | rangelog
-    events: pd.DataFrame
+    events: Any  # pd.DataFrame | pa.Table
     rank: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
-    range_log: pd.DataFrame | None = None  # mxperf range log (format "rangelog" only)
+    range_log: Any = None  # mxperf range log (format "rangelog" only): pd.DataFrame | pa.Table
 
     def of_kind(self, *kinds: str) -> pd.DataFrame:
         return self.events[self.events["kind"].isin(kinds)]
@@ -120,6 +125,8 @@ def events_frame(
 
     ``shapes`` are the categories of the ``shapes`` codes (code 0 must be ""); without it every row is "".
     """
+    import pandas as pd
+
     data: dict[str, Any] = {}
     for col, dtype in schema.EVENT_COLUMNS.items():
         if col == "shapes":
