@@ -70,12 +70,33 @@ def test_a_pool_of_workers_and_mxperf_ranges_import_no_pandas(tmp_path):
         assert _pandas(modules) == [] and proc.stdout.strip()
 
 
-def test_what_the_process_writes_is_the_golden_output(tmp_path):
+@pytest.mark.parametrize(
+    "name",
+    [
+        "real_hta_a100_ddp_rank0_hostbound",
+        "synth_verl_fsdp_bf16",  # micro-batches found and written
+        "synth_nemo_rl_mxfp8",  # an nsys export of NeMo RL
+        "synth_verl_fsdp_bf16_2rank",  # the cross-rank tables
+    ],
+)
+def test_what_the_process_writes_is_the_golden_output(name, tmp_path):
     """The tables of a process that never imports pandas are today's (pyarrow converts without it)."""
+    inputs, facts = golden.case(name).make(tmp_path)
     out = tmp_path / "out"
-    _, proc = _mxperf("ingest", str(A100), "-o", str(out), "--json")
+    modules, proc = _mxperf("ingest", *(str(p.resolve()) for p in inputs), "-o", str(out), "--json")
+    assert _pandas(modules) == []
     json_line = proc.stdout.strip().splitlines()[-1]
-    assert golden.compare(out, golden.golden_dir("real_hta_a100_ddp_rank0_hostbound"), json_line) == []
+    assert golden.compare(out, golden.golden_dir(name), json_line, facts) == []
+
+
+def test_labels_colocated_processes_and_a_phase_map_import_no_pandas(tmp_path):
+    inputs, _ = golden.case("synth_verl_fsdp_bf16_2rank").make(tmp_path)
+    phase_map = REPO / "tracing" / "analysis" / "phase_map.toml"
+    flags = ["--colocated", "--label", "model=m,precision=bf16", "--phase-map", str(phase_map)]
+    out = tmp_path / "out"
+    modules, _ = _mxperf("ingest", *map(str, inputs), "-o", str(out), *flags)
+    assert _pandas(modules) == []
+    assert (out / "microbatches.parquet").is_file()
 
 
 @pytest.mark.xfail(
