@@ -246,7 +246,7 @@ def _full_analysis(trace: object) -> int:
     """``tracing.jobs.analyze``: device metrics, stream breakdown, ranges, kernels, steps, micro-batches."""
     from tracing.jobs import analyze
 
-    return int(analyze(trace)["devices"]["busy_ns"].sum())  # type: ignore[arg-type]
+    return _busy_ns(analyze(trace)["devices"])  # type: ignore[arg-type]
 
 
 def _hta_scope(trace: object) -> int:
@@ -259,7 +259,7 @@ def _hta_scope(trace: object) -> int:
     dev = device_metrics(events, device_timelines(events, ops))
     stream_breakdown(events, ops=ops)
     class_totals(kernel_table(ops))
-    return int(dev["busy_ns"].sum())
+    return _busy_ns(dev)
 
 
 def _cross_rank_info(out: Path) -> dict[str, object]:
