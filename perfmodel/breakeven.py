@@ -426,9 +426,12 @@ def find_breakeven(
             "to measure; trace or run more steps"
         )
         return replace(line, basis=basis, **_no_answer("undetermined", why), model_ok=False, model_reason=why)
-    refused = [f"{n}: {f.refused}" for n, f in zip(names, fits, strict=True) if f.refused]
+    refused: dict[str, list[str]] = {}
+    for n, f in zip(names, fits, strict=True):
+        if f.refused:
+            refused.setdefault(f.refused, []).append(n)
     if refused:
-        why = "; ".join(refused)
+        why = "; ".join(f"{' and '.join(ns)}: {r}" for r, ns in refused.items())
         return replace(
             line,
             basis=basis,

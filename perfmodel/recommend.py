@@ -81,7 +81,7 @@ def recommend(
             "tokens_per_microbatch": None,
             "step_seconds": None,
             "per_precision": {},
-            "reason": "withheld: " + "; ".join(f"{p}: {why}" for p, why in withheld.items()),
+            "reason": "withheld: " + _by_reason(withheld),
         }
     per_precision = {}
     for prec, cost in costs.items():
@@ -146,6 +146,14 @@ def step_breakeven_interval(
         "within_global_batch": None,
         "reason": None,
     }
+    if min(base.line.n_units, low.line.n_units) < 2:
+        out["reason"] = "one independent unit (step) per precision: nothing to resample, no interval"
+        return out
+    if "untested" in (base.linearity, low.linearity):
+        out["reason"] = (
+            "linearity untested (too few sizes): the step-level crossing rests on an untested line"
+        )
+        return out
     bb, bl = base.boot_curve(), low.boot_curve()
     if bb is None or bl is None:
         out["reason"] = "no bootstrap replicates (--bootstrap 0): the step-level case has no interval"
@@ -222,6 +230,14 @@ def gate_recommendation(
     if why is None:
         return out
     return {**out, "precision": None, "tokens_per_microbatch": None, "step_seconds": None, "reason": why}
+
+
+def _by_reason(why: Mapping[str, str]) -> str:
+    """'a and b: reason' for precisions that share a reason, '; ' between reasons."""
+    groups: dict[str, list[str]] = {}
+    for p, r in why.items():
+        groups.setdefault(r, []).append(p)
+    return "; ".join(f"{' and '.join(ps)}: {r}" for r, ps in groups.items())
 
 
 def _bound(x: float | None) -> str:

@@ -250,10 +250,15 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
     elif rec.get("reason"):
         out.append(f"- Step-level recommendation: none ({rec['reason']}).")
         for prec, r in (rec.get("per_precision") or {}).items():
-            if r.get("step_seconds") is not None:
+            secs = r.get("step_seconds")
+            if secs is not None and secs > 0:
                 out.append(
-                    f"  - {prec}: fastest size {r['tokens_per_microbatch']:,} tokens -> {r['step_seconds']:.4g} s "
+                    f"  - {prec}: fastest size {r['tokens_per_microbatch']:,} tokens -> {secs:.4g} s "
                     "(point estimate)"
+                )
+            elif secs is not None:
+                out.append(
+                    f"  - {prec}: a predicted step time below zero ({secs:.4g} s): the fit is not physical"
                 )
     for sb in step.get("step_breakeven") or []:
         ci = sb.get("ci")
@@ -278,7 +283,8 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
         wrec = wi["recommendation"]
         best = (
             f"best {wrec.get('precision')} at {wrec.get('tokens_per_microbatch')} tokens, "
-            f"{wrec.get('step_seconds') or float('nan'):.4g} s per step"
+            f"{wrec.get('step_seconds') or float('nan'):.4g} s per step (point estimates under the knobs, no "
+            "interval)"
             if wrec.get("precision")
             else f"no recommendation ({wrec.get('reason')})"
         )

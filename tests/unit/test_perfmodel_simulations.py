@@ -15,13 +15,16 @@ import pytest
 from perfmodel.simstudy import SCENARIOS, run, summarize
 
 SEEDS = 100
+# The knee models' bootstrap intervals cover ~0.95 (0.953 / 0.950 / 0.990 at 300 seeds): a 100-seed rate has
+# a binomial sd of 2.2 %, so these three are measured on 300 seeds to tell 0.95 from 0.93.
+KNEE_SEEDS = {"knee": 300, "knee_short": 300, "knee_from_1024": 300}
 MIN_COVERAGE = 0.93
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_intervals_cover_and_no_claim_is_confidently_wrong_over_100_seeds(name: str) -> None:
-    row = summarize(name, run(name, SEEDS, n_boot=300))
+    row = summarize(name, run(name, KNEE_SEEDS.get(name, SEEDS), n_boot=300))
     assert row["wrong"] == 0, row
     assert row["n_star_without_interval"] == 0, row
     assert row["recommendation_unsupported"] == 0 and row["recommendation_wrong"] == 0, row
