@@ -141,10 +141,14 @@ def compare_tables(a: Path, b: Path) -> dict[str, str]:
 def engine_configs(args: argparse.Namespace) -> dict[str, tuple[Path, list[str], dict[str, str]]]:
     """name -> (tree, extra flags, environment) for the old engine and every new-engine setting."""
     configs = {"old (--stream on)": (args.old_root, ["--stream", "on"], {})}
-    for limit in args.limits:
-        for threads in args.threads:
-            env = {"MXPERF_MEMORY_LIMIT": limit, "MXPERF_THREADS": str(threads)}
-            configs[f"new {limit} {threads}T"] = (args.new_root, [], env)
+    settings = (
+        [s.split(":") for s in args.settings]
+        if args.settings
+        else [(limit, str(threads)) for limit in args.limits for threads in args.threads]
+    )
+    for limit, threads in settings:
+        env = {"MXPERF_MEMORY_LIMIT": limit, "MXPERF_THREADS": threads}
+        configs[f"new {limit} {threads}T"] = (args.new_root, [], env)
     return configs
 
 
@@ -408,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "--limits", nargs="+", default=["64MB", "128MB", "256MB"], help="MXPERF_MEMORY_LIMIT values"
     )
     e.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="MXPERF_THREADS values")
+    e.add_argument("--settings", nargs="+", help="LIMIT:THREADS pairs instead of --limits x --threads")
     e.add_argument("--repeats", type=int, default=3, help="runs of the old engine and of --repeated settings")
     e.add_argument(
         "--matrix-repeats", type=int, help="runs of every other new-engine setting (default: --repeats)"
@@ -439,9 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.matrix_repeats is None:
             args.matrix_repeats = args.repeats
         if args.repeated is None:
-            args.repeated = [f"{limit} {t}" for limit in args.limits for t in args.threads]
-        else:
-            args.repeated = [r.replace(":", " ") for r in args.repeated]
+            args.repeated = args.settings or [f"{limit} {t}" for limit in args.limits for t in args.threads]
+        args.repeated = [r.replace(":", " ") for r in args.repeated]
     start = load()
     if args.mode == "engines":
         args.old_root = args.old_root.resolve()
