@@ -7,26 +7,27 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tracing.ingest import jsonstream
 from tracing.ingest.jsonstream import ChromeTraceReader
 from tracing.outputs.errors import TraceFormatError
 
+_RAW = msgspec.json.Decoder(msgspec.Raw)
 
-class CountingReader(ChromeTraceReader):
-    """Counts the scanner calls and the characters they were handed (the work a parse does)."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.scans = 0
-        scan = self._scan
+class Counting:
+    """Wraps the reader's one-value decoder: counts its calls and the bytes they were handed."""
 
-        def counted(text: str, start: int):  # type: ignore[no-untyped-def]
-            self.scans += 1
-            return scan(text, start)
+    def __init__(self) -> None:
+        self.calls = 0
+        self.bytes = 0
 
-        self._scan = counted
+    def decode(self, buf: memoryview) -> object:
+        self.calls += 1
+        self.bytes += len(buf)
+        return _RAW.decode(buf)
 
 
 def _big_value(path: Path, n_items: int, *, with_events: bool) -> int:
@@ -42,22 +43,33 @@ def _big_value(path: Path, n_items: int, *, with_events: bool) -> int:
     return len(text)
 
 
-def test_a_large_value_before_trace_events_is_scanned_a_logarithmic_number_of_times(tmp_path: Path) -> None:
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> Counting:
+    monkeypatch.setattr(jsonstream, "CHUNK_BYTES", 1 << 18)
+    counter = Counting()
+    monkeypatch.setattr(jsonstream, "RAW", counter)
+    return counter
+
+
+def test_a_large_value_before_trace_events_is_scanned_a_logarithmic_number_of_times(
+    tmp_path: Path, counting: Counting
+) -> None:
     path = tmp_path / "dump.json"
     size = _big_value(path, 120_000, with_events=True)  # ~5 MB: about 20 read chunks
     chunks = size / jsonstream.CHUNK_BYTES
     assert chunks > 16
-    reader = CountingReader(path)
-    events = list(reader.events())
+    reader = ChromeTraceReader(path)
+    events = [ev for _, _, items in reader.batches(jsonstream.RAWS.decode) for ev in items]
     assert len(events) == 1 and len(reader.meta["rocprof"]) == 120_000
-    # one scan of the key, then the value: one attempt per doubling of the buffer (+ the event and slack)
-    assert reader.scans <= 2 * math.ceil(math.log2(chunks)) + 8, (reader.scans, chunks)
+    # the key, then the value: one attempt per doubling of the buffer (+ the event and slack)
+    assert counting.calls <= 2 * math.ceil(math.log2(chunks)) + 8, (counting.calls, chunks)
+    assert counting.bytes <= 4 * size, (counting.bytes, size)
 
 
-def test_a_large_non_trace_json_is_refused_after_one_pass(tmp_path: Path) -> None:
+def test_a_large_non_trace_json_is_refused_after_one_pass(tmp_path: Path, counting: Counting) -> None:
     path = tmp_path / "rocprof.json"
-    _big_value(path, 120_000, with_events=False)
-    reader = CountingReader(path)
+    size = _big_value(path, 120_000, with_events=False)
     with pytest.raises(TraceFormatError, match="no traceEvents array"):
-        list(reader.events())
-    assert reader.scans < 40
+        list(ChromeTraceReader(path).batches(jsonstream.RAWS.decode))
+    assert counting.calls < 40
+    assert counting.bytes <= 4 * size, (counting.bytes, size)

@@ -1,18 +1,14 @@
-"""The msgspec batch decoder (``tracing.ingest.kineto_fast``) gives exactly the table of the ``json``-only path.
+"""Kineto batches decoded by msgspec into typed records give exactly the table of the event-by-event path.
 
-Each test loads the same file twice -- ``_load(fast=True)`` and ``_load(fast=False)`` (json only, the
-reference) -- and compares every column, the category order, dtypes and meta; for bad input, the errors must
-be the same text. Skipped when msgspec is not installed (ingest then uses json only).
+Each test loads the same file twice -- as ingest does (typed batches, column at a time) and with every batch
+redone event by event (untyped events through ``event_row``, the path that names a bad event) -- and compares
+every column, the category order, dtypes and meta; for bad input, the errors must be the same text.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracing.ingest import kineto_fast
+from tracing.ingest import kineto_decode
 from tracing.ingest.jsonstream import ChromeTraceReader
-from tracing.ingest.kineto import _load, load_kineto_events
+from tracing.ingest.kineto import load_kineto_events
+from tracing.ingest.kineto_rows import EVENTS, KinetoEvent, Slow
 from tracing.outputs.errors import TraceFormatError
-
-pytestmark = pytest.mark.skipif(not kineto_fast.AVAILABLE, reason="msgspec not installed")
 
 DATA = Path(__file__).parent.parent / "data"
 KINETO_FILES = sorted(
@@ -38,9 +33,20 @@ KINETO_FILES = sorted(
 )
 
 
+def _event_by_event(*_: object) -> None:
+    raise Slow
+
+
+def _load(path: Path, fast: bool) -> object:
+    with pytest.MonkeyPatch.context() as mp:
+        if not fast:
+            mp.setattr(kineto_decode, "record_rows", _event_by_event)
+        return load_kineto_events(path)
+
+
 def _outcome(path: Path, fast: bool) -> tuple[str, object]:
     try:
-        return "ok", _load(path, None, False, fast=fast)
+        return "ok", _load(path, fast)
     except TraceFormatError as exc:
         return "error", str(exc)
 
@@ -65,8 +71,9 @@ def assert_same_outcome(path: Path) -> None:
 
 
 def _record_batches(path: Path) -> int:
+    """Batches msgspec decoded into records (the rest came back as Raw texts, to be redone event by event)."""
     reader = ChromeTraceReader(path)
-    return sum(kineto_fast.is_event_batch(b) for b in reader.batches(kineto_fast.decode_batch))
+    return sum(items[0].__class__ is KinetoEvent for _, _, items in reader.batches(EVENTS.decode))
 
 
 @pytest.mark.parametrize("path", KINETO_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -79,12 +86,9 @@ def test_fast_decoder_is_actually_used_on_the_real_trace():
     assert _record_batches(path) >= 5  # the A100 trace decodes almost entirely through msgspec
 
 
-def test_public_loader_uses_the_fast_path_and_matches_json_only():
+def test_ns_fractions_are_kept():
     path = DATA / "real" / "hta_a100_ddp_rank0_hostbound.json.gz"
-    fast = load_kineto_events(path)
-    exact = _load(path, None, False, fast=False)
-    assert fast.events.equals(exact.events)
-    assert int(fast.events["start_ns"].iloc[0]) % 1000 != 0  # ns fraction kept
+    assert int(load_kineto_events(path).events["start_ns"].iloc[0]) % 1000 != 0
 
 
 def _write_trace(tmp_path: Path, events_text: list[str], name: str = "t.json", gz: bool = False) -> Path:
@@ -136,12 +140,12 @@ def _filler(n: int) -> list[str]:
         "0.000",
     ],
 )
-def test_timestamps_convert_exactly_like_the_json_path(tmp_path, ts):
+def test_timestamps_convert_exactly_like_the_event_by_event_path(tmp_path, ts):
     path = _write_trace(tmp_path, [*_filler(50), _kernel(ts)])
     assert_same_outcome(path)
 
 
-def test_batch_mixing_integer_and_decimal_timestamps_matches_json_path(tmp_path):
+def test_batch_mixing_integer_and_decimal_timestamps_matches_event_by_event(tmp_path):
     ints = [f.replace(".125", "").replace("2.5", "3") for f in _filler(30)]
     assert_same_outcome(_write_trace(tmp_path, [*_filler(30), *ints, _kernel("7"), _kernel("8.25")]))
 
@@ -157,8 +161,8 @@ def test_big_timestamp_keeps_every_ns_digit(tmp_path):
 @pytest.mark.parametrize(
     "event",
     [
-        _kernel("1.5", name='"bad \\ud800 name"'),  # lone surrogate: msgspec rejects, json path errors
-        _kernel("NaN"),  # not JSON; json accepts it
+        _kernel("1.5", name='"bad \\ud800 name"'),  # lone surrogate: not JSON text
+        _kernel("NaN"),  # not JSON
         _kernel("1.5", dur="null"),
         _kernel("1.5", dur="-2.0"),
         _kernel("1.5", args="[1, 2]"),
@@ -192,18 +196,19 @@ def test_unusual_events_give_the_same_table_or_the_same_error(tmp_path, event):
         _kernel("1.5", args="null"),
     ],
 )
-def test_duplicate_and_escaped_keys_are_decoded_by_msgspec_with_json_semantics(tmp_path, event):
+def test_duplicate_and_escaped_keys_are_decoded_into_records_as_untyped(tmp_path, event):
     path = _write_trace(tmp_path, [*_filler(40), event, *_filler(40)])
     assert _record_batches(path) >= 1  # the batch holding the event went through msgspec
     assert_same_outcome(path)
 
 
-def test_batch_the_fast_decoder_rejects_falls_back_to_json(tmp_path):
-    path = _write_trace(tmp_path, [*_filler(30), _kernel("NaN"), *_filler(30)])
-    text = path.read_text()
-    assert kineto_fast.decode_batch("[" + text[text.index("[") + 1 : text.rindex("]")] + "]") is None
-    assert json.loads(text)  # json itself accepts NaN; the event then fails as "not a finite number"
-    assert_same_outcome(path)
+def test_a_batch_the_typed_decoder_rejects_is_redone_event_by_event(tmp_path):
+    odd = '{"ph": "M", "name": "thread_name", "pid": 9, "tid": 9, "args": {"device": "gpu0"}}'  # not an int
+    path = _write_trace(tmp_path, [*_filler(30), odd, *_filler(30)])
+    first = next(ChromeTraceReader(path).batches(EVENTS.decode))
+    assert first[0] == 0 and len(first[2]) > 31 and first[2][0].__class__ is not KinetoEvent  # Raw texts
+    ref = _write_trace(tmp_path, [*_filler(30), *_filler(30)], name="ref.json")
+    pd.testing.assert_frame_equal(load_kineto_events(path).events, load_kineto_events(ref).events)
 
 
 def test_minified_and_pretty_traces_give_the_same_table(tmp_path):
@@ -213,7 +218,7 @@ def test_minified_and_pretty_traces_give_the_same_table(tmp_path):
     pretty.write_text(gzip.decompress(src.read_bytes()).decode())
     minified = tmp_path / "min.json"
     minified.write_text(json.dumps(doc, separators=(",", ":")).replace('"ts":"', '"ts":'))
-    a, b = load_kineto_events(pretty).events, _load(pretty, None, False, fast=False).events
+    a, b = load_kineto_events(pretty).events, _load(pretty, fast=False).events  # type: ignore[attr-defined]
     assert a.equals(b)
     assert_same_outcome(minified)
 
@@ -238,25 +243,3 @@ def test_random_field_values_give_the_same_outcome(tmp_path, ts, dur, pid, devic
     args = f'{{"device": {device}, "correlation": {corr}, "bytes": 64}}'
     event = _kernel(ts, dur, pid=pid, cat=cat, args=args)
     assert_same_outcome(_write_trace(tmp_path, [*_filler(20), event, *_filler(20)]))
-
-
-def test_env_switch_forces_the_json_only_path_with_the_same_table():
-    path = DATA / "real" / "hta_sampled_2rank" / "rank-0.json.gz"
-    code = (
-        "import sys, hashlib; from tracing.ingest import kineto_fast; from tracing.ingest.kineto import load_kineto_events;"
-        f"ev = load_kineto_events({str(path)!r}).events;"
-        "print(kineto_fast.AVAILABLE, int(ev['start_ns'].sum()), int(ev['dur_ns'].sum()), len(ev),"
-        " hashlib.sha256('\\n'.join(ev['name'].cat.categories).encode()).hexdigest())"
-    )
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, kineto_fast.DECODER_ENV: "json", "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    available, start_sum, dur_sum, n, names = out.stdout.split()
-    ev = load_kineto_events(path).events
-    assert available == "False"
-    assert (int(start_sum), int(dur_sum), int(n)) == (
-        int(ev["start_ns"].sum()),
-        int(ev["dur_ns"].sum()),
-        len(ev),
-    )
-    assert names == hashlib.sha256("\n".join(ev["name"].cat.categories).encode()).hexdigest()

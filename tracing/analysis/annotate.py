@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracing.analysis import metrics
 from tracing.ingest.detect import detect_format
-from tracing.ingest.jsonstream import ChromeTraceReader
+from tracing.ingest.jsonstream import RAWS, ChromeTraceReader
 from tracing.ingest.kineto import load_kineto_events
 from tracing.ingest.nsys import load_nsys_events
 from tracing.outputs import schema, store
@@ -120,11 +120,11 @@ def annotate_kineto(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
     trace = load_kineto_events(src)
     timelines = metrics.device_timelines(trace.events)
     base = int(trace.meta.get("base_time_ns") or 0)
-    reader = ChromeTraceReader(src, raw=True)
+    reader = ChromeTraceReader(src)
 
     def events() -> Iterator[str]:
-        for _, text in reader.events():
-            yield text
+        for _, _, raws in reader.batches(RAWS.decode):  # each event's exact JSON text
+            yield from (bytes(raw).decode(errors="replace") for raw in raws)
         yield from overlay_events(timelines, base)
 
     # reader.meta_raw fills up while the events stream; _write_trace reads it only after the last event.

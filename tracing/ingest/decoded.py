@@ -71,10 +71,9 @@ def decode(
 
         dec: Any = NsysDecoder(path, progress=progress)
     else:
-        from tracing.ingest import kineto_fast
         from tracing.ingest.kineto_decode import KinetoDecoder
 
-        dec = KinetoDecoder(path, include_python, fast=kineto_fast.AVAILABLE, progress=progress)
+        dec = KinetoDecoder(path, include_python, progress=progress)
     writer: pq.ParquetWriter | None = None
     rows = 0
     try:

@@ -1,20 +1,20 @@
-"""Stream the ``traceEvents`` array of a Chrome-trace JSON file, one event object at a time.
+"""Read a Chrome-trace JSON file (plain or gzip) in bounded memory, every value decoded by msgspec.
 
-Why not ``json.load``: a decoded trace costs several times its text size in Python objects (HTA's loader needs
-~6 GB for an 800 MB trace). Here the (optionally gzipped) text is read in chunks, decoded incrementally as
-UTF-8, and each array item is parsed with the C JSON scanner on its own, so memory holds one chunk plus one
-event. Floats are returned as their exact decimal text (``parse_float=str``) so that microsecond timestamps
-with a nanosecond fraction convert to int64 ns without float rounding.
+Why not one ``decode`` of the file: a decoded trace costs several times its text size in Python objects (HTA's
+loader needs ~6 GB for an 800 MB trace). Here the bytes are read in chunks and ``traceEvents`` is handed out a
+batch of whole events at a time: a regex finds candidate cuts between two events (``}`` ``,`` ``{``), and the
+batch up to the last candidate is decoded as one JSON array. A candidate inside a string or a nested object
+leaves that text invalid JSON, and then an earlier one is tried, so a batch that decodes is made of whole
+events. A single value (a top-level key's value, an event no cut isolates) is delimited by msgspec itself:
+decoding it as :class:`msgspec.Raw` from its first byte stops with "trailing characters" just past its end.
 
-This is a real JSON parser, not a line splitter: minified and pretty-printed files give the same events, and
-top-level keys may come in any order (``baseTimeNanoseconds`` often follows ``traceEvents``).
+Minified and pretty-printed files give the same events; top-level keys may come in any order
+(``baseTimeNanoseconds`` often follows ``traceEvents``); a top-level array is read as the event list.
 """
 
 from __future__ import annotations
 
-import codecs
 import gzip
-import json
 import os
 import re
 import zlib
@@ -22,295 +22,226 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
+
 from tracing.outputs.errors import TraceFormatError
 
-_WS = re.compile(r"[ \t\n\r]*")
-_SEP = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
-# A candidate boundary between two event objects: "}" "," "{" (whitespace allowed). A candidate inside a string
-# or a nested object makes the batch parse fail, so a batch that parses is made of whole events.
-_CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*(?=\{)")
-BATCH_SEARCH_CHARS = 64 << 10
+_WS = re.compile(rb"[ \t\n\r]*")
+_CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*(?=\{)")  # a candidate boundary between two event objects
+_AT_BYTE = re.compile(r"^(?:JSON is malformed: )?(.*?)(?: \(byte (\d+)\))?$")  # msgspec's DecodeError text
+_TRUNCATED = "Input data was truncated"
+BATCH_SEARCH_BYTES = 64 << 10  # candidate cuts are looked for in this tail of the buffer
 CHUNK_BYTES = 1 << 18
-MAX_VALUE_CHARS = 256 << 20  # one JSON value (an event, deviceProperties, ...) never needs more
+MAX_VALUE_BYTES = 256 << 20  # one JSON value (an event, deviceProperties, ...) never needs more
+
+ANY = msgspec.json.Decoder(float_hook=str)  # floats as their exact decimal text
+RAW = msgspec.json.Decoder(msgspec.Raw)
+RAWS = msgspec.json.Decoder(list[msgspec.Raw])  # a batch's events, each as its exact JSON text
 
 
 class ChromeTraceReader:
-    """Iterate events with :meth:`events`; after exhausting it, ``meta`` holds the other top-level keys.
-
-    With ``raw=True`` the iterator yields ``(event, text)`` where ``text`` is the event's exact JSON text, and
-    ``meta_raw`` maps each other top-level key to its JSON text (used to re-emit a trace unchanged).
-    """
+    """:meth:`batches` yields ``traceEvents``; after it is exhausted, ``meta`` holds the other top-level keys
+    (decoded, floats as text) and ``meta_raw`` their exact JSON text."""
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        raw: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        self, path: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None
     ) -> None:
         self.path = Path(path)
-        self.raw = raw
         self._progress = progress  # called with (file bytes read, file size) after each chunk
         self.meta: dict[str, Any] = {}
         self.meta_raw: dict[str, str] = {}
-        self._decoder = json.JSONDecoder(parse_float=str)
-        self._scan = self._decoder.scan_once
-        self._batch = False
-        self._texts = False
-        self._fast_decode: Callable[[str], list[Any] | None] | None = None
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
-        self._buf = ""
+        self._buf = b""
         self._pos = 0
-        self._base = 0  # characters consumed before _buf[0]
-        self._bytes_read = 0
+        self._base = 0  # bytes consumed before _buf[0]
         self._eof = False
-        self._fh: BinaryIO | None = None
 
-    # -- low level -------------------------------------------------------------------------------------
-    def _fail(self, problem: str, offset: int | None = None) -> TraceFormatError:
-        where = f" at character {offset} of the JSON text" if offset is not None else ""
-        return TraceFormatError(self.path, f"{problem}{where}")
+    def batches(self, decode: Callable[[bytes], list[Any]]) -> Iterator[tuple[int, bytes, list[Any]]]:
+        """Yield ``(index of the first event, text, items)`` per batch: ``text`` is a JSON array of whole
+        events, ``items`` is ``decode(text)``, or where that raises a :class:`msgspec.DecodeError`, the events
+        as :class:`msgspec.Raw` (the caller decodes them one by one to name the bad one)."""
+        self._fh = self._open()
+        try:
+            first = self._peek()
+            if first == b"[":
+                yield from self._array(decode)
+            elif first == b"{":
+                yield from self._object(decode)
+            else:
+                raise self._not_json(first)
+            if self._peek():
+                raise self._fail("invalid JSON: extra data after the top-level value", self._pos)
+        finally:
+            self._fh.close()
+            self._raw.close()  # a GzipFile does not close the file object it was given
 
+    # -- bytes ------------------------------------------------------------------------------------------
     def _open(self) -> BinaryIO:
         if not self.path.exists():
             raise TraceFormatError(self.path, "no such file")
         if self.path.is_dir():
             raise TraceFormatError(self.path, "is a directory, expected a Kineto .json or .json.gz file")
-        fh = self._raw = open(self.path, "rb")  # noqa: SIM115 -- closed in events()
+        fh = self._raw = open(self.path, "rb")  # noqa: SIM115 -- closed in batches()
         self._size = os.fstat(fh.fileno()).st_size
-        magic = fh.read(2)
+        gz = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
-        return gzip.GzipFile(fileobj=fh, mode="rb") if magic == b"\x1f\x8b" else fh  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh  # type: ignore[return-value]
 
-    def _fill(self, min_chars: int = 0) -> bool:
-        """Append the next chunk of text to the buffer (dropping what was consumed); False at EOF.
-
-        ``min_chars``: keep reading until at least that much text was added (one join: a value longer than
-        a chunk grows the buffer geometrically, so a large value is scanned O(log n) times, not O(n))."""
-        if self._eof:
-            return False
-        parts, added, more = [], 0, True
-        while more and (not parts or added < min_chars):
-            more = self._read_chunk(parts)
-            added += len(parts[-1])
-        self._buf = self._buf[self._pos :] + "".join(parts)
+    def _fill(self, min_bytes: int = 0) -> bool:
+        """Drop what was consumed and append at least one chunk (``min_bytes`` in all); False at EOF."""
+        parts: list[bytes] = []
+        while not self._eof and (not parts or sum(map(len, parts)) < min_bytes):
+            try:
+                data = self._fh.read(CHUNK_BYTES)
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                done = self._base + len(self._buf) + sum(map(len, parts))
+                raise TraceFormatError(
+                    self.path, f"truncated or corrupt gzip stream after {done} decompressed bytes ({exc})"
+                ) from None
+            if self._progress is not None:
+                self._progress(self._raw.tell(), self._size)
+            self._eof = not data
+            parts.append(data)
+        self._buf = self._buf[self._pos :] + b"".join(parts)
         self._base += self._pos
         self._pos = 0
-        return more
+        return any(parts)
 
-    def _read_chunk(self, parts: list[str]) -> bool:
-        assert self._fh is not None
+    def _fail(self, problem: str, pos: int) -> TraceFormatError:
+        return TraceFormatError(self.path, f"{problem} at byte {self._base + pos} of the JSON text")
+
+    def _not_json(self, first: bytes) -> TraceFormatError:
+        head = self._buf[self._pos : self._pos + 4096]
         try:
-            data = self._fh.read(CHUNK_BYTES)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise TraceFormatError(
-                self.path,
-                f"truncated or corrupt gzip stream after {self._bytes_read} decompressed bytes ({exc})",
-            ) from None
-        try:
-            text = self._utf8.decode(data, final=not data)
+            head.decode()
         except UnicodeDecodeError as exc:
-            offset = self._bytes_read + exc.start
-            if self._bytes_read == 0 and not data[: exc.start].lstrip().startswith((b"{", b"[")):
-                raise TraceFormatError(self.path, self._binary_problem()) from None
-            raise TraceFormatError(
-                self.path, f"not UTF-8 text at byte {offset} of the JSON text (a name with invalid bytes?)"
-            ) from None
-        self._bytes_read += len(data)
-        if self._progress is not None:
-            self._progress(self._raw.tell(), self._size)
-        if not data:
-            self._eof = True
-        parts.append(text)
-        return bool(data)
+            if exc.start < len(head) - 3:  # not a multi-byte character cut at the end: binary data
+                if isinstance(self._fh, gzip.GzipFile):
+                    why = (
+                        "gzip-compressed, but what it holds is binary data, not JSON text: not a Kineto trace"
+                    )
+                elif self.path.name.endswith(".gz"):
+                    why = "named .gz but not gzip-compressed, and not JSON text (binary data): not a Kineto trace"
+                else:
+                    why = "binary data, not JSON text: not a Kineto / Chrome trace"
+                return TraceFormatError(self.path, why)
+        found = repr(first.decode(errors="replace")) if first else "an empty file"
+        return self._fail(f"not a Chrome trace: expected a JSON object, found {found}", self._pos)
 
-    def _binary_problem(self) -> str:
-        """What a file that starts with binary data is (not JSON at all, rather than a bad byte in a name)."""
-        gzipped = isinstance(self._fh, gzip.GzipFile)
-        if gzipped:
-            return "gzip-compressed, but what it holds is binary data, not JSON text: not a Kineto trace"
-        if self.path.name.endswith(".gz"):
-            return "named .gz but not gzip-compressed, and not JSON text (binary data): not a Kineto trace"
-        return "binary data, not JSON text: not a Kineto / Chrome trace"
-
-    def _peek(self) -> str:
+    def _peek(self) -> bytes:
+        """The next non-whitespace byte (b"" at EOF), not consumed."""
         while True:
             self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._buf):
-                return self._buf[self._pos]
+                return self._buf[self._pos : self._pos + 1]
             if not self._fill():
-                return ""
+                return b""
 
-    def _expect(self, ch: str) -> None:
+    def _expect(self, chars: bytes, where: str) -> bytes:
         got = self._peek()
-        if got != ch:
-            found = repr(got) if got else "end of file"
-            raise self._fail(
-                f"invalid JSON: expected {ch!r}, found {found} (truncated?)", self._base + self._pos
-            )
+        if not got or got not in chars:
+            want = " or ".join(repr(c) for c in chars.decode())
+            found = repr(got.decode(errors="replace")) if got else "end of file"
+            raise self._fail(f"invalid JSON: expected {want}{where}, found {found} (truncated?)", self._pos)
         self._pos += 1
+        return got
 
-    def _value(self) -> tuple[Any, str]:
-        """Parse one JSON value at the cursor (refilling as needed); returns (value, text or "")."""
+    def _value(self, what: str = "") -> bytes:
+        """The exact text of the JSON value at the cursor (reading more as needed); the cursor moves past it."""
         self._peek()
         while True:
-            start = self._pos
+            start, size = self._pos, len(self._buf) - self._pos
             try:
-                obj, end = self._scan(self._buf, start)
-            except StopIteration:
-                obj, end, err = None, -1, "invalid JSON: expected a value"
-            except json.JSONDecodeError as exc:
-                obj, end, err = None, -1, f"invalid JSON ({exc.msg})"
-            except RecursionError:
-                raise self._fail("JSON nested too deeply", self._base + start) from None
-            # A value that ends exactly at the buffer end may be cut (a number): read more and retry.
-            if end != -1 and (end < len(self._buf) or self._eof):
+                RAW.decode(memoryview(self._buf)[start:])  # the whole rest is this value: read on (a number?)
+                end = len(self._buf) if self._eof else -1
+            except msgspec.DecodeError as exc:
+                problem, at = _AT_BYTE.match(str(exc)).groups()  # type: ignore[union-attr]
+                # the buffer may end inside the value (msgspec says "truncated", or "invalid number" near the end)
+                cut = not self._eof and (problem == _TRUNCATED or int(at or 0) > size - 8)
+                if problem == "trailing characters" and at:  # at: 1 + the offset of the first byte after it
+                    end = start + int(at) - 1
+                elif cut:
+                    end = -1
+                elif problem == _TRUNCATED:
+                    raise self._fail(
+                        f"{what}truncated JSON: the file ends in the value starting", start
+                    ) from None
+                else:
+                    raise self._fail(f"{what}invalid JSON ({problem})", start + int(at or 0)) from None
+            if end >= 0:
                 self._pos = end
-                return obj, (self._buf[start:end] if self.raw else "")
-            if self._eof or len(self._buf) - start > MAX_VALUE_CHARS:
-                raise self._fail(err if end == -1 else "truncated JSON", self._base + start)
-            self._fill(min_chars=len(self._buf) - start)  # double what is held of this value
+                return self._buf[start:end].rstrip(b" \t\n\r")
+            if size > MAX_VALUE_BYTES:
+                raise self._fail(f"{what}a JSON value longer than {MAX_VALUE_BYTES >> 20} MB", start)
+            self._fill(min_bytes=size)  # double what is held of this value: O(log n) scans of a long one
 
-    # -- structure -------------------------------------------------------------------------------------
-    def events(self) -> Iterator[Any]:
-        """Yield each item of ``traceEvents`` (a top-level array is accepted as the event list)."""
-        self._fh = self._open()
+    def _decoded(self, text: bytes, what: str) -> Any:
         try:
-            first = self._peek()
-            if first == "[":
-                yield from self._array_items()
-            elif first == "{":
-                yield from self._object()
+            return ANY.decode(text)
+        except msgspec.DecodeError as exc:  # e.g. invalid UTF-8 in a string (Raw does not check it)
+            raise self._fail(f"{what}invalid JSON ({exc})", self._pos - len(text)) from None
+
+    # -- structure --------------------------------------------------------------------------------------
+    def _object(self, decode: Callable[[bytes], list[Any]]) -> Iterator[tuple[int, bytes, list[Any]]]:
+        self._pos += 1
+        seen_events = False
+        sep = b"," if self._peek() != b"}" else self._expect(b"}", "")
+        while sep == b",":
+            key = self._decoded(self._value(), "")
+            if not isinstance(key, str):
+                raise self._fail("invalid JSON: object key is not a string", self._pos)
+            self._expect(b":", " after a key")
+            if key == "traceEvents":
+                if self._peek() != b"[":
+                    raise self._fail("traceEvents is not an array", self._pos)
+                seen_events = True
+                yield from self._array(decode)
             else:
-                found = repr(first) if first else "an empty file"
-                raise self._fail(f"not a Chrome trace: expected a JSON object, found {found}", 0)
-            if self._peek() != "":
-                raise self._fail("invalid JSON: extra data after the top-level value", self._base + self._pos)
-        finally:
-            self._fh.close()
-            self._raw.close()  # a GzipFile does not close the file object it was given
+                text = self._value(f"{key}: ")
+                self.meta[key] = self._decoded(text, f"{key}: ")
+                self.meta_raw[key] = text.decode()
+            sep = self._expect(b",}", "")
+        if not seen_events:
+            raise TraceFormatError(self.path, "no traceEvents array: not a Kineto / Chrome trace")
 
-    def batches(self, fast_decode: Callable[[str], list[Any] | None] | None = None) -> Iterator[list[Any]]:
-        """Like :meth:`events`, but yields lists of events: runs of whole events are parsed in one C call.
+    def _array(self, decode: Callable[[bytes], list[Any]]) -> Iterator[tuple[int, bytes, list[Any]]]:
+        self._pos += 1
+        first, sep = 0, b"," if self._peek() != b"]" else self._expect(b"]", "")
+        while sep == b",":
+            batch = self._batch(decode)
+            if batch is None:  # no cut found: one event, then its separator
+                text = b"[" + self._value(f"traceEvents[{first}]: ") + b"]"
+                batch = text, _items(decode, text)
+                sep = self._expect(b",]", " in traceEvents")
+            yield first, *batch
+            first += len(batch[1])
 
-        Much faster than one scanner call per event; memory is bounded by the read chunk. Any batch that does
-        not parse cleanly falls back to event-by-event parsing, which reports errors precisely.
-        ``fast_decode(text)``, when given, is tried first on each batch's JSON array text; it returns the
-        items (of any type the caller understands) or None, and then ``json`` decodes the batch as usual.
-        """
-        self._batch = True
-        self._fast_decode = fast_decode
-        return self.events()  # type: ignore[return-value]
-
-    def text_batches(self, validate: Callable[[str], bool] | None = None) -> Iterator[list[str]]:
-        """Like :meth:`batches`, but each batch is the JSON array text of whole events, undecoded (for
-        decoding elsewhere: another process). ``validate(text)`` may say a batch is valid JSON faster than
-        ``json`` decoding it; the cuts are the ones :meth:`batches` makes."""
-        self._texts = True
-        self.raw = True  # single events keep their text
-        return self.batches(None if validate is None else (lambda t: [t] if validate(t) else None))
-
-    def _fast_batch(self) -> list[Any] | None:
-        """Parse the whole events between the cursor and the last candidate boundary in the buffer."""
-        if len(self._buf) - self._pos < CHUNK_BYTES // 2 and not self._eof:
+    def _batch(self, decode: Callable[[bytes], list[Any]]) -> tuple[bytes, list[Any]] | None:
+        """The whole events between the cursor and the last candidate cut that gives valid JSON."""
+        if len(self._buf) - self._pos < CHUNK_BYTES // 2:
             self._fill()
         buf, pos = self._buf, self._pos
-        window = max(pos, len(buf) - BATCH_SEARCH_CHARS)
-        cuts = list(_CUT.finditer(buf, window)) or list(_CUT.finditer(buf, pos))
+        cuts = list(_CUT.finditer(buf, max(pos, len(buf) - BATCH_SEARCH_BYTES))) or list(
+            _CUT.finditer(buf, pos)
+        )
         for _ in range(6):
             if not cuts:
                 return None
             m = cuts.pop()
-            end = m.start() + 1
-            text = "[" + buf[pos:end] + "]"
-            if self._fast_decode is not None:
-                items = self._fast_decode(text)
-                if items is not None:  # valid JSON for the fast decoder is valid for json: whole events
-                    self._pos = m.end()
-                    return items
+            text = b"".join((b"[", memoryview(buf)[pos : m.start() + 1], b"]"))
             try:
-                items = self._decoder.decode(text)
-            except json.JSONDecodeError as exc:
-                # Everything before exc.pos parsed: retry with the last boundary before it (this also stops
-                # a batch at the end of traceEvents, where "Extra data" follows the closing bracket).
-                limit = pos + exc.pos - 1
-                cuts = [c for c in cuts if c.start() < limit]
+                items = _items(decode, text)
+            except msgspec.DecodeError as exc:  # the cut (or the data) is bad: try one before the error
+                at = _AT_BYTE.match(str(exc)).group(2)  # type: ignore[union-attr]
+                cuts = [c for c in cuts if at is None or c.start() < pos + int(at) - 1]
                 continue
-            except RecursionError:
-                return None
             self._pos = m.end()
-            return [text] if self._texts else items
+            return text, items
         return None
 
-    def _object(self) -> Iterator[Any]:
-        self._expect("{")
-        seen_events = False
-        if self._peek() == "}":
-            self._pos += 1
-        else:
-            while True:
-                key, _ = self._value()
-                if not isinstance(key, str):
-                    raise self._fail("invalid JSON: object key is not a string", self._base + self._pos)
-                self._expect(":")
-                if key == "traceEvents":
-                    if self._peek() != "[":
-                        raise self._fail("traceEvents is not an array", self._base + self._pos)
-                    seen_events = True
-                    yield from self._array_items()
-                else:
-                    value, text = self._value()
-                    self.meta[key] = value
-                    if self.raw:
-                        self.meta_raw[key] = text
-                sep = self._peek()
-                self._pos += 1
-                if sep == "}":
-                    break
-                if sep != ",":
-                    found = repr(sep) if sep else "end of file"
-                    raise self._fail(
-                        f"invalid JSON: expected ',' or '}}', found {found} (truncated?)",
-                        self._base + self._pos - 1,
-                    )
-        if not seen_events:
-            raise TraceFormatError(self.path, "no traceEvents array: not a Kineto / Chrome trace")
 
-    def _array_items(self) -> Iterator[Any]:
-        self._expect("[")
-        if self._peek() == "]":
-            self._pos += 1
-            return
-        raw, batch = self.raw, self._batch
-        pause, backoff = 0, 16  # after a failed batch, parse some events one by one (no quadratic retries)
-        while True:
-            if batch and pause == 0:
-                items = self._fast_batch()
-                if items is not None:
-                    backoff = 16
-                    yield items
-                    continue
-                pause, backoff = backoff, min(backoff * 2, 1 << 16)
-            pause = max(pause - 1, 0)
-            obj, text = self._value()
-            if self._texts:
-                yield ["[" + text + "]"]
-            else:
-                yield [obj] if batch else (obj, text) if raw else obj
-            while True:
-                m = _SEP.match(self._buf, self._pos)
-                if m is not None and (m.end() < len(self._buf) or self._eof):
-                    break
-                if not self._fill():
-                    m = _SEP.match(self._buf, self._pos)
-                    break
-            if m is None:
-                got = self._buf[self._pos : self._pos + 1]
-                found = repr(got) if got else "end of file"
-                raise self._fail(
-                    f"invalid JSON: expected ',' or ']' in traceEvents, found {found} (truncated?)",
-                    self._base + self._pos,
-                )
-            self._pos = m.end()
-            if m.group(1) == "]":
-                return
+def _items(decode: Callable[[bytes], list[Any]], text: bytes) -> list[Any]:
+    """``decode(text)``, else the events as Raw texts; a DecodeError means ``text`` is not valid JSON."""
+    try:
+        return decode(text)
+    except msgspec.DecodeError:
+        return RAWS.decode(text)

@@ -11,17 +11,13 @@ What the format guarantees (pytorch/kineto ``output_json.cpp``):
 - A GPU op joins its launch call on ``args.correlation``. ``ac2g`` flow events repeat that and are skipped,
   as are metadata (``M``), instants and ``python_function`` (unless ``include_python``).
 
-Memory stays far below the decoded-JSON size: events are parsed in ~256 KB batches (``jsonstream``) and only
-int64 columns (``array('q')``) plus interned names are kept.
+Memory stays far below the decoded-JSON size: events are decoded by msgspec in ~256 KB batches (``jsonstream``)
+and only int64 columns (``array('q')``) plus interned names are kept.
 
     file --(jsonstream: batches)--> kineto_rows (kineto_time: exact ns) --> columns --(_finish)--> Trace
 
-Decoding (:mod:`tracing.ingest.kineto_decode`) needs no pandas; ``mxperf ingest`` of one file may run it in a
-child while pandas is imported (:mod:`tracing.ingest.prefetch`), and this module then only builds the table.
-
-Three paths give the same table (:mod:`tracing.ingest.kineto_rows`): batches decoded by msgspec into records
-(``kineto_fast``), batches decoded by ``json`` into dicts, and, for any batch either meets something unusual
-in, event by event, which names the bad event and field.
+A batch msgspec rejects or that holds anything unusual is redone event by event (:mod:`kineto_rows`), which
+gives the same table or an error naming the bad event and field.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracing.ingest.kineto_decode import KinetoDecoder
 from tracing.ingest.kineto_rows import CATEGORY_KIND, KIND_CODE, Columns, as_int
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace, events_frame, rank_from_name
@@ -49,19 +46,9 @@ def load_kineto_events(
 
     ``rank`` is used when the file has no ``distributedInfo.rank`` and its name has no ``rank-N``.
     Raises :class:`TraceFormatError` naming the file and the problem (offset, event index, field).
-    Batches of events are decoded with list comprehensions; a batch with anything unusual is redone event by
-    event, which gives the same table or the exact error (event index and field).
     """
-    from tracing.ingest import kineto_fast  # the decoder (msgspec): only where this process decodes
-
-    return _load(Path(path), rank, include_python, fast=kineto_fast.AVAILABLE)
-
-
-def _load(path: Path, rank: int | None, include_python: bool, *, fast: bool) -> Trace:
-    """:func:`load_kineto_events`; ``fast=False`` decodes with ``json`` only (the reference for tests)."""
-    from tracing.ingest.kineto_decode import KinetoDecoder
-
-    dec = KinetoDecoder(path, include_python, fast=fast)
+    path = Path(path)
+    dec = KinetoDecoder(path, include_python)
     for _ in dec.run():
         pass
     return _finish(path, dec.reader.meta, dec.columns, dec.skipped, rank)

@@ -1,18 +1,19 @@
 """Kineto file -> :class:`~tracing.ingest.kineto_rows.Columns`, batch by batch; needs numpy, never pandas.
 
-Kept free of pandas so that a whole-process ``mxperf ingest`` can decode a trace while pandas is still being
-imported (:mod:`tracing.ingest.prefetch`); :mod:`tracing.ingest.kineto` turns the columns into a table.
+:mod:`tracing.ingest.kineto` turns the columns into a pandas table, :mod:`tracing.ingest.decoded` into Parquet.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tracing.ingest import kineto_fast
-from tracing.ingest.jsonstream import ChromeTraceReader
-from tracing.ingest.kineto_rows import Columns, Slow, append_rows, batch_rows, event_row
+import msgspec
+
+from tracing.ingest.jsonstream import ANY, RAWS, ChromeTraceReader
+from tracing.ingest.kineto_rows import EVENTS, Columns, KinetoEvent, Slow, append_rows, event_row, record_rows
 from tracing.outputs.errors import TraceFormatError
 
 
@@ -21,63 +22,48 @@ class KinetoDecoder:
     batch, so a caller may :meth:`Columns.take` the rows so far and keep memory bounded (streaming ingest).
     After the run, ``reader.meta`` holds the other top-level keys and ``skipped`` the X events left out."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        include_python: bool,
-        *,
-        fast: bool = kineto_fast.AVAILABLE,
-        progress: Any = None,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], include_python: bool, *, progress: Any = None) -> None:
         self.path = Path(path)
         self.reader = ChromeTraceReader(self.path, progress=progress)
         self.columns = Columns()
         self.include_python = include_python
-        self.fast = fast
         self.skipped = 0
 
-    def run(self) -> Any:
-        path, c, include_python = self.path, self.columns, self.include_python
-        first = 0
-        saw_event = False  # any item with a "ph": a list of other objects is not a trace, not an empty one
-        for batch in self.reader.batches(kineto_fast.decode_batch if self.fast else None):
-            skipped, events = add_batch(path, batch, first, c, include_python)
-            self.skipped += skipped
-            saw_event = saw_event or events
-            first += len(batch)
+    def run(self) -> Iterator[None]:
+        items_seen, saw_event = 0, False  # a list of objects none of which has a "ph" is not a trace
+        for first, text, items in self.reader.batches(EVENTS.decode):
+            items_seen += len(items)
+            if items[0].__class__ is KinetoEvent:
+                saw_event = saw_event or any(e.ph is not None for e in items)
+                try:
+                    kinds, names, cols, skipped = record_rows(items, self.columns, self.include_python)
+                    append_rows(self.columns, kinds, names, cols)
+                except (Slow, TypeError, ValueError, OverflowError, msgspec.DecodeError):
+                    items = RAWS.decode(text)  # redo the batch event by event: same rows or an exact error
+                else:
+                    self.skipped += skipped
+                    yield
+                    continue
+            events = [_untyped(self.path, first + i, raw) for i, raw in enumerate(items)]
+            saw_event = saw_event or any(type(ev) is dict and "ph" in ev for ev in events)
+            self.skipped += _slow_batch(self.path, events, first, self.columns, self.include_python)
             yield
-        if first and not saw_event:
-            raise not_a_trace(path, first)
+        if items_seen and not saw_event:
+            raise TraceFormatError(
+                self.path,
+                f"none of the {items_seen} items in the event list is a trace event (no 'ph'): not a trace",
+            )
 
 
-def add_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> tuple[int, bool]:
-    """Append a decoded batch's rows to ``c`` (the fast path, else event by event with exact errors naming
-    ``traceEvents[first + i]``); returns (X events left out, whether any item has a "ph")."""
-    saw_event = any(_has_phase(ev) for ev in batch)
+def _untyped(path: Path, index: int, raw: msgspec.Raw) -> Any:
     try:
-        kinds, names, cols, skipped = batch_rows(batch, c, include_python)
-        append_rows(c, kinds, names, cols)
-    except (Slow, AttributeError, TypeError, ValueError, OverflowError):
-        skipped = _slow_batch(path, batch, first, c, include_python)
-    return skipped, saw_event
-
-
-def not_a_trace(path: Path, items: int) -> TraceFormatError:
-    """A list of ``items`` objects none of which has a "ph": not a trace (rather than an empty one)."""
-    return TraceFormatError(
-        path, f"none of the {items} items in the event list is a trace event (no 'ph'): not a trace"
-    )
-
-
-def _has_phase(ev: Any) -> bool:
-    if type(ev) is dict:
-        return "ph" in ev
-    return getattr(ev, "ph", None) is not None  # a msgspec record; anything else fails the batch anyway
+        return ANY.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(path, f"traceEvents[{index}]: invalid JSON ({exc})") from None
 
 
 def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:
-    if kineto_fast.is_event_batch(batch):
-        batch = [kineto_fast.as_dict(ev) for ev in batch]
+    """Append the rows of a batch of untyped events one by one; an error names ``traceEvents[first + i]``."""
     rows, skipped = [], 0
     for i, ev in enumerate(batch):
         try:

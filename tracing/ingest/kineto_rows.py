@@ -1,21 +1,23 @@
-"""Kineto events (``json`` dicts or ``kineto_fast`` records) -> growable int64 columns of the event table.
+"""Kineto events -> growable int64 columns of the event table.
 
-Three paths give the same columns: batches decoded by msgspec into records (:func:`record_rows`), batches
-decoded by ``json`` into dicts (:func:`batch_rows`), and, for any batch either meets something unusual in
-(they raise :class:`Slow`), event by event (:func:`event_row`), which names the bad field.
+A batch is decoded by msgspec into :class:`KinetoEvent` records holding only the keys the table reads and
+converted a column at a time (:func:`record_rows`). A batch msgspec rejects, or that holds anything unusual
+(:class:`Slow`), is redone event by event from its JSON text (:func:`event_row` over each event decoded
+untyped), which gives the same rows or an error naming the event and the field.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from array import array
 from decimal import Decimal, InvalidOperation
 from itertools import compress
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from tracing.ingest.jsonstream import ANY
 from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
 from tracing.outputs import schema
 
@@ -45,7 +47,6 @@ _GPU_CODES = frozenset(
 
 
 _KIND_CODE_OF_CAT = {cat: KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()}
-_EMPTY: dict[str, Any] = {}
 _KIND_CODE_OF_CAT_NO_PY = {cat: k for cat, k in _KIND_CODE_OF_CAT.items() if k != KIND_CODE[schema.PYTHON]}
 _GPU_CODE_LIST = sorted(_GPU_CODES)
 
@@ -58,12 +59,46 @@ def as_int(value: Any) -> int:
     if isinstance(value, str):  # a float's text, e.g. "7.0"
         try:
             d = Decimal(value)
-            if d.is_finite() and d == d.to_integral_value():
-                return int(d)
         except InvalidOperation:
-            pass
+            d = Decimal("NaN")
+        if d.is_finite() and d == d.to_integral_value():
+            if d.adjusted() > 18:  # not int64; and "1e999999999" must not become a billion-digit int
+                raise ValueError(f"{value!r} does not fit in int64")
+            return int(d)
     raise TypeError(f"expected an integer, got {value!r}")
 
+
+class KinetoArgs(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` keys the event table reads; an absent key gets the default :func:`event_row` uses."""
+
+    device: int = None  # type: ignore[assignment]  # None: absent (use pid); a JSON null fails the batch
+    stream: int = None  # type: ignore[assignment]
+    correlation: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    bytes: int = -1
+    # record_shapes=True: kept as raw JSON text, canonicalized once per distinct text
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+
+
+class KinetoEvent(msgspec.Struct, gc=False):
+    """One ``traceEvents`` item, reduced to the keys the event table reads (every other key is skipped in C).
+
+    Floats arrive as their exact decimal text (``float_hook=str``), integers of any size as ints; duplicate
+    keys keep the last value and escaped key names are unescaped, as in an untyped decode. A value of another
+    type in an integer field fails the batch, which is then redone event by event."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None  # a text pid ("Spans") or a missing one -> event by event
+    tid: int | str | None = None
+    ts: Any = None
+    dur: Any = 0
+    args: KinetoArgs | None = None
+
+
+EVENTS = msgspec.json.Decoder(list[KinetoEvent], float_hook=str)
+_EMPTY_ARGS = KinetoArgs()
 
 _PLAIN_DIMS = re.compile(rb"[\[\]0-9, \t\n\r]*")  # Input Dims of non-negative ints: canonical = no whitespace
 _WHITESPACE = re.compile(rb"[ \t\n\r]+")
@@ -73,7 +108,7 @@ def shape_text(value: Any) -> str:
     """``args["Input Dims"]`` (a decoded JSON value) -> its compact JSON text, the ``shapes`` column value."""
     if value is None:
         return ""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return msgspec.json.encode(value).decode()
 
 
 class Columns:
@@ -88,16 +123,11 @@ class Columns:
         self.shape = array("i")
         self.names: dict[str, int] = {}
         self.shapes: dict[str, int] = {"": 0}  # canonical Input Dims text -> code
-        self._raw_shapes: dict[bytes, int] = {b"": 0}  # raw text (msgspec) -> code
+        self._raw_shapes: dict[bytes, int] = {b"": 0}  # raw text -> code
         self.text_ids: dict[str, int] = {}  # non-integer pid/tid values (e.g. "Spans") -> negative ids
 
     def __len__(self) -> int:
         return len(self.kind)
-
-    def forget_names(self) -> None:
-        """Drop the name -> code map once the caller holds the names as a list (``tracing.streamed``): ~60
-        bytes a distinct name (its slot and its code's int object)."""
-        self.names = {}
 
     def take(self) -> dict[str, np.ndarray]:
         """The rows held so far as int64 / int32 / int8 arrays (``name``, ``kind``, ``shapes`` codes and every
@@ -113,17 +143,6 @@ class Columns:
         del self.name[:], self.kind[:], self.shape[:]
         return out
 
-    def extend(self, rows: dict[str, np.ndarray], names: list[str], shapes: list[str]) -> None:
-        """Append rows :meth:`take` gave from another :class:`Columns` whose names / shapes were ``names`` /
-        ``shapes``: their codes are re-interned here, in the order they first appear there."""
-        name_lut = np.array([self.name_code(n) for n in names] or [0], np.int32)
-        shape_lut = np.array([self.shapes.setdefault(t, len(self.shapes)) for t in shapes] or [0], np.int32)
-        for k, v in self.cols.items():
-            v.frombytes(rows[k].astype(np.int64, copy=False).tobytes())
-        self.name.frombytes(name_lut[rows["name"]].tobytes())
-        self.kind.frombytes(rows["kind"].astype(np.int8, copy=False).tobytes())
-        self.shape.frombytes(shape_lut[rows["shapes"]].tobytes())
-
     def shape_code(self, value: Any) -> int:
         """Code of a decoded ``Input Dims`` value (None: absent -> 0)."""
         if value is None:
@@ -132,24 +151,20 @@ class Columns:
         return self.shapes.setdefault(text, len(self.shapes))
 
     def raw_shape_code(self, raw: bytes) -> int:
-        """Code of an ``Input Dims`` raw JSON text (msgspec); the same code :meth:`shape_code` gives."""
+        """Code of an ``Input Dims`` raw JSON text; the same code :meth:`shape_code` gives."""
         code = self._raw_shapes.get(raw)
         if code is None:
             if _PLAIN_DIMS.fullmatch(raw):
                 text = _WHITESPACE.sub(b"", raw).decode("ascii")
                 code = self.shapes.setdefault(text, len(self.shapes))
             else:
-                code = self.shape_code(json.loads(raw, parse_float=str))
+                code = self.shape_code(ANY.decode(raw))
             self._raw_shapes[raw] = code
         return code
 
     def name_code(self, name: str) -> int:
         code = self.names.get(name)
         if code is None:
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                raise TypeError("name is not valid Unicode (lone surrogate escape)") from None
             code = self.names[name] = len(self.names)
         return code
 
@@ -217,58 +232,11 @@ def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | No
     return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes, shape)
 
 
-def _fast() -> Any:
-    """:mod:`kineto_fast` (msgspec), imported by the first batch: a process that only builds tables from
-    columns decoded elsewhere (``tracing.ingest.prefetch``) never pays for msgspec's import."""
-    from tracing.ingest import kineto_fast
-
-    return kineto_fast
-
-
 def _ints_or_slow(values: list[Any]) -> list[Any]:
     for v in values:
         if v.__class__ is not int:
             raise Slow
     return values
-
-
-def batch_rows(
-    batch: list[Any], c: Columns, include_python: bool
-) -> tuple[list[int], list[int], list[list[int]], int]:
-    """The fast path: column lists for a batch of events by list comprehensions; raises Slow on anything odd."""
-    if _fast().is_event_batch(batch):
-        return record_rows(batch, c, include_python)
-    phs = [e.get("ph") for e in batch]  # AttributeError on a non-object -> slow path
-    xs = [e for e, ph in zip(batch, phs, strict=True) if ph == "X"]
-    codes = [_KIND_CODE_OF_CAT.get(e.get("cat"), -1) for e in xs]
-    py = KIND_CODE[schema.PYTHON]
-    keep = [(e, k) for e, k in zip(xs, codes, strict=True) if k >= 0 and (k != py or include_python)]
-    skipped = len(xs) - len(keep)
-    evs = [e for e, _ in keep]
-    kinds = [k for _, k in keep]
-    names = [e.get("name") for e in evs]
-    ts = [e.get("ts") for e in evs]
-    du = [e.get("dur", 0) for e in evs]
-    args = [e.get("args") for e in evs]
-    args = [_EMPTY if a is None else a for a in args]
-    for a in args:
-        if a.__class__ is not dict:
-            raise Slow
-    pids = [e.get("pid") for e in evs]
-    tids = [e.get("tid") for e in evs]
-    gpu = [k in _GPU_CODES for k in kinds]
-    no = schema.NO_ID
-    devs = [a.get("device", p) if g else no for a, p, g in zip(args, pids, gpu, strict=True)]
-    streams = [a.get("stream", t) if g else no for a, t, g in zip(args, tids, gpu, strict=True)]
-    corr = [a.get("correlation", -1) for a in args]
-    ext = [a.get("External id", -1) for a in args]
-    nbytes = [a.get("bytes", -1) for a in args]
-    name_codes, cols = _convert(c, names, ts, du, pids, tids, gpu, devs, streams, corr, ext, nbytes, True)
-    dims = [a.get("Input Dims") for a in args]
-    cols.append(
-        [0 if d is None else c.shape_code(d) for d in dims] if any(d is not None for d in dims) else None
-    )
-    return kinds, name_codes, cols, skipped
 
 
 def _name_codes(c: Columns, names: list[str]) -> list[int]:
@@ -285,7 +253,8 @@ def _name_codes(c: Columns, names: list[str]) -> list[int]:
 def record_rows(
     batch: list[Any], c: Columns, include_python: bool
 ) -> tuple[list[int], list[int], list[Any], int]:
-    """:func:`batch_rows` for ``kineto_fast`` records: same values, same Slow cases, numpy columns.
+    """Column values of a batch of records: (kind codes, name codes, ``_ROW_COLUMNS`` + shape codes, X events
+    left out); raises :class:`Slow` (or TypeError / ValueError) on anything :func:`event_row` must judge.
 
     msgspec already typed the integer fields (a record holds an int there, or None when the key is absent),
     so only names, ts/dur and absent pids need checks here.
@@ -305,8 +274,7 @@ def record_rows(
     dur = us_values_to_ns([e.dur for e in evs])
     if len(dur) and dur.min() < 0:
         raise Slow
-    empty = _fast().EMPTY_ARGS
-    args = [empty if e.args is None else e.args for e in evs]
+    args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
     n = len(evs)
     gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)
     g_idx = np.flatnonzero(gpu).tolist()
@@ -328,48 +296,6 @@ def record_rows(
     # record_shapes off (most traces): every Raw is empty -> no per-event work beyond this check
     shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws] if any(map(len, raws)) else None
     return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape], codes.count(-1)
-
-
-def _convert(
-    c: Columns,
-    names: list[Any],
-    ts: list[Any],
-    du: list[Any],
-    pids: list[int],
-    tids: list[int],
-    gpu: list[bool],
-    devs: list[Any],
-    streams: list[Any],
-    corr: list[Any],
-    ext: list[Any],
-    nbytes: list[Any],
-    check_ints: bool,
-) -> tuple[list[int], list[list[int]]]:
-    """Raw field values of the kept events -> (name codes, int columns); raises Slow on anything odd."""
-    for n in names:
-        if n.__class__ is not str:
-            raise Slow
-    name_codes = _name_codes(c, names)
-    # "4458676522690.655" -> int("4458676522690" + "655"): exact, and a ValueError (-> slow path) on
-    # anything that is not a plain 3-decimal number; other forms go through us_text_to_ns.
-    starts = [
-        t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)
-        for t in ts
-    ]
-    durs = [
-        d * 1000 if d.__class__ is int else int(d[:-4] + d[-3:]) if d[-4:-3] == "." else us_text_to_ns(d)
-        for d in du
-    ]
-    if durs and min(durs) < 0:
-        raise Slow
-    if check_ints:  # json values may be bool/str/float; msgspec records hold ints (or None: TypeError below)
-        pids, tids, devs, streams = map(_ints_or_slow, (pids, tids, devs, streams))
-        corr, ext, nbytes = map(_ints_or_slow, (corr, ext, nbytes))
-    no = schema.NO_ID
-    pids = [no if g else p for p, g in zip(pids, gpu, strict=True)]
-    tids = [no if g else t for t, g in zip(tids, gpu, strict=True)]
-    cols = [pids, tids, devs, streams, starts, durs, corr, ext, nbytes]
-    return name_codes, cols
 
 
 def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:

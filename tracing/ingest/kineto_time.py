@@ -2,14 +2,14 @@
 
 Kineto writes ``ts``/``dur`` in microseconds with up to 3 decimals (ns resolution), relative times reaching
 ~4.5e12 us on long-running hosts -- above 2^42 us, where a double's spacing (~0.001 us) no longer proves the
-ns digit. So values arrive as the number's exact text (``json`` with ``parse_float=str``, ``msgspec`` with
-``float_hook=str``) and are converted without a float step: ``"4458676522690.655"`` -> ``4458676522690655``.
+ns digit. So values arrive as the number's exact text (msgspec's ``float_hook=str``) and are converted without a
+float step: ``"4458676522690.655"`` -> ``4458676522690655``.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,6 @@ def us_text_to_ns(value: Any) -> int:
     """Microseconds (int, or the exact decimal text of a float) -> int ns, rounding half-even below 1 ns."""
     if type(value) is int:
         return value * 1000
-    if type(value) is float:  # NaN / Infinity (the only floats the decoders give: numbers arrive as text)
-        raise TypeError(f"not a finite number: {value!r}")
     if type(value) is not str:
         raise TypeError(f"expected a number, got {type(value).__name__}")
     whole, dot, frac = value.partition(".")
@@ -34,11 +32,13 @@ def us_text_to_ns(value: Any) -> int:
         return -ns if whole.startswith("-") else ns
     try:
         d = Decimal(value)
-        if d.is_finite():
-            return int((d * 1000).to_integral_value(ROUND_HALF_EVEN))
-    except (InvalidOperation, ValueError):
-        pass
-    raise TypeError(f"not a finite number: {value!r}")
+    except ArithmeticError:  # decimal.InvalidOperation
+        d = Decimal("NaN")
+    if not d.is_finite():
+        raise TypeError(f"not a finite number: {value!r}")
+    if d.adjusted() > 18:  # int64 ns ends at ~9.2e15 us: "1e999999999" must not become a billion-digit int
+        raise ValueError(f"{value!r} us does not fit in int64 ns")
+    return int((d * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
 _US_TEXT = [re.compile(rf"(?:-?[0-9]{{1,15}}\.[0-9]{{{d}}}\n)*") for d in range(4)]  # <= 1e15 us: fits
