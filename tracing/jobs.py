@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracing import staged
 from tracing.analysis import attribution, engine, gpu_tables, kernel_classes, metrics, range_tables, steps
 from tracing.analysis.colocated import shared_device_time
 from tracing.analysis.logged_steps import logged_tables
@@ -76,6 +77,7 @@ class Analysis:
     tables: dict[str, pa.Table]
     microbatches: MicrobatchResult
     timelines: list[metrics.DeviceTimeline]
+    staged_ranges: tuple[str, int, dict[str, float]] | None = None  # (path, ranges, seconds per phase)
 
 
 def analyze_trace(
@@ -97,8 +99,13 @@ def analyze_in(
     phase_map: PhaseMap | None = None,
     labels: Labels | None = None,
     pattern: str | None = None,
+    ranges_to: Path | None = None,
 ) -> Analysis:
-    """All per-trace tables from the engine's ``events`` view (``trace``: path, format, rank, range log)."""
+    """All per-trace tables from the engine's ``events`` view (``trace``: path, format, rank, range log).
+
+    ``ranges_to``: where a range table of ``staged.STAGE_ROWS`` ranges or more goes, written from the engine a
+    part at a time (``Analysis.staged_ranges``); the analysis then holds only the rows the other tables read
+    (``range_tables.summary_rows``)."""
     phase_map = phase_map or default_phase_map()
     num_ops = gpu_tables.make_ops(con)
     timelines = gpu_tables.device_timelines(con)
@@ -109,12 +116,38 @@ def analyze_in(
     else:
         range_tables.make_ranges(con)
         source = "nvtx" if trace.format == "nsys" else "user_annotation"
-        ranges = engine.table(
-            range_tables.range_table(con, phase_map, source, num_ops), schema.RANGE_COLUMNS, "ranges"
-        )
+        n = range_tables.make_range_rows(con, phase_map, source, num_ops)
+        if ranges_to is not None and n >= staged.STAGE_ROWS:
+            ranges = engine.table(range_tables.summary_rows(con, pattern), schema.RANGE_COLUMNS, "ranges")
+            staged_ranges = (str(ranges_to), n, staged.phase_seconds(ranges))
+            _stage_range_parts(con, trace, ranges_to)
+        else:
+            ranges = engine.table(
+                engine.arrow(con, "select * from range_rows order by range_id"),
+                schema.RANGE_COLUMNS,
+                "ranges",
+            )
     sig = engine_signals(con, gemm_names(kernels))
     mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
-    return assemble(trace, timelines, streams, ranges, kernels, mb)
+    analysis = assemble(trace, timelines, streams, ranges, kernels, mb)
+    if trace.range_log is None and ranges_to is not None and n >= staged.STAGE_ROWS:
+        analysis.staged_ranges = staged_ranges
+    return analysis
+
+
+def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
+    """The whole range table (with its trace columns) to ``path``, from the engine a part at a time."""
+    import pyarrow as pa
+
+    parts = (
+        with_trace_cols(engine.table(pa.Table.from_batches([b]), schema.RANGE_COLUMNS, "ranges"), trace)
+        for b in range_tables.range_parts(con, staged.STAGE_ROWS)
+    )
+    first = next(parts)
+    with staged.part_file(path, first.schema) as add:
+        add(first)
+        for part in parts:
+            add(part)
 
 
 def assemble(
@@ -181,14 +214,14 @@ def ingest_file(
     phase_map = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
     if fmt == METRIC_LOG:
         return _ingest_metric_log(path, phase_map)
-    staged = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
+    staged_events = None if stage_dir is None else str(Path(stage_dir) / f".events-{index}.parquet")
     if fmt == "rangelog":
         trace = read_range_log(path, rank=rank)
         analysis = analyze_trace(trace, phase_map, labels, pattern)
         num_events, num_gpu_ops = trace.events.num_rows, 0
-        if staged is not None:
+        if staged_events is not None:
             store.write_table(
-                trace.events, staged, meta={"trace": trace.path, "format": fmt, "rank": trace.rank}
+                trace.events, staged_events, meta={"trace": trace.path, "format": fmt, "rank": trace.rank}
             )
     else:
         with (
@@ -197,13 +230,14 @@ def ingest_file(
         ):
             d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress)
             con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
-            events = Path(staged) if staged is not None else Path(work) / "events.parquet"
+            events = Path(staged_events) if staged_events is not None else Path(work) / "events.parquet"
             num_events = write_events(con, d, events)
             con.execute("drop view raw")
             d.raw.unlink()
             engine.parquet_events(con, events)
             trace = Trace(d.path, d.format, None, rank=d.rank, meta=d.meta)  # its events: in the engine
-            analysis = analyze_in(con, trace, phase_map, labels, pattern)
+            ranges_to = None if stage_dir is None else staged.staged_path(stage_dir, "ranges", index)
+            analysis = analyze_in(con, trace, phase_map, labels, pattern, ranges_to)
             num_gpu_ops = sum(
                 int(t.row["num_kernels"] + t.row["num_memcpy"] + t.row["num_memset"])
                 for t in analysis.timelines
@@ -219,7 +253,7 @@ def ingest_file(
         format=trace.format,
         rank=trace.rank,
         num_events=num_events,
-        staged_events=staged,
+        staged_events=staged_events,
         devices=with_trace_cols(tables["devices"], trace, fmt=True),
         streams=with_trace_cols(tables["streams"], trace),
         ranges=with_trace_cols(tables["ranges"], trace),
@@ -230,6 +264,10 @@ def ingest_file(
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
     )
+    if analysis.staged_ranges is not None:  # written from the engine a part at a time: not in the result
+        path, result.num_ranges, result.phase_seconds = analysis.staged_ranges
+        result.staged_tables["ranges"] = path
+        result.ranges = result.ranges.schema.remove_metadata().empty_table()
     return result
 
 

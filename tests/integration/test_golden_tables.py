@@ -1,7 +1,10 @@
 """``mxperf ingest`` still gives the frozen outputs of tests/data/golden/ (tests/golden.py: cases, comparison).
 
-One test per (case, --stream mode), ingested in-process into tmp_path. A failure names the table, column and
-first differing rows; regenerate only for an intended output change (tests/data/golden/README.md).
+One test per (case, mode), ingested in-process into tmp_path: ``held`` as a small trace goes (its range table
+and micro-batch signals read whole), ``bounded`` as a large one does (every range table staged from the engine
+a part at a time with only its summary rows held, every process's signals read from the engine a slab at a
+time). A failure names the table, column and first differing rows; regenerate only for an intended output
+change (tests/data/golden/README.md).
 """
 
 from __future__ import annotations
@@ -12,25 +15,21 @@ import shutil
 import golden
 import pytest
 
+from tracing import staged
+from tracing.analysis import mb_engine
 from tracing.outputs import store
 
 
-def _allowed(name: str, stream: str, diffs: list[str]) -> list[str]:
-    if stream == "off":
-        return diffs
-    known = {t for c, t in golden.STREAM_DIFFERENCES if c == name}
-    return [d for d in diffs if not any(d.startswith(t) for t in known)]
-
-
-@pytest.mark.parametrize("stream", golden.STREAM_MODES)
+@pytest.mark.parametrize("mode", ["held", "bounded"])
 @pytest.mark.parametrize("name", golden.CASE_NAMES)
-def test_ingest_matches_its_golden_output(name, stream, tmp_path):
-    got = golden.ingest(golden.case(name), tmp_path, stream)
+def test_ingest_matches_its_golden_output(name, mode, tmp_path, monkeypatch):
+    if mode == "bounded":
+        monkeypatch.setattr(staged, "STAGE_ROWS", 64)
+        monkeypatch.setattr(mb_engine, "HELD_ITEMS", 0)
+        monkeypatch.setattr(mb_engine, "SLAB_ITEMS", 1 << 10)
+    got = golden.ingest(golden.case(name), tmp_path, "off")
     diffs = golden.compare(got.out, golden.golden_dir(name), got.json_line, got.facts)
-    diffs = _allowed(name, stream, diffs)
-    assert diffs == [], "\n".join(
-        [f"{name} --stream {stream} differs from tests/data/golden/{name}:", *diffs[:30]]
-    )
+    assert diffs == [], "\n".join([f"{name} ({mode}) differs from tests/data/golden/{name}:", *diffs[:30]])
 
 
 def test_the_golden_folder_holds_exactly_the_cases_and_stays_small():
