@@ -4,6 +4,7 @@ Data flow (one public verb per module):
 
     inputs.load_inputs          sweep / ingest / run dirs, CSV, Parquet -> one micro-batch table (columns.py)
     design.build_design         units (steps), regressors the data identify (per-step, attention), sums
+    outliers.screen_rows        a few wild micro-batches left out before the fit, and named
     fitting.fit_cost_model      per (model, phase, precision): line (linear.py, CR3, Satterthwaite dof),
                                 unit bootstrap (bootstrap.py), lack of fit (lof.py), knee models (knee.py)
     breakeven.find_breakeven    case table (+ undetermined), Fieller or knee-curve n*, model_ok, withheld n*
@@ -11,6 +12,7 @@ Data flow (one public verb per module):
     steplevel.step_section      step costs with per-step terms, step breakeven per global batch, what-ifs
     results.analyze             -> the fits.json document (headline.verdict; results.load_fits reads it)
     report.render_report / plots.*   report.md and PNGs;  mxperf.commands.fit: `mxperf fit`
+    simstudy.run / summarize    the guards on simulations with known truth (benchmarks/fit_simulations.py)
 
 The model and its formulas: ``perfmodel.model`` and docs/cost-model.md.
 """
