@@ -6,10 +6,9 @@ Cases (each measurement is a fresh subprocess, ``benchmarks/ingest_worker.py``; 
 within each repeat, so they share the machine's load; medians are reported):
 
 1. the A100 Kineto trace: ``mxperf`` (load + device metrics + HTA-style stream breakdown + per-range
-   attribution + kernel classes), ``mxperf-metrics`` (HTA's scope only), ``mxperf-json`` (``mxperf`` with
-   the msgspec decoder disabled: ``MXPERF_KINETO_DECODER=json``) vs ``hta`` (TraceAnalysis load + idle-time
+   attribution + kernel classes), ``mxperf-metrics`` (HTA's scope only) vs ``hta`` (TraceAnalysis load + idle-time
    breakdown + temporal breakdown, default JSON backend) vs ``gunzip`` (the decompression floor);
-2. the 2-rank sample (a directory of two rank files): ``mxperf``, ``mxperf-metrics``, ``mxperf-json`` (all
+2. the 2-rank sample (a directory of two rank files): ``mxperf``, ``mxperf-metrics`` (both
    serial, one process) vs ``hta`` (its default fork pool, one file per child) and ``hta-system`` (the same
    with Arrow's system allocator, the one the ``mxperf`` command picks);
 3. the nsys export: ``mxperf-load`` (load_nsys_events) vs ``sqlite`` (the same SELECTs, fetchall only);
@@ -38,11 +37,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH
 
 
 def measure(tool: str, path: Path) -> dict:
-    """``tool`` is a worker tool; ``mxperf-json`` is ``mxperf`` with the Kineto msgspec decoder disabled."""
+    """``tool`` is a worker tool; ``hta-system`` is ``hta`` with Arrow's system allocator."""
     env = ENV
-    if tool == "mxperf-json":
-        tool, env = "mxperf", {**ENV, "MXPERF_KINETO_DECODER": "json"}
-    elif tool == "hta-system":  # HTA with the allocator mxperf picks, to show what that choice is worth
+    if tool == "hta-system":  # HTA with the allocator mxperf picks, to show what that choice is worth
         tool, env = "hta", {**ENV, "ARROW_DEFAULT_MEMORY_POOL": "system"}
     return run_worker(tool, path, env)
 
@@ -104,7 +101,6 @@ def main() -> int:
             [
                 ("mxperf", a100_dir),
                 ("mxperf-metrics", a100_dir),
-                ("mxperf-json", a100_dir),
                 *hta,
                 ("gunzip", a100_dir / "rank-0.json.gz"),
             ],
@@ -120,7 +116,6 @@ def main() -> int:
             [
                 ("mxperf", REAL / "hta_sampled_2rank"),
                 ("mxperf-metrics", REAL / "hta_sampled_2rank"),
-                ("mxperf-json", REAL / "hta_sampled_2rank"),
                 *hta2,
             ],
             args.repeats,
@@ -163,9 +158,6 @@ def main() -> int:
         )
         summary["sampled_2rank_same_metrics_speedup_vs_hta"] = (
             results["sampled_2rank"]["hta"]["seconds"] / results["sampled_2rank"]["mxperf-metrics"]["seconds"]
-        )
-        summary["a100_json_only_speedup_vs_hta"] = (
-            results["a100"]["hta"]["seconds"] / results["a100"]["mxperf-json"]["seconds"]
         )
         summary["a100_same_metrics_speedup_vs_hta"] = (
             results["a100"]["hta"]["seconds"] / results["a100"]["mxperf-metrics"]["seconds"]
