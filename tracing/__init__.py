@@ -25,7 +25,7 @@ _API: dict[str, str] = {
     "detect_format": "tracing.ingest.detect",
     "load_trace": "tracing.ingest.detect",
     "load_kineto_events": "tracing.ingest.kineto",
-    "load_nsys_events": "tracing.ingest.nsys",
+    "load_nsys_events": "tracing.ingest.decoded",
     "load_range_log": "tracing.ingest.rangelog",
     "load_metric_log": "tracing.ingest.metric_logs",
     "device_metrics": "tracing.analysis.metrics",

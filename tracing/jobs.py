@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracing import staged
-from tracing.analysis import attribution, engine, gpu_tables, kernel_classes, metrics, range_tables, steps
+from tracing.analysis import attribution, gpu_tables, kernel_classes, metrics, range_tables, steps
 from tracing.analysis.colocated import shared_device_time
 from tracing.analysis.logged_steps import logged_tables
 from tracing.analysis.mb_engine import engine_signals
 from tracing.analysis.microbatches import MicrobatchResult, gemm_names, signals_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
+from tracing.ingest import engine
 from tracing.ingest.decoded import decode, write_events
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.rangelog import read_range_log

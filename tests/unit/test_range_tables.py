@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 import synthetic_traces as st
 
-from tracing.analysis import engine, gpu_tables, mbregions, range_tables, steps
+from tracing.analysis import gpu_tables, mbregions, range_tables, steps
 from tracing.analysis.phases import default_phase_map
+from tracing.ingest import engine
 from tracing.ingest.detect import load_trace
 from tracing.staged import phase_seconds
 

@@ -13,8 +13,8 @@ import pytest
 from mxperf.cli import main
 from tracing.analysis import metrics
 from tracing.analysis.annotate import annotate
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.kineto import load_kineto_events
-from tracing.ingest.nsys import load_nsys_events
 
 REAL = Path(__file__).parent.parent / "data" / "real"
 A100 = REAL / "hta_a100_ddp_rank0_hostbound.json.gz"

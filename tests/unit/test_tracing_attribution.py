@@ -8,8 +8,8 @@ import pytest
 
 from tracing.analysis import attribution, kernel_classes, metrics
 from tracing.analysis.phases import phase_of
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.kineto import load_kineto_events
-from tracing.ingest.nsys import load_nsys_events
 from tracing.outputs import schema
 
 REAL = Path(__file__).parent.parent / "data" / "real"

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracing.analysis import attribution, metrics
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.kineto import load_kineto_events
-from tracing.ingest.nsys import load_nsys_events
 from tracing.outputs.errors import TraceFormatError
 
 REAL = Path(__file__).parent.parent / "data" / "real"

@@ -10,8 +10,8 @@ import pytest
 from tracing_helpers import reference_gpu_intervals, reference_union
 
 from tracing.analysis import metrics
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.kineto import load_kineto_events
-from tracing.ingest.nsys import load_nsys_events
 from tracing.ingest.trace import events_frame
 from tracing.outputs import schema
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tracing.analysis import metrics
-from tracing.ingest.nsys import decode_global_tid, load_nsys_events
+from tracing.ingest.decoded import load_nsys_events
+from tracing.ingest.nsys import decode_global_tid
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 

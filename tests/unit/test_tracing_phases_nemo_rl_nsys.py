@@ -15,7 +15,7 @@ import pytest
 
 from mxperf.cli import main
 from tracing.analysis import attribution
-from tracing.ingest.nsys import load_nsys_events
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.trace import rank_from_environment, rank_from_name, report_name
 from tracing.outputs import store
 

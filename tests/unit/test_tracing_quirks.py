@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tracing.analysis import attribution, metrics
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.kineto import load_kineto_events
-from tracing.ingest.nsys import load_nsys_events
 
 QUIRKS = Path(__file__).parent.parent / "data" / "quirks"
 US = 1000

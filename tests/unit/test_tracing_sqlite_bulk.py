@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracing.ingest import nsys as ingest_nsys
-from tracing.ingest import sqlite_bulk
+from tracing.ingest import decoded, sqlite_bulk
 from tracing.outputs.errors import TraceFormatError
 
 DATA = Path(__file__).parent.parent / "data"
@@ -87,8 +86,8 @@ def test_a_view_has_no_rowid_and_steps_aside():
 
 
 def test_real_export_bulk_and_row_paths_give_identical_tables():
-    bulk = ingest_nsys._load_file(NSYS, None, bulk=True)
-    rows = ingest_nsys._load_file(NSYS, None, bulk=False)
+    bulk = decoded.load_nsys_events(NSYS, bulk=True)
+    rows = decoded.load_nsys_events(NSYS, bulk=False)
     pd.testing.assert_frame_equal(bulk.events, rows.events)
     assert bulk.meta == rows.meta
 
@@ -99,7 +98,7 @@ def test_quirk_export_bulk_and_row_paths_give_identical_tables(tmp_path):
     con.executescript(QUIRK_SQL.read_text())
     con.close()
     pd.testing.assert_frame_equal(
-        ingest_nsys._load_file(p, None, bulk=True).events, ingest_nsys._load_file(p, None, bulk=False).events
+        decoded.load_nsys_events(p, bulk=True).events, decoded.load_nsys_events(p, bulk=False).events
     )
 
 
@@ -115,8 +114,8 @@ def _edited_copy(path: Path, sql: str) -> Path:
 def test_a_real_value_in_the_export_falls_back_to_the_row_path(tmp_path):
     sql = 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = "end" + 0.5 WHERE rowid = 3'
     p = _edited_copy(tmp_path / "real_value.sqlite", sql)
-    ref = ingest_nsys._load_file(NSYS, None, bulk=True).events
-    got = ingest_nsys.load_nsys_events(p).events
+    ref = decoded.load_nsys_events(NSYS, bulk=True).events
+    got = decoded.load_nsys_events(p).events
     assert len(got) == len(ref)  # the row path truncates 0.5 like int(), so the table is the same
     pd.testing.assert_frame_equal(got, ref)
 
@@ -125,7 +124,7 @@ def test_a_text_start_is_still_a_clear_error(tmp_path):
     sql = "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 'soon' WHERE rowid = 10"
     p = _edited_copy(tmp_path / "text_start.sqlite", sql)
     with pytest.raises(TraceFormatError, match=r"text_start\.sqlite: unexpected value in an nsys table"):
-        ingest_nsys.load_nsys_events(p)
+        decoded.load_nsys_events(p)
 
 
 @pytest.mark.parametrize("block_rows", [1, 3, 4, 1 << 18])

@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 
 from tracing.analysis import metrics
+from tracing.ingest.decoded import load_nsys_events
 from tracing.ingest.detect import detect_format
 from tracing.ingest.jsonstream import RAWS, ChromeTraceReader
 from tracing.ingest.kineto import load_kineto_events
-from tracing.ingest.nsys import load_nsys_events
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 

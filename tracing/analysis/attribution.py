@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis import engine, gpu_tables, intervals, metrics, range_tables
+from tracing.analysis import gpu_tables, intervals, metrics, range_tables
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and tests import from here
     NO_GPU_REASON,
@@ -46,6 +46,7 @@ from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and
     Nesting,
     split_encoded_name,
 )
+from tracing.ingest import engine
 from tracing.ingest.trace import Trace
 from tracing.outputs import schema
 

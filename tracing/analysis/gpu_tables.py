@@ -1,7 +1,7 @@
 """Per-device and per-stream GPU metrics, the kernel table and the device timelines, in SQL over one trace's events.
 
 The rules (launch-end host stall, HTA's per-stream rule) are drawn in :mod:`tracing.analysis.metrics`; this
-module computes them in the engine (:mod:`tracing.analysis.engine`) over a view ``events`` (the event table,
+module computes them in the engine (:mod:`tracing.ingest.engine`) over a view ``events`` (the event table,
 ``kind`` / ``name`` as text, plus ``row``: the row's position in the table), for a trace of any size:
 
 - ``ops``: kernel / memcpy / memset rows with their launch call joined by (pid, correlation), the first launch
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracing.analysis.engine import arrow
 from tracing.analysis.intervals import Intervals
 from tracing.analysis.timelines import KERNEL_WAIT_THRESHOLD_NS, DeviceTimeline, timeline_row
+from tracing.ingest.engine import arrow
 from tracing.outputs import schema
 
 if TYPE_CHECKING:

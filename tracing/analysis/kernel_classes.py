@@ -322,7 +322,7 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
     import pandas as pd
     import pyarrow as pa
 
-    from tracing.analysis import engine
+    from tracing.ingest import engine
 
     cols = {
         c: ops[c].astype(object) if c in ("kind", "name") else ops[c]

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis.engine import arrow, batches
 from tracing.analysis.mbsignals import (
     Process,
     Signals,
@@ -25,6 +24,7 @@ from tracing.analysis.mbsignals import (
     make_process,
     name_signals,
 )
+from tracing.ingest.engine import arrow, batches
 from tracing.outputs import schema
 
 if TYPE_CHECKING:

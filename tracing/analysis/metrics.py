@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracing.analysis import engine, gpu_tables
+from tracing.analysis import gpu_tables
 from tracing.analysis.timelines import KERNEL_WAIT_THRESHOLD_NS, DeviceTimeline, timeline_row
+from tracing.ingest import engine
 from tracing.outputs import schema
 
 if TYPE_CHECKING:

@@ -103,8 +103,9 @@ def find_microbatches(
     """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``; ``ops``,
     ``timelines``, ``kernels`` -- ``kernel_classes.kernel_table`` -- may be passed to reuse them); the table
     is a pandas frame."""
-    from tracing.analysis import engine, gpu_tables
+    from tracing.analysis import gpu_tables
     from tracing.analysis.mb_engine import engine_signals
+    from tracing.ingest import engine
 
     ranges_t = ranges if schema.is_arrow(ranges) else schema.from_frame(ranges)
     with engine.session() as con:

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracing.analysis import shapes
-from tracing.analysis.engine import OFFSET, arrow, batches
 from tracing.analysis.phases import PhaseMap
+from tracing.ingest.engine import OFFSET, arrow, batches
 from tracing.outputs import schema
 
 if TYPE_CHECKING:

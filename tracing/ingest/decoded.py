@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracing.ingest.kineto_rows import KIND_CODE, as_int
-from tracing.ingest.trace import rank_from_name
+from tracing.ingest.trace import Trace, rank_from_name
 from tracing.outputs import schema, store
 from tracing.outputs.errors import TraceFormatError
 
@@ -60,8 +60,10 @@ def decode(
     rank: int | None = None,
     include_python: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    bulk: bool = True,
 ) -> Decoded:
-    """Decode ``path`` (``fmt``: kineto | nsys) into ``work/raw.parquet``, a batch of rows at a time."""
+    """Decode ``path`` (``fmt``: kineto | nsys) into ``work/raw.parquet``, a batch of rows at a time (``bulk``
+    False: an nsys export's tables are read row by row, the reference the bulk read is tested against)."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -69,7 +71,7 @@ def decode(
     if fmt == "nsys":
         from tracing.ingest.nsys_stream import NsysDecoder
 
-        dec: Any = NsysDecoder(path, progress=progress)
+        dec: Any = NsysDecoder(path, bulk=bulk, progress=progress)
     else:
         from tracing.ingest.kineto_decode import KinetoDecoder
 
@@ -114,8 +116,7 @@ def decode(
 def kineto_info(
     path: Path, meta: dict[str, Any], rank: int | None, skipped: int
 ) -> tuple[int, int | None, dict[str, Any]]:
-    """What a Kineto file says about itself: (base time ns, rank, the Trace's meta). The same as
-    ``kineto.trace_info``, here so that decoding imports no pandas (``kineto`` builds a frame)."""
+    """What a Kineto file says about itself: (base time ns, rank, the Trace's meta)."""
     base = meta.get("baseTimeNanoseconds")
     base_ns = 0
     if base is not None:
@@ -255,3 +256,32 @@ def write_events(con: duckdb.DuckDBPyConnection, d: Decoded, path: Path) -> int:
             yield store.coded_table(cols, cats)
 
     return store.write_table_parts(parts(), path, meta)[1]
+
+
+def load_events(
+    path: str | os.PathLike[str],
+    fmt: str,
+    *,
+    rank: int | None = None,
+    include_python: bool = False,
+    bulk: bool = True,
+) -> Trace:
+    """One Kineto file or nsys export as a :class:`Trace` with its event frame (the notebook API): decoded and
+    fixed as ``mxperf ingest`` does it (:func:`decode`, :func:`write_events`: the same rows), then read back."""
+    import tempfile
+
+    from tracing.ingest import engine
+
+    with tempfile.TemporaryDirectory(prefix="mxperf-decode-") as work, engine.session(work) as con:
+        d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, bulk=bulk)
+        con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
+        events = Path(work) / "events.parquet"
+        write_events(con, d, events)
+        frame = store.read_table(events)
+    return Trace(d.path, d.format, frame, rank=d.rank, meta=d.meta)
+
+
+def load_nsys_events(path: str | os.PathLike[str], *, rank: int | None = None, bulk: bool = True) -> Trace:
+    """Read one Nsight Systems SQLite export into a :class:`Trace` (one trace, possibly many processes);
+    ``bulk=False`` reads every table row by row (the reference for tests)."""
+    return load_events(path, "nsys", rank=rank, bulk=bulk)

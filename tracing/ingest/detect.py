@@ -105,7 +105,7 @@ def load_trace(
 
         return load_kineto_events(path, rank=rank, include_python=include_python)
     if fmt == "nsys":
-        from tracing.ingest.nsys import load_nsys_events
+        from tracing.ingest.decoded import load_nsys_events
 
         return load_nsys_events(path, rank=rank)
     if fmt == "rangelog":

@@ -19,7 +19,6 @@ A GPU op joins its launch on (pid, correlationId), since correlation ids are per
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tracing.ingest import sqlite_bulk
-from tracing.ingest.trace import Trace, events_frame, report_rank
+from tracing.ingest.trace import report_rank
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 
@@ -156,21 +155,6 @@ class _Builder:
         self.parts.append(part)
 
 
-def load_nsys_events(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
-    """Read one Nsight Systems SQLite export into a :class:`Trace` (one trace, possibly many processes)."""
-    return _load_file(Path(path), rank, bulk=True)
-
-
-def _load_file(path: Path, rank: int | None, *, bulk: bool) -> Trace:
-    """:func:`load_nsys_events`; ``bulk=False`` reads every table row by row (the reference for tests)."""
-    con = open_readonly(path)
-    try:
-        with format_errors(path):
-            return _load(path, con, rank, bulk)
-    finally:
-        con.close()
-
-
 @contextmanager
 def format_errors(path: Path) -> Iterator[None]:
     """SQLite errors and unexpected values inside an export become one-line ``TraceFormatError`` errors."""
@@ -182,14 +166,6 @@ def format_errors(path: Path) -> Iterator[None]:
         raise
     except (TypeError, ValueError, OverflowError) as exc:  # e.g. text where nsys writes integers
         raise TraceFormatError(path, f"unexpected value in an nsys table ({exc})") from None
-
-
-def _load(path: Path, con: sqlite3.Connection, rank: int | None, bulk: bool) -> Trace:
-    tables = _tables(con)
-    b = open_builder(path, con, tables)
-    for _ in read_parts(path, con, tables, b, bulk=bulk, blocked=False):
-        pass
-    return _finish(path, con, tables, b, rank)
 
 
 def open_builder(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]]) -> _Builder:
@@ -381,29 +357,6 @@ def nvtx_shape_codes(kind: np.ndarray, name: np.ndarray, lut: np.ndarray) -> np.
     codes = np.zeros(len(kind), np.int32)
     codes[is_range] = lut[name[is_range]]
     return codes
-
-
-def _finish(
-    path: Path,
-    con: sqlite3.Connection,
-    tables: dict[str, set[str]],
-    b: _Builder,
-    rank: int | None,
-) -> Trace:
-    if b.parts:
-        columns = {c: np.concatenate([p[c] for p in b.parts]) for c in b.parts[0]}
-    else:
-        columns = {c: np.zeros(0, np.int64) for c in schema.EVENT_COLUMNS}
-        columns["kind"] = np.zeros(0, np.int8)
-        columns["name"] = columns["domain"] = np.zeros(0, np.int32)
-    is_range = columns["kind"] == schema.EVENT_KINDS.index(schema.RANGE)
-    shape_names, lut = nvtx_shape_lut(np.unique(columns["name"][is_range]), list(b.names))
-    columns["shapes"] = nvtx_shape_codes(columns["kind"], columns["name"], lut)
-    events = events_frame(columns, list(b.names), list(schema.EVENT_KINDS), list(b.domains), shape_names)
-    gpu = events["kind"].isin(schema.GPU_OP_KINDS).to_numpy()
-    num_gpu_pids = int(events.loc[gpu, "pid"].nunique()) if gpu.any() else 0
-    rank, meta = report_meta(path, con, tables, b, rank, num_gpu_pids)
-    return Trace(str(path), "nsys", events, rank=rank, meta=meta)
 
 
 def report_meta(
