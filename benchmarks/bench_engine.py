@@ -54,7 +54,7 @@ from bench_scale import BASE_ENV, ROOT, load, round_robin
 OLD_COMMIT = "e8dc5f6"  # the last tree with the hand-written engine
 CUT_COMMIT = "0e8ed4f"  # the commit that replaced it
 NEW_MODULES = (
-    "tracing/analysis/engine.py",
+    "tracing/ingest/engine.py",
     "tracing/analysis/gpu_tables.py",
     "tracing/analysis/range_tables.py",
     "tracing/analysis/mb_engine.py",
