@@ -271,6 +271,7 @@ def lines_of_code(root: Path) -> dict:
         "old_total": sum(old_modules.values()) + removed,
         "new_modules": new_modules,
         "new_modules_total": sum(new_modules.values()),
+        "new_modules_missing": [p for p in NEW_MODULES if p not in new_modules],
         "new_lines_added_to_kept_modules": added,
         "new_total": sum(new_modules.values()) + added,
         "kept_modules_changed": numstat,
