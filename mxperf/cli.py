@@ -207,7 +207,7 @@ def entry() -> None:
 
 
 # Commands whose path builds Arrow tables only: pyarrow must not import pandas for them (store.arrow_without_pandas)
-ARROW_ONLY = frozenset({"ingest", "ranges"})
+ARROW_ONLY = frozenset({"ingest", "ranges", "annotate"})
 
 
 def _dispatch(argv: list[str]) -> int:

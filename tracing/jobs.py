@@ -15,7 +15,6 @@ every file succeeded, so a bad input never leaves partial Parquet behind.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from tracing.analysis.mb_engine import engine_signals
 from tracing.analysis.microbatches import MicrobatchResult, gemm_names, signals_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
 from tracing.ingest import engine
-from tracing.ingest.decoded import decode, write_events
+from tracing.ingest.decoded import in_engine
 from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
 from tracing.ingest.rangelog import read_range_log
 from tracing.ingest.trace import Trace, rank_from_name
@@ -225,17 +224,16 @@ def ingest_file(
                 trace.events, staged_events, meta={"trace": trace.path, "format": fmt, "rank": trace.rank}
             )
     else:
-        with (
-            tempfile.TemporaryDirectory(prefix=".engine-", dir=stage_dir) as work,
-            engine.session(work) as con,
-        ):
-            d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress)
-            con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
-            events = Path(staged_events) if staged_events is not None else Path(work) / "events.parquet"
-            num_events = write_events(con, d, events)
-            con.execute("drop view raw")
-            d.raw.unlink()
-            engine.parquet_events(con, events)
+        with in_engine(
+            path,
+            fmt,
+            rank=rank,
+            include_python=include_python,
+            progress=progress,
+            events_path=staged_events,
+            temp_dir=stage_dir,
+        ) as (con, d, _):
+            num_events = d.rows
             trace = Trace(d.path, d.format, None, rank=d.rank, meta=d.meta)  # its events: in the engine
             ranges_to = None if stage_dir is None else staged.staged_path(stage_dir, "ranges", index)
             analysis = analyze_in(con, trace, phase_map, labels, pattern, ranges_to)

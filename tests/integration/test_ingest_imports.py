@@ -99,13 +99,9 @@ def test_labels_colocated_processes_and_a_phase_map_import_no_pandas(tmp_path):
     assert (out / "microbatches.parquet").is_file()
 
 
-@pytest.mark.xfail(
-    reason="tracing/analysis/annotate.py and tracing/ingest/kineto.py (the whole-file Kineto reader) still "
-    "import pandas; annotate joins mxperf.cli.ARROW_ONLY once they do not",
-    strict=False,
-)
-def test_annotate_imports_no_pandas(tmp_path):
-    modules, _ = _mxperf("annotate", str(A100), "-o", str(tmp_path / "annotated.json.gz"))
+@pytest.mark.parametrize("src", [A100, NSYS], ids=["kineto", "nsys"])
+def test_annotate_imports_no_pandas(tmp_path, src):
+    modules, _ = _mxperf("annotate", str(src), "-o", str(tmp_path / "annotated.json.gz"))
     assert _pandas(modules) == []
 
 

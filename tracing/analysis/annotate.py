@@ -18,16 +18,15 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
-import pandas as pd
 
-from tracing.analysis import metrics
-from tracing.ingest.decoded import load_nsys_events
+from tracing.analysis import gpu_tables, metrics
+from tracing.ingest.decoded import in_engine
 from tracing.ingest.detect import detect_format
+from tracing.ingest.engine import batches
 from tracing.ingest.jsonstream import RAWS, ChromeTraceReader
-from tracing.ingest.kineto import load_kineto_events
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 
@@ -116,10 +115,15 @@ def _write_trace(dst: Path, events: Iterable[str], meta: dict[str, str]) -> None
         raise
 
 
+def _timelines(con: Any) -> list[metrics.DeviceTimeline]:
+    gpu_tables.make_ops(con)
+    return gpu_tables.device_timelines(con)
+
+
 def annotate_kineto(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
-    trace = load_kineto_events(src)
-    timelines = metrics.device_timelines(trace.events)
-    base = int(trace.meta.get("base_time_ns") or 0)
+    with in_engine(src, "kineto") as (con, d, _):
+        timelines = _timelines(con)
+    base = int(d.meta.get("base_time_ns") or 0)
     reader = ChromeTraceReader(src)
 
     def events() -> Iterator[str]:
@@ -144,13 +148,21 @@ KINETO_CATEGORY = {
 }
 
 
-def _nsys_events(ev: pd.DataFrame) -> Iterator[str]:
-    names = ev["name"].astype(str).to_numpy()
-    kinds = ev["kind"].astype(str).to_numpy()
-    cols = {
-        c: ev[c].to_numpy() for c in ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
-    }
-    for i in range(len(ev)):
+_NSYS_COLUMNS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
+
+
+def _nsys_events(con: Any) -> Iterator[str]:
+    """The events of the engine's ``events`` view as Kineto events, in table order."""
+    sql = f"select kind, name, {', '.join(_NSYS_COLUMNS)} from events order by row"
+    for batch in batches(con, sql, 1 << 16):
+        yield from _nsys_batch(batch)
+
+
+def _nsys_batch(batch: Any) -> Iterator[str]:
+    kinds = batch.column(0).to_pylist()
+    names = ["" if n is None else n for n in batch.column(1).to_pylist()]
+    cols = {c: batch.column(c).to_numpy() for c in _NSYS_COLUMNS}
+    for i in range(batch.num_rows):
         cat = KINETO_CATEGORY.get(kinds[i])
         if cat is None:
             continue
@@ -169,14 +181,15 @@ def _nsys_events(ev: pd.DataFrame) -> Iterator[str]:
 
 
 def annotate_nsys(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
-    trace = load_nsys_events(src)
-    timelines = metrics.device_timelines(trace.events)
+    with in_engine(src, "nsys") as (con, _, _):
+        timelines = _timelines(con)
 
-    def events() -> Iterator[str]:
-        yield from _nsys_events(trace.events)
-        yield from overlay_events(timelines, 0)
+        def events() -> Iterator[str]:
+            yield from _nsys_events(con)
+            yield from overlay_events(timelines, 0)
 
-    _write_trace(dst, events(), {"displayTimeUnit": json.dumps("ms"), "mxperf_source": json.dumps(str(src))})
+        meta = {"displayTimeUnit": json.dumps("ms"), "mxperf_source": json.dumps(str(src))}
+        _write_trace(dst, events(), meta)
     return timelines
 
 

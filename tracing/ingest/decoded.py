@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -258,6 +259,38 @@ def write_events(con: duckdb.DuckDBPyConnection, d: Decoded, path: Path) -> int:
     return store.write_table_parts(parts(), path, meta)[1]
 
 
+@contextmanager
+def in_engine(
+    path: str | os.PathLike[str],
+    fmt: str,
+    *,
+    rank: int | None = None,
+    include_python: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    bulk: bool = True,
+    events_path: str | os.PathLike[str] | None = None,
+    temp_dir: str | None = None,
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, Decoded, Path]]:
+    """One Kineto file or nsys export decoded (:func:`decode`), fixed and written to ``events_path`` (default: a
+    temporary file) (:func:`write_events`), and an engine session whose ``events`` view reads it: yields (the
+    connection, what the file says of itself, the events file). The one way every caller reads a trace."""
+    import tempfile
+
+    from tracing.ingest import engine
+
+    with tempfile.TemporaryDirectory(prefix=".engine-", dir=temp_dir) as work, engine.session(work) as con:
+        d = decode(
+            path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress, bulk=bulk
+        )
+        con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
+        events = Path(events_path) if events_path is not None else Path(work) / "events.parquet"
+        d.rows = write_events(con, d, events)
+        con.execute("drop view raw")
+        d.raw.unlink()
+        engine.parquet_events(con, events)
+        yield con, d, events
+
+
 def load_events(
     path: str | os.PathLike[str],
     fmt: str,
@@ -266,17 +299,9 @@ def load_events(
     include_python: bool = False,
     bulk: bool = True,
 ) -> Trace:
-    """One Kineto file or nsys export as a :class:`Trace` with its event frame (the notebook API): decoded and
-    fixed as ``mxperf ingest`` does it (:func:`decode`, :func:`write_events`: the same rows), then read back."""
-    import tempfile
-
-    from tracing.ingest import engine
-
-    with tempfile.TemporaryDirectory(prefix="mxperf-decode-") as work, engine.session(work) as con:
-        d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, bulk=bulk)
-        con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
-        events = Path(work) / "events.parquet"
-        write_events(con, d, events)
+    """One Kineto file or nsys export as a :class:`Trace` with its event frame (the notebook API): the rows
+    ``mxperf ingest`` writes (:func:`in_engine`), read back."""
+    with in_engine(path, fmt, rank=rank, include_python=include_python, bulk=bulk) as (_, d, events):
         frame = store.read_table(events)
     return Trace(d.path, d.format, frame, rank=d.rank, meta=d.meta)
 
