@@ -73,7 +73,8 @@ if not doc.get("models"):
 
 models = doc["models"]
 entry_labels = [f"{m['model']} / {m['phase']}: {m['precision']} vs {m['baseline']}" for m in models]
-chosen = models[entry_labels.index(st.selectbox("Model, phase and precision", entry_labels, key="be_entry"))]
+entry_label = st.selectbox("Model, phase and precision", entry_labels, key="be_entry")
+chosen = models[entry_labels.index(entry_label)]
 base_id, low_id = chosen["baseline"], chosen["precision"]
 fits = chosen["fits"]
 be = chosen.get("breakeven") or {}
@@ -197,5 +198,5 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({bas
         with st.expander("Other fields of this entry in fits.json (knee, host stall, memory, …)"):
             st.json(rest, expanded=False)
 
-predictor.predicted_step_card(doc, chosen, sizes, top)
+predictor.predicted_step_card(doc, chosen, sizes, top, f"{fit_dir.rel}: {entry_label}")
 predictor.measured_vs_predicted_card(chosen)
