@@ -81,6 +81,7 @@ class PatternRow:
     commit: str
     note: str
     examples: tuple[PatternExample, ...]
+    pattern: re.Pattern[str] = field(repr=False, compare=False)  # :attr:`regex`, searched in lowered names
 
     @property
     def regex(self) -> str:
@@ -123,11 +124,6 @@ def _check_token(row_id: str, token: str) -> None:
             elif ch == "|" and depth == 0:
                 problem = "may not alternate at top level (list the alternatives as tokens)"
                 break
-        if not problem:
-            try:
-                re.compile(token_regex(token))
-            except re.error as exc:
-                problem = f"does not compile ({exc})"
     if problem:
         raise ValueError(f"kernel pattern {row_id!r}: token {token!r} {problem}")
 
@@ -177,9 +173,22 @@ def load_patterns(path: str | Path = PATTERNS_PATH) -> tuple[PatternRow, ...]:
                 commit=str(raw.get("commit", "")),
                 note=str(raw.get("note", "")),
                 examples=examples,
+                pattern=_compiled(row_id, tokens),
             )
         )
     return tuple(rows)
+
+
+def _compiled(row_id: str, tokens: tuple[str, ...]) -> re.Pattern[str]:
+    try:
+        return re.compile("|".join(token_regex(t) for t in tokens))
+    except re.error:
+        for t in tokens:
+            try:
+                re.compile(token_regex(t))
+            except re.error as exc:
+                raise ValueError(f"kernel pattern {row_id!r}: token {t!r} does not compile ({exc})") from None
+        raise
 
 
 PATTERNS: tuple[PatternRow, ...] = load_patterns()
@@ -202,39 +211,25 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = _class_rules(PATTERNS)
 
 @dataclass(frozen=True)
 class KernelClassifier:
-    """Ordered (class, case-insensitive regex) rules; first match wins, else ``other``.
+    """Ordered (class, regex) rules searched in the lower-cased name; first match wins, else ``other``.
 
-    Speed: a case-insensitive search cannot use the regex engine's literal-prefix scan, so it is ~4x slower
-    than a case-sensitive one on long C++ kernel names. For an ASCII name and a rule whose pattern text is
-    ASCII and all lower case, ``IGNORECASE`` search on the name equals case-sensitive search on
-    ``name.lower()`` (every literal and class then folds the same way), so such rules also keep a
-    case-sensitive twin used on the lowered name. Results are memoized per name.
+    The table's tokens are ASCII lower case (checked on load), so a case-sensitive search of the lowered name
+    is the case-insensitive match, and it keeps the regex engine's literal-prefix scan (an ``IGNORECASE``
+    search is ~4x slower on long C++ names and ~5x slower to compile). Results are memoized per name.
     """
 
     rules: tuple[tuple[str, re.Pattern[str]], ...]
-    _lower_twins: tuple[re.Pattern[str] | None, ...] = field(init=False, repr=False, compare=False)
     _memo: dict[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
-
-    def __post_init__(self) -> None:
-        twins = tuple(_lower_twin(p.pattern) for _, p in self.rules)
-        object.__setattr__(self, "_lower_twins", twins)
 
     def classify(self, name: str) -> str:
         cls = self._memo.get(name)
         if cls is None:
-            cls = self._classify(name)
+            lowered = name.lower()
+            cls = next((c for c, pattern in self.rules if pattern.search(lowered)), "other")
             if len(self._memo) >= _MEMO_MAX:
                 self._memo.clear()
             self._memo[name] = cls
         return cls
-
-    def _classify(self, name: str) -> str:
-        lowered = name.lower() if name.isascii() else None
-        for (cls, pattern), twin in zip(self.rules, self._lower_twins, strict=True):
-            hit = twin.search(lowered) if twin is not None and lowered is not None else pattern.search(name)
-            if hit:
-                return cls
-        return "other"
 
     def classify_ops(self, kinds: pd.Series | np.ndarray, names: pd.Series | np.ndarray) -> np.ndarray:
         """Class per op: memcpy/memset by kind, kernels by name (each distinct name matched once)."""
@@ -250,56 +245,12 @@ class KernelClassifier:
 
 _MEMO_MAX = 100_000
 
-
-def _lower_twin(pattern: str) -> re.Pattern[str] | None:
-    """A case-sensitive pattern that matches a lowered ASCII name iff ``pattern`` (IGNORECASE) matches it.
-
-    That is the pattern itself when it is ASCII lower case, or the pattern with upper-case letters lowered
-    when every such letter is a plain literal (``ncclDevKernel``): not escaped (``\\D``, ``\\A``), not in a
-    character class (``[A-z]`` != ``[a-z]``) and not in a ``(?...)`` group header. Else None (use
-    IGNORECASE on the name).
-    """
-    if not pattern.isascii():
-        return None
-    if pattern == pattern.lower():
-        return re.compile(pattern)
-    if "(?" in pattern:
-        return None
-    escaped = in_class = False
-    for ch in pattern:
-        if escaped:
-            if ch.isupper():
-                return None
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif in_class:
-            if ch.isupper():
-                return None
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-    try:
-        return re.compile(pattern.lower())
-    except re.error:  # pragma: no cover -- e.g. a class opened by "[]" whose letters became a bad range
-        return None
-
-
-def _compile(rules: Iterable[tuple[str, str]]) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    return tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in rules)
-
-
-DEFAULT = KernelClassifier(_compile(DEFAULT_RULES))
+DEFAULT = KernelClassifier(tuple((cls, re.compile(p)) for cls, p in DEFAULT_RULES))
 
 
 def with_rules(extra: Iterable[tuple[str, str]]) -> KernelClassifier:
-    """A classifier whose ``extra`` (class, regex) rules are tried before the defaults."""
-    return KernelClassifier(_compile(extra) + DEFAULT.rules)
-
-
-_ROW_REGEXES: tuple[tuple[PatternRow, re.Pattern[str], re.Pattern[str]], ...] = tuple(
-    (row, re.compile(row.regex), re.compile(row.regex, re.IGNORECASE)) for row in PATTERNS
-)
+    """A classifier whose ``extra`` (class, case-insensitive regex) rules are tried before the defaults."""
+    return KernelClassifier(tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in extra) + DEFAULT.rules)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -307,11 +258,8 @@ def match_row(name: str) -> PatternRow | None:
     """The first ``kernel_patterns.toml`` row that matches ``name`` (None: no row; the class is
     ``other``). ``DEFAULT.classify(name)`` is this row's class; precision detection reads its
     ``precision``."""
-    lowered = name.lower() if name.isascii() else None
-    for row, twin, pattern in _ROW_REGEXES:
-        if (twin.search(lowered) if lowered is not None else pattern.search(name)) is not None:
-            return row
-    return None
+    lowered = name.lower()
+    return next((row for row in PATTERNS if row.pattern.search(lowered)), None)
 
 
 def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
@@ -379,59 +327,12 @@ def kernel_rows(
     return schema.make_table(values, {c: schema.KERNEL_COLUMNS[c] for c in cols}, "kernels")
 
 
-def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes whose order is the values' sorted order (-1 = missing), and the sorted uniques."""
-    import pandas as pd
-
-    codes, uniques = pd.factorize(values)
-    uniques = np.asarray(uniques, dtype=values.dtype if values.dtype != object else object)
-    if values.dtype == object:
-        uniques = np.array([str(u) for u in uniques], dtype=object)
-    rank = np.empty(len(uniques), np.int64)
-    by_value = np.argsort(uniques, kind="stable")
-    rank[by_value] = np.arange(len(uniques))
-    return np.append(rank, -1)[codes], uniques[by_value]  # code -1 picks the appended -1
-
-
 def class_totals(kernels: pd.DataFrame) -> pd.DataFrame:
     """Total time per (device, class) from a kernel table, with the share of all GPU-op time.
 
-    Rows: device ascending, then total time descending (ties by class name). Grouped on integer codes
-    (exact int64 sums); an empty table, a missing class or non-int64 device / total columns take the pandas
-    groupby path, which gives the same table.
-    """
-    import pandas as pd
-
-    classes = kernels["kernel_class"]
-    plain = kernels["device"].dtype == np.int64 and kernels["total_ns"].dtype == np.int64
-    if len(kernels) == 0 or not plain or classes.isna().any():
-        return _class_totals_groupby(kernels)
-    dev_codes, dev_uniq = _sorted_codes(kernels["device"].to_numpy(np.int64))
-    cls_codes, cls_uniq = _sorted_codes(classes.to_numpy(object))
-    key = dev_codes * len(cls_uniq) + cls_codes
-    total_ns = kernels["total_ns"].to_numpy(np.int64)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    total = np.add.reduceat(total_ns[order], first)
-    dev_i, cls_i = key[first] // len(cls_uniq), key[first] % len(cls_uniq)
-    device_total = np.zeros(len(dev_uniq), np.int64)
-    np.add.at(device_total, dev_i, total)
-    rows = np.lexsort((-total, dev_i))  # stable: equal totals keep class order
-    with np.errstate(divide="ignore", invalid="ignore"):  # a device with zero time: NaN, as pandas gives
-        share = total[rows] / device_total[dev_i][rows]
-    return pd.DataFrame(
-        {
-            "device": dev_uniq[dev_i][rows],
-            "kernel_class": pd.array(cls_uniq[cls_i][rows], dtype=classes.dtype),
-            "total_ns": total[rows],
-            "share": share,
-        }
-    )
-
-
-def _class_totals_groupby(kernels: pd.DataFrame) -> pd.DataFrame:
-    """:func:`class_totals` by a pandas groupby (the reference)."""
+    Rows: device ascending, then total time descending (ties by class name)."""
     t = kernels.groupby(["device", "kernel_class"], observed=True)["total_ns"].sum().reset_index()
     t["share"] = t["total_ns"] / t.groupby("device")["total_ns"].transform("sum")
-    return t.sort_values(["device", "total_ns"], ascending=[True, False]).reset_index(drop=True)
+    return t.sort_values(["device", "total_ns", "kernel_class"], ascending=[True, False, True]).reset_index(
+        drop=True
+    )
