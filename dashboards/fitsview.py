@@ -170,6 +170,82 @@ def fit_table(entry: Mapping[str, Any], fits: Mapping[str, Any] | None = None) -
     return pd.DataFrame(rows)
 
 
+CASE_WORDS = {
+    "indistinguishable": "{low} and {base} are indistinguishable at the 95 % level",
+    "undetermined": "the case is undetermined (no interval can be computed)",
+    "always_faster": "{low} is faster than {base} at every micro-batch size",
+    "never_faster": "{low} is never faster than {base}",
+}
+SUPPORTED = ("faster_above", "faster_below")
+
+
+def step_crossing_words(
+    entry: Mapping[str, Any],
+    global_tokens: int,
+    computed: float | None,
+    sizes: Sequence[float],
+    scenario: bool = False,
+) -> str:
+    """The step-level crossing for a global batch N, only where the fit's case has one.
+
+    Without what-ifs, fits.json's ``step.step_breakeven`` entry for N (the same number ``mxperf fit``
+    prints, with its interval) when there is one; else ``computed`` (``perfmodel.step.step_breakeven``) only
+    when the micro-batch case is faster_above / faster_below. A crossing outside the measured sizes is
+    flagged as extrapolated; one above N is no micro-batch size of this global batch."""
+    low, base = entry.get("precision", "low precision"), entry.get("baseline", "bf16")
+    lo_size, hi_size = (min(sizes), max(sizes)) if sizes else (None, None)
+
+    def where(n: float, ci: Sequence[float | None] | None = None) -> str:
+        text = f"the step times cross at n = {tokens(n)} tokens"
+        if ci and (ci[0] is not None or ci[1] is not None):
+            text += f" ({_interval(ci)})"
+        if n > global_tokens:
+            return text + f", more than N = {global_tokens:,}: not reachable at this global batch."
+        if lo_size is not None and not (lo_size <= n <= hi_size):
+            text += (
+                f" -- extrapolated: outside the measured sizes {tokens(lo_size)} to {tokens(hi_size)}, "
+                "so the crossing rests on the fitted lines alone"
+            )
+        return text + "."
+
+    step_be = next(
+        (
+            sb
+            for sb in (entry.get("step") or {}).get("step_breakeven") or []
+            if sb.get("global_batch_tokens") == global_tokens
+        ),
+        None,
+    )
+    if step_be is not None and not scenario:
+        case = step_be.get("case")
+        if case in SUPPORTED and step_be.get("tokens") is not None:
+            return "From fits.json at this global batch: " + where(
+                float(step_be["tokens"]), step_be.get("ci")
+            )
+        if case in SUPPORTED:
+            return (
+                f"No step-level crossing at N = {global_tokens:,}: {step_be.get('reason') or 'none found'}."
+            )
+        said = CASE_WORDS.get(str(case), f"the case is {case}").format(low=low, base=base)
+        return (
+            f"No step-level crossing at N = {global_tokens:,}: {said} (fits.json, per-step costs included), "
+            "so the fitted lines' intersection is not shown."
+        )
+    be = entry.get("breakeven") or {}
+    case = be.get("case")
+    if case not in SUPPORTED:
+        said = CASE_WORDS.get(str(case), f"the case is {case}").format(low=low, base=base)
+        return f"No step-level crossing: {said}, so the fitted lines' intersection is not shown."
+    if computed is None:
+        return "With these settings the step times do not cross at a positive size."
+    lead = (
+        "What-if scenario: "
+        if scenario
+        else "From the fitted lines (fits.json has no step case for this N): "
+    )
+    return lead + where(computed)
+
+
 def fit_label(fit_rel: str, entry: Mapping[str, Any]) -> str:
     return f"{fit_rel}: {entry.get('model')} / {entry.get('phase')} {entry.get('precision')} vs {entry.get('baseline')}"
 

@@ -134,12 +134,7 @@ def predicted_step_card(
             )
         crossing = step.step_breakeven(costs[base_id], costs[low_id], global_tokens)
         st.caption(
-            (
-                f"With these knobs the step times cross at n = {crossing:,.0f} tokens"
-                + (" (more than N: not reachable at this global batch)." if crossing > global_tokens else ".")
-                if crossing
-                else "With these knobs the step times do not cross at a positive size."
-            )
+            fitsview.step_crossing_words(chosen, int(global_tokens), crossing, sizes, scenario=knobs.active)
             + (
                 f" Weight quantization per micro-batch taken as {q * 1e3:.3g} ms ({q_source})."
                 if knobs.weight_quant == "per_step"
@@ -148,10 +143,18 @@ def predicted_step_card(
         )
         rec = (chosen.get("step") or {}).get("recommendation") or {}
         if rec.get("precision"):
+            extrapolated = ((rec.get("per_precision") or {}).get(rec["precision"]) or {}).get("extrapolated")
             st.caption(
                 f"mxperf fit recommends {rec['precision']} at {rec['tokens_per_microbatch']:,} tokens per micro-batch "
-                f"for N = {rec.get('global_batch_tokens', 0):,} ({rec['step_seconds']:.3g} s per step)."
+                f"for N = {rec.get('global_batch_tokens', 0):,} ({rec['step_seconds']:.3g} s per step)"
+                + (
+                    f" -- extrapolated: above the largest measured size ({max(sizes):,.0f} tokens)."
+                    if extrapolated and sizes
+                    else "."
+                )
             )
+        elif rec.get("reason"):
+            st.caption(f"mxperf fit withholds its recommendation: {rec['reason']}")
         grid = np.geomspace(max(min(mb_options), 1), global_tokens, 200)
         ui.chart(
             charts_fit.step_prediction_figure(

@@ -9,6 +9,7 @@ its whole interval used in predictions), W4 (the same trace twice ingested as tw
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,65 @@ def test_w1_a_value_the_user_set_stays_while_the_fit_stays(monkeypatch: pytest.M
     at.select_slider(key="be_N").set_value(4096).run()
     assert at.number_input(key="be_other").value == pytest.approx(1.5)
     assert int(at.select_slider(key="be_N").value) == 4096
+
+
+# --------------------------------------------------------------------------------------------- W2
+def _crossing_caption(at: AppTest) -> str:
+    (cap,) = [c for c in _texts(at, "caption") if "step-level crossing" in c or "step times cross" in c]
+    return cap
+
+
+def test_w2_no_step_crossing_where_the_fit_says_indistinguishable(monkeypatch: pytest.MonkeyPatch) -> None:
+    _examples()
+    doc = _fits(EXAMPLES, "fit-tiny-dense")
+    entry = _entry(doc, "update")
+    (sb,) = [
+        s for s in entry["step"]["step_breakeven"] if s["global_batch_tokens"] == doc["global_batch_tokens"]
+    ]
+    assert sb["case"] not in ("faster_above", "faster_below") and sb["tokens"] is None  # what the file says
+    at = _open(EXAMPLES, "breakeven", monkeypatch)
+    at.selectbox(key="be_fit").set_value("fit-tiny-dense").run()
+    cap = _crossing_caption(at)
+    assert "cross at n =" not in cap and "No step-level crossing" in cap, cap
+    assert "are indistinguishable at the 95 % level" in cap  # the case in words
+    # an N fits.json has no entry for: the micro-batch case decides, and it has no crossing either
+    other_n = next(o for o in at.select_slider(key="be_N").options if int(o) != doc["global_batch_tokens"])
+    at.select_slider(key="be_N").set_value(other_n).run()
+    assert entry["breakeven"]["case"] not in ("faster_above", "faster_below")
+    assert "cross at n =" not in _crossing_caption(at)
+
+
+def test_w2_the_step_crossing_of_a_faster_above_fit_is_the_files_with_its_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _examples()
+    doc = _fits(EXAMPLES, "fit-verl-sim")
+    entry = _entry(doc, "update")
+    (sb,) = [
+        s for s in entry["step"]["step_breakeven"] if s["global_batch_tokens"] == doc["global_batch_tokens"]
+    ]
+    at = _pick_entry(
+        _open(EXAMPLES, "breakeven", monkeypatch).selectbox(key="be_fit").set_value("fit-verl-sim").run(),
+        "update",
+    )
+    cap = _crossing_caption(at)
+    shown = re.search(r"cross at n = ([\d,]+) tokens \(95 % CI ([\d,]+) to ([\d,]+)\)", cap)
+    assert shown, cap
+    got = [float(x.replace(",", "")) for x in shown.groups()]
+    assert got == pytest.approx([sb["tokens"], *sb["ci"]], abs=0.5)
+    assert "extrapolated" not in cap  # inside the measured sizes
+
+
+def test_w2_a_crossing_outside_the_measured_sizes_is_flagged() -> None:
+    from dashboards import fitsview
+
+    entry = {"precision": "mxfp8", "baseline": "bf16", "breakeven": {"case": "faster_above"}, "step": {}}
+    inside = fitsview.step_crossing_words(entry, 8192, 600.0, [256, 4096])
+    below = fitsview.step_crossing_words(entry, 8192, 68.0, [256, 4096])
+    beyond = fitsview.step_crossing_words(entry, 8192, 9000.0, [256, 4096])
+    assert "cross at n = 600" in inside and "extrapolated" not in inside
+    assert "cross at n = 68" in below and "extrapolated: outside the measured sizes 256 to 4,096" in below
+    assert "not reachable at this global batch" in beyond
+    for case in ("indistinguishable", "undetermined", "never_faster", "always_faster"):
+        words = fitsview.step_crossing_words({**entry, "breakeven": {"case": case}}, 8192, 600.0, [256, 4096])
+        assert "cross at n" not in words and "_" not in words, words  # no raw case id in the sentence
