@@ -164,10 +164,49 @@ def fit_table(entry: Mapping[str, Any], fits: Mapping[str, Any] | None = None) -
                 "lack of fit": ("flagged: " if lof.get("flag") else "") + str(lof.get("note") or "")
                 if lof
                 else ABSENT,
-                "implausible": "; ".join(f.get("implausible") or []) or "no",
+                "implausible": "; ".join(implausible_reasons(f)) or "no",
             }
         )
     return pd.DataFrame(rows)
+
+
+def per_step_implausible(fit: Mapping[str, Any]) -> str | None:
+    """Why a precision's per-step cost is no cost a machine can have (its whole 95 % interval below zero),
+    None when it is plausible or absent. An older fits.json does not list it under ``implausible``."""
+    ps = fit.get("per_step_s")
+    lo, hi = ([*(fit.get("per_step_ci") or []), None, None])[:2]
+    if ps is None or hi is None or not hi < 0:
+        return None
+    lo_txt = f"{lo * 1e3:.3g}" if lo is not None else "?"
+    return (
+        f"per-step cost {ps * 1e3:.3g} ms is below zero (95 % CI {lo_txt} to {hi * 1e3:.3g} ms, all of it below "
+        "zero): the first micro-batch of a step ran faster than the others -- their windows overlap or are out "
+        "of order -- so it is no cost per step"
+    )
+
+
+def implausible_reasons(fit: Mapping[str, Any]) -> list[str]:
+    """fits.json's ``implausible`` list, plus the per-step rule when the list does not hold it already."""
+    out = [str(m) for m in fit.get("implausible") or []]
+    per_step = per_step_implausible(fit)
+    if per_step and not any(m.startswith("per-step cost") for m in out):
+        out.append(per_step)
+    return out
+
+
+def unusable(entry: Mapping[str, Any]) -> dict[str, str]:
+    """Precision -> why its fitted line must not be used for a prediction: no model fits (``model`` null,
+    as ``mxperf fit`` withholds it), or a per-token or per-step cost below zero (the cost model's hard rule:
+    a fixed cost below zero is left to the knee model)."""
+    out = {}
+    for prec in (entry["baseline"], entry["precision"]):
+        fit = (entry.get("fits") or {}).get(prec) or {}
+        hard = [m for m in implausible_reasons(fit) if not m.startswith("fixed cost")]
+        if hard:
+            out[prec] = "; ".join(hard)
+        elif "model" in fit and fit.get("model") is None:
+            out[prec] = str(fit.get("model_note") or "no model fits the data").removeprefix("no model: ")
+    return out
 
 
 CASE_WORDS = {

@@ -47,6 +47,14 @@ def predicted_step_card(
             "never exceed N (a step holds at least one micro-batch). The difference carries the fits' 95 % interval; "
             "what-ifs change the low precision only and are scenarios (no interval)."
         )
+        withheld = fitsview.unusable(chosen)
+        if withheld:
+            st.info(
+                "No prediction from this fit: "
+                + "; ".join(f"{p}: {why}" for p, why in withheld.items())
+                + ". A step time built on such a line would be no measurement's; `mxperf fit` withholds it too."
+            )
+            return
         other_phases = (chosen.get("step") or {}).get("other_phases_s") or {}
         other_default = float(sum(other_phases.values()))
         pair = ui.current_pair()
@@ -180,8 +188,18 @@ def measured_vs_predicted_card(chosen: dict[str, Any]) -> None:
             "own noise and machine are not in it (fits.json inputs say where the fit was measured)."
         )
         runs = [e for e in ui.usable("run", chosen["model"]) if e.learner in (base_id, low_id)]
+        withheld = fitsview.unusable(chosen)
         rows = []
         for run in runs:
+            if run.learner in withheld:
+                rows.append(
+                    {
+                        "run": run.rel,
+                        "precision": run.learner,
+                        "note": f"no prediction: {withheld[run.learner]}",
+                    }
+                )
+                continue
             metrics = ui.table(run, store.METRICS, required=False)
             col = next(
                 (

@@ -73,7 +73,14 @@ if not doc.get("models"):
 
 models = doc["models"]
 entry_labels = [f"{m['model']} / {m['phase']}: {m['precision']} vs {m['baseline']}" for m in models]
-entry_label = st.selectbox("Model, phase and precision", entry_labels, key="be_entry")
+usable_first = next((i for i, m in enumerate(models) if not fitsview.unusable(m)), 0)
+entry_label = st.selectbox(
+    "Model, phase and precision",
+    entry_labels,
+    index=usable_first,
+    key="be_entry",
+    help="starts at the first entry whose fits can predict (not withheld by mxperf fit)",
+)
 chosen = models[entry_labels.index(entry_label)]
 base_id, low_id = chosen["baseline"], chosen["precision"]
 fits = chosen["fits"]

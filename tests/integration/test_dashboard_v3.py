@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,51 @@ def test_w2_a_crossing_outside_the_measured_sizes_is_flagged() -> None:
     for case in ("indistinguishable", "undetermined", "never_faster", "always_faster"):
         words = fitsview.step_crossing_words({**entry, "breakeven": {"case": case}}, 8192, 600.0, [256, 4096])
         assert "cross at n" not in words and "_" not in words, words  # no raw case id in the sentence
+
+
+# --------------------------------------------------------------------------------------------- W3
+@pytest.fixture(scope="module")
+def older_fit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fit-verl-sim as an older ``mxperf fit`` wrote it: its logprob lines (per-step cost below zero with the
+    whole interval) kept as plain lines, ``implausible`` empty -- the file issue #35's W3 was seen on."""
+    if not (EXAMPLES / "fit-verl-sim" / store.FITS).is_file():
+        pytest.skip("examples/runs lacks fit-verl-sim")
+    root = tmp_path_factory.mktemp("older") / "runs"
+    shutil.copytree(EXAMPLES / "fit-verl-sim", root / "fit-verl-sim")
+    doc = _fits(root, "fit-verl-sim")
+    entry = _entry(doc, "logprob")
+    for fit in entry["fits"].values():
+        fit["implausible"], fit["model"], fit["line_ok"] = [], "line", True
+    entry["breakeven"]["case"] = "indistinguishable"
+    (root / "fit-verl-sim" / store.FITS).write_text(json.dumps(doc))
+    return root
+
+
+def test_w3_a_per_step_cost_below_zero_is_implausible_and_not_predicted_from(
+    older_fit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = _entry(_fits(older_fit, "fit-verl-sim"), "logprob")
+    negative = [p for p, f in entry["fits"].items() if f["per_step_ci"][1] < 0]
+    assert negative  # the file holds such a cost, listed as plausible
+    at = _pick_entry(_open(older_fit, "breakeven", monkeypatch), "logprob")
+    assert not at.exception, _texts(at, "exception")
+    table = next(df.value for df in at.dataframe if "implausible" in df.value.columns).set_index("precision")
+    for p in negative:
+        ps = entry["fits"][p]["per_step_s"] * 1e3
+        assert table.loc[p, "implausible"].startswith(f"per-step cost {ps:.3g} ms is below zero"), table.loc[
+            p
+        ]
+    assert any("No prediction from this fit" in i for i in _texts(at, "info"))
+    assert not any(m.label.endswith(" step") for m in at.metric)  # no step seconds from it
+    assert not any("step times cross" in c for c in _texts(at, "caption"))
+
+
+def test_w3_a_plausible_per_step_cost_still_predicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    _examples()
+    at = _pick_entry(
+        _open(EXAMPLES, "breakeven", monkeypatch).selectbox(key="be_fit").set_value("fit-verl-sim").run(),
+        "update",
+    )
+    table = next(df.value for df in at.dataframe if "implausible" in df.value.columns)
+    assert (table["implausible"] == "no").all()
+    assert [m.label for m in at.metric] == ["bf16 step", "mxfp8 step"]
