@@ -243,3 +243,19 @@ def test_random_field_values_give_the_same_outcome(tmp_path, ts, dur, pid, devic
     args = f'{{"device": {device}, "correlation": {corr}, "bytes": 64}}'
     event = _kernel(ts, dur, pid=pid, cat=cat, args=args)
     assert_same_outcome(_write_trace(tmp_path, [*_filler(20), event, *_filler(20)]))
+
+
+def test_text_pids_and_tids_stay_on_the_typed_path_with_the_same_table(tmp_path):
+    """Kineto builds of 2021 (the kineto samples' ResNet-50) write every tid as text ("1890023232"); such
+    batches are decoded as records, with text ids in event order exactly as one by one."""
+    ops = [
+        _kernel(f"{20 + i}.5", cat='"cpu_op"', tid='"1890023232"' if i % 2 else '"Spans"', pid='"4242"')
+        for i in range(40)
+    ]
+    path = _write_trace(tmp_path, [*_filler(20), *ops, _kernel("90.5", tid='"7"'), *_filler(20)])
+    assert _record_batches(path) >= 1
+    with pytest.MonkeyPatch.context() as mp:  # no batch falls back to the event-by-event path
+        mp.setattr(kineto_decode, "_slow_batch", _event_by_event)
+        fast = load_kineto_events(path).events
+    assert set(fast["tid"]) >= {1890023232, -2} and set(fast["pid"]) >= {4242}
+    assert_same_outcome(path)

@@ -232,11 +232,15 @@ def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | No
     return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes, shape)
 
 
-def _ints_or_slow(values: list[Any]) -> list[Any]:
-    for v in values:
-        if v.__class__ is not int:
-            raise Slow
-    return values
+def _ids(c: Columns, pids: list[Any], tids: list[Any]) -> tuple[list[int], list[int]]:
+    """pid and tid values as ints: integers as they are, text ids (``"1890023232"``, ``"Spans"``) through
+    :meth:`Columns.id_of` in event order (pid then tid, as one by one); an absent one -> the exact path."""
+    if all(v.__class__ is int for v in pids) and all(v.__class__ is int for v in tids):
+        return pids, tids
+    if None in pids or None in tids:
+        raise Slow
+    pairs = [(c.id_of(p), c.id_of(t)) for p, t in zip(pids, tids, strict=True)]
+    return [p for p, _ in pairs], [t for _, t in pairs]
 
 
 def _name_codes(c: Columns, names: list[str]) -> list[int]:
@@ -268,8 +272,7 @@ def record_rows(
         if n.__class__ is not str:
             raise Slow
     name_codes = _name_codes(c, names)
-    pids = _ints_or_slow([e.pid for e in evs])  # text ("Spans") or absent -> the exact path
-    tids = _ints_or_slow([e.tid for e in evs])
+    pids, tids = _ids(c, [e.pid for e in evs], [e.tid for e in evs])
     start = us_values_to_ns([e.ts for e in evs])
     dur = us_values_to_ns([e.dur for e in evs])
     if len(dur) and dur.min() < 0:
