@@ -10,6 +10,7 @@ resolve inside RUNS_DIR (links included).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -97,6 +98,98 @@ def label_argument(labels: Mapping[str, object]) -> str | None:
     return arg
 
 
+def content_hash(fh: BinaryIO) -> str:
+    """SHA-256 of a file's bytes, read in chunks; a seekable file is left at its start again."""
+    digest = hashlib.sha256()
+    if hasattr(fh, "seek"):
+        fh.seek(0)
+    while chunk := fh.read(_CHUNK):
+        digest.update(chunk)
+    if hasattr(fh, "seek"):
+        fh.seek(0)
+    return digest.hexdigest()
+
+
+def same_content(
+    items: Iterable[tuple[str, int, Callable[[], str]]],
+) -> list[tuple[str, str]]:
+    """``(first, copy)`` for every item whose bytes equal an earlier one's. ``items``: (name, size in bytes,
+    a function giving the content hash); only files of equal size are hashed."""
+    by_size: dict[int, list[tuple[str, Callable[[], str]]]] = {}
+    for name, size, digest in items:
+        by_size.setdefault(int(size), []).append((name, digest))
+    out = []
+    for group in by_size.values():
+        if len(group) < 2:
+            continue
+        seen: dict[str, str] = {}
+        for name, digest in group:
+            h = digest()
+            if h in seen:
+                out.append((seen[h], name))
+            else:
+                seen[h] = name
+    return out
+
+
+def duplicate_message(pairs: list[tuple[str, str]]) -> str:
+    """The refusal for traces picked or uploaded twice (a trace set holds each rank's trace once)."""
+    listed = "; ".join(f"{b} is the same file as {a}" for a, b in pairs)
+    return (
+        f"{listed} (identical content): several files are ingested as one multi-rank set, so a copy would "
+        "count as another rank; drop the copy"
+    )
+
+
+def _size(fh: BinaryIO) -> int:
+    size = getattr(fh, "size", None)
+    if isinstance(size, int):
+        return size
+    pos = fh.tell()
+    fh.seek(0, os.SEEK_END)
+    end = fh.tell()
+    fh.seek(pos)
+    return end
+
+
+def duplicate_uploads(
+    files: Iterable[tuple[str, BinaryIO]], cache: MutableMapping[object, str] | None = None
+) -> list[tuple[str, str]]:
+    """Uploaded files with the same bytes as an earlier one; ``cache`` (keyed by the upload's ``file_id``
+    when it has one) keeps a page from hashing an upload again on every rerun."""
+    cache = {} if cache is None else cache
+
+    def digest(fh: BinaryIO) -> Callable[[], str]:
+        key = getattr(fh, "file_id", None) or id(fh)
+        return lambda: cache[key] if key in cache else cache.setdefault(key, content_hash(fh))
+
+    return same_content((name, _size(fh), digest(fh)) for name, fh in files)
+
+
+def duplicate_picks(
+    runs_dir: Path, rels: Iterable[str], cache: MutableMapping[object, str] | None = None
+) -> list[tuple[str, str]]:
+    """Picked trace files (relative to RUNS_DIR) with the same bytes as an earlier pick (an upload kept
+    under ``uploads/`` and picked again, a copy under another name); hashes cached by path, size and time."""
+    cache = {} if cache is None else cache
+    items = []
+    for rel in rels:
+        path = resolve_inside(runs_dir, rel)
+        if not path.is_file():
+            continue
+        st_ = path.stat()
+        key = (rel, st_.st_size, st_.st_mtime_ns)
+
+        def digest(path: Path = path, key: tuple = key) -> str:
+            if key not in cache:
+                with path.open("rb") as fh:
+                    cache[key] = content_hash(fh)
+            return cache[key]
+
+        items.append((rel, st_.st_size, digest))
+    return same_content(items)
+
+
 def store_upload(
     runs_dir: Path, files: Iterable[tuple[str, BinaryIO]], limit_bytes: int | None = None
 ) -> list[str]:
@@ -109,6 +202,8 @@ def store_upload(
         raise InputError("no file uploaded")
     if len({n for n, _ in named}) != len(named):
         raise InputError("two uploaded files have the same name; rename one")
+    if dups := duplicate_uploads(named):
+        raise InputError(duplicate_message(dups))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     folder_rel = f"{UPLOADS_DIR}/{stamp}-{Path(named[0][0]).name.split('.')[0][:40]}"
     folder = resolve_inside(runs_dir, folder_rel)
@@ -170,6 +265,8 @@ def check_inputs(runs_dir: Path, rels: Iterable[str]) -> list[str]:
         out.append(Path(rel).as_posix())
     if not out:
         raise InputError("pick at least one trace")
+    if dups := duplicate_picks(runs_dir, out):
+        raise InputError(duplicate_message(dups))
     return out
 
 

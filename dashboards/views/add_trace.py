@@ -49,7 +49,19 @@ with ui.card("Trace"):
         ),
         "phase": c4.selectbox("phase", ["", "update", "logprob", "generate"], key="add_phase"),
     }
-    go = st.button("Ingest", type="primary", key="add_go", disabled=not (files or picked))
+    hashes = st.session_state.setdefault("add_hashes", {})
+    try:
+        dups = (
+            upload.duplicate_uploads([(f.name, f) for f in files], hashes)
+            if source == UPLOAD
+            else upload.duplicate_picks(root, picked, hashes)
+        )
+    except MxperfError as exc:
+        st.error(str(exc))
+        dups = []
+    if dups:
+        st.warning(upload.duplicate_message(dups) + ".", icon=":material/content_copy:")
+    go = st.button("Ingest", type="primary", key="add_go", disabled=not (files or picked) or bool(dups))
 
 if go:
     try:

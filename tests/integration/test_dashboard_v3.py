@@ -13,6 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
+import dash_fixtures
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -195,3 +196,22 @@ def test_w3_a_plausible_per_step_cost_still_predicts(monkeypatch: pytest.MonkeyP
     table = next(df.value for df in at.dataframe if "implausible" in df.value.columns)
     assert (table["implausible"] == "no").all()
     assert [m.label for m in at.metric] == ["bf16 step", "mxfp8 step"]
+
+
+# --------------------------------------------------------------------------------------------- W4
+def test_w4_picking_the_same_trace_twice_warns_and_ingests_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "runs"
+    trace = dash_fixtures.kineto_trace(runs / "uploads" / "20260101T000000Z-rank-0" / "rank-0.json.gz", 0)
+    copy = runs / "uploads" / "20260101T000100Z-rank-0" / "rank-0.json.gz"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(trace.read_bytes())
+    at = _open(runs, "add_trace", monkeypatch)
+    at.radio(key="add_source").set_value("A file under the runs directory").run()
+    at.multiselect(key="add_pick").select(trace.relative_to(runs).as_posix()).run()
+    assert not at.warning and not at.button(key="add_go").disabled
+    at.multiselect(key="add_pick").select(copy.relative_to(runs).as_posix()).run()
+    assert any("is the same file as" in w and "another rank" in w for w in _texts(at, "warning"))
+    assert at.button(key="add_go").disabled
+    assert not at.exception

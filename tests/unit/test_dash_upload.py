@@ -108,3 +108,41 @@ def test_ingest_runs_the_real_command_and_reports_its_error_verbatim(tmp_path: P
     assert failed.message.startswith("mxperf ingest: error: ") and "broken.json" in failed.message
     upload.discard_upload(runs, bad)
     assert not (runs / bad[0]).parent.exists() and (runs / good[0]).exists()
+
+
+def test_the_same_trace_uploaded_twice_is_refused_not_taken_for_two_ranks(tmp_path: Path) -> None:
+    trace = dash_fixtures.kineto_trace(tmp_path / "src" / "rank-0.json.gz", 0).read_bytes()
+    other = dash_fixtures.kineto_trace(tmp_path / "src" / "rank-1.json.gz", 1).read_bytes()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with pytest.raises(InputError, match=r"rank-0_1_\.json\.gz is the same file as rank-0\.json\.gz"):
+        upload.store_upload(
+            runs, [("rank-0.json.gz", io.BytesIO(trace)), ("rank-0 (1).json.gz", io.BytesIO(trace))]
+        )
+    assert not (runs / upload.UPLOADS_DIR).exists() or not any((runs / upload.UPLOADS_DIR).iterdir())
+    stored = upload.store_upload(
+        runs, [("rank-0.json.gz", io.BytesIO(trace)), ("rank-1.json.gz", io.BytesIO(other))]
+    )
+    assert [(runs / s).read_bytes() for s in stored] == [trace, other]  # hashing left each file at its start
+
+
+def test_the_same_trace_picked_twice_is_refused(tmp_path: Path) -> None:
+    first = dash_fixtures.kineto_trace(tmp_path / "uploads" / "a" / "rank-0.json.gz", 0)
+    (tmp_path / "uploads" / "b").mkdir()
+    (tmp_path / "uploads" / "b" / "rank-0.json.gz").write_bytes(first.read_bytes())
+    dash_fixtures.kineto_trace(tmp_path / "uploads" / "c" / "rank-1.json.gz", 1)
+    picks = ["uploads/a/rank-0.json.gz", "uploads/b/rank-0.json.gz", "uploads/c/rank-1.json.gz"]
+    assert upload.duplicate_picks(tmp_path, picks) == [(picks[0], picks[1])]
+    with pytest.raises(InputError, match="identical content"):
+        upload.check_inputs(tmp_path, picks)
+    assert upload.check_inputs(tmp_path, [picks[0], picks[2]]) == [picks[0], picks[2]]
+
+
+def test_only_files_of_equal_size_are_hashed() -> None:
+    hashed = []
+
+    def digest(name: str) -> object:
+        return lambda: hashed.append(name) or "same"
+
+    items = [("a", 10, digest("a")), ("b", 11, digest("b")), ("c", 10, digest("c"))]
+    assert upload.same_content(items) == [("a", "c")] and sorted(hashed) == ["a", "c"]
