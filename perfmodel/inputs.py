@@ -10,9 +10,10 @@ What each input can and cannot give:
   A breakeven needs at least two sizes per precision, so pass several labelled ingests together. Its
   ``kernels.parquet`` (kernel classes) also sizes the quantize work for ``--what-if weight_quant=per_step``.
   An unlabelled ingest has no micro-batch table and is refused with the fix.
-- **run directory** (kind ``run``): one step per row in ``metrics.parquet`` -> the per-step seconds of the
-  phases that do not scale with the micro-batch size (generate, sync, ...) for step-level predictions. It
-  cannot give a fit by itself.
+- **run directory** (kind ``run``): one step per row in ``metrics.parquet`` -> the per-step seconds of every
+  phase (generate, logprob, update, sync, ...) of *its* precisions (generate and sync: the sampler's, the
+  others: the learner's; :class:`RunFolder`), its model and its settings (tokens per step, per micro-batch)
+  for the step model (:mod:`perfmodel.stepmodel`). It cannot give a fit by itself.
 - **CSV or Parquet** with ``model, precision, tokens_per_microbatch, seconds`` (optional: every other column
   of the micro-batch table, ``global_tokens``, ``seq_lens``; others are ignored with a note), e.g. a GPU
   sweep's own ``microbatches.csv``: measurements taken elsewhere. Without ``repeat``/``step`` the bootstrap
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from perfmodel.columns import conform_microbatches
@@ -34,7 +36,15 @@ from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import read_manifest
 from tracing.outputs.precisions import PRECISION_IDS
 
-__all__ = ["FitInputs", "InputSummary", "check_fittable", "conform_microbatches", "load_inputs"]
+__all__ = [
+    "FitInputs",
+    "InputSummary",
+    "RunFolder",
+    "check_fittable",
+    "conform_microbatches",
+    "load_inputs",
+    "read_run_folder",
+]
 TRACE_SOURCES = ("trace", "range", "detected")  # micro-batches read from a trace (old and v2 names)
 STEP_PHASES = ("generate", "logprob", "sync", "reward", "eval", "reference")
 _PHASE_COLUMN = re.compile(r"^(?:time_)?(?P<phase>[a-z_]+?)(?:_time)?_(?P<unit>s|seconds|ns)$")
@@ -50,6 +60,28 @@ class InputSummary:
     machine: str = "-"
 
 
+SAMPLER_PHASES = ("generate", "sync")  # a run's phases that run in (or for) the sampler's precision
+
+
+@dataclass
+class RunFolder:
+    """One ``mxperf run`` folder as the step model reads it: per-step seconds of each phase, the model and
+    precisions it ran, and its settings (median tokens per learner step, tokens per micro-batch)."""
+
+    path: str
+    model: str | None
+    learner: str | None
+    sampler: str | None
+    phases: dict[str, list[float]]  # phase -> seconds per step (NaN-free)
+    global_tokens: float | None
+    tokens_per_microbatch: float | None
+    steps: pd.DataFrame  # per step: num_microbatches, update_tokens, <phase>_s (what item 2 compares)
+
+    def precision_of(self, phase: str) -> str | None:
+        """The precision a phase of this run ran in: the sampler's for generate and sync, else the learner's."""
+        return self.sampler if phase in SAMPLER_PHASES else self.learner
+
+
 @dataclass
 class FitInputs:
     """The loaded inputs: one micro-batch table plus optional step-level and kernel information."""
@@ -61,6 +93,8 @@ class FitInputs:
     summaries: list[InputSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # columns ignored, values left out: said in the report
     emulated: dict[str, str] = field(default_factory=dict)  # precision -> how its GEMMs were emulated
+    runs: list[RunFolder] = field(default_factory=list)  # run folders: per-precision phase times
+    phase_times: dict[tuple[str, str], float] = field(default_factory=dict)  # (precision, phase) -> s
 
 
 def read_csv_table(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
@@ -74,24 +108,58 @@ def read_csv_table(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
     return conform_microbatches(df, str(path), "csv", notes)
 
 
-def _other_phases(path: Path) -> dict[str, float]:
-    """Median seconds per step of each non-micro-batched phase column in a run's ``metrics.parquet``."""
+def _phase_seconds(metrics: pd.DataFrame) -> dict[str, pd.Series]:
+    """Seconds per step of each phase column (``<phase>_s``, ``<phase>_ns``, ``time_<phase>_s``) of a
+    run's ``metrics.parquet``, one value per step (NaN where a step does not say)."""
+    out: dict[str, pd.Series] = {}
+    for col in metrics.columns:
+        m = _PHASE_COLUMN.match(str(col))
+        if not m or m["phase"] not in (*STEP_PHASES, "update"):
+            continue
+        scale = 1e-9 if m["unit"] == "ns" else 1.0
+        out[m["phase"]] = pd.to_numeric(metrics[col], errors="coerce") * scale
+    return out
+
+
+def _metrics(path: Path) -> pd.DataFrame:
     if not (path / store.METRICS).is_file():
         raise InputError(
             f"{path}: a run directory without per-step metrics (e.g. `mxperf consistency` or `mxperf faults` "
             "output); fit reads sweeps, labelled ingests and `mxperf run` directories"
         )
-    metrics = store.read_table(path / store.METRICS)
-    out: dict[str, float] = {}
-    for col in metrics.columns:
-        m = _PHASE_COLUMN.match(str(col))
-        if not m or m["phase"] not in STEP_PHASES:
-            continue
-        values = pd.to_numeric(metrics[col], errors="coerce").dropna()
-        if len(values):
-            scale = 1e-9 if m["unit"] == "ns" else 1.0
-            out[m["phase"]] = float(values.median()) * scale
-    return out
+    return store.read_table(path / store.METRICS)
+
+
+def read_run_folder(path: Path, manifest: dict) -> RunFolder:
+    """A run folder's per-step phase seconds, model, precisions and settings (from its manifest's config)."""
+    metrics = _metrics(path)
+    cfg = manifest.get("config") or {}
+    phases = {p: [float(v) for v in s.dropna()] for p, s in _phase_seconds(metrics).items()}
+    tokens = pd.to_numeric(metrics.get("update_tokens", pd.Series(dtype=float)), errors="coerce").dropna()
+    tpm = cfg.get("tokens_per_microbatch")
+    steps = pd.DataFrame(
+        {
+            "num_microbatches": pd.to_numeric(
+                metrics.get("num_microbatches", pd.Series(np.nan, index=metrics.index)), errors="coerce"
+            ),
+            "update_tokens": pd.to_numeric(
+                metrics.get("update_tokens", pd.Series(np.nan, index=metrics.index)), errors="coerce"
+            ),
+            **{f"{p}_s": s for p, s in _phase_seconds(metrics).items()},
+        }
+    )
+    return RunFolder(
+        path=str(path),
+        model=str(cfg["model"]) if cfg.get("model") else None,
+        learner=str(cfg["learner"]) if cfg.get("learner") else None,
+        sampler=str(cfg.get("sampler") or cfg.get("learner"))
+        if (cfg.get("sampler") or cfg.get("learner"))
+        else None,
+        phases={p: v for p, v in phases.items() if v},
+        global_tokens=float(tokens.median()) if len(tokens) else None,
+        tokens_per_microbatch=float(tpm) if tpm else None,
+        steps=steps,
+    )
 
 
 def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None:
@@ -103,14 +171,20 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
         )
     mb_path = path / store.MICROBATCHES
     if kind == "run":
-        phases = _other_phases(path)
-        inputs.other_phases_s.update(phases)
+        run = read_run_folder(path, manifest)
+        inputs.runs.append(run)
+        precs = (
+            run.learner
+            if run.learner == run.sampler
+            else f"learner {run.learner or '?'}, sampler {run.sampler or '?'}"
+        )
         inputs.summaries.append(
             InputSummary(
                 str(path),
                 "run",
                 0,
-                f"per-step seconds of {', '.join(phases) or 'no'} other phases",
+                f"per-step seconds of {', '.join(run.phases) or 'no'} phases of {run.model or 'an unnamed model'} "
+                f"in {precs}",
                 "micro-batch fits (a run has one micro-batch size)",
             )
         )

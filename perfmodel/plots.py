@@ -212,7 +212,8 @@ def step_time_figure(entry: dict[str, Any], global_tokens: int) -> Figure:
     base = entry["baseline"]
     for prec in (base, entry["precision"]):
         f = entry["fits"][prec]
-        per_step = float(f.get("per_step_s") or 0.0) + other
+        own = float(sum(((step.get("other_phases_by_precision_s") or {}).get(prec) or {}).values()))
+        per_step = float(f.get("per_step_s") or 0.0) + other + own
         curve = curve_of(f)
         secs = (global_tokens / ns) * curve(ns) + per_step
         label = prec + ("" if f.get("model") else " (no model fits)")

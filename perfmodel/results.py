@@ -44,6 +44,7 @@ from perfmodel.inputs import FitInputs
 from perfmodel.lof import implausible
 from perfmodel.paired import paired_breakeven
 from perfmodel.steplevel import step_section
+from perfmodel.stepmodel import check_runs, step_models
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 
@@ -371,8 +372,12 @@ def analyze(
     global_tokens: int | None = None,
     mem_cap_bytes: float | None = None,
     knobs: Any = None,
+    at: list[tuple[int, int]] | None = None,
+    phase_times: dict[tuple[str, str], float] | None = None,
 ) -> dict[str, Any]:
-    """The fits.json document for validated inputs (see ``perfmodel.inputs.check_fittable``)."""
+    """The fits.json document for validated inputs (see ``perfmodel.inputs.check_fittable``). ``at``: the
+    user's (tokens per step, tokens per micro-batch) pairs; ``phase_times``: (precision, phase) -> seconds
+    per step (``--phase P:X=S``); both for the whole-step model (:mod:`perfmodel.stepmodel`)."""
     from perfmodel.columns import FIT_COLUMNS, conform_microbatches
     from perfmodel.recommend import default_global_tokens
 
@@ -380,6 +385,7 @@ def analyze(
     if list(mb.columns) != list(FIT_COLUMNS):
         mb = conform_microbatches(mb, "table", "table", inputs.notes)
     fits = fit_cost_model(mb, min_tokens=min_tokens, n_boot=n_boot, seed=seed)
+    check_runs(inputs.runs, sorted({m for m, _, _ in fits}))
     n_global = int(global_tokens) if global_tokens else default_global_tokens(mb)
     entries = []
     for (model, phase), g in mb.groupby(["model", "phase"], sort=True):
@@ -395,6 +401,19 @@ def analyze(
             entry["answer"] = answer(entry, parts[0])
             entry["verdict"] = verdict(entry, *parts)
             entries.append(entry)
+    steps = step_models(
+        fits,
+        baseline,
+        inputs.runs,
+        at=at or (),
+        global_tokens=global_tokens,
+        mem_cap_bytes=mem_cap_bytes,
+        phase_times={**inputs.phase_times, **(phase_times or {})},
+        other_phases=inputs.other_phases_s,
+        microbatches=mb,
+        seed=seed,
+        n_boot=n_boot,
+    )
     return _num(
         {
             "schema_version": SCHEMA_VERSION,
@@ -405,7 +424,8 @@ def analyze(
             "global_batch_tokens": n_global,
             "bootstrap": {"resamples": n_boot, "seed": seed, "level": 0.95},
             "inputs": [asdict(s) for s in inputs.summaries],
-            "notes": list(dict.fromkeys(inputs.notes)),
+            "notes": list(dict.fromkeys(inputs.notes + [n for st in steps for n in st["notes"]])),
+            "step_model": steps,
         }
     )
 

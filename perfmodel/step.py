@@ -6,7 +6,8 @@ A learner step over ``N`` tokens in micro-batches of ``n`` tokens costs::
 
 or ``mb(n)`` the fitted knee curve (:class:`perfmodel.model.Curve`) when the data chose one. ``per_step_s``
 is the fitted cost paid once per step (micro-batch 0 / two global batch sizes) plus the phases that do not
-scale with ``n`` (generate, sync: medians from run directories, or ``--other-phase``). Bigger micro-batches
+scale with ``n`` (generate, sync: each precision's own, from its run directories or ``--phase P:X=S``; or
+``--other-phase``, the same for every precision). The whole step over several phases: :mod:`perfmodel.stepmodel`. Bigger micro-batches
 amortize the fixed cost, so the fastest allowed size is the largest that fits in memory: ``peak_mem_bytes(n)
 = mem_fixed + mem_per_token * n <= cap`` (the memory line fitted per precision).
 
@@ -160,11 +161,14 @@ def step_costs(
     knobs: WhatIf | None = None,
     weight_quant_s: Mapping[str, float] | None = None,
     curves: Mapping[str, Curve] | None = None,
+    other_by_precision: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, StepCost]:
     """One StepCost per precision (the baseline is never changed by knobs). A fit's ``per_step_s`` (when it
-    has one) is part of its per-step cost; ``curves`` gives the knee model of a precision that has one."""
+    has one) is part of its per-step cost; ``curves`` gives the knee model of a precision that has one.
+    ``other_phases_s``: phases the same for every precision; ``other_by_precision``: each precision's own."""
     knobs = knobs or WhatIf()
-    other = float(sum((other_phases_s or {}).values()))
+    shared = float(sum((other_phases_s or {}).values()))
+    own = {p: float(sum(v.values())) for p, v in (other_by_precision or {}).items()}
     curves = curves or {}
     base = fits[baseline]
     base_step = float(getattr(base, "per_step_s", 0.0) or 0.0)
@@ -180,6 +184,7 @@ def step_costs(
             if knobs.weight_quant == "per_step":
                 q = min(knobs.fixed_scale * (weight_quant_s or {}).get(prec, 0.0), max(fixed, 0.0))
                 fixed, step, moved = fixed - q, step + q, moved + q
+        other = shared + own.get(prec, 0.0)
         out[prec] = StepCost(prec, fixed, f.per_token_s, step + other, curves.get(prec), moved)
     return out
 

@@ -20,6 +20,7 @@ from perfmodel.inputs import FitInputs
 from perfmodel.model import LEVEL, t_quantile
 from perfmodel.recommend import default_global_tokens, global_batches, recommend, step_breakeven_interval
 from perfmodel.step import StepCost, WhatIf, step_breakeven, step_costs, weight_quant_seconds
+from perfmodel.stepmodel import other_phase_seconds
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,16 @@ def step_section(
     lines = {p: _line(f, base) for p, f in group.items()}
     curves = {p: f.wall.curve() for p, f in group.items() if f.wall.model in ("knee", "parts")}
     withheld = {p: f.wall.note for p, f in group.items() if f.wall.model is None}
-    costs = step_costs(lines, baseline, inputs.other_phases_s, curves=curves)
+    model, phase = base.model, base.phase
+    own = other_phase_seconds(
+        model, list(group), inputs.runs, {}, inputs.phase_times, phase
+    )  # each precision's own phase times (--other-phase: shared, below)
+    costs = step_costs(lines, baseline, inputs.other_phases_s, curves=curves, other_by_precision=own)
     d_step, d_step_ci = per_step_difference(base.wall, group[low].wall)
     batches = sorted(set(global_batches(mb)) | {n_global})
     section: dict[str, Any] = {
-        "other_phases_s": inputs.other_phases_s,
+        "other_phases_s": inputs.other_phases_s,  # the same for every precision (--other-phase)
+        "other_phases_by_precision_s": own,
         "recommendation": recommend(costs, memory, n_global, sizes, mem_cap, withheld),
         "memory_per_token_bytes": {p: (m.slope if m else None) for p, m in memory.items()},
         "per_step_difference_s": d_step,
@@ -124,7 +130,7 @@ def step_section(
                 wq[p], sources[p] = weight_quant_seconds(
                     lines[baseline], line, knobs, inputs.kernels, inputs.kernel_microbatches
                 )
-        adj = step_costs(lines, baseline, inputs.other_phases_s, knobs, wq, curves)
+        adj = step_costs(lines, baseline, inputs.other_phases_s, knobs, wq, curves, own)
         section["what_if"] = {
             "knobs": asdict(knobs),
             "weight_quant_s": wq if knobs.weight_quant == "per_step" else None,

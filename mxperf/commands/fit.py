@@ -64,7 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PHASE=SECONDS",
         help="seconds per step of a phase that does not scale with n (e.g. generate=1.2)",
     )
-    parser.add_argument("--phase", action="append", default=None, help="fit only these phases (repeatable)")
+    parser.add_argument(
+        "--phase",
+        action="append",
+        default=None,
+        metavar="PHASE | PRECISION:PHASE=SECONDS",
+        help="a phase name: fit only these phases; PRECISION:PHASE=SECONDS: that precision's seconds per step "
+        "of a phase in the step model, e.g. mxfp8:generate=1.2 (repeatable)",
+    )
     parser.add_argument(
         "--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)"
     )
@@ -130,20 +137,23 @@ def run(args: argparse.Namespace) -> int:
     from perfmodel.report import render_report
     from perfmodel.results import analyze
     from perfmodel.step import parse_what_if
+    from perfmodel.stepmodel import parse_phase_flags
     from tracing.outputs import store
     from tracing.outputs.manifest import OutputDir
 
     _check_args(args)
     knobs = parse_what_if(args.what_if)
     other = _other_phases(args.other_phase)
+    phase_times, fit_phases = parse_phase_flags(args.phase or [])
     inputs = load_inputs(args.inputs)
-    if args.phase:
-        inputs.microbatches = inputs.microbatches[inputs.microbatches["phase"].isin(args.phase)]
+    if fit_phases:
+        inputs.microbatches = inputs.microbatches[inputs.microbatches["phase"].isin(fit_phases)]
         if inputs.microbatches.empty:
             from tracing.outputs.errors import InputError
 
-            raise InputError(f"no micro-batches in phase(s) {', '.join(args.phase)}")
+            raise InputError(f"--phase: no micro-batches in phase(s) {', '.join(fit_phases)}")
     inputs.other_phases_s.update(other)
+    inputs.phase_times.update(phase_times)
     check_fittable(inputs.microbatches, args.baseline, args.min_tokens)
     doc = analyze(
         inputs,

@@ -46,6 +46,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.crossing",
             "perfmodel.recommend",
             "perfmodel.steplevel",
+            "perfmodel.stepmodel",
         ),
     ),
     ("perfmodel.results", 13, ("perfmodel.results", "perfmodel.headline")),

@@ -170,7 +170,7 @@ def test_labelled_ingests_of_two_sizes_combine_and_bring_kernel_classes(tmp_path
     assert "breakeven alone" in inputs.summaries[0].cannot_give
 
 
-def test_run_directory_gives_other_phase_seconds(tmp_path: Path) -> None:
+def test_run_directory_gives_its_phase_seconds_per_step(tmp_path: Path) -> None:
     metrics = pd.DataFrame(
         {
             "step": [0, 1, 2],
@@ -183,7 +183,10 @@ def test_run_directory_gives_other_phase_seconds(tmp_path: Path) -> None:
     run = _dir(tmp_path / "run", "run", {store.METRICS: metrics})
     sweep = _dir(tmp_path / "sweep", "sweep", {store.MICROBATCHES: simulate_sweep()})
     inputs = load_inputs([sweep, run])
-    assert inputs.other_phases_s == {"generate": 2.0, "sync": 0.5}
+    assert inputs.other_phases_s == {}  # given only by --other-phase: a run's phases are its precision's
+    phases = inputs.runs[0].phases
+    assert phases["generate"] == [1.0, 2.0, 3.0] and phases["update"] == [9.0] * 3
+    assert phases["sync"] == pytest.approx([0.5, 0.5, 0.7])
 
 
 def test_run_directory_alone_cannot_be_fitted(tmp_path: Path) -> None:
