@@ -66,6 +66,14 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         "add GPU busy / host stall tracks per device to a trace (opens in Perfetto or chrome://tracing)",
         (),
     ),
+    "kernels": (
+        "top kernels and classes of an ingest: time, share of busy, per phase / micro-batch, roofline",
+        (),
+    ),
+    "diff": (
+        "why two ingests differ (e.g. BF16 vs MXFP8): GEMM, cast, other kernels, host stall, residual",
+        (),
+    ),
 }
 # A missing module -> what to install (the extras in pyproject.toml).
 EXTRA_OF = {

@@ -1,0 +1,124 @@
+"""``mxperf kernels OUT``: the top kernels and kernel classes of an ingest folder.
+
+Per kernel and per class: count, total time, share of GPU busy, time per phase and per micro-batch on average,
+the GEMM shapes the trace recorded; ``--device`` adds the roofline of every GEMM with shapes (FLOPs, bytes,
+achieved FLOP/s, fraction of the device's peak, compute- or memory-bound; figures and sources in
+``perfmodel/devices.toml``). ``--json`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", type=Path, metavar="OUT", help="an `mxperf ingest` output directory")
+    p.add_argument("--top", type=int, default=15, help="kernels to show (0 = all)")
+    p.add_argument(
+        "--device",
+        metavar="NAME",
+        help="roofline of the GEMMs against this device (h100-sxm, h200, b200, gb200, mi300x, mi325x, mi355x)",
+    )
+    p.add_argument("--json", action="store_true", help="print the tables as one JSON line on stdout")
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else v
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+
+
+def render(doc: dict[str, Any]) -> str:
+    phases = sorted(doc["microbatches"])
+    lines = [
+        f"GPU busy {_ms(doc['busy_ns'])} ms; {doc['ops']} GPU ops, {_ms(doc['op_ns'])} ms summed; micro-batches: "
+        + (", ".join(f"{p} {n}" for p, n in doc["microbatches"].items()) or "none found"),
+        "",
+    ]
+    mb_head = "".join(f" {('ms/mb ' + p)[:14]:>14}" for p in phases)
+    head = f"{'count':>7} {'total ms':>11} {'busy %':>7} {'mean us':>9}{mb_head}"
+    lines.append(f"{'class':<14} {head}")
+    for r in doc["classes"]:
+        lines.append(f"{r['kernel_class']:<14} {_row(r, phases)}")
+    lines += ["", f"{'kernel':<60} {'class':<13} {head}"]
+    for r in doc["kernels"]:
+        name = r["name"] if len(r["name"]) <= 60 else r["name"][:59] + "…"
+        lines.append(f"{name:<60} {r['kernel_class']:<13} {_row(r, phases)}")
+        for s in r.get("shapes", []):
+            lines.append(f"    {s['op']} {s['shapes']} x{s['count']}")
+    if "roofline" in doc:
+        dev = doc["roofline"]["device"]
+        lines += ["", f"GEMM roofline on {dev['name']} (peaks and sources: perfmodel/devices.toml)"]
+        lines.append(
+            f"{'op':<14} {'B x M x N x K':<24} {'prec':<6} {'count':>6} {'mean us':>9} {'GFLOP':>9} {'MB':>8} "
+            f"{'TFLOP/s':>8} {'% peak':>7} {'bound':<8} {'floor us':>9}"
+        )
+        for g in doc["roofline"]["gemms"]:
+            if "m" not in g:
+                continue
+            dims = f"{g['batch']}x{g['m']}x{g['n']}x{g['k']}"
+            frac = "-" if g["fraction_of_peak"] is None else f"{100 * g['fraction_of_peak']:.1f}"
+            floor = "-" if g["floor_ns"] is None else f"{g['floor_ns'] / 1e3:.1f}"
+            mb = "-" if g["bytes"] is None else f"{g['bytes'] / 1e6:.2f}"
+            lines.append(
+                f"{g['op']:<14} {dims:<24} {g['precision']:<6} {g['count']:>6} {g['mean_ns'] / 1e3:>9.1f} "
+                f"{g['flops'] / 1e9:>9.2f} {mb:>8} {(g['achieved_flops'] or 0) / 1e12:>8.1f} {frac:>7} "
+                f"{g['bound'] or '-':<8} {floor:>9}"
+            )
+        for note in doc["roofline"]["notes"]:
+            lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def _row(r: dict[str, Any], phases: list[str]) -> str:
+    share = "-" if r["share_of_busy"] is None else f"{100 * r['share_of_busy']:.1f}"
+    mean = "-" if r["mean_ns"] is None else f"{r['mean_ns'] / 1e3:.1f}"
+    per_mb = "".join(f" {_ms(r['per_microbatch_ns'].get(p)):>14}" for p in phases)
+    return f"{r['count']:>7} {r['total_ns'] / 1e6:>11.3f} {share:>7} {mean:>9}{per_mb}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfmodel.kernel_summary import summarize
+
+    if args.top < 0:
+        raise InputError(f"--top {args.top}: must be >= 0 (0 shows every kernel)")
+    dev = None
+    if args.device:
+        from perfmodel.devices import device
+
+        dev = device(args.device)
+    doc = summarize(args.out, top=args.top)
+    if dev is not None:
+        from perfmodel.kernel_ops import open_ops
+        from perfmodel.roofline import gemm_table
+
+        with open_ops(args.out) as con:
+            gemms = gemm_table(con, dev, top=args.top)
+        notes = sorted({g["peak_note"] for g in gemms if g.get("peak_note")})
+        if not gemms:
+            notes.append("no GEMM kernel of this trace has recorded shapes (record_shapes=True)")
+        doc["roofline"] = {
+            "device": {"id": dev.id, "name": dev.name, "hbm_bytes_per_s": dev.hbm_bytes_per_s},
+            "gemms": gemms,
+            "notes": notes,
+        }
+    if args.json:
+        print(json.dumps(_clean({"schema_version": store.SCHEMA_VERSION, **doc}), separators=(",", ":")))
+    else:
+        print(render(doc))
+    return 0
