@@ -198,19 +198,50 @@ def _cell(stats: pd.DataFrame, key: str) -> str:
     return f"{r['median_s']:.4g} [{r['q1_s']:.3g} – {r['q3_s']:.3g}]"
 
 
-def change_table(base: pd.DataFrame, other: pd.DataFrame, base_label: str, other_label: str) -> pd.DataFrame:
-    """Per phase: both medians with their quartiles (seconds, ``median [q1 – q3]``), the relative change and
-    whether the quartile ranges overlap; phases neither output spent time in are left out. ``base`` /
-    ``other`` are :func:`phase_stats` tables."""
-
+def _change_keys(base: pd.DataFrame, other: pd.DataFrame) -> list[str]:
     def seen(k: str) -> bool:  # a phase neither output spent time in is left out (unmapped traces: all 0)
         return any(k in s.index and s.loc[k, "q3_s"] > 0 for s in (base, other))
 
-    keys = [
+    return [
         k
         for k in [*SHOWN_PHASES, "step"]
         if (k in base.index or k in other.index) and (seen(k) or k == "step")
     ]
+
+
+def change_numbers(
+    base: pd.DataFrame, other: pd.DataFrame, base_label: str, other_label: str
+) -> pd.DataFrame:
+    """The numbers behind :func:`change_table`, one row per phase and output (what a download holds):
+    ``phase, output, role, median_s, q1_s, q3_s, n_steps``, then ``change`` (other vs baseline, a fraction;
+    NaN without a baseline time) and ``within_spread`` on both rows of a phase."""
+    keys = _change_keys(base, other)
+    change = relative_change(base["median_s"].reindex(keys), other["median_s"].reindex(keys))
+    rows = []
+    for k in keys:
+        for role, label, stats in (("baseline", base_label, base), ("compared", other_label, other)):
+            r = stats.loc[k] if k in stats.index else None
+            rows.append(
+                {
+                    "phase": k,
+                    "output": label,
+                    "role": role,
+                    "median_s": float(r["median_s"]) if r is not None else np.nan,
+                    "q1_s": float(r["q1_s"]) if r is not None else np.nan,
+                    "q3_s": float(r["q3_s"]) if r is not None else np.nan,
+                    "n_steps": _steps(stats),
+                    "change": float(change[k]),
+                    "within_spread": _overlap(base, other, k),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def change_table(base: pd.DataFrame, other: pd.DataFrame, base_label: str, other_label: str) -> pd.DataFrame:
+    """Per phase: both medians with their quartiles (seconds, ``median [q1 – q3]``), the relative change and
+    whether the quartile ranges overlap; phases neither output spent time in are left out. ``base`` /
+    ``other`` are :func:`phase_stats` tables. Text for the page; :func:`change_numbers` for downloads."""
+    keys = _change_keys(base, other)
     change = relative_change(base["median_s"].reindex(keys), other["median_s"].reindex(keys))
     return pd.DataFrame(
         {

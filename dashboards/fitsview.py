@@ -170,6 +170,37 @@ def fit_table(entry: Mapping[str, Any], fits: Mapping[str, Any] | None = None) -
     return pd.DataFrame(rows)
 
 
+def fit_numbers(entry: Mapping[str, Any], fits: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The numbers behind :func:`fit_table` for a download, in seconds: one row per precision and
+    coefficient (``fixed_s``, ``per_token_s``, ``per_step_s``) with ``value``, ``lower``, ``upper`` (the
+    95 % interval, NaN when fits.json has none) and ``implausible``."""
+    rows = []
+    for prec, f in (fits if fits is not None else entry.get("fits") or {}).items():
+        bad = implausible_reasons(f)
+        for name, ci in (
+            ("fixed_s", "fixed_ci"),
+            ("per_token_s", "per_token_ci"),
+            ("per_step_s", "per_step_ci"),
+        ):
+            if f.get(name) is None:
+                continue
+            lo, hi = ([*(f.get(ci) or []), None, None])[:2]
+            rows.append(
+                {
+                    "precision": prec,
+                    "coefficient": name,
+                    "value": float(f[name]),
+                    "lower": np.nan if lo is None else float(lo),
+                    "upper": np.nan if hi is None else float(hi),
+                    "model": f.get("model"),
+                    "implausible": "; ".join(bad),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["precision", "coefficient", "value", "lower", "upper", "model", "implausible"]
+    )
+
+
 def per_step_implausible(fit: Mapping[str, Any]) -> str | None:
     """Why a precision's per-step cost is no cost a machine can have (its whole 95 % interval below zero),
     None when it is plausible or absent. An older fits.json does not list it under ``implausible``."""

@@ -189,7 +189,7 @@ def measured_vs_predicted_card(chosen: dict[str, Any]) -> None:
         )
         runs = [e for e in ui.usable("run", chosen["model"]) if e.learner in (base_id, low_id)]
         withheld = fitsview.unusable(chosen)
-        rows = []
+        rows, numbers = [], []
         for run in runs:
             if run.learner in withheld:
                 rows.append(
@@ -231,6 +231,7 @@ def measured_vs_predicted_card(chosen: dict[str, Any]) -> None:
                 if res["predicted_lo_s"] is not None
                 else "none"
             )
+            numbers.append({"run": run.rel, "precision": run.learner, "from": col, **res})
             rows.append(
                 {
                     "run": run.rel,
@@ -246,6 +247,12 @@ def measured_vs_predicted_card(chosen: dict[str, Any]) -> None:
             )
         if rows:
             st.dataframe(pd.DataFrame(rows), hide_index=True)
+            if numbers:
+                ui.download_table(
+                    pd.DataFrame(numbers),
+                    f"measured-vs-predicted-{chosen['model']}-{chosen['phase']}",
+                    "be_mvp",
+                )
         else:
             st.info(
                 f"No run of {chosen['model']} with learner {base_id} or {low_id} under the runs directory."

@@ -183,6 +183,11 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({bas
             "No micro-batch table of this model under the runs directory: only the fitted lines are drawn."
         )
     st.dataframe(fitsview.fit_table(chosen, basis_fits), hide_index=True)
+    ui.download_table(
+        fitsview.fit_numbers(chosen, basis_fits),
+        f"fit-{chosen['model']}-{chosen['phase']}-{low_id}-coefficients",
+        "be_fit_numbers",
+    )
     src = fitsview.sources_table(chosen)
     if src is not None:
         st.markdown("**Where each number comes from**")

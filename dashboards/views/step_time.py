@@ -91,7 +91,11 @@ if len(sides) == 2:
         )
         diff = compare.change_table(base, other, base_label, other_label)
         st.dataframe(diff, hide_index=True)
-        ui.download_table(diff, f"step-time-difference-{base_label}-vs-{other_label}", "st_diff")
+        ui.download_table(  # numbers, not the cells' text
+            compare.change_numbers(base, other, base_label, other_label),
+            f"step-time-difference-{base_label}-vs-{other_label}",
+            "st_diff",
+        )
     phases = [p for p in compare.SHOWN_PHASES if any(p in s.index for _, _, s in sides.values())]
     with ui.card("Median step time by phase"):
         ui.chart(

@@ -8,12 +8,14 @@ its whole interval used in predictions), W4 (the same trace twice ingested as tw
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 from pathlib import Path
 
 import dash_fixtures
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -215,3 +217,49 @@ def test_w4_picking_the_same_trace_twice_warns_and_ingests_nothing(
     assert any("is the same file as" in w and "another rank" in w for w in _texts(at, "warning"))
     assert at.button(key="add_go").disabled
     assert not at.exception
+
+
+# --------------------------------------------------------------------------------------------- item 7
+def test_item7_the_difference_downloads_as_numbers_that_match_the_table() -> None:
+    from dashboards import compare, downloads
+
+    _examples()
+    base = compare.phase_stats(_step_table("run-tiny-dense-bf16"))
+    other = compare.phase_stats(_step_table("run-tiny-dense-mxfp8"))
+    numbers = compare.change_numbers(base, other, "bf16", "mxfp8")
+    shown = compare.change_table(base, other, "bf16", "mxfp8")
+    back = pd.read_csv(io.BytesIO(downloads.table_bytes(numbers, "csv")))
+    for col in ("median_s", "q1_s", "q3_s", "change"):
+        assert pd.api.types.is_float_dtype(back[col]), col  # numbers, not "0.5 [0.4 – 0.6]"
+    assert list(dict.fromkeys(back["phase"])) == list(shown["phase"])
+    for phase in shown["phase"]:
+        rows = back[back["phase"] == phase].set_index("role")
+        for role, stats in (("baseline", base), ("compared", other)):
+            assert rows.loc[role, "median_s"] == pytest.approx(stats.loc[phase, "median_s"])
+            assert rows.loc[role, "q1_s"] == pytest.approx(stats.loc[phase, "q1_s"])
+        expected = other.loc[phase, "median_s"] / base.loc[phase, "median_s"] - 1
+        assert rows.loc["compared", "change"] == pytest.approx(expected)
+
+
+def _step_table(rel: str) -> pd.DataFrame:
+    from tracing.analysis import steps
+
+    runs = data.discover_outputs(EXAMPLES)
+    entry = next(e for e in runs if e.rel == rel)
+    metrics = data.load_table(EXAMPLES, entry, store.METRICS, required=False)
+    ranges = data.load_table(EXAMPLES, entry, store.RANGES, required=False)
+    return steps.step_phase_table(metrics, ranges)
+
+
+def test_item7_fit_coefficients_download_as_value_lower_upper_from_fits_json() -> None:
+    from dashboards import downloads, fitsview
+
+    _examples()
+    entry = _entry(_fits(EXAMPLES, "fit-verl-sim"), "update")
+    back = pd.read_csv(io.BytesIO(downloads.table_bytes(fitsview.fit_numbers(entry), "csv")))
+    assert {"value", "lower", "upper"} <= set(back.columns)
+    for r in back.itertuples():
+        f = entry["fits"][r.precision]
+        ci = f[r.coefficient.removesuffix("_s") + "_ci"]
+        assert (r.value, r.lower, r.upper) == pytest.approx((f[r.coefficient], ci[0], ci[1]), rel=1e-12)
+    assert set(back["coefficient"]) == {"fixed_s", "per_token_s", "per_step_s"}
