@@ -293,3 +293,38 @@ def answer(entry: dict[str, Any], be: Breakeven) -> str:
         "indistinguishable": "neither difference is significant at 95 %: no breakeven can be told",
     }[be.case]
     return f"{head}: {be.case}: {words}"
+
+
+def _gain_pct(x: float) -> str:
+    return f"{abs(x) * 100:.1f} %"
+
+
+def gain_words(s: dict[str, Any], low: str, base: str) -> str:
+    """'mxfp8 step 10.7 % faster [95 % CI 8.1 to 13.0 % faster]' -- or no significant difference, or no
+    interval and why; never a bare percentage its interval does not support."""
+    g, ci = s.get("gain"), s.get("gain_ci")
+    if g is None:
+        return f"no gain ({s.get('reason') or 'baseline step time not positive'})"
+    word = "faster" if g > 0 else "slower"
+    if ci is None:
+        return f"{low} step predicted {_gain_pct(g)} {word} than {base}; no interval ({s.get('reason')})"
+    band = f"95 % CI {ci[0] * 100:+.1f} to {ci[1] * 100:+.1f} % gain"
+    if not s.get("significant"):
+        return f"no significant difference between {low} and {base} per step: {g * 100:+.1f} % gain ({band})"
+    return f"{low} step {_gain_pct(g)} {word} than {base} ({band})"
+
+
+def setting_words(sm: dict[str, Any], s: dict[str, Any]) -> str:
+    """One (N, n) of the whole-step model in words: both step times with intervals, then the gain."""
+    low, base = sm["precision"], sm["baseline"]
+    pp = s["per_precision"]
+
+    def secs(p: str) -> str:
+        ci = pp[p].get("step_ci")
+        return f"{p} {pp[p]['step_s']:.3g} s" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
+
+    at = f"{s['global_tokens']:,} tokens per step, {s['tokens_per_microbatch']:,} per micro-batch"
+    ext = " Extrapolated: n is outside the measured sizes." if s.get("extrapolated") else ""
+    return (
+        f"{sm['model']} at {at} ({s['source']}): {secs(base)}, {secs(low)}; {gain_words(s, low, base)}.{ext}"
+    )

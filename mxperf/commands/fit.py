@@ -1,7 +1,8 @@
 """``mxperf fit``: fixed + per-token fits, breakeven against a baseline, host-stall share, step predictions.
 
     mxperf fit SWEEP_DIR [INGEST_DIR... RUN_DIR... FILE.csv...] -o OUT/ [--json] [--baseline bf16] [--force]
-               [--min-tokens N] [--global-batch N] [--mem-cap-bytes B] [--what-if k=v]... [--other-phase k=s]...
+               [--min-tokens N] [--global-batch N] [--at N,n]... [--mem-cap-bytes B] [--what-if k=v]...
+               [--other-phase k=s]... [--phase PHASE | --phase PRECISION:PHASE=SECONDS]...
 
 Writes OUT/fits.json, OUT/report.md and PNG plots (manifest kind "fit"), prints one verdict per comparison,
 and with ``--json`` ends stdout with the fits.json document on one line. Inputs are validated before the
@@ -42,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="tokens per step for step-level predictions (default: from the data)",
+    )
+    parser.add_argument(
+        "--at",
+        action="append",
+        default=[],
+        metavar="N,n",
+        help="your settings: N tokens per step in micro-batches of n tokens; the step time per precision and "
+        "the gain with 95 %% intervals (repeatable; or several pairs separated by ';')",
     )
     parser.add_argument(
         "--mem-cap-bytes",
@@ -133,11 +142,12 @@ def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfmodel.headline import setting_words
     from perfmodel.inputs import check_fittable, load_inputs
     from perfmodel.report import render_report
     from perfmodel.results import analyze
     from perfmodel.step import parse_what_if
-    from perfmodel.stepmodel import parse_phase_flags
+    from perfmodel.stepmodel import parse_at, parse_phase_flags
     from tracing.outputs import store
     from tracing.outputs.manifest import OutputDir
 
@@ -145,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     knobs = parse_what_if(args.what_if)
     other = _other_phases(args.other_phase)
     phase_times, fit_phases = parse_phase_flags(args.phase or [])
+    at = parse_at(args.at)
     inputs = load_inputs(args.inputs)
     if fit_phases:
         inputs.microbatches = inputs.microbatches[inputs.microbatches["phase"].isin(fit_phases)]
@@ -164,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         global_tokens=args.global_batch,
         mem_cap_bytes=args.mem_cap_bytes,
         knobs=knobs,
+        at=at,
     )
     config = {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")
@@ -176,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
     stream = sys.stdout
     for note in doc.get("notes") or []:
         print(f"note: {note}", file=sys.stderr)
+    for sm in doc.get("step_model") or []:
+        for s in sm.get("settings") or []:
+            print(setting_words(sm, s), file=stream)
     for e in doc["models"]:
         print(e["verdict"], file=stream)
     print(f"wrote {args.out / store.FITS} and {args.out / store.REPORT}", file=sys.stderr)

@@ -213,3 +213,27 @@ def test_the_gain_interval_holds_its_estimate_and_the_step_intervals_theirs(fold
         lo, hi = s["per_precision"][p]["step_ci"]
         assert lo < s["per_precision"][p]["step_s"] < hi
     assert np.isfinite(s["diff_ci"]).all()
+
+
+def test_cli_at_gives_the_step_per_precision_and_the_gain_at_each_pair(folders, tmp_path, capsys) -> None:
+    out = tmp_path / "fit"
+    argv = ["fit", str(folders["sweep"]), str(folders["bf16"]), str(folders["mxfp8"]), "-o", str(out)]
+    rc = main([*argv, "--bootstrap", "200", "--json", "--at", "8192,1024", "--at", "65536,4096;4096,512"])
+    stdout = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    sm = json.loads(stdout[-1])["step_model"][0]
+    pairs = [(s["global_tokens"], s["tokens_per_microbatch"]) for s in sm["settings"]]
+    assert pairs == [(8192, 1024), (65536, 4096), (4096, 512)]
+    assert all(s["source"] == "--at" and s["gain_ci"] is not None for s in sm["settings"])
+    said = [line for line in stdout if line.startswith("sim at ")]
+    assert len(said) == 3 and "8,192 tokens per step, 1,024 per micro-batch (--at)" in said[0]
+    # at 65,536 / 4,096 mxfp8 saves 2 us/token (truth): faster, and the line says so with its interval
+    s = sm["settings"][1]
+    assert s["significant"] and s["gain"] > 0 and "mxfp8 step" in said[1] and "faster than bf16" in said[1]
+
+
+def test_cli_bad_at_is_one_line_exit_2(folders, tmp_path, capsys) -> None:
+    rc = main(["fit", str(folders["sweep"]), "-o", str(tmp_path / "o"), "--at", "1024"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--at '1024'" in err[0]
+    assert not (tmp_path / "o").exists()
