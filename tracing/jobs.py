@@ -170,7 +170,7 @@ def assemble(
     return Analysis(tables, mb, timelines)
 
 
-_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns")  # what trace_step_phases reads (+ trace, rank)
+_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns", "attrs")  # what trace_step_phases reads (+ trace, rank)
 
 
 def _step_input(ranges: pa.Table) -> pa.Table:

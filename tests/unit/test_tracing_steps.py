@@ -177,3 +177,25 @@ def test_only_step_and_phase_rows_reach_the_step_table(tmp_path) -> None:
         some = steps.trace_step_phases(jobs.with_trace_cols(jobs._step_input(ranges), trace))
         assert len(every) > 0
         assert every.equals(some, check_metadata=True)
+
+
+def test_a_step_range_inside_profiler_step_is_the_same_step_not_another() -> None:
+    """An ``mxperf run --trace`` capture: torch.profiler's ProfilerStep#N holds mxperf's ``step`` range (its
+    ``{"step": N}`` attribute the run's own number). One row per step, numbered as the run numbers it,
+    phases counted once (before: the inner range became another step and its phases were summed in)."""
+    ranges = _trace_ranges(
+        [
+            ("ProfilerStep#7", "step", 0, 1000, 1),
+            ("step", "other", 10, 990, 1),
+            ("update", "update", 100, 700, 1),
+            ("ProfilerStep#8", "step", 1000, 2000, 1),
+            ("step", "other", 1010, 1990, 1),
+            ("update", "update", 1100, 1400, 1),
+            ("step", "other", 2000, 2500, 1),  # a step outside any ProfilerStep: its own
+        ]
+    ).assign(attrs=["{}", '{"step": 2}', "{}", "{}", '{"step": 3}', "{}", '{"step": 4}'])
+    t = steps.trace_step_phases(ranges).pivot_table(index="step", columns="phase", values="seconds")
+    assert list(t.index) == [2, 3, 4]
+    assert t.loc[2, "update"] == pytest.approx(600e-9) and t.loc[3, "update"] == pytest.approx(300e-9)
+    assert t.loc[2, "other"] == pytest.approx(400e-9)  # ProfilerStep#7's wall minus its update
+    assert t.loc[4, "other"] == pytest.approx(500e-9)

@@ -162,16 +162,7 @@ def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Tabl
     trace, rank = values("trace"), values("rank")
     steps = np.flatnonzero(is_step)
     steps = steps[np.argsort(start[steps], kind="stable")]
-    names = ranges.column("name").take(steps).to_pylist()
-    # Unnumbered steps count up per process, in time order.
-    seen: dict[tuple[Any, int], int] = {}
-    step_no = []
-    for k, name in zip(steps.tolist(), names, strict=True):
-        key = (trace[k], int(pid[k]))
-        fallback = seen.get(key, 0)
-        seen[key] = fallback + 1
-        m = _STEP_RE.match(name) if isinstance(name, str) else None
-        step_no.append(int(m.group(1)) if m is not None and m.group(1) is not None else fallback)
+    steps, step_no = _outer_steps(steps, ranges, trace, pid, start, end)
     # numpy columns once (masks per step cost ~1 ms each); every phased row has a phase
     if "phase" in has:
         p_codes, phases = schema.factorize(ranges, "phase")
@@ -182,7 +173,7 @@ def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Tabl
     p_phase = np.array(ranges.column("phase").take(phased).to_pylist(), dtype=object) if len(phased) else None
     p_trace = np.array([trace[k] for k in phased.tolist()], dtype=object) if "trace" in has else None
     rows = []
-    for k, no in zip(steps.tolist(), step_no, strict=True):
+    for k, no in zip(steps, step_no, strict=True):
         inside = (p_pid == pid[k]) & (p_start >= start[k]) & (p_end <= end[k])
         if p_trace is not None:
             inside &= p_trace == trace[k]
@@ -193,6 +184,44 @@ def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Tabl
         wide["_wall"] = (int(end[k]) - int(start[k])) / 1e9
         rows.append(wide)
     return schema.make_table(_long_table(rows), schema.STEP_COLUMNS, "steps")
+
+
+def _outer_steps(
+    steps: np.ndarray, ranges: pa.Table, trace: list[Any], pid: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[list[int], list[int]]:
+    """The step ranges (rows ``steps``, in start order) that are not inside another step range of their process,
+    and each one's number. A step range inside another is the same step seen twice (an mxperf or framework
+    ``step`` range inside torch.profiler's ``ProfilerStep#N``): it is not a step of its own, and its
+    ``{"step": N}`` attribute numbers the outer one. Else ``ProfilerStep#N`` gives N, a ``step`` range its
+    attribute, and an unnumbered step counts up per process in time order."""
+    names = ranges.column("name").take(steps).to_pylist()
+    attrs = ranges.column("attrs").take(steps).to_pylist() if "attrs" in ranges.column_names else None
+    kept: list[int] = []
+    number: list[int | None] = []
+    open_step: dict[tuple[Any, int], int] = {}  # process -> index in kept of its step range open last
+    counted: dict[tuple[Any, int], int] = {}
+    for i, k in enumerate(steps.tolist()):
+        key = (trace[k], int(pid[k]))
+        m = _STEP_RE.match(names[i]) if isinstance(names[i], str) else None
+        own = int(m.group(1)) if m is not None and m.group(1) is not None else _attr_step(attrs, i)
+        j = open_step.get(key)
+        if j is not None and start[k] >= start[kept[j]] and end[k] <= end[kept[j]]:
+            if own is not None and _STEP_RE.match(names[i]).group(1) is None:  # type: ignore[union-attr]
+                number[j] = own  # the framework's own step number wins over the profiler's count
+            continue
+        fallback = counted.get(key, 0)
+        counted[key] = fallback + 1
+        open_step[key] = len(kept)
+        kept.append(k)
+        number.append(own if own is not None else fallback)
+    return kept, [int(n) for n in number]  # type: ignore[arg-type]
+
+
+def _attr_step(attrs: list[Any] | None, i: int) -> int | None:
+    if attrs is None or not isinstance(attrs[i], str) or not attrs[i].startswith("{"):
+        return None
+    value = json.loads(attrs[i]).get("step")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
