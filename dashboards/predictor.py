@@ -20,16 +20,6 @@ from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 
 
-def reset_when_source_changes(key: str, source: object) -> None:
-    """Forget the keyed widget ``key``'s value when what its default is made from (``source``: the fit, its
-    entry and the default itself) is not what it was made from last time. A keyed widget keeps its value
-    when its ``value=`` changes; without this, switching the fit kept the previous fit's N and other phases."""
-    tag = f"{key}__source"
-    if st.session_state.get(tag) != source:
-        st.session_state.pop(key, None)
-        st.session_state[tag] = source
-
-
 def predicted_step_card(
     doc: dict[str, Any],
     chosen: dict[str, Any],
@@ -71,7 +61,7 @@ def predicted_step_card(
         )
         n_options = sorted(set(n_options) | {n_global_default})
         c1, c2 = st.columns(2)
-        reset_when_source_changes("be_N", (source, n_global_default))
+        ui.reset_when_source_changes("be_N", (source, n_global_default))
         global_tokens = c1.select_slider(
             "Global batch, tokens per step (N)", n_options, value=n_global_default, key="be_N"
         )
@@ -82,11 +72,11 @@ def predicted_step_card(
             int(global_tokens)
         ]
         mb_default = fitsview.default_microbatch(mb_options, sizes, int(global_tokens))
-        reset_when_source_changes("be_n", source)
+        ui.reset_when_source_changes("be_n", source)
         if st.session_state.get("be_n") not in mb_options:
             st.session_state.pop("be_n", None)
         n = c2.select_slider("Tokens per micro-batch (n ≤ N)", mb_options, value=mb_default, key="be_n")
-        reset_when_source_changes("be_other", (source, round(float(other_default), 4)))
+        ui.reset_when_source_changes("be_other", (source, round(float(other_default), 4)))
         other_s = c1.number_input(
             "Other phases per step, seconds (generate, sync, …)",
             min_value=0.0,

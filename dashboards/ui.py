@@ -26,6 +26,16 @@ PAIR_KEY = "mxperf_pair"
 CUSTOM = "Choose two outputs…"
 
 
+def reset_when_source_changes(key: str, source: object) -> None:
+    """Forget the keyed widget ``key``'s value when what its default is made from (``source``: the fit, its
+    entry and the default itself) is not what it was made from last time. A keyed widget keeps its value
+    when its ``value=`` changes; without this, Breakeven kept the previous fit's N and other phases."""
+    tag = f"{key}__source"
+    if st.session_state.get(tag) != source:
+        st.session_state.pop(key, None)
+        st.session_state[tag] = source
+
+
 def runs_dir() -> Path:
     try:
         return data.runs_dir_from_env()

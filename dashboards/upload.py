@@ -84,6 +84,40 @@ def check_output_name(runs_dir: Path, name: str) -> Path:
     return target
 
 
+def default_output_name(runs_dir: Path, stem: str) -> str:
+    """``ingest-<stem>``, or with ``-2``, ``-3`` ... the first that is not taken under RUNS_DIR, so the form's
+    default after one ingest is never refused as existing."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._-")[:80] or "trace"
+    base = f"ingest-{stem}"
+    name, k = base, 1
+    while (Path(runs_dir) / name).exists() or (Path(runs_dir) / name).is_symlink():
+        k += 1
+        name = f"{base}-{k}"
+    return name
+
+
+def ingest_warnings(manifest: Mapping[str, object]) -> list[str]:
+    """What a finished ingest's manifest says a user must not miss: each trace's warnings (a label the
+    kernels contradict), phases where no micro-batch was kept (with why), and the manifest's notes."""
+    out: list[str] = []
+    traces = manifest.get("traces")
+    for t in traces if isinstance(traces, list) else []:
+        if not isinstance(t, Mapping):
+            continue
+        path = t.get("path", "?")
+        out += [f"{path}: {w}" for w in t.get("warnings") or [] if w]
+        for note in t.get("microbatch_notes") or []:
+            if not isinstance(note, Mapping) or note.get("microbatches"):
+                continue
+            why = "; ".join(str(p) for p in note.get("problems") or []) or f"source {note.get('source', '?')}"
+            out.append(
+                f"{path}: pid {note.get('pid', '?')} {note.get('phase', '?')}: 0 micro-batches kept ({why})"
+            )
+    notes = manifest.get("notes")
+    out += [str(n) for n in notes if n] if isinstance(notes, list) else []
+    return out
+
+
 def label_argument(labels: Mapping[str, object]) -> str | None:
     """``model=M,precision=P,...`` from the form's fields (empty ones dropped), validated by the same
     parser the CLI uses; None when no label was given."""

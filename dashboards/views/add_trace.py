@@ -3,10 +3,12 @@
 import streamlit as st
 
 from dashboards import ui, upload
+from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 from tracing.outputs.precisions import PRECISION_IDS
 
 UPLOAD, PICK = "Upload", "A file under the runs directory"
+LAST = "add_last"  # the last successful ingest: its message and warnings stay on the page
 
 st.title("Add a trace")
 root = ui.runs_dir()
@@ -34,9 +36,11 @@ with ui.card("Trace"):
             st.info("No trace files (*.json, *.json.gz, *.sqlite) under the runs directory.")
         picked = st.multiselect("Traces", found, key="add_pick")
     first = (files[0].name if files else picked[0].rsplit("/", 1)[-1] if picked else "trace").split(".")[0]
+    default_name = upload.default_output_name(root, first)
+    ui.reset_when_source_changes("add_name", default_name)  # a new default (the last one is taken now)
     name = st.text_input(
         "Output folder (new, directly under the runs directory)",
-        value=f"ingest-{first}"[:100],
+        value=default_name,
         key="add_name",
     )
     st.markdown("**Labels** (optional: needed to fit a breakeven from this trace)")
@@ -84,8 +88,27 @@ if go:
             status.update(label="Ingest failed", state="error")
     if outcome.ok:
         ui.refresh()
-        st.success(f"`{name.strip()}` is now listed on the Runs page and can be compared in the sidebar.")
+        added = ui.by_rel(name.strip())
+        try:
+            if added is None:
+                raise MxperfError("not found under the runs directory")
+            said = upload.ingest_warnings(ui.json_file(added, store.MANIFEST))
+        except MxperfError as exc:
+            said = [f"{name.strip()}/manifest.json could not be read back: {exc}"]
+        st.session_state[LAST] = {"name": name.strip(), "message": outcome.message, "warnings": said}
     else:
+        st.session_state.pop(LAST, None)
         st.error(outcome.message)
         if source == UPLOAD:
             upload.discard_upload(root, inputs)
+
+last = st.session_state.get(LAST)
+if last:
+    st.success(
+        f"`{last['name']}` is now listed on the Runs page and can be compared in the sidebar ({last['message']})."
+    )
+    if last["warnings"]:
+        st.warning(
+            f"The ingest of `{last['name']}` says:\n\n" + "\n".join(f"- {w}" for w in last["warnings"]),
+            icon=":material/warning:",
+        )

@@ -263,3 +263,36 @@ def test_item7_fit_coefficients_download_as_value_lower_upper_from_fits_json() -
         ci = f[r.coefficient.removesuffix("_s") + "_ci"]
         assert (r.value, r.lower, r.upper) == pytest.approx((f[r.coefficient], ci[0], ci[1]), rel=1e-12)
     assert set(back["coefficient"]) == {"fixed_s", "per_token_s", "per_step_s"}
+
+
+# --------------------------------------------------------------------------------------------- ingest warnings, names
+def test_ingest_warnings_stay_after_success_and_the_next_default_name_is_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "runs"
+    dash_fixtures.kineto_trace(runs / "incoming" / "rank-0.json.gz", 0)
+    at = _open(runs, "add_trace", monkeypatch)
+    at.radio(key="add_source").set_value("A file under the runs directory").run()
+    at.multiselect(key="add_pick").select("incoming/rank-0.json.gz").run()
+    first = at.text_input(key="add_name").value
+    at.button(key="add_go").click().run()
+    assert not at.error, _texts(at, "error")
+    manifest = store.read_json(runs / first / store.MANIFEST)
+    empty = [n for t in manifest["traces"] for n in t["microbatch_notes"] if n["microbatches"] == 0]
+    assert empty  # the file says no micro-batch was kept ...
+
+    def said() -> str:
+        return " ".join(_texts(at, "warning"))
+
+    assert f"`{first}`" in said() and "0 micro-batches kept" in said()  # ... and the page says so
+    at.run()  # any later rerun (a widget touched): still on the page
+    assert "0 micro-batches kept" in said() and any(
+        f"`{first}` is now listed" in s for s in _texts(at, "success")
+    )
+    second = at.text_input(key="add_name").value
+    assert second != first and not (runs / second).exists()
+    at.button(key="add_go").click().run()  # the default name is taken as it is: not refused
+    assert not at.error, _texts(at, "error")
+    assert (
+        store.read_json(runs / at.session_state["add_last"]["name"] / store.MANIFEST)["status"] == "complete"
+    )
