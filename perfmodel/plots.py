@@ -202,9 +202,11 @@ def _cost(c: dict[str, Any]) -> StepCost:
     )
 
 
-def step_time_figure(entry: dict[str, Any], global_tokens: int) -> Figure:
+def step_time_figure(entry: dict[str, Any], global_tokens: int | None) -> Figure | None:
     """Predicted step seconds vs micro-batch size for a global batch (chosen models, fitted per-step costs),
-    with what-if curves when set."""
+    with what-if curves when set; None without a global batch (none is invented)."""
+    if not global_tokens:
+        return None
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     step = entry.get("step") or {}
     other = float(sum((step.get("other_phases_s") or {}).values()))

@@ -32,20 +32,32 @@ def max_tokens_under_cap(memory: LineFit | None, cap_bytes: float | None) -> flo
 
 
 def global_batches(mb: pd.DataFrame) -> list[int]:
-    """The global batch sizes (tokens per step) the data were measured at: ``global_tokens`` when recorded."""
+    """The global batch sizes (tokens per step) the data were measured at: ``global_tokens`` when recorded,
+    the tokens of a traced step; none when the data do not say (never a guess)."""
     if "global_tokens" in mb.columns and mb["global_tokens"].notna().any():
         return sorted({int(v) for v in pd.to_numeric(mb["global_tokens"], errors="coerce").dropna()})
-    return [default_global_tokens(mb)]
+    n = default_global_tokens(mb)
+    return [n] if n is not None else []
 
 
-def default_global_tokens(mb: pd.DataFrame) -> int:
+NO_GLOBAL_BATCH = (
+    "no global batch known: the inputs record no global_tokens and hold no traced steps; pass "
+    "--global-batch N or --at N,n (a sweep's steps are (size, repeat) cells, not your global batch)"
+)
+
+
+def default_global_tokens(mb: pd.DataFrame) -> int | None:
     """Tokens per learner step in the data: the median ``global_tokens`` when recorded, else the median over
-    steps of the summed ``num_tokens`` (sweeps keep it constant); the largest size when steps are not
-    recorded."""
+    traced steps (micro-batches read from a trace) of their summed ``num_tokens``; None otherwise -- a
+    sweep's step is one (size, repeat) cell, not a global batch, and none is invented."""
     if "global_tokens" in mb.columns and mb["global_tokens"].notna().any():
         return int(pd.to_numeric(mb["global_tokens"], errors="coerce").median())
-    if (mb["step"] == 0).all() and (mb["microbatch"] == 0).all():
-        return int(mb["tokens_per_microbatch"].max())
+    traced = (
+        mb[mb["source"].astype(str).isin(("trace", "range", "detected"))] if "source" in mb.columns else mb
+    )
+    if traced.empty or ((traced["step"] == 0).all() and (traced["microbatch"] == 0).all()):
+        return None
+    mb = traced
     keys = ["model", "phase", "precision", *(c for c in ("input", "trace", "rank") if c in mb.columns)]
     keys += ["repeat", "step"]
     first = mb.groupby(keys, sort=False, dropna=False)
@@ -53,41 +65,49 @@ def default_global_tokens(mb: pd.DataFrame) -> int:
     if not (spans_sizes and not first["microbatch"].apply(lambda m: m.duplicated().any()).any()):
         keys.insert(3, "tokens_per_microbatch")  # a step holds one size (or step ids repeat across sizes)
     per_step = mb.groupby(keys, sort=False, dropna=False)["num_tokens"].sum()
-    if per_step.nunique() > 1 or per_step.max() > mb["tokens_per_microbatch"].max():
-        return int(per_step.median())
-    return int(mb["tokens_per_microbatch"].max())
+    return int(per_step.median())
 
 
 def recommend(
     costs: Mapping[str, StepCost],
     memory: Mapping[str, LineFit | None],
-    global_tokens: float,
+    global_tokens: float | None,
     sizes: list[int],
     cap_bytes: float | None = None,
     withheld: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
     """Fastest (precision, micro-batch size) for ``global_tokens`` under the memory cap.
 
-    Candidates: the measured sizes up to ``global_tokens``, plus the largest size that fits the cap and
-    ``global_tokens`` itself when allowed. Sizes above the measured range are marked ``extrapolated``.
+    Candidates: the measured sizes up to ``global_tokens`` and the memory cap, plus the largest size under
+    the cap when it lies inside the measured range. A size above the largest measured one is never
+    recommended; when the model predicts one (up to the limit) faster, it is given as ``extrapolated_best``,
+    marked extrapolated.
     ``withheld``: precision -> why its model cannot be used (no model fits, implausible coefficients); then
     no recommendation is made, and ``reason`` says why.
     """
-    if withheld:
+    if withheld or not global_tokens:
         return {
-            "global_batch_tokens": int(global_tokens),
+            "global_batch_tokens": int(global_tokens) if global_tokens else None,
             "mem_cap_bytes": cap_bytes,
             "precision": None,
             "tokens_per_microbatch": None,
             "step_seconds": None,
             "per_precision": {},
-            "reason": "withheld: " + _by_reason(withheld),
+            "reason": "withheld: " + _by_reason(withheld) if withheld else NO_GLOBAL_BATCH,
         }
     per_precision = {}
     for prec, cost in costs.items():
         n_cap = max_tokens_under_cap(memory.get(prec), cap_bytes)
         limit = min(global_tokens, n_cap) if n_cap is not None else global_tokens
-        cands = {float(s) for s in sizes if s <= limit} | {float(np.floor(limit))}
+        cap_note = (
+            "no peak_mem_bytes measured: --mem-cap-bytes not applied"
+            if cap_bytes is not None and memory.get(prec) is None
+            else None
+        )
+        top = float(max(sizes))
+        cands = {float(s) for s in sizes if s <= limit}
+        if np.floor(limit) <= top:
+            cands.add(float(np.floor(limit)))
         cands = {c for c in cands if c >= 1}
         if not cands:
             per_precision[prec] = {
@@ -101,8 +121,18 @@ def recommend(
             "tokens_per_microbatch": int(best),
             "step_seconds": float(cost.seconds(global_tokens, best)),
             "memory_limit_tokens": n_cap,
-            "extrapolated": bool(best > max(sizes)),
+            "memory_note": cap_note,
+            "extrapolated": False,
         }
+        if limit > top:  # beyond the measured sizes: said, never chosen
+            grid = np.unique(np.concatenate([np.geomspace(top, limit, 24), [np.floor(limit)]]))
+            ext = float(min(grid, key=lambda n: float(cost.seconds(global_tokens, n))))
+            if float(cost.seconds(global_tokens, ext)) < 0.99 * per_precision[prec]["step_seconds"]:
+                per_precision[prec]["extrapolated_best"] = {
+                    "tokens_per_microbatch": int(ext),
+                    "step_seconds": float(cost.seconds(global_tokens, ext)),
+                    "extrapolated": True,
+                }
     ok = {p: v for p, v in per_precision.items() if v["step_seconds"] is not None}
     if not ok:
         return {

@@ -222,6 +222,17 @@ def _entry_section(e: dict[str, Any], plots: dict[str, str]) -> list[str]:
     return [*out, ""]
 
 
+def _extrapolated_best(r: dict[str, Any]) -> str:
+    x = r.get("extrapolated_best")
+    if not x:
+        return ""
+    secs = x.get("step_seconds", x.get("step_s"))
+    return (
+        f"; {x['tokens_per_microbatch']:,} tokens, beyond the largest measured size, predicted {secs:.4g} s "
+        "(**extrapolated**: measure it before relying on it)"
+    )
+
+
 def _step_lines(e: dict[str, Any]) -> list[str]:
     step = e.get("step") or {}
     rec = step.get("recommendation") or {}
@@ -244,8 +255,8 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
         for prec, r in rec["per_precision"].items():
             if r.get("step_seconds") is not None:
                 out.append(
-                    f"  - {prec}: best {r['tokens_per_microbatch']:,} tokens -> {r['step_seconds']:.4g} s"
-                    + (" (extrapolated)" if r.get("extrapolated") else "")
+                    f"  - {prec}: best measured size {r['tokens_per_microbatch']:,} tokens -> {r['step_seconds']:.4g} s"
+                    + _extrapolated_best(r)
                 )
     elif rec.get("reason"):
         out.append(f"- Step-level recommendation: none ({rec['reason']}).")

@@ -18,7 +18,13 @@ from perfmodel.bootstrap import percentile_ci
 from perfmodel.fitted import BasisFit, PrecisionFit
 from perfmodel.inputs import FitInputs
 from perfmodel.model import LEVEL, t_quantile
-from perfmodel.recommend import default_global_tokens, global_batches, recommend, step_breakeven_interval
+from perfmodel.recommend import (
+    NO_GLOBAL_BATCH,
+    default_global_tokens,
+    global_batches,
+    recommend,
+    step_breakeven_interval,
+)
 from perfmodel.step import StepCost, WhatIf, step_breakeven, step_costs, weight_quant_seconds
 from perfmodel.stepmodel import other_phase_seconds
 
@@ -70,6 +76,18 @@ def _feasible(n: float | None, global_tokens: int) -> float | None:
     return n if n is not None and n <= global_tokens else None
 
 
+def _no_global_batch(mem_cap: float | None) -> dict[str, Any]:
+    return {
+        "global_batch_tokens": None,
+        "mem_cap_bytes": mem_cap,
+        "precision": None,
+        "tokens_per_microbatch": None,
+        "step_seconds": None,
+        "per_precision": {},
+        "reason": NO_GLOBAL_BATCH,
+    }
+
+
 def _cost_entry(c: StepCost) -> dict[str, Any]:
     return {
         "precision": c.precision,
@@ -105,11 +123,15 @@ def step_section(
     )  # each precision's own phase times (--other-phase: shared, below)
     costs = step_costs(lines, baseline, inputs.other_phases_s, curves=curves, other_by_precision=own)
     d_step, d_step_ci = per_step_difference(base.wall, group[low].wall)
-    batches = sorted(set(global_batches(mb)) | {n_global})
+    batches = sorted(set(global_batches(mb)) | ({n_global} if n_global else set()))
     section: dict[str, Any] = {
         "other_phases_s": inputs.other_phases_s,  # the same for every precision (--other-phase)
         "other_phases_by_precision_s": own,
-        "recommendation": recommend(costs, memory, n_global, sizes, mem_cap, withheld),
+        "recommendation": (
+            recommend(costs, memory, n_global, sizes, mem_cap, withheld)
+            if n_global or withheld  # a withheld model is said first: it holds at every global batch
+            else _no_global_batch(mem_cap)
+        ),
         "memory_per_token_bytes": {p: (m.slope if m else None) for p, m in memory.items()},
         "per_step_difference_s": d_step,
         "per_step_difference_ci": d_step_ci,
@@ -136,11 +158,15 @@ def step_section(
             "weight_quant_s": wq if knobs.weight_quant == "per_step" else None,
             "weight_quant_source": sources if knobs.weight_quant == "per_step" else None,
             "step_breakeven_tokens": {  # null: no crossing at a micro-batch size this global batch allows
-                p: _feasible(step_breakeven(adj[baseline], c, n_global), n_global)
+                p: (_feasible(step_breakeven(adj[baseline], c, n_global), n_global) if n_global else None)
                 for p, c in adj.items()
                 if p != baseline
             },
-            "recommendation": recommend(adj, memory, n_global, sizes, mem_cap, withheld),
+            "recommendation": (
+                recommend(adj, memory, n_global, sizes, mem_cap, withheld)
+                if n_global or withheld
+                else _no_global_batch(mem_cap)
+            ),
             "costs": {p: _cost_entry(c) for p, c in adj.items()},
         }
     return section

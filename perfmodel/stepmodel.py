@@ -38,7 +38,7 @@ from perfmodel.bootstrap import percentile_ci
 from perfmodel.fitted import PrecisionFit
 from perfmodel.inputs import RunFolder
 from perfmodel.model import LEVEL
-from perfmodel.recommend import max_tokens_under_cap
+from perfmodel.recommend import NO_GLOBAL_BATCH, default_global_tokens, max_tokens_under_cap
 from tracing.outputs.errors import InputError
 
 PHASE_ORDER = ("generate", "reference", "logprob", "update", "sync", "reward", "eval")
@@ -510,13 +510,11 @@ CORE_PHASES = ("generate", "logprob", "update", "sync")
 
 
 def _data_global_tokens(mb: Any, model: str) -> float | None:
-    """Tokens per step the data record (``global_tokens``), never guessed from the sizes."""
-    if mb is None or "global_tokens" not in mb.columns:
+    """Tokens per step the data record (``global_tokens``, or traced steps), never guessed from the sizes."""
+    if mb is None or mb.empty:
         return None
-    import pandas as pd
-
-    v = pd.to_numeric(mb.loc[mb["model"] == model, "global_tokens"], errors="coerce").dropna()
-    return float(v.median()) if len(v) else None
+    g = default_global_tokens(mb[mb["model"] == model])
+    return float(g) if g else None
 
 
 def step_models(
@@ -631,12 +629,9 @@ def _comparison(
     elif settings:
         big_n, entry["global_tokens_source"] = settings[0].global_tokens, settings[0].source
     elif (g := _data_global_tokens(mb, model)) is not None:
-        big_n, entry["global_tokens_source"] = g, "global_tokens recorded in the micro-batch table"
+        big_n, entry["global_tokens_source"] = g, "the micro-batch table (global_tokens or traced steps)"
     else:
-        why = (
-            "no global batch known (the inputs record no global_tokens and no run folder was given): pass "
-            "--global-batch N or --at N,n"
-        )
+        why = NO_GLOBAL_BATCH.replace("hold no traced steps", "hold no traced steps, no run folder gives one")
         entry["global_tokens_source"] = None
     entry["global_tokens"] = int(big_n) if big_n else None
     caps = [c for c in (memory_cap_tokens(st, mem_cap_bytes)[0] for st in (base, low)) if c is not None]

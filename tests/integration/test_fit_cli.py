@@ -33,6 +33,8 @@ def test_csv_fit_writes_fits_report_plots_and_json(tmp_path: Path, capsys) -> No
         "-o",
         str(out),
         "--json",
+        "--global-batch",  # the CSV records none: without it there is no step-level output (none invented)
+        "65536",
         "--what-if",
         "fixed_scale=0.5",
         "--what-if",

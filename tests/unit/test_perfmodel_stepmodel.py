@@ -237,3 +237,46 @@ def test_cli_bad_at_is_one_line_exit_2(folders, tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--at '1024'" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_no_global_batch_is_invented_and_the_output_says_why(tmp_path, capsys) -> None:
+    sweep = tmp_path / "sweep"  # a sweep without global_tokens, no run folder, no --global-batch / --at
+    with OutputDir(sweep, kind="sweep", command=["test"]) as od:
+        store.write_table(_sweep(), od.path / store.MICROBATCHES)
+    out = tmp_path / "fit"
+    rc = main(["fit", str(sweep), "-o", str(out), "--bootstrap", "100", "--json"])
+    doc = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert rc == 0 and doc["global_batch_tokens"] is None
+    rec = doc["models"][0]["step"]["recommendation"]
+    assert rec["precision"] is None and rec["tokens_per_microbatch"] is None
+    assert (
+        rec["reason"].startswith("no global batch known") and "--global-batch N or --at N,n" in rec["reason"]
+    )
+    assert doc["models"][0]["step"]["step_breakeven"] == []
+    sm = doc["step_model"][0]
+    assert sm["global_tokens"] is None and sm["breakeven"] is None and sm["settings"] == []
+    assert sm["recommendation"]["reason"].startswith("no global batch known")
+    assert not list(out.glob("step_time_*.png"))
+
+
+def test_the_step_recommendation_stays_inside_the_measured_sizes_and_says_extrapolated(folders) -> None:
+    sm = _doc([folders["sweep"], folders["bf16"], folders["mxfp8"]], global_tokens=65536)["step_model"][0]
+    rec = sm["recommendation"]
+    assert sm["global_tokens_source"] == "--global-batch"
+    # mxfp8 saves per token: the largest measured size (4,096) wins; larger ones are predicted faster still
+    assert rec["precision"] == "mxfp8" and rec["tokens_per_microbatch"] == max(SIZES)
+    ext = rec["per_precision"]["mxfp8"]["extrapolated_best"]
+    assert ext["extrapolated"] and ext["tokens_per_microbatch"] > max(SIZES)
+    assert rec["comparison"]["significant"] and rec["comparison"]["gain"] > 0
+
+
+def test_the_memory_cap_caps_the_micro_batch(folders) -> None:
+    cap = 5e7 + 4096.0 * 1500  # the simulation's memory line: 50 MB + 4 KiB per token -> 1,500 tokens
+    sm = _doc([folders["sweep"], folders["bf16"], folders["mxfp8"]], global_tokens=65536, mem_cap_bytes=cap)
+    sm = sm["step_model"][0]
+    for p in ("bf16", "mxfp8"):
+        r = sm["recommendation"]["per_precision"][p]
+        assert r["memory_limit_tokens"] == pytest.approx(1500, rel=0.02)
+        assert r["tokens_per_microbatch"] == 1024  # the largest measured size under the cap
+        assert "extrapolated_best" not in r or r["extrapolated_best"]["tokens_per_microbatch"] <= 1500
+    assert sm["breakeven"]["range"][1] == pytest.approx(1500, rel=0.02)
