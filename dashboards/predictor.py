@@ -61,10 +61,8 @@ def predicted_step_card(
         )
         n_options = sorted(set(n_options) | {n_global_default})
         c1, c2 = st.columns(2)
-        ui.reset_when_source_changes("be_N", (source, n_global_default))
-        global_tokens = c1.select_slider(
-            "Global batch, tokens per step (N)", n_options, value=n_global_default, key="be_N"
-        )
+        ui.widget_default("be_N", (source, n_global_default), n_global_default, n_options)
+        global_tokens = c1.select_slider("Global batch, tokens per step (N)", n_options, key="be_N")
         mb_options = [
             o for o in fitsview.size_options(min(sizes or [64]) / 2, global_tokens) if o <= global_tokens
         ]
@@ -72,15 +70,14 @@ def predicted_step_card(
             int(global_tokens)
         ]
         mb_default = fitsview.default_microbatch(mb_options, sizes, int(global_tokens))
-        ui.reset_when_source_changes("be_n", source)
-        if st.session_state.get("be_n") not in mb_options:
-            st.session_state.pop("be_n", None)
-        n = c2.select_slider("Tokens per micro-batch (n ≤ N)", mb_options, value=mb_default, key="be_n")
-        ui.reset_when_source_changes("be_other", (source, round(float(other_default), 4)))
+        ui.widget_default("be_n", source, mb_default, mb_options)
+        n = c2.select_slider("Tokens per micro-batch (n ≤ N)", mb_options, key="be_n")
+        other_default = round(float(other_default), 4)
+        ui.widget_default("be_other", (source, other_default), other_default)
         other_s = c1.number_input(
             "Other phases per step, seconds (generate, sync, …)",
             min_value=0.0,
-            value=round(float(other_default), 4),
+            format="%.4f",
             help="Phases that do not depend on n: from fits.json, else the baseline run's medians when paired.",
             key="be_other",
         )

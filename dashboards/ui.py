@@ -26,13 +26,20 @@ PAIR_KEY = "mxperf_pair"
 CUSTOM = "Choose two outputs…"
 
 
-def reset_when_source_changes(key: str, source: object) -> None:
-    """Forget the keyed widget ``key``'s value when what its default is made from (``source``: the fit, its
-    entry and the default itself) is not what it was made from last time. A keyed widget keeps its value
-    when its ``value=`` changes; without this, Breakeven kept the previous fit's N and other phases."""
+def widget_default(key: str, source: object, default: object, allowed: object = None) -> None:
+    """Put ``default`` into the keyed widget ``key`` when what it is made from (``source``) is not what it
+    was made from last time, when the widget has no value yet, or when its value is not in ``allowed``.
+    A widget using this passes no ``value=``: a keyed widget keeps its value when its ``value=`` changes,
+    and the browser keeps showing the old one unless the state is set (Breakeven kept the previous fit's N
+    and other phases; Add a trace kept a taken output name)."""
     tag = f"{key}__source"
-    if st.session_state.get(tag) != source:
-        st.session_state.pop(key, None)
+    current = st.session_state.get(key)
+    if (
+        st.session_state.get(tag) != source
+        or key not in st.session_state
+        or (allowed is not None and current not in allowed)
+    ):
+        st.session_state[key] = default
         st.session_state[tag] = source
 
 

@@ -37,12 +37,8 @@ with ui.card("Trace"):
         picked = st.multiselect("Traces", found, key="add_pick")
     first = (files[0].name if files else picked[0].rsplit("/", 1)[-1] if picked else "trace").split(".")[0]
     default_name = upload.default_output_name(root, first)
-    ui.reset_when_source_changes("add_name", default_name)  # a new default (the last one is taken now)
-    name = st.text_input(
-        "Output folder (new, directly under the runs directory)",
-        value=default_name,
-        key="add_name",
-    )
+    ui.widget_default("add_name", default_name, default_name)  # a new default: the last one is taken now
+    name = st.text_input("Output folder (new, directly under the runs directory)", key="add_name")
     st.markdown("**Labels** (optional: needed to fit a breakeven from this trace)")
     c1, c2, c3, c4 = st.columns(4)
     labels = {

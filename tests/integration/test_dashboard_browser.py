@@ -473,3 +473,41 @@ def test_every_widget_on_every_page_changes_without_an_error(
         report
     )
     assert any(k.startswith("select") for k in changed["step_time"]), report  # the rank picker
+
+
+# --------------------------------------------------------------------------------------------- issue 35
+def _labelled(driver: object, kind: str, label: str) -> object:
+    for box in _find(driver, f'[data-testid="{kind}"]'):
+        found = box.find_elements("css selector", '[data-testid="stWidgetLabel"]')
+        if found and found[0].text.strip().startswith(label):
+            return box
+    raise AssertionError(f"no {kind} labelled {label!r}")
+
+
+@pytest.mark.parametrize("width", [1600, 1280])
+def test_breakeven_widgets_follow_the_picked_fit(
+    server: str, browser: object, runs: Path, width: int
+) -> None:
+    """W1 in the browser: after switching Fit output, N and the other phases are the new fit's (fits.json)."""
+    rels = ("fit-tiny-dense", "fit-verl-sim")
+    if not all((runs / rel / "fits.json").is_file() for rel in rels):
+        pytest.skip("needs the examples' two fits")
+    fits = {rel: json.loads((runs / rel / "fits.json").read_text()) for rel in rels}
+    browser.set_window_size(width, 800)
+    _open(browser, server, "breakeven", 1)
+    for rel in ("fit-tiny-dense", "fit-verl-sim", "fit-tiny-dense"):
+        _select(browser, "Fit output", rel)
+        _settle(browser, 1)
+        doc = fits[rel]
+        n_box = _labelled(browser, "stSlider", "Global batch")
+        shown_n = n_box.find_element("css selector", '[data-testid="stSliderThumbValue"]').text
+        other = _labelled(browser, "stNumberInput", "Other phases").find_element("css selector", "input")
+        expected_other = [
+            sum((m.get("step") or {}).get("other_phases_s", {}).values()) for m in doc["models"]
+        ]
+        shown_other = float(other.get_attribute("value"))  # the field shows two decimals
+        assert int(shown_n.replace(",", "")) == doc["global_batch_tokens"], (rel, shown_n)
+        assert any(abs(shown_other - e) <= 0.005 for e in expected_other), (rel, shown_other, expected_other)
+    _shot(browser, f"breakeven-w1-{width}", width)
+    browser.set_window_size(width, 800)
+    assert not _errors(browser)
