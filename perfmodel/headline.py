@@ -328,3 +328,108 @@ def setting_words(sm: dict[str, Any], s: dict[str, Any]) -> str:
     return (
         f"{sm['model']} at {at} ({s['source']}): {secs(base)}, {secs(low)}; {gain_words(s, low, base)}.{ext}"
     )
+
+
+def step_answer(sm: dict[str, Any]) -> list[str]:
+    """Three lines, first on stdout and in report.md: the gain per step at the user's settings with its
+    interval; the breakeven micro-batch size with its interval or why there is none; what to change."""
+    low, base = sm["precision"], sm["baseline"]
+    head = f"{sm['model']}: {low} vs {base} per step{emulation_tag(sm)}"
+    if sm.get("reason"):
+        why = f"no answer: {sm['reason']}"
+        return [f"{head}: {why}.", "Breakeven: none (no step model).", "What to change: nothing can be said."]
+    cover = " + ".join(next(iter(sm["phases"].values())))
+    missing = sm.get("not_in_step") or []
+    cover = f"step = {cover}" + (f"; not given: {', '.join(missing)}" if missing else "")
+    settings = sm.get("settings") or []
+    rec = sm.get("recommendation") or {}
+    if settings:
+        s = settings[0]
+        where = f"at {s['global_tokens']:,} tokens per step, {s['tokens_per_microbatch']:,} per micro-batch ({s['source']})"
+    elif rec.get("comparison"):
+        s = rec["comparison"]
+        where = (
+            f"at {s['global_tokens']:,} tokens per step ({sm.get('global_tokens_source')}), "
+            f"{s['tokens_per_microbatch']:,} per micro-batch (the fastest measured size; your size is not known: --at N,n)"
+        )
+    else:
+        s = None
+    if s is None:
+        line1 = f"{head}: no settings known ({rec.get('reason') or 'pass --at N,n'})."
+    else:
+        pp = s["per_precision"]
+        line1 = (
+            f"{head} {where}: {gain_words(s, low, base)}; {pp[base]['step_s']:.3g} s vs {pp[low]['step_s']:.3g} s"
+            f" [{cover}]"
+            + _where_from(s)
+            + (" Extrapolated: n is outside the measured sizes." if s.get("extrapolated") else "")
+        )
+        if s.get("measured_at_other_global_batch"):
+            line1 += f" ({', '.join(s['measured_at_other_global_batch'])} as measured at the runs' global batch, not scaled.)"
+    return [line1, _breakeven_line(sm, low), _change_line(sm, low, base)]
+
+
+def _where_from(s: dict[str, Any]) -> str:
+    """'; from generate +5.0 pts, update -1.2 pts' -- each phase's share of the gain (of the baseline step)."""
+    g = s.get("gain_by_phase") or {}
+    parts = [
+        f"{ph} {v * 100:+.1f} pts"
+        for ph, v in sorted(g.items(), key=lambda kv: -abs(kv[1]))
+        if abs(v) >= 5e-4
+    ]
+    return f"; gain by phase: {', '.join(parts)}." if parts else "."
+
+
+def _breakeven_line(sm: dict[str, Any], low: str) -> str:
+    be = sm.get("breakeven")
+    if not be:
+        why = (sm.get("recommendation") or {}).get("reason") or "no global batch"
+        return f"Breakeven: none ({why})."
+    at = f"at {be['global_tokens']:,} tokens per step"
+    lo_n, hi_n = be["range"]
+    if be.get("reason") and be.get("case") is None:
+        return f"Breakeven {at}: none ({be['reason']})."
+    if be["tokens"] is None:
+        way = "faster" if be["case"] == "faster" else "slower"
+        sig = (
+            "significantly at every size"
+            if be.get("significant_everywhere")
+            else "not significantly at every size"
+            if be.get("significant_everywhere") is False
+            else f"no interval: {be.get('reason')}"
+        )
+        return f"Breakeven {at}: none between {lo_n:,.0f} and {hi_n:,.0f} tokens per micro-batch: {low} is {way} throughout ({sig})."
+    side = "above" if be["case"] == "faster_above" else "below"
+    ci = be.get("ci")
+    band = f" [95 % CI {_tok(ci[0])} to {_tok(ci[1])}]" if ci else f" (no interval: {be.get('reason')})"
+    ext = " Extrapolated: outside the measured sizes." if be.get("extrapolated") else ""
+    return f"Breakeven {at}: {low} is faster {side} {be['tokens']:,.0f} tokens per micro-batch{band}.{ext}"
+
+
+def _change_line(sm: dict[str, Any], low: str, base: str) -> str:
+    rec = sm.get("recommendation") or {}
+    if rec.get("global_tokens") is None:
+        return f"What to change: no recommendation ({rec.get('reason')})."
+    cap = f", memory cap {rec['mem_cap_bytes']:,.0f} B" if rec.get("mem_cap_bytes") else ""
+    ext = [
+        f"{p} at {e['extrapolated_best']['tokens_per_microbatch']:,} tokens is predicted "
+        f"{e['extrapolated_best']['step_s']:.3g} s per step (extrapolated beyond the measured sizes: measure it)"
+        for p, e in (rec.get("per_precision") or {}).items()
+        if e.get("extrapolated_best")
+    ]
+    tail = ("; " + "; ".join(ext)) if ext else ""
+    notes = [e["memory_note"] for e in (rec.get("per_precision") or {}).values() if e.get("memory_note")]
+    tail += ("; " + "; ".join(dict.fromkeys(notes))) if notes else ""
+    if rec.get("precision"):
+        other = base if rec["precision"] == low else low
+        cmp = rec["comparison"]
+        g = cmp["gain"] if rec["precision"] == low else -cmp["gain"]
+        ci = cmp["gain_ci"] if rec["precision"] == low else [-cmp["gain_ci"][1], -cmp["gain_ci"][0]]
+        return (
+            f"What to change: use {rec['precision']} at {rec['tokens_per_microbatch']:,} tokens per micro-batch "
+            f"(global batch {rec['global_tokens']:,}{cap}): {rec['step_s']:.3g} s per step, {g * 100:.1f} % less than "
+            f"{other} at that size [95 % CI {ci[0] * 100:.1f} to {ci[1] * 100:.1f} %]{tail}."
+        )
+    n = rec.get("tokens_per_microbatch")
+    size = f"; the fastest measured size is {n:,} tokens per micro-batch" if n else ""
+    return f"What to change: no precision to recommend ({rec.get('reason')}){size}{tail}."

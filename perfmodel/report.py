@@ -314,13 +314,73 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
     return out
 
 
+def _step_table(steps: list[dict[str, Any]]) -> list[str]:
+    """Per comparison and setting: each precision's seconds per phase and per step (95 % CI), and the gain."""
+    out: list[str] = []
+    for sm in steps:
+        rows = list(sm.get("settings") or [])
+        cmp = (sm.get("recommendation") or {}).get("comparison")
+        if cmp and not any(
+            (r["global_tokens"], r["tokens_per_microbatch"])
+            == (cmp["global_tokens"], cmp["tokens_per_microbatch"])
+            for r in rows
+        ):
+            rows.append(cmp)
+        if not rows:
+            continue
+        phases = list(next(iter(sm["phases"].values())))
+        out += [
+            f"### {sm['model']}: step time per precision (seconds)",
+            "",
+            "| N | n | micro-batches | precision | "
+            + " | ".join(phases)
+            + " | step | 95 % CI | gain | 95 % CI | where from |",
+            "|---" * (len(phases) + 9) + "|",
+        ]
+        for r in rows:
+            g, gci = r.get("gain"), r.get("gain_ci")
+            for i, p in enumerate((sm["baseline"], sm["precision"])):
+                pp = r["per_precision"][p]
+                cells = " | ".join(f"{pp['phases_s'][ph]:.4g}" for ph in phases)
+                last = i == 1
+                out.append(
+                    f"| {r['global_tokens']:,} | {r['tokens_per_microbatch']:,}"
+                    + (" (extrapolated)" if r.get("extrapolated") else "")
+                    + f" | {r['microbatches']} | {p} | {cells} | {pp['step_s']:.4g} | "
+                    + _ci(pp.get("step_ci"), lambda x: f"{x:.4g}")
+                    + " | "
+                    + (f"{g:+.1%}" if last and g is not None else "")
+                    + " | "
+                    + (_ci(gci, lambda x: f"{x:+.1%}") if last else "")
+                    + f" | {r['source'] if last else ''} |"
+                )
+        out.append("")
+        for ph, t in sm["phases"][sm["baseline"]].items():
+            lo = sm["phases"][sm["precision"]][ph]
+            out.append(
+                f"- {ph}: {sm['baseline']} {t['kind']} ({t['source']}); {sm['precision']} {lo['kind']} ({lo['source']})."
+            )
+        out.append("")
+    return out
+
+
 def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None = None) -> str:
     """Markdown for a fits.json document; ``plots``: entry stem -> {title: png file name}."""
     plots = plots or {}
     lines = ["# mxperf cost model", ""]
+    steps = doc.get("step_model") or []
+    if steps:  # the three-line answer per step comparison, then the step table; statistics below
+        lines += ["## Answer", ""]
+        for sm in steps:
+            first, *rest = sm.get("answer") or []
+            lines += [f"**{first}**", "", *(f"{r}  " for r in rest), ""]
+        lines += _step_table(steps)
+        lines += ["## Per phase (micro-batch fits)", ""]
     for e in doc["models"]:  # the answer first: the case and n* with its interval, or why there is none
         lines.append(f"- **{e.get('answer') or e['verdict']}**")
     lines.append("")
+    if steps:
+        lines += ["## Statistical details", ""]
     for e in doc["models"]:
         lines.append(f"- {e['verdict']}")
     lines += [

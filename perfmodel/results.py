@@ -38,7 +38,7 @@ from perfmodel.breakeven import Breakeven, find_breakeven
 from perfmodel.crossing import Crossing, measured_crossing
 from perfmodel.fitted import BasisFit, LinearFit, PrecisionFit
 from perfmodel.fitting import fit_cost_model
-from perfmodel.headline import answer, verdict
+from perfmodel.headline import answer, step_answer, verdict
 from perfmodel.hoststall import host_stall_share
 from perfmodel.inputs import FitInputs
 from perfmodel.lof import implausible
@@ -414,9 +414,13 @@ def analyze(
         seed=seed,
         n_boot=n_boot,
     )
+    for sm in steps:
+        sm["emulated"] = {p: inputs.emulated[p] for p in (baseline, sm["precision"]) if p in inputs.emulated}
+        sm["answer"] = step_answer(sm)
     return _num(
         {
             "schema_version": SCHEMA_VERSION,
+            "answer": [line for sm in steps for line in sm["answer"]],
             "models": entries,
             "baseline": baseline,
             "x_variable": "num_tokens (actual tokens per micro-batch; sizes labelled by tokens_per_microbatch)",

@@ -188,8 +188,10 @@ def run(args: argparse.Namespace) -> int:
     stream = sys.stdout
     for note in doc.get("notes") or []:
         print(f"note: {note}", file=sys.stderr)
+    for line in doc.get("answer") or []:  # the three-line answer per comparison first, then the details
+        print(line, file=stream)
     for sm in doc.get("step_model") or []:
-        for s in sm.get("settings") or []:
+        for s in (sm.get("settings") or [])[1:]:  # the first setting is the answer's
             print(setting_words(sm, s), file=stream)
     for e in doc["models"]:
         print(e["verdict"], file=stream)

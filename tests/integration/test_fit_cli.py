@@ -25,6 +25,11 @@ def _fit(capsys, *args: str) -> tuple[int, str, str]:
     return rc, cap.out, cap.err
 
 
+def _verdict(lines: list[str]) -> str:
+    """The first comparison's verdict on stdout: after the three-line step answer."""
+    return lines[3]
+
+
 def test_csv_fit_writes_fits_report_plots_and_json(tmp_path: Path, capsys) -> None:
     out = tmp_path / "fit"
     rc, stdout, _ = _fit(
@@ -43,8 +48,9 @@ def test_csv_fit_writes_fits_report_plots_and_json(tmp_path: Path, capsys) -> No
     assert rc == 0
     lines = stdout.strip().splitlines()
     doc = json.loads(lines[-1])
-    assert lines[0].startswith("sim-dense/update: mxfp8 vs bf16: mxfp8 adds")
-    assert "pays off above" in lines[0]
+    assert lines[:3] == doc["answer"]  # the three-line step answer first, then each comparison's verdict
+    assert lines[3].startswith("sim-dense/update: mxfp8 vs bf16: mxfp8 adds")
+    assert "pays off above" in lines[3]
     assert doc["schema_version"] == 1
     (entry,) = doc["models"]
     assert {
@@ -221,8 +227,9 @@ def test_a_host_gpu_knee_is_fitted_by_parts_and_named_in_the_headline(
     assert be["model"] == "parts" and be["ci_method"] == "bootstrap"  # ... a model that fits gives n*
     assert be["ci"][0] <= 4250 <= be["ci"][1]  # the true crossing of max(host, GPU)
     assert be["crossing"][0] <= 4250 <= be["crossing"][1]
-    assert "straight lines are rejected" in lines[0] and "parts model" in lines[0]
-    assert "Measured:" in lines[0] and "host overhead removed" in lines[0]
+    verdict = _verdict(lines)
+    assert "straight lines are rejected" in verdict and "parts model" in verdict
+    assert "Measured:" in verdict and "host overhead removed" in verdict
     gb = entry["breakeven_gpu_busy"]
     assert gb["basis"] == "gpu_busy" and gb["model_ok"] is True
     assert gb["ci"][0] <= 500 <= gb["ci"][1]  # busy: (3 - 2) ms / (4 - 2) us
@@ -248,7 +255,7 @@ def test_one_measurement_per_size_without_bootstrap_is_undetermined(tmp_path: Pa
     assert rc == 0
     be = json.loads(stdout.strip().splitlines()[-1])["models"][0]["breakeven"]
     assert be["case"] == "undetermined" and be["tokens"] is None
-    assert "undetermined" in stdout.splitlines()[0]
+    assert "undetermined" in _verdict(stdout.splitlines())
 
 
 def test_a_knee_model_without_bootstrap_is_undetermined_not_a_traceback(tmp_path: Path, capsys) -> None:
@@ -262,4 +269,4 @@ def test_a_knee_model_without_bootstrap_is_undetermined_not_a_traceback(tmp_path
     assert be["model"] == "knee" and be["case"] == "undetermined" and be["tokens"] is None
     assert 3000 < be["tokens_estimate"] < 6000  # the point estimate is still given, flagged
     assert all(s["case"] == "undetermined" and s["tokens"] is None for s in entry["step"]["step_breakeven"])
-    assert "undetermined (point estimate" in stdout.splitlines()[0]
+    assert "undetermined (point estimate" in _verdict(stdout.splitlines())

@@ -225,11 +225,13 @@ def test_cli_at_gives_the_step_per_precision_and_the_gain_at_each_pair(folders, 
     pairs = [(s["global_tokens"], s["tokens_per_microbatch"]) for s in sm["settings"]]
     assert pairs == [(8192, 1024), (65536, 4096), (4096, 512)]
     assert all(s["source"] == "--at" and s["gain_ci"] is not None for s in sm["settings"])
+    # the first pair is the answer's first line; each further pair one line of its own
+    assert "at 8,192 tokens per step, 1,024 per micro-batch (--at)" in stdout[0]
     said = [line for line in stdout if line.startswith("sim at ")]
-    assert len(said) == 3 and "8,192 tokens per step, 1,024 per micro-batch (--at)" in said[0]
+    assert len(said) == 2 and "65,536 tokens per step, 4,096 per micro-batch (--at)" in said[0]
     # at 65,536 / 4,096 mxfp8 saves 2 us/token (truth): faster, and the line says so with its interval
     s = sm["settings"][1]
-    assert s["significant"] and s["gain"] > 0 and "mxfp8 step" in said[1] and "faster than bf16" in said[1]
+    assert s["significant"] and s["gain"] > 0 and "mxfp8 step" in said[0] and "faster than bf16" in said[0]
 
 
 def test_cli_bad_at_is_one_line_exit_2(folders, tmp_path, capsys) -> None:
@@ -280,3 +282,43 @@ def test_the_memory_cap_caps_the_micro_batch(folders) -> None:
         assert r["tokens_per_microbatch"] == 1024  # the largest measured size under the cap
         assert "extrapolated_best" not in r or r["extrapolated_best"]["tokens_per_microbatch"] <= 1500
     assert sm["breakeven"]["range"][1] == pytest.approx(1500, rel=0.02)
+
+
+def test_stdout_fits_json_and_report_open_with_the_three_line_answer(folders, tmp_path, capsys) -> None:
+    out = tmp_path / "fit"
+    argv = ["fit", str(folders["sweep"]), str(folders["bf16"]), str(folders["mxfp8"]), "-o", str(out)]
+    rc = main([*argv, "--bootstrap", "200", "--json", "--at", "65536,4096"])
+    stdout = capsys.readouterr().out.splitlines()
+    doc = json.loads(stdout[-1])
+    assert rc == 0 and stdout[:3] == doc["answer"] == doc["step_model"][0]["answer"]
+    gain, breakeven, change = stdout[:3]
+    s = doc["step_model"][0]["settings"][0]
+    lo, hi = (100 * x for x in s["gain_ci"])
+    assert gain.startswith("sim: mxfp8 vs bf16 per step")
+    assert "at 65,536 tokens per step, 4,096 per micro-batch (--at)" in gain
+    assert (
+        f"mxfp8 step {100 * s['gain']:.1f} % faster than bf16 (95 % CI {lo:+.1f} to {hi:+.1f} % gain)" in gain
+    )
+    assert "step = generate + update + sync" in gain
+    assert breakeven.startswith("Breakeven at 65,536 tokens per step: ")
+    assert change.startswith("What to change: use mxfp8 at 4,096 tokens per micro-batch")
+    report = (out / store.REPORT).read_text().splitlines()
+    assert report[2] == "## Answer" and report[4] == f"**{gain}**"
+    details = report.index("## Statistical details")
+    assert all("CR3" not in line and "Fieller" not in line for line in report[:details])
+    assert any("CR3" in line for line in report[details:])
+
+
+def test_the_papers_shape_a_faster_sampler_outweighs_a_slower_update(folders) -> None:
+    # update: mxfp8 slower below n* = 4,500 tokens (PAPER_LIKE); generation 24 % faster (--phase)
+    doc = _doc(
+        [folders["sweep"]],
+        at=[(8192, 1024)],
+        phase_times={("bf16", "generate"): 3.0, ("mxfp8", "generate"): 2.28},
+    )
+    sm = doc["step_model"][0]
+    s = sm["settings"][0]
+    by = s["gain_by_phase"]
+    assert by["update"] < 0 < by["generate"]  # where the gain comes from
+    assert s["significant"] and s["gain"] > 0 and s["gain"] == pytest.approx(by["update"] + by["generate"])
+    assert "gain by phase: generate +" in sm["answer"][0] and "update -" in sm["answer"][0]
