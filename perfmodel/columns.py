@@ -29,8 +29,18 @@ FIT_EXTRAS = {
     "trace": "string",
     "input": "string",
     "overlap_seconds": "Float64",
+    "seconds_basis": "string",  # mxperf ingest: host | device (the overlap refusal reads host rows only)
+    "size_unit": "string",  # mxperf ingest: tokens | samples | images | unknown; the fit takes tokens only
 }
-USED_EXTRAS = ("global_tokens", "seq_lens", "sum_sq_tokens", "trace", "overlap_seconds")
+USED_EXTRAS = (
+    "global_tokens",
+    "seq_lens",
+    "sum_sq_tokens",
+    "trace",
+    "overlap_seconds",
+    "seconds_basis",
+    "size_unit",
+)
 FIT_COLUMNS = {**MICROBATCH_COLUMNS, **FIT_EXTRAS}
 _NUMERIC = (
     "seconds",
@@ -115,6 +125,20 @@ def _check_values(df: pd.DataFrame, origin: str) -> None:
             raise InputError(f"{origin}: empty '{col}' values")
 
 
+def _check_units(df: pd.DataFrame, origin: str) -> None:
+    """Sizes must count tokens: an ingest says what its sizes count (``size_unit``); samples, images or an
+    unknown unit are refused unless the user labelled the sizes in tokens."""
+    unit = df["size_unit"].astype("string").fillna("tokens")
+    other = unit[unit != "tokens"]
+    if len(other):
+        counts = ", ".join(f"{n} {u}" for u, n in other.value_counts().items())
+        raise InputError(
+            f"{origin}: {len(other)} of {len(df)} micro-batch sizes are not tokens ({counts}: read from the "
+            "trace's shapes, e.g. a first GEMM's rows); the cost model fits seconds per token: ingest again with "
+            "--label tokens_per_microbatch=N (tokens per micro-batch) or give a size_unit column of 'tokens'"
+        )
+
+
 def conform_microbatches(
     df: pd.DataFrame, origin: str, source: str, notes: list[str] | None = None
 ) -> pd.DataFrame:
@@ -149,6 +173,8 @@ def conform_microbatches(
         "flops",
         "global_tokens",
         "overlap_seconds",
+        "seconds_basis",
+        "size_unit",
     ):
         if col not in df.columns:
             df[col] = pd.NA
@@ -162,6 +188,7 @@ def conform_microbatches(
         df["trace"] = pd.NA
     _check_numeric(df, origin)
     _check_values(df, origin)
+    _check_units(df, origin)
     tok = pd.to_numeric(df["tokens_per_microbatch"], errors="coerce")
     df["num_tokens"] = pd.to_numeric(df["num_tokens"], errors="coerce").fillna(tok)
     for col in ("repeat", "step", "microbatch"):

@@ -169,6 +169,8 @@ def overlap_reason(df: pd.DataFrame) -> str | None:
     ov = pd.to_numeric(df["overlap_seconds"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     secs = pd.to_numeric(df["seconds"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     hit = np.isfinite(ov) & (ov > 0.05 * secs)
+    if "seconds_basis" in df.columns:  # a device completion interval holds no wait for earlier work
+        hit &= (df["seconds_basis"].astype("string") != "device").fillna(True).to_numpy(bool)
     if hit.sum() < max(2, OVERLAP_MIN_SHARE * len(df)):
         return None
     share = float(np.median(ov[hit] / secs[hit]))

@@ -103,6 +103,9 @@ class Job:
     start_ns: int = 1_000_000  # host clock at the start (colocated processes: overlap them in time)
 
 
+HOST_TRUTH = ("phase", "step", "microbatch", "tokens", "start_ns", "end_ns")  # TruthRow's first fields
+
+
 @dataclass
 class TruthRow:
     phase: str
@@ -111,10 +114,28 @@ class TruthRow:
     tokens: int
     start_ns: int
     end_ns: int
+    queued_end_ns: int = 0  # end of the GPU work queued before the micro-batch's first host op
+    gpu: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of each GPU op it launched
 
     @property
     def seconds(self) -> float:
+        """The host window: first host op -> later of last host op and last own GPU op end."""
         return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def device_seconds(self) -> float:
+        """Completion interval on the device: end of the work queued before it (or its first host op, if
+        later) -> end of its last GPU op."""
+        return (max(e for _, e in self.gpu) - max(self.start_ns, self.queued_end_ns)) / 1e9
+
+    @property
+    def gpu_busy_seconds(self) -> float:
+        """Union of its own GPU ops."""
+        busy, reach = 0, -1
+        for a, b in sorted(self.gpu):
+            busy += max(0, b - max(a, reach))
+            reach = max(reach, b)
+        return busy / 1e9
 
 
 @dataclass
@@ -192,6 +213,7 @@ class _Sim:
         self.rank.host.append(h)
         if self.mb is not None and self.mb.start_ns < 0:
             self.mb.start_ns = h.start
+            self.mb.queued_end_ns = max(self.stream_free.values())
         self.advance(tid, 3 * US)
         return h
 
@@ -211,6 +233,8 @@ class _Sim:
         g = Gpu("kernel", KERNELS.get(key, key), stream, start, start + dur, self.corr)
         self.stream_free[stream] = g.end
         call.gpu = g
+        if self.mb is not None:
+            self.mb.gpu.append((g.start, g.end))
         self.corr += 1
         self.rank.host.append(call)
         self._touch(max(call.end, g.end))
@@ -227,6 +251,8 @@ class _Sim:
         )
         self.stream_free[COMPUTE] = g.end
         call.gpu = g
+        if self.mb is not None:
+            self.mb.gpu.append((g.start, g.end))
         self.corr += 1
         self.rank.host.append(call)
         self._touch(max(call.end, g.end))

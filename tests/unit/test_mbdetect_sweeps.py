@@ -29,7 +29,9 @@ def _process(rng: np.random.Generator, n_host: int, n_launch: int):
         "l_tid": rng.choice([1, 2], n_launch),
         "l_start": l_start,
         "l_end": l_start + rng.integers(1, 300, n_launch),
+        "op_start": l_start + 500,
         "op_end": l_start + 1_000,
+        "prev_end": np.r_[-1, l_start[:-1] + 1_000],
         "l_kernel": np.ones(n_launch, bool),
         "l_gemm": rng.random(n_launch) < 0.3,
     }

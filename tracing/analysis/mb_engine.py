@@ -35,7 +35,7 @@ SLAB_ITEMS = 1 << 17  # host items (and launches) an engine-read process holds a
 _EVERY = 1 << 10  # items per entry of an engine-read process's start index
 _LAUNCH_KINDS = ", ".join(f"'{k}'" for k in schema.LAUNCH_KINDS)
 _HOST_COLUMNS = 'tid, start, "end", code, shape, is_call'
-_LAUNCH_COLUMNS = "l_tid, l_start, l_end, op_end, l_kernel, l_gemm"
+_LAUNCH_COLUMNS = "l_tid, l_start, l_end, op_start, op_end, prev_end, l_kernel, l_gemm"
 
 
 def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> Signals:
@@ -84,7 +84,10 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
             create or replace table launch_items as
             select o.pid, row_number() over (partition by o.pid order by o.launch_start_ns, o.row) - 1 as i,
               o.launch_tid as l_tid, o.launch_start_ns as l_start, o.launch_end_ns as l_end,
-              o.end_ns as op_end, o.kind = '{schema.KERNEL}' as l_kernel,
+              o.start_ns as op_start, o.end_ns as op_end,
+              coalesce(max(o.end_ns) over (partition by o.pid order by o.launch_start_ns, o.row
+                rows between unbounded preceding and 1 preceding), -1) as prev_end,
+              o.kind = '{schema.KERNEL}' as l_kernel,
               o.kind = '{schema.KERNEL}' and g.name is not null as l_gemm
             from ops o left join gemm_kernels g on o.name = g.name
             where o.launch_start_ns <> -1 order by o.pid, o.launch_start_ns, o.row"""

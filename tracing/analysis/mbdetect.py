@@ -32,7 +32,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ class Cut:
     attrs: dict[str, Any] = field(default_factory=dict)
     model: str | None = None  # from the embedding table's shape
     microbatch: int | None = None  # index from explicit attributes
+    unit: str = "unknown"  # what ``tokens`` counts: tokens | images | unknown (tokens_from gemm: its input)
 
 
 @dataclass
@@ -346,10 +347,10 @@ def _cuts_from_forwards(
         tokens = [sig.tokens_of(c, k) for c, k in lookups]
         known = [t for t in tokens if t]
         model = next((m for m in (sig.model_of(c, k) for c, k in lookups) if m), None)
-        tokens_i = max(known) if known else _first_gemm_tokens(sig, p, f_tid, starts[i], nxt[i])
-        how = "embedding" if known else ""
-        cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, backward, model))
-    return Finding(region, _label_gemm_tokens(cuts), by_forwards=True)
+        tokens_i, unit = (max(known), "tokens") if known else _gemm_size(sig, p, f_tid, starts[i], nxt[i])
+        how = "embedding" if known else "gemm" if tokens_i else ""
+        cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, backward, model, unit))
+    return Finding(region, cuts, by_forwards=True)
 
 
 def _before_trailing_sync(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> int:
@@ -399,6 +400,7 @@ def _detected(
     tokens_from: str,
     backward: bool,
     model: str | None = None,
+    unit: str = "unknown",
 ) -> Cut:
     return Cut(
         pid,
@@ -412,11 +414,8 @@ def _detected(
         "detected",
         backward,
         model=model,
+        unit=unit,
     )
-
-
-def _label_gemm_tokens(cuts: list[Cut]) -> list[Cut]:
-    return [c if c.tokens_from or c.tokens is None else replace(c, tokens_from="gemm") for c in cuts]
 
 
 def _after_backward(sig: Signals, items: Items, f_tid: int, burst_end: int, limit: int) -> int:
@@ -432,15 +431,21 @@ def _after_backward(sig: Signals, items: Items, f_tid: int, burst_end: int, limi
     return max(burst_end, int(p.end[syncs].max())) if len(syncs) else burst_end
 
 
-def _first_gemm_tokens(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> int | None:
+def _gemm_size(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> tuple[int | None, str]:
+    """Rows of F's first GEMM op in [lo, hi] and what they count: images when F ran a convolution there, tokens
+    when the GEMM's input has a sequence axis (``[B, S, H]``), else unknown (``[N, H]``: tokens or samples)."""
     p = items.window(lo, hi)
     w = _window(p.start, lo, hi)
-    w = w[(p.tid[w] == f_tid) & (sig.gemm_arg[p.code[w]] >= 0)]
-    for k in w.tolist():
-        t = sig.tokens_of(int(p.code[k]), int(p.shape[k]))
+    w = w[p.tid[w] == f_tid]
+    conv = bool(sig.is_conv[p.code[w]].any())
+    for k in w[sig.gemm_arg[p.code[w]] >= 0].tolist():
+        t, rank = (
+            sig.tokens_of(int(p.code[k]), int(p.shape[k])),
+            sig.input_rank(int(p.code[k]), int(p.shape[k])),
+        )
         if t:
-            return t
-    return None
+            return t, "images" if conv else "tokens" if rank >= 3 else "unknown"
+    return None, "unknown"
 
 
 def _cuts_from_backwards(
@@ -472,8 +477,10 @@ def _cuts_from_backwards(
         f_start = f_start[~_inside(f_start, p.opt_start, p.opt_end)]
         start = int(f_start[0]) if len(f_start) else b0
         end = _after_backward(sig, p, f_tid, b1, nxt)
-        tokens = _first_gemm_tokens(sig, p, f_tid, start, b0)
-        cuts.append(_detected(p.pid, f_tid, region, start, end, tokens, "gemm" if tokens else "", True))
+        tokens, unit = _gemm_size(sig, p, f_tid, start, b0)
+        cuts.append(
+            _detected(p.pid, f_tid, region, start, end, tokens, "gemm" if tokens else "", True, None, unit)
+        )
         prev_end = end
     return Finding(region, cuts)
 
@@ -513,6 +520,7 @@ def explicit_cut(sig: Signals, r: Any, phase: str | None) -> Finding:
         attrs=attrs,
         model=first.model if first else None,
         microbatch=index,
+        unit="tokens" if tokens else (first.unit if first else "unknown"),
     )
     return Finding(region, [cut])
 

@@ -28,10 +28,11 @@ _AUTOGRAD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$")
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 _BLOCKING_COPY = re.compile(r"^(?:cudaMemcpy|cuMemcpyDtoH(?:_v2)?)(?:_v\d+)?$")  # synchronous copies
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
+_CONV = re.compile(r"^aten::\w*conv(?:olution|\d|_transpose)")  # aten::conv2d, cudnn_convolution, ...
 _EMIT_NVTX = re.compile(r", (?:seq|op_id) = \d")  # an NVTX range emit_nvtx made for an op
 
 HOST_FIELDS = ("tid", "start", "end", "code", "shape", "is_launch_call")
-LAUNCH_FIELDS = ("l_tid", "l_start", "l_end", "op_end", "l_kernel", "l_gemm")
+LAUNCH_FIELDS = ("l_tid", "l_start", "l_end", "op_start", "op_end", "prev_end", "l_kernel", "l_gemm")
 
 
 @dataclass
@@ -50,7 +51,9 @@ class Process:
     l_tid: np.ndarray
     l_start: np.ndarray  # launch call start
     l_end: np.ndarray  # launch call end
+    op_start: np.ndarray  # GPU op start
     op_end: np.ndarray  # GPU op end
+    prev_end: np.ndarray  # end of the process's GPU work launched before this launch (-1: none)
     l_kernel: np.ndarray  # a kernel (not a memcpy / memset)
     l_gemm: np.ndarray  # a GEMM kernel
     # optimizer ranges (start, end) of this process
@@ -130,6 +133,7 @@ class Signals:
     gemm_arg: np.ndarray  # per name code: argument index of a GEMM op's activations, -1 = not a GEMM op
     is_autograd: np.ndarray
     is_sync: np.ndarray
+    is_conv: np.ndarray
     shapes: list[str]
     processes: dict[int, Items]
 
@@ -139,6 +143,12 @@ class Signals:
         if self.is_embedding[code]:
             return shapes.embedding_tokens(parsed)
         return shapes.gemm_tokens(self.base[code], parsed)
+
+    def input_rank(self, code: int, shape_code: int) -> int:
+        """Dimensions of a GEMM op's activation input (0 when unknown)."""
+        parsed = shapes.parse_shapes(self.shapes[shape_code])
+        arg = int(self.gemm_arg[code])
+        return len(parsed[arg]) if parsed is not None and 0 <= arg < len(parsed) else 0
 
     def model_of(self, code: int, shape_code: int) -> str | None:
         if not self.is_embedding[code]:
@@ -159,6 +169,7 @@ def name_signals(names: list[str], shape_cats: list[str]) -> Signals:
             shapes.GEMM_OPS.get(b, -1),
             _AUTOGRAD.search(b) is not None,
             b in _SYNC_OPS or "Synchronize" in b or _BLOCKING_COPY.match(b) is not None,
+            _CONV.match(b) is not None,
         )
         for b in shared
     }
@@ -167,7 +178,8 @@ def name_signals(names: list[str], shape_cats: list[str]) -> Signals:
     gemm_arg = np.array([f[1] for f in per_name], np.int64)
     is_autograd = np.array([f[2] for f in per_name], bool)
     is_sync = np.array([f[3] for f in per_name], bool)
-    return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, shape_cats, {})
+    is_conv = np.array([f[4] for f in per_name], bool)
+    return Signals(names, base, is_embedding, gemm_arg, is_autograd, is_sync, is_conv, shape_cats, {})
 
 
 def is_op_range(name: str) -> bool:
@@ -185,7 +197,9 @@ _NO_LAUNCHES = {
     "l_tid": np.zeros(0, np.int64),
     "l_start": np.zeros(0, np.int64),
     "l_end": np.zeros(0, np.int64),
+    "op_start": np.zeros(0, np.int64),
     "op_end": np.zeros(0, np.int64),
+    "prev_end": np.zeros(0, np.int64),
     "l_kernel": np.zeros(0, bool),
     "l_gemm": np.zeros(0, bool),
 }
@@ -212,7 +226,9 @@ def make_process(
         l_tid=lau["l_tid"],
         l_start=lau["l_start"],
         l_end=lau["l_end"],
+        op_start=lau["op_start"],
         op_end=lau["op_end"],
+        prev_end=lau["prev_end"],
         l_kernel=lau["l_kernel"],
         l_gemm=lau["l_gemm"],
         opt_start=opt_start,

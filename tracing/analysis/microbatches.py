@@ -16,9 +16,11 @@ the trace cannot say and never override what it measured:
   process; ``microbatch``: the index within (process, phase, step); ``repeat``: one traced step of one
   rank (a dense index over (rank, process, step)).
 
-One time basis (docs/contracts.md, v2): ``seconds`` runs from the micro-batch's first host op to the later of its last
-host op and the end of the last GPU op it launched (any thread of its process); ``gpu_busy_seconds`` and
-``host_stall_seconds`` are the device busy union and host stall (``metrics.py``) inside that window.
+Times (docs/contracts.md, the micro-batch table): ``host_seconds`` runs from the micro-batch's first host op to the
+later of its last host op and the end of the last GPU op it launched (any thread of its process);
+``device_seconds`` from the end of the GPU work launched before it (or its first host op, if later) to the end
+of its last GPU op; ``seconds`` is the first while the GPU keeps up and the second once the host runs ahead
+(``seconds_basis``, :func:`_bases`); ``gpu_busy_seconds`` is the busy union of its own GPU ops.
 """
 
 from __future__ import annotations
@@ -47,12 +49,16 @@ if TYPE_CHECKING:
 
 EXTRA_COLUMNS: dict[str, str] = {
     "pid": "int64",
-    "start_ns": "int64",  # the window (docs/contracts.md, v2 time basis), trace clock
+    "start_ns": "int64",  # the host window (docs/contracts.md, micro-batch table), trace clock
     "end_ns": "int64",
     "tokens_from": "string",  # attrs | embedding | gemm | label
-    # part of the window that overlaps an earlier micro-batch's window on the same process: with no sync
-    # between micro-batches the host runs ahead and the window includes waiting for that earlier GPU work
+    # how long GPU work launched before the micro-batch still ran inside its host window: the host ran
+    # ahead of the GPU (no sync between micro-batches), so the window includes waiting for that work
     "overlap_seconds": "float64",
+    "host_seconds": "float64",  # the host window: first host op -> later of last host op, last own GPU op
+    "device_seconds": "float64",  # completion interval on the device (NaN: no GPU work of its own)
+    "seconds_basis": "string",  # which of the two ``seconds`` is: host | device
+    "size_unit": "string",  # what the sizes count: tokens | samples | images | unknown
 }
 # How to record op shapes, per trace format (docs/tracing.md, "Fit your own run")
 SIZES_HELP = {
@@ -62,8 +68,10 @@ SIZES_HELP = {
 }
 
 
-# per window (pid, lo, hi arrays): the end of the last GPU op its process launched in [lo, hi], lo when none
-GpuEnds = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+# per window (pid, lo, hi arrays): of the GPU ops its process launched in [lo, hi], the first start, the last
+# end (-1 when none) and their busy union (ns); and the end of the GPU work launched before lo (-1: none)
+GpuWork = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
+OVERLAP_SHARE = 0.05  # of a host window: more is material (the fit's rule, perfmodel.fitting)
 
 
 @dataclass
@@ -141,14 +149,16 @@ def signals_microbatches(
     table, the kernel table (or GPU ops) precision is read from and its device timelines."""
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
 
-    def gpu_ends(pid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        return np.array(
-            [_gpu_end(sig, *w) for w in zip(pid.tolist(), lo.tolist(), hi.tolist(), strict=True)], np.int64
+    def gpu_work(pid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+        got = [_gpu_work(sig, *w) for w in zip(pid.tolist(), lo.tolist(), hi.tolist(), strict=True)]
+        return (
+            tuple(np.array(c, np.int64).reshape(len(got)) for c in zip(*got, strict=True))
+            or (np.zeros(0, np.int64),) * 4
         )
 
     return microbatch_result(
         findings,
-        gpu_ends,
+        gpu_work,
         evidence_from,
         num_ops > 0,
         labels or Labels(),
@@ -160,7 +170,7 @@ def signals_microbatches(
 
 def microbatch_result(
     findings: list[mbdetect.Finding],
-    gpu_ends: GpuEnds,
+    gpu_work: GpuWork,
     evidence_from: pa.Table,
     has_gpu: bool,
     labels: Labels,
@@ -168,32 +178,55 @@ def microbatch_result(
     fmt: str,
     timelines: list[metrics.DeviceTimeline],
 ) -> MicrobatchResult:
-    """The table and notes from the cuts. ``gpu_ends(pid, lo, hi)``: per window, the end of the last GPU op its
-    process launched in [lo, hi] (``lo`` when none); ``evidence_from``: the kernel table (or the GPU ops) that
+    """The table and notes from the cuts. ``gpu_work(pid, lo, hi)``: per window, its own GPU work
+    (:data:`GpuWork`); ``evidence_from``: the kernel table (or the GPU ops) that
     precision is read from; ``has_gpu``: the trace has GPU ops."""
     evidence = detect_precision(evidence_from)
     precision, warning = reconcile(labels.precision, evidence)
     rows, notes = _rows(findings, labels, precision, evidence, fmt)
-    table = _table(rows, gpu_ends, rank, timelines, has_gpu)
-    _note_overlaps(table, notes)
+    table, said = _table(rows, gpu_work, rank, timelines, has_gpu)
+    kept = Counter(zip(table.column("pid").to_pylist(), table.column("phase").to_pylist(), strict=True))
+    for n in notes:
+        n["problems"] += said.get((n["pid"], n["phase"]), [])
+        n["microbatches"] = kept[(n["pid"], n["phase"])]
     return MicrobatchResult(table, notes, evidence, [warning] if warning else [])
 
 
-def _note_overlaps(table: pa.Table, notes: list[dict[str, Any]]) -> None:
-    """Say where micro-batch windows overlap (no sync between micro-batches): their seconds then include
-    waiting for earlier GPU work, so they over-state a micro-batch's own cost."""
-    if table.num_rows == 0:
-        return
-    late = table.column("overlap_seconds").to_numpy() > 0.05 * table.column("seconds").to_numpy()
-    keys = list(zip(table.column("pid").to_pylist(), table.column("phase").to_pylist(), strict=True))
-    count, total = Counter(k for k, x in zip(keys, late, strict=True) if x), Counter(keys)
-    for n in notes:
-        k = count[(n["pid"], n["phase"])]
-        if k:
-            n["problems"].append(
-                f"{k} of {total[(n['pid'], n['phase'])]} start while an earlier micro-batch's GPU work still runs "
-                "(no sync between them): their seconds include that wait (overlap_seconds)"
+def _bases(
+    pid: np.ndarray, phase: list[str], host: np.ndarray, device: np.ndarray, overlap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, str], list[str]]]:
+    """The basis of each row's ``seconds`` and which rows to keep, per (process, phase): the host window while
+    the GPU keeps up with the host; the device's completion interval once the host runs ahead of it (most
+    windows start while earlier GPU work still runs, so they hold that wait). A GPU-bound micro-batch whose
+    own GPU work cannot be timed is left out; the notes say which basis, and name every late window."""
+    late = overlap > OVERLAP_SHARE * host
+    basis = np.full(len(pid), "host", dtype=object)
+    keep = np.ones(len(pid), bool)
+    said: dict[tuple[int, str], list[str]] = {}
+    phases = np.array(phase, dtype=object)
+    for key in sorted(set(zip(pid.tolist(), phase, strict=True))):
+        mine = (pid == key[0]) & (phases == key[1])
+        k, n = int(late[mine].sum()), int(mine.sum())
+        if k == 0:
+            continue
+        head = (
+            f"{k} of {n} start while GPU work launched before them still runs (the GPU runs a median "
+            f"{np.median(overlap[mine & late]) * 1e3:.3g} ms behind the host; overlap_seconds): their host windows "
+            "include that wait, so "
+        )
+        if 2 * k <= n:  # the GPU mostly keeps up
+            said[key] = [head + "they over-state their cost (seconds_basis = host, as for the rest)"]
+            continue
+        basis[mine] = "device"
+        lost = mine & ~(device > 0)
+        keep &= ~lost
+        said[key] = [head + "seconds are the device's completion intervals (seconds_basis = device)"]
+        if lost.any():
+            said[key].append(
+                f"{int(lost.sum())} left out: GPU-bound, but their own GPU work cannot be timed (no GPU op with "
+                "a launch record in their window)"
             )
+    return basis, keep, said
 
 
 def microbatch_table(
@@ -342,6 +375,9 @@ def _rows(
                     note["dropped"][m] += 1
                 continue
             note["microbatches"] += 1
+            unit = c.unit if tokens else "tokens"  # no size read: the label's, tokens
+            if labels.tokens_per_microbatch and unit != "tokens":  # the user's count of tokens wins
+                tokens, unit = None, "tokens"
             rows.append(
                 {
                     "model": labels.model or c.model or "unlabelled",
@@ -349,6 +385,7 @@ def _rows(
                     "phase": phase,
                     "tokens_per_microbatch": int(size),
                     "num_tokens": int(tokens or size),
+                    "size_unit": unit,
                     "step": c.step,
                     "microbatch": c.microbatch,
                     "source": c.source,
@@ -409,33 +446,41 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
 
 
 def _table(
-    rows: list[dict[str, Any]], gpu_ends: GpuEnds, rank: int | None, timelines: list[Any], has_gpu: bool
-) -> pa.Table:
+    rows: list[dict[str, Any]], gpu_work: GpuWork, rank: int | None, timelines: list[Any], has_gpu: bool
+) -> tuple[pa.Table, dict[tuple[int, str], list[str]]]:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
-        return schema.empty_table(cols)
+        return schema.empty_table(cols), {}
     start = np.array([r["start_ns"] for r in rows], np.int64)
     host_end = np.array([r["host_end_ns"] for r in rows], np.int64)
     pid = np.array([r["pid"] for r in rows], np.int64)
-    end = np.maximum(host_end, gpu_ends(pid, start, host_end))
+    _, last, own_busy, before = gpu_work(pid, start, host_end)
+    end = np.maximum(host_end, last)
+    host = (end - start) / 1e9
+    overlap = np.maximum(0, np.minimum(end, before) - start) / 1e9
+    # completion interval: from the end of the GPU work launched before it (or its first host op, if later)
+    # to the end of its last GPU op; without GPU work of its own, none
+    ref = np.maximum(start, before)
+    device = np.where((last >= 0) & (last > ref), (last - ref) / 1e9, np.nan)
+    basis, keep, said = _bases(pid, [r["phase"] for r in rows], host, device, overlap)
+    seconds = np.where(basis == "device", device, host)
+    lo = np.where(basis == "device", ref, start)
     if has_gpu:
-        busy, stall = attribution.clipped_device_time(pid, start, end, timelines)
-        gpu_busy, gpu_stall = busy / 1e9, stall / 1e9
+        _, stall = attribution.clipped_device_time(pid, lo, np.maximum(lo, end), timelines)
+        gpu_busy, gpu_stall = own_busy / 1e9, stall / 1e9
     else:
-        gpu_busy = gpu_stall = np.full(len(rows), np.nan)
-    # rows by (pid, start), stably: each window's overlap with the earlier windows of its process
+        gpu_busy = gpu_stall = device = np.full(len(rows), np.nan)
+    # rows by (pid, phase, step, start), stably; left-out rows keep their place in the microbatch index
     by_start = sorted(range(len(rows)), key=lambda i: (pid[i], start[i]))
-    overlap = np.zeros(len(rows))
-    overlap[by_start] = _overlaps(pid[by_start], start[by_start], end[by_start]) / 1e9
-    # then by (pid, phase, step, start), stably
     order = sorted(by_start, key=lambda i: (pid[i], rows[i]["phase"], rows[i]["step"], start[i]))
     counts: Counter[tuple[Any, ...]] = Counter()
-    microbatch = []
+    index = {}
     for i in order:  # the index within (pid, phase, step) unless the range said
         key = (pid[i], rows[i]["phase"], rows[i]["step"])
         given = rows[i]["microbatch"]
-        microbatch.append(given if given is not None else counts[key])
+        index[i] = given if given is not None else counts[key]
         counts[key] += 1
+    order = [i for i in order if keep[i]]
     groups = sorted({(pid[i], rows[i]["step"]) for i in order})
     repeat = {g: k for k, g in enumerate(groups)}
     data: dict[str, Any] = {c: [rows[i][c] for i in order] for c in rows[0] if c in cols}
@@ -443,17 +488,20 @@ def _table(
         pid=pid[order],
         start_ns=start[order],
         end_ns=end[order],
-        seconds=(end[order] - start[order]) / 1e9,
+        seconds=seconds[order],
+        host_seconds=host[order],
+        device_seconds=device[order],
+        seconds_basis=basis[order].astype(str),
         gpu_busy_seconds=gpu_busy[order],
         host_stall_seconds=gpu_stall[order],
         overlap_seconds=overlap[order],
-        microbatch=np.array(microbatch, np.int64),
+        microbatch=np.array([index[i] for i in order], np.int64),
         repeat=np.array([repeat[(pid[i], rows[i]["step"])] for i in order], np.int64),
         rank=rank,
         peak_mem_bytes=[_number(rows[i]["peak_mem_bytes"]) for i in order],
         flops=[_number(rows[i]["flops"]) for i in order],
     )
-    return schema.make_table(data, cols, "microbatches")
+    return schema.make_table(data, cols, "microbatches"), said
 
 
 def _number(value: Any) -> float | None:
@@ -467,19 +515,19 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def _overlaps(pid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per window (sorted by process, then start): ns of it that an earlier window of its process covers."""
-    out = np.zeros(len(start), np.int64)
-    reach: dict[int, int] = {}
-    for i, (p, s0, e0) in enumerate(zip(pid.tolist(), start.tolist(), end.tolist(), strict=True)):
-        if p in reach:
-            out[i] = max(0, min(e0, reach[p]) - s0)
-        reach[p] = max(reach.get(p, e0), e0)
-    return out
-
-
-def _gpu_end(sig: Signals, pid: int, lo: int, hi: int) -> int:
-    """End of the last GPU op launched in [lo, hi] by the process (any thread); ``lo`` when none."""
+def _gpu_work(sig: Signals, pid: int, lo: int, hi: int) -> tuple[int, int, int, int]:
+    """Of the GPU ops the process (any thread) launched in [lo, hi]: first start, last end (-1, -1 when none),
+    busy union (ns); and the end of the GPU work it launched before them (-1: none)."""
     p = sig.processes.get(pid)
-    ends = p.window(lo, hi).op_end if p is not None else np.zeros(0, np.int64)
-    return int(ends.max()) if len(ends) else lo
+    if p is None:
+        return -1, -1, 0, -1
+    w = p.window(lo, hi)
+    if len(w.op_end) == 0:
+        return -1, -1, 0, -1
+    s, e = w.op_start, w.op_end
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    block = np.r_[True, s[1:] > e[:-1]]  # an op starting after every earlier one ended opens a block
+    cut = np.flatnonzero(block)
+    busy = int((np.maximum.reduceat(e, cut) - s[cut]).sum())
+    return int(s[0]), int(e[-1]), busy, int(w.prev_end[0])

@@ -233,8 +233,9 @@ RANGE_LOG_COLUMNS: dict[str, str] = {
     "attrs": "string",
 }
 
-# (v2) One time basis for seconds, gpu_busy_seconds and host_stall_seconds: the window from the
-# micro-batch's first host op to the later of its last host op and the end of the last GPU op it launched.
+# (v2) seconds: a sweep's wall time; an ingest's on the basis its ``seconds_basis`` names (the host window, or the
+# device's completion interval once the host runs ahead of the GPU); gpu_busy_seconds: the GPU ops it launched
+# (docs/contracts.md, the micro-batch table).
 MICROBATCH_COLUMNS: dict[str, str] = {
     "model": "string",
     "precision": "string",  # docs/contracts.md precision id
@@ -245,7 +246,7 @@ MICROBATCH_COLUMNS: dict[str, str] = {
     "microbatch": "int64",  # index within its step (and phase), 0 = first
     "repeat": "int64",  # the resampling group: a sweep repeat, or one traced step of one rank
     "rank": "Int64",  # null when unknown
-    "seconds": "float64",  # the window above
+    "seconds": "float64",  # the basis above
     "gpu_busy_seconds": "Float64",  # null without a GPU trace
     "host_stall_seconds": "Float64",
     "source": "string",  # MICROBATCH_SOURCES
