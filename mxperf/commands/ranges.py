@@ -48,7 +48,16 @@ def _regex(flag: str, pattern: str) -> re.Pattern[str]:
         raise InputError(f"{flag} {pattern!r}: not a regular expression ({exc})") from None
 
 
-COLUMNS = ("count", "wall_ms", "time_ms", "window_busy_ms", "thread_busy_ms", "host_stall_ms", "stall_share")
+COLUMNS = (
+    "count",
+    "wall_ms",
+    "time_ms",
+    "covered_ms",
+    "window_busy_ms",
+    "thread_busy_ms",
+    "host_stall_ms",
+    "stall_share",
+)
 _SUMMED = {  # output column -> the ranges' column summed (null when every one is null)
     "wall_ms": "wall_ns",
     "time_ms": "time_ns",
@@ -68,7 +77,9 @@ def summarize_ranges(
 ) -> list[dict[str, Any]]:
     """Group a ranges table by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with ``by="phase"``, by
     phase over the outermost range of each phase: count, host wall, window time (start -> later of end and
-    the end of the GPU work it launched), attributed busy, host stall (ms), stall share of the window. Rows
+    the end of the GPU work it launched), the time those windows cover (their union: less than the summed window
+    time when a group's ranges nest or overlap, then ``overlapping``), attributed busy, host stall (ms), stall
+    share of the window. Rows
     (``name``, ``phase`` and :data:`COLUMNS`) by window time, longest first; ties by (name, phase)."""
     import numpy as np
 
@@ -117,10 +128,40 @@ def summarize_ranges(
         seen = np.bincount(group[present], minlength=len(keys)) > 0
         for i, (v, ok) in enumerate(zip(sums.tolist(), seen.tolist(), strict=True)):
             out[i][c] = v / 1e6 if ok else None
+    start = t.column("start_ns").to_numpy()
+    window = t.column("time_ns" if "time_ns" in cols else "wall_ns").to_numpy(zero_copy_only=False)
+    window = np.where(np.isnan(window.astype(np.float64)), 0, window).astype(np.int64)
+    covered = _covered_ns(group, len(keys), start, start + window)
+    for row, c in zip(out, covered.tolist(), strict=True):
+        row["covered_ms"] = c / 1e6
+        row["overlapping"] = (row["time_ms"] or 0.0) * 1e6 > c + 0.5
     for row in out:  # busy and stall are measured in each range's window (start -> later of end and GPU end)
         stall, time = row["host_stall_ms"], row["time_ms"]
         row["stall_share"] = stall / time if stall is not None and time is not None and time > 0 else None
     return sorted(out, key=lambda r: -(r["time_ms"] or 0.0))  # stable: ties keep the (name, phase) order
+
+
+def _covered_ns(group: Any, groups: int, start: Any, end: Any) -> Any:
+    """Per group, the time its ranges cover: the length of the union of their [start, end] windows (ns; exact
+    below 2^53). Less than the summed wall time when a group's ranges nest or overlap (recursion, several
+    threads or ranks)."""
+    import numpy as np
+
+    if len(group) == 0:
+        return np.zeros(groups, np.float64)
+    times, rank = np.unique(np.concatenate([start, end]), return_inverse=True)
+    s_rank, e_rank = rank[: len(start)], rank[len(start) :]
+    order = np.lexsort((s_rank, group))
+    g, s, e = group[order], s_rank[order], e_rank[order]
+    shift = g * (len(times) + 1)  # groups never mix in the running maximum: each sits above the previous
+    upto = (
+        np.maximum.accumulate(shift + e + 1) - shift - 1
+    )  # the latest end so far within the group (-1: none)
+    before = np.concatenate([[-1], upto[:-1]])
+    before[np.concatenate([[True], g[1:] != g[:-1]])] = -1
+    lo = np.where(before >= 0, np.maximum(times[s], times[np.maximum(before, 0)]), times[s])
+    part = np.maximum(times[e] - lo, 0).astype(np.float64)
+    return np.bincount(g, part, minlength=groups)
 
 
 def _per_value(ranges: pa.Table, column: str, test: Any) -> Any:
@@ -162,15 +203,66 @@ def render(table: list[dict[str, Any]]) -> str:
     if len(table) == 0:
         return "no ranges"
     width = min(60, max(len("name"), *(len(str(r["name"])) for r in table)))
-    lines = [f"{'name':<{width}}  {'phase':<8} " + " ".join(f"{c:>14}" for c in COLUMNS)]
+    lines = [f"{'name':<{width}}   {'phase':<8} " + " ".join(f"{c:>14}" for c in COLUMNS)]
     for r in table:
         name = str(r["name"]) if len(str(r["name"])) <= width else str(r["name"])[: width - 1] + "…"
         vals = []
         for c in COLUMNS:
             v = r[c]
             vals.append(f"{'-':>14}" if v is None else f"{int(v):>14d}" if c == "count" else f"{v:>14.3f}")
-        lines.append(f"{name:<{width}}  {r['phase']!s:<8} " + " ".join(vals))
+        mark = "*" if r.get("overlapping") else " "
+        lines.append(f"{name:<{width}} {mark} {r['phase']!s:<8} " + " ".join(vals))
+    if any(r.get("overlapping") for r in table):
+        lines.append(
+            "* its ranges' windows overlap (nested ranges, several threads / ranks, or windows stretched to GPU work "
+            "finishing later): time_ms adds them up, covered_ms is the time they cover"
+        )
     return "\n".join(lines)
+
+
+def run_traces(traces: list[dict[str, Any]]) -> dict[str, str]:
+    """Trace path -> the range log of the run folder it lies in (``mxperf ingest RUN`` reads a run's range log and
+    its own traces: the same ranges of the traced steps, seen twice)."""
+    logs = [Path(t["path"]) for t in traces if t.get("format") == "rangelog" and Path(t["path"]).suffix == ""]
+    out = {}
+    for t in traces:
+        if t.get("format") in ("kineto", "nsys"):
+            run = next((log for log in logs if log in Path(t["path"]).parents), None)
+            if run is not None:
+                out[str(t["path"])] = str(run)
+    return out
+
+
+def one_source_per_range(ranges: pa.Table, twins: dict[str, str]) -> tuple[pa.Table, list[str]]:
+    """``ranges`` without a run's trace rows whose name its range log also has (the log covers every step, the
+    trace only the profiled ones), and a note per run naming what overlapped."""
+    import numpy as np
+
+    from tracing.outputs.schema import factorize
+
+    if not twins:
+        return ranges, []
+    t_codes, traces = factorize(ranges, "trace")
+    n_codes, names = factorize(ranges, "name")
+    drop = np.zeros(ranges.num_rows, bool)
+    notes = []
+    for log in sorted(set(twins.values())):
+        if log not in traces:
+            continue
+        in_log = set(np.unique(n_codes[t_codes == traces.index(log)]).tolist())
+        mine = [traces.index(tr) for tr, lg in twins.items() if lg == log and tr in traces]
+        rows = np.isin(t_codes, mine) & np.isin(n_codes, list(in_log))
+        if rows.any():
+            drop |= rows
+            shared = sorted({str(names[c]) for c in np.unique(n_codes[rows]).tolist()})
+            files = ", ".join(Path(traces[c]).name for c in mine)
+            notes.append(
+                f"note: {Path(log).name}'s range log and its trace ({files}) both hold {len(shared)} range "
+                f"name(s) ({', '.join(shared[:4])}{', ...' if len(shared) > 4 else ''}) for the profiled steps: "
+                f"counted once, from the range log (every step); --trace {Path(traces[mine[0]]).name} shows the "
+                "trace's own (with GPU time)"
+            )
+    return ranges.filter(~drop), notes
 
 
 def _json_value(v: Any) -> Any:
@@ -198,17 +290,21 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise InputError(f"--top {args.top}: must be >= 0 (0 shows every row)")
     ranges = store.read_arrow(args.out / store.RANGES)
-    table = summarize_ranges(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
     has_trace = "trace" in ranges.column_names
+    notes: list[str] = []
+    if has_trace and not args.trace:
+        ranges, notes = one_source_per_range(ranges, run_traces(manifest.get("traces") or []))
+    table = summarize_ranges(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
     sources = (
         sorted({str(t) for t in ranges.column("trace").to_pylist()}) if has_trace and not args.trace else []
     )
-    if len(sources) > 1:  # e.g. a run's range log and its trace: the same steps, seen twice
-        print(
+    if len(sources) > 1 and not notes:  # several ranks or files: each row adds up over them
+        notes.append(
             f"note: ranges from {len(sources)} sources ({', '.join(Path(s).name for s in sources)}) add up in "
-            "each row; --trace PATTERN picks one",
-            file=sys.stderr,
+            "each row; --trace PATTERN picks one"
         )
+    for line in notes:
+        print(line, file=sys.stderr)
     if args.top:
         table = table[: args.top]
     if args.json:

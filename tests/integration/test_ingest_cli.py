@@ -207,6 +207,21 @@ def test_bad_input_exits_2_with_one_line_and_no_parquet(tmp_path, capsys, make, 
     assert read_manifest(out)["status"] == "failed"
 
 
+def test_a_trace_given_twice_or_copied_is_refused_not_taken_as_two_ranks(tmp_path, capsys):
+    copy = tmp_path / "copy.json.gz"
+    shutil.copy(A100, copy)
+    for args, said in (
+        ([str(A100), str(copy)], "the same bytes as"),
+        ([str(A100), str(A100)], "given twice"),
+        ([str(RANKS / "rank-0.json.gz"), str(RANKS)], "given twice"),  # a file and the folder it is in
+    ):
+        out = tmp_path / f"out{len(said)}{len(args[1])}"
+        assert main(["ingest", *args, "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and "pass each trace once" in err[0]
+        assert not out.exists() or list(out.rglob("*.parquet")) == []
+
+
 def test_missing_file_and_bad_label_exit_2(tmp_path, capsys):
     assert main(["ingest", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o")]) == 2
     assert "missing.json: no such file" in capsys.readouterr().err
@@ -304,11 +319,11 @@ def test_traced_run_dir_ingests_range_log_and_its_kineto_trace(tmp_path, capsys)
     ranges = store.read_table(out / store.RANGES)
     traced = ranges[(ranges["source"] == "user_annotation") & (ranges["name"] == "update/microbatch")]
     assert len(traced) == 2
-    # `mxperf ranges` says the rows add up over both sources, and --trace picks one
+    # `mxperf ranges` counts each range once (from the range log, every step), says so; --trace picks the trace
     assert main(["ranges", str(out), "--match", "^update/microbatch$", "--json"]) == 0
     captured = capsys.readouterr()
-    assert "ranges from 2 sources" in captured.err
-    assert _json_line(captured.out)["ranges"][0]["count"] == 5  # 3 logged + 2 traced
+    assert "counted once, from the range log" in captured.err and "rank-0.json.gz" in captured.err
+    assert _json_line(captured.out)["ranges"][0]["count"] == 3  # not 3 logged + 2 traced
     assert main(["ranges", str(out), "--match", "^update/microbatch$", "--trace", "rank-0", "--json"]) == 0
     captured = capsys.readouterr()
     assert "sources" not in captured.err and _json_line(captured.out)["ranges"][0]["count"] == 2

@@ -65,7 +65,39 @@ def expand_inputs(paths: list[str | os.PathLike[str]]) -> list[tuple[Path, str]]
             out.extend((f, detect_format(f)) for f in found)
         else:
             out.append((p, detect_format(p)))
+    refuse_duplicates([f for f, fmt in out if fmt != "rangelog" or f.is_file()])
     return out
+
+
+def refuse_duplicates(files: list[Path]) -> None:
+    """One file given twice (by two paths, or inside a folder also given) or two files with the same bytes would
+    each count as a trace of its own (two ranks of one job): refuse, naming both. Bytes are compared only
+    between files of equal size."""
+    import hashlib
+
+    seen: dict[Path, Path] = {}
+    by_size: dict[int, list[Path]] = {}
+    for f in files:
+        real = f.resolve()
+        if real in seen:
+            also = "" if str(seen[real]) == str(f) else f" (also as {seen[real]})"
+            raise InputError(f"{f}: given twice{also}; pass each trace once")
+        seen[real] = f
+        if f.is_file():
+            by_size.setdefault(f.stat().st_size, []).append(f)
+    for same_size in (fs for fs in by_size.values() if len(fs) > 1):
+        digests: dict[bytes, Path] = {}
+        for f in same_size:
+            h = hashlib.blake2b(digest_size=16)
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            first = digests.setdefault(h.digest(), f)
+            if first != f:
+                raise InputError(
+                    f"{f}: the same bytes as {first} (a copy of one trace would count as two ranks); pass each "
+                    "trace once"
+                )
 
 
 _NOT_TRACES = {
