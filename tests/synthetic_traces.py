@@ -101,6 +101,8 @@ class Job:
     schedule: str = "sequential"
     device: int | None = None
     start_ns: int = 1_000_000  # host clock at the start (colocated processes: overlap them in time)
+    position_bias: bool = False  # a relative-position-bias lookup ([32, 16] table) in every layer (T5 / UMT5)
+    towers: int = 1  # a model call through this many towers, each with its own embedding table (CLIP-like)
 
 
 HOST_TRUTH = ("phase", "step", "microbatch", "tokens", "start_ns", "end_ns")  # TruthRow's first fields
@@ -284,6 +286,10 @@ def _layer_forward(sim: _Sim, tid: int, n: int, shape: list[int], gemm_ops: bool
     h = job.hidden
     mx = job.precision == "mxfp8"
     for _ in range(job.layers):
+        if job.position_bias:  # T5's relative_attention_bias: an embedding lookup of [S, S] buckets
+            bias = sim.op(tid, "aten::embedding", [[32, 16], [shape[-1], shape[-1]], [], [], []])
+            sim.launch(tid, "embed", c.elem_fixed, parent=bias)
+            sim.close(bias)
         norm = sim.op(tid, "aten::layer_norm", [[*shape, h], [h], [h], [], []])
         sim.launch(tid, "norm", c.elem_fixed + c.elem_per_token * n, parent=norm)
         sim.close(norm)
@@ -321,6 +327,11 @@ def _forward(sim: _Sim, tid: int, mb: int | tuple[int, int], with_loss: bool) ->
     sim.launch(tid, "embed", c.elem_fixed + c.elem_per_token * n, parent=emb)
     sim.close(emb)
     _layer_forward(sim, tid, n, shape, gemm_ops)
+    for tower in range(1, job.towers):  # another tower of the same call, with its own table
+        emb = sim.op(tid, "aten::embedding", [[job.vocab + 1000 * tower, job.hidden], shape, [], [], []])
+        sim.launch(tid, "embed", c.elem_fixed + c.elem_per_token * n, parent=emb)
+        sim.close(emb)
+        _layer_forward(sim, tid, n, shape, gemm_ops)
     head = sim.op(tid, "aten::linear", [[*shape, job.hidden], [job.vocab, job.hidden], []])
     sim.launch(tid, "gemm_bf16", c.gemm_fixed + c.gemm_per_token * 2 * n, parent=head)  # LM head stays BF16
     sim.close(head)
@@ -450,6 +461,29 @@ def simulate(job: Job) -> Rank:
         sim.advance(sim.rank.main_tid, 2_000 * US)  # generation, sync ... (not simulated)
         if ps is not None:
             sim.close(ps)
+    return sim.rank
+
+
+def simulate_inference(job: Job, kind: str = "decode", loop: int = 12) -> Rank:
+    """No training, so no micro-batches (no truth rows), in one ``ProfilerStep#0``: ``decode`` -- a prefill
+    forward of ``job.steps[0][0]`` ((B, S) or T), then ``loop`` one-token forwards, each looking up its token
+    and ending in a sync (sampling); ``diffusion`` -- a text encoder's forward, then a denoising loop of
+    ``loop`` transformer passes over 4096 latent patches without any lookup."""
+    sim = _Sim(job)
+    f = sim.rank.main_tid
+    ps = _range(sim, "ProfilerStep#0")
+    mb = job.steps[0][0]
+    batch = mb[0] if isinstance(mb, tuple) else 1
+    _forward(sim, f, mb, with_loss=False)
+    sim.sync(f)
+    for _ in range(loop):
+        if kind == "decode":
+            _forward(sim, f, (batch, 1), with_loss=False)
+            sim.sync(f)
+        else:
+            _layer_forward(sim, f, 4096, [1, 4096], True)
+    sim.sync(f)
+    sim.close(ps)
     return sim.rank
 
 

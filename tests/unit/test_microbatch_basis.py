@@ -126,3 +126,47 @@ def test_a_label_in_tokens_gives_the_size_and_its_unit(tmp_path):
     (tmp_path / "lab").mkdir()
     labelled = _found(replace(rank, host=flat), tmp_path / "lab", Labels(tokens_per_microbatch=4096)).table
     assert set(labelled["size_unit"]) == {"tokens"} and set(labelled["num_tokens"]) == {4096}
+
+
+def _cut(rank: st.Rank, table: pd.DataFrame) -> None:
+    """Every micro-batch of the truth found once, with its tokens and seconds."""
+    m = _merged(rank, table)
+    truth = {(t.phase, t.step, t.microbatch): t.tokens for t in rank.truth}
+    assert all(r.num_tokens == truth[(r.phase, r.step, r.microbatch)] for r in m.itertuples())
+    on_basis = m["device_s"].where(m["seconds_basis"] == "device", m["host_s"])
+    assert ((m["seconds"] / on_basis - 1).abs() < 0.02).all()
+
+
+def test_a_position_bias_lookup_in_every_layer_is_not_a_forward(tmp_path):
+    """T5 / UMT5 look up a [32, heads] relative-position-bias table in every layer: not a token embedding."""
+    steps = ((1024, (2, 512), 2048), (512, 1536))
+    rank = st.simulate(st.Job(steps=steps, layers=4, position_bias=True))
+    assert sum(h.name == "aten::embedding" for h in rank.host) == 5 * len(rank.truth)  # 1 token + 4 bias
+    found = _found(rank, tmp_path)
+    _cut(rank, found.table)
+    assert set(found.table["tokens_from"]) == {"embedding"} and set(found.table["size_unit"]) == {"tokens"}
+
+
+def test_a_model_call_through_two_towers_is_one_microbatch(tmp_path):
+    """Each call looks up two tables (two towers) before its loss: one micro-batch, in update and logprob."""
+    rank = st.simulate(st.Job(steps=((1024, 2048, 512),), towers=2))
+    tables = {tuple(h.shapes[0]) for h in rank.host if h.name == "aten::embedding"}
+    assert len(tables) == 2
+    found = _found(rank, tmp_path)
+    assert sorted(found.table["phase"].value_counts().items()) == [("logprob", 3), ("update", 3)]
+    _cut(rank, found.table)
+
+
+@pytest.mark.parametrize("kind", ["decode", "diffusion"])
+def test_a_loop_of_forwards_without_a_backward_is_not_microbatches(tmp_path, kind):
+    """Generation (prefill + one-token decode forwards) and a diffusion pipeline (text encoder, then a denoising
+    loop): no backward, no logprob / reward range -- no micro-batches, even with every label given."""
+    rank = st.simulate_inference(st.Job(steps=(((2, 256),),)), kind)
+    assert not rank.truth
+    labels = Labels(model="m", precision="bf16", tokens_per_microbatch=512, phase="logprob")
+    for lab in (None, labels):
+        (tmp_path / str(lab is None)).mkdir()
+        found = _found(rank, tmp_path / str(lab is None), lab)
+        assert len(found.table) == 0
+        why = " ".join(p for n in found.notes for p in n["problems"])
+        assert "no backward pass" in why and "not training micro-batches" in why

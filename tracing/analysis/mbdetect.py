@@ -40,7 +40,11 @@ import numpy as np
 from tracing.analysis.mbregions import Region
 from tracing.analysis.mbsignals import Items, Signals, start_slice
 
-_BLOCK = 1 << 16  # items per block where a whole region's items are scanned (_bursts)
+_BLOCK = 1 << 16
+FORWARD_ONLY_PHASES = (
+    "logprob",
+    "reward",
+)  # phases whose micro-batches run forwards only  # items per block where a whole region's items are scanned (_bursts)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def cut_region(sig: Signals, region: Region) -> Finding:
     bursts = _bursts(sig, p, region, f_tid, sv.anchor_start, sv.autograd)
     if len(sv.anchor_start):
         gemm_before = _last_gemm_before(sig, p, region, f_tid, sv.anchor_start)
-        groups = _forward_groups(sv.anchor_start, gemm_before, bursts)
+        groups = _towers(sig, sv, _forward_groups(sv.anchor_start, gemm_before, bursts), bursts)
         return _cuts_from_forwards(sig, p, region, f_tid, sv, groups, bursts)
     if len(bursts):
         gemm_before = _last_gemm_before(sig, p, region, f_tid, np.array([b[0] for b in bursts], np.int64))
@@ -162,7 +166,9 @@ def _survey(sig: Signals, p: Items, region: Region, f_tid: int) -> _Survey:
     a_start, a_code, a_shape = (
         np.concatenate([np.zeros(0, np.int64), *(x[k] for x in anchors)]).astype(np.int64) for k in range(3)
     )
-    return _Survey(a_start, a_code, a_shape, any_gemm, sorted(autograd))
+    kinds, inverse = np.unique(a_shape, return_inverse=True)  # token tables only (not position / bias tables)
+    token = sig.token_tables(kinds.tolist())[inverse] if len(kinds) else np.zeros(0, bool)
+    return _Survey(a_start[token], a_code[token], a_shape[token], any_gemm, sorted(autograd))
 
 
 def _bursts(
@@ -294,6 +300,29 @@ def _forward_groups(
     return groups
 
 
+def _towers(
+    sig: Signals, sv: _Survey, groups: list[list[int]], bursts: list[tuple[int, int]]
+) -> list[list[int]]:
+    """One model call through several towers (a text and an image encoder) is one forward: consecutive forward
+    groups with no backward between them whose tables the call has not looked up yet are merged. The same
+    table again is another forward (a next micro-batch, or a pipeline schedule's)."""
+    b_starts = np.array([b[0] for b in bursts], np.int64)
+    out: list[list[int]] = []
+    seen: set[tuple[int, int] | None] = set()
+    for g in groups:
+        tables = {sig.table_of(int(sv.anchor_shape[j])) for j in g}
+        if out:
+            lo, hi = sv.anchor_start[out[-1][0]], sv.anchor_start[g[0]]
+            bwd = np.searchsorted(b_starts, hi) > np.searchsorted(b_starts, lo, side="right")
+            if not bwd and None not in tables | seen and not tables & seen:
+                out[-1] += g
+                seen |= tables
+                continue
+        out.append(list(g))
+        seen = tables
+    return out
+
+
 def _cuts_from_forwards(
     sig: Signals,
     p: Items,
@@ -350,6 +379,13 @@ def _cuts_from_forwards(
         tokens_i, unit = (max(known), "tokens") if known else _gemm_size(sig, p, f_tid, starts[i], nxt[i])
         how = "embedding" if known else "gemm" if tokens_i else ""
         cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, backward, model, unit))
+    if not any(c.backward for c in cuts) and region.phase not in FORWARD_ONLY_PHASES:
+        return Finding(
+            region,
+            [],
+            f"{n} forward passes and no backward pass, outside a logprob / reward range: inference (a decode or "
+            "diffusion loop?), not training micro-batches",
+        )
     return Finding(region, cuts, by_forwards=True)
 
 

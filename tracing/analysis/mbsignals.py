@@ -4,7 +4,8 @@ For each process: its host items (Kineto ``cpu_op`` and launch calls; nsys launc
 ``emit_nvtx`` op ranges) and its GPU launches (``metrics.gpu_ops`` rows joined to their launch call), each
 sorted by start, with per-name flags computed once per distinct name:
 
-- **embedding**: an ``aten::embedding`` op (one per forward pass of a language model);
+- **embedding**: an ``aten::embedding`` op; one into a vocabulary-sized table (``Signals.token_tables``) marks
+  a forward pass of a language model;
 - **gemm**: a GEMM op with shapes (``aten::linear`` / ``mm`` / ``addmm`` / ``matmul``) or a GEMM kernel;
 - **autograd**: the autograd engine's backward ops (``autograd::engine::evaluate_function: ...``,
   ``*Backward0``), which run on the device's autograd thread on a GPU;
@@ -31,6 +32,7 @@ _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
 _CONV = re.compile(r"^aten::\w*conv(?:olution|\d|_transpose)")  # aten::conv2d, cudnn_convolution, ...
 _EMIT_NVTX = re.compile(r", (?:seq|op_id) = \d")  # an NVTX range emit_nvtx made for an op
 
+VOCAB_MIN = 64  # rows of the smallest token-embedding table (vocabulary) taken as one
 HOST_FIELDS = ("tid", "start", "end", "code", "shape", "is_launch_call")
 LAUNCH_FIELDS = ("l_tid", "l_start", "l_end", "op_start", "op_end", "prev_end", "l_kernel", "l_gemm")
 
@@ -143,6 +145,21 @@ class Signals:
         if self.is_embedding[code]:
             return shapes.embedding_tokens(parsed)
         return shapes.gemm_tokens(self.base[code], parsed)
+
+    def table_of(self, shape_code: int) -> tuple[int, int] | None:
+        """(rows, columns) of an embedding lookup's table, None when its shapes are unknown."""
+        return shapes.embedding_table(shapes.parse_shapes(self.shapes[shape_code]))
+
+    def token_tables(self, shape_codes: list[int]) -> np.ndarray:
+        """Which of a region's embedding lookups (their shape codes) use a token-embedding table: a vocabulary,
+        at least twice as many rows as columns, :data:`VOCAB_MIN` rows or more and within 8x of the largest
+        table looked up -- not a position or relative-bias table (``[32, heads]``), not a square matrix.
+        Lookups of unknown shape count (nothing to tell them by)."""
+        tables = [self.table_of(k) for k in shape_codes]
+        most = max((t[0] for t in tables if t), default=0)
+        return np.array(
+            [t is None or (t[0] >= max(VOCAB_MIN, 2 * t[1]) and 8 * t[0] >= most) for t in tables], bool
+        )
 
     def input_rank(self, code: int, shape_code: int) -> int:
         """Dimensions of a GEMM op's activation input (0 when unknown)."""
