@@ -26,7 +26,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="roofline of the GEMMs against this device (h100-sxm, h200, b200, gb200, mi300x, mi325x, mi355x)",
     )
+    add_bounds_arguments(p, with_fit=True)
     p.add_argument("--json", action="store_true", help="print the tables as one JSON line on stdout")
+
+
+def add_bounds_arguments(p: argparse.ArgumentParser, *, with_fit: bool = False) -> None:
+    """``--model-shape`` (and for ``kernels`` ``--fit``): the physical floors of ``perfmodel.bounds``."""
+    p.add_argument(
+        "--model-shape",
+        metavar="SPEC",
+        help="the model's shapes for the floors (with --device): qwen3-8b, a config.json, or "
+        "hidden=H,layers=L,ffn=F,vocab=V,heads=Q,kv_heads=KV[,head_dim=D]",
+    )
+    if with_fit:
+        p.add_argument(
+            "--fit",
+            type=Path,
+            metavar="FIT",
+            help="a `mxperf fit` output (or its fits.json): its fixed and per-token terms next to the floors",
+        )
+
+
+def bounds_setup(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """(device, model shape) when ``--device`` and ``--model-shape`` are given, else None; one clear error when
+    only the shape is."""
+    spec = getattr(args, "model_shape", None)
+    if not spec:
+        return None
+    if not getattr(args, "device", None):
+        raise InputError("--model-shape needs --device (the peaks and bandwidth of the floors)")
+    from perfmodel.bounds import model_shape
+    from perfmodel.devices import device
+
+    return device(args.device), model_shape(spec)
+
+
+def bounds_lines(fits_doc: dict[str, Any], setup: tuple[Any, Any]) -> list[str]:
+    """The fitted terms of a fits.json document next to the floors: one line each (``perfmodel.bounds``)."""
+    from perfmodel.bounds import explain_fits
+
+    return [line for e in explain_fits(fits_doc, *setup) for line in e["lines"]]
 
 
 def _ms(ns: float | None) -> str:
@@ -82,7 +121,71 @@ def render(doc: dict[str, Any]) -> str:
             )
         for note in doc["roofline"]["notes"]:
             lines.append(f"note: {note}")
+        if "bounds" in doc:
+            lines += render_bounds(doc["bounds"], dev["name"])
     return "\n".join(lines)
+
+
+def _bounds(args: argparse.Namespace, setup: tuple[Any, Any]) -> dict[str, Any]:
+    from perfmodel.bounds import ASSUMPTIONS, as_dict, microbatch_floors
+    from perfmodel.kernel_diff import microbatch_parts
+    from perfmodel.kernel_ops import open_ops
+
+    dev, shape = setup
+    with open_ops(args.out) as con:
+        parts = microbatch_parts(con)
+        precs = [
+            r[0]
+            for r in con.execute("select distinct precision from mb where precision is not null").fetchall()
+        ]
+    out: dict[str, Any] = {"model_shape": as_dict(shape), "assumptions": list(ASSUMPTIONS), "notes": []}
+    if len(precs) == 1:
+        out["precision"] = precs[0]
+        out["microbatches"] = microbatch_floors(parts, dev, shape, precs[0])
+    else:
+        out["microbatches"] = []
+        out["notes"].append(
+            f"micro-batch precision {'unknown' if not precs else 'mixed: ' + ', '.join(precs)}: "
+            "no per-micro-batch floors (label the ingest)"
+        )
+    if args.fit is not None:
+        from perfmodel.bounds import explain_fits
+
+        path = args.fit / store.FITS if args.fit.is_dir() else args.fit
+        try:
+            fits = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--fit {args.fit}: cannot read {path.name} ({exc})") from None
+        out["fit"] = explain_fits(fits, dev, shape)
+    return out
+
+
+def render_bounds(b: dict[str, Any], dev_name: str) -> list[str]:
+    sh = b["model_shape"]
+    lines = [
+        "",
+        f"floors on {dev_name} for {sh['name'] or 'the given shapes'} (h {sh['hidden']}, {sh['layers']} layers, "
+        f"ffn {sh['ffn']}, vocab {sh['vocab']}, heads {sh['q_heads']}/{sh['kv_heads']} x {sh['head_dim']}); "
+        f"precision {b.get('precision') or '-'}",
+    ]
+    if b["microbatches"]:
+        lines.append(
+            f"{'phase':<9} {'tokens':>7} {'n':>4} {'wall ms':>9} {'GEMM ms':>9} {'floor ms':>9} {'x floor':>8} "
+            f"{'cast ms':>9} {'floor ms':>9}"
+        )
+        for r in b["microbatches"]:
+            gf, cf = r.get("gemm_floor_ns"), r.get("cast_floor_ns")
+            ratio = "-" if not gf else f"{r['gemm_ns'] / gf:.2f}"
+            lines.append(
+                f"{r['phase']:<9} {r['tokens']:>7} {r['microbatches']:>4} {_ms(r['wall_ns']):>9} "
+                f"{_ms(r['gemm_ns']):>9} {_ms(gf):>9} {ratio:>8} {_ms(r['quantize_ns']):>9} {_ms(cf):>9}"
+            )
+    for e in b.get("fit") or []:
+        lines += e["lines"]
+    for note in b["notes"]:
+        lines.append(f"note: {note}")
+    lines += [f"assumption: {a}" for a in b["assumptions"]]
+    return lines
 
 
 def _row(r: dict[str, Any], phases: list[str]) -> str:
@@ -117,6 +220,11 @@ def run(args: argparse.Namespace) -> int:
             "gemms": gemms,
             "notes": notes,
         }
+    setup = bounds_setup(args)
+    if getattr(args, "fit", None) and setup is None:
+        raise InputError("--fit needs --device and --model-shape (the floors its terms are set against)")
+    if setup is not None:
+        doc["bounds"] = _bounds(args, setup)
     if args.json:
         print(json.dumps(_clean({"schema_version": store.SCHEMA_VERSION, **doc}), separators=(",", ":")))
     else:
