@@ -20,6 +20,8 @@ from tracing.outputs.placement import FORCE_HELP, OUT_HELP
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mxperf.commands.kernels import add_bounds_arguments
+
     parser.add_argument(
         "inputs",
         nargs="+",
@@ -85,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)"
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--device", metavar="NAME", help="with --model-shape: the terms next to its floors")
+    add_bounds_arguments(parser)  # --model-shape (mxperf.commands.kernels, perfmodel.bounds)
 
 
 def _other_phases(items: list[str]) -> dict[str, float]:
@@ -142,6 +146,7 @@ def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mxperf.commands.kernels import bounds_lines, bounds_setup
     from perfmodel.headline import setting_words
     from perfmodel.inputs import check_fittable, load_inputs
     from perfmodel.report import render_report
@@ -152,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from tracing.outputs.manifest import OutputDir
 
     _check_args(args)
+    bounds = bounds_setup(args)
     knobs = parse_what_if(args.what_if)
     other = _other_phases(args.other_phase)
     phase_times, fit_phases = parse_phase_flags(args.phase or [])
@@ -195,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
             print(setting_words(sm, s), file=stream)
     for e in doc["models"]:
         print(e["verdict"], file=stream)
+    for line in bounds_lines(doc, bounds) if bounds else []:
+        print(line, file=stream)
     print(f"wrote {args.out / store.FITS} and {args.out / store.REPORT}", file=sys.stderr)
     if args.json:
         print(json.dumps(doc, allow_nan=False, separators=(",", ":")), file=stream)
