@@ -348,7 +348,14 @@ def explain_fits(doc: dict[str, Any], dev: Device, shape: ModelShape) -> list[di
         except InputError as exc:
             out.append({"phase": e.get("phase"), "precision": e.get("precision"), "lines": [f"note: {exc}"]})
             continue
-        out.append(explain(fl, fit_terms(e)))
+        ex = explain(fl, fit_terms(e))
+        refused = [p for p, f in (e.get("fits") or {}).items() if isinstance(f, dict) and f.get("model_note")]
+        if refused:
+            ex["lines"].append(
+                f"note: {e['phase']}: the fit chose no model for {', '.join(refused)} (model_note in fits.json): "
+                "these are the straight lines' terms, not a fitted cost model"
+            )
+        out.append(ex)
     return out
 
 

@@ -138,3 +138,16 @@ def test_kernels_shows_the_floors_per_micro_batch_and_the_fit(capsys) -> None:
     assert main(["kernels", str(ing), "--model-shape", SIM_SHAPE]) == 2
     assert "--model-shape needs --device" in capsys.readouterr().err
     assert main(["kernels", str(ing), "--device", "b200", "--fit", str(EXAMPLES / "fit-verl-sim")]) == 2
+
+
+def test_fit_prints_the_terms_next_to_the_floors(tmp_path: Path, capsys) -> None:
+    pair = [str(EXAMPLES / "ingest-verl-sim-bf16"), str(EXAMPLES / "ingest-verl-sim-mxfp8")]
+    out = tmp_path / "fit"
+    flags = ["--bootstrap", "20", "--device", "b200", "--model-shape", SIM_SHAPE]
+    assert main(["fit", *pair, "-o", str(out), *flags]) == 0
+    text = capsys.readouterr().out
+    assert "update on b200 (shapes from flags): per-token saving" in text
+    assert "not explained by the GPU's cast traffic" in text
+    assert "the fit chose no model for" in text  # logprob's windows overlap: no cost model, said so
+    assert main(["fit", *pair, "-o", str(tmp_path / "f2"), "--model-shape", SIM_SHAPE]) == 2
+    assert "--model-shape needs --device" in capsys.readouterr().err
