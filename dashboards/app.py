@@ -22,6 +22,7 @@ from dashboards import glossary, ui  # noqa: E402
 # st.navigation (and the sidebar, the pair selector and RUNS_DIR checks) when a page URL is opened directly.
 _PAGES = Path(__file__).resolve().parent / "views"
 PAGES = [
+    ("overview.py", "Overview", "overview", ":material/lightbulb:"),
     ("runs.py", "Runs", "runs", ":material/table:"),
     ("step_time.py", "Step time", "step_time", ":material/timer:"),
     ("breakeven.py", "Breakeven", "breakeven", ":material/show_chart:"),
@@ -33,7 +34,7 @@ PAGES = [
 
 st.set_page_config(page_title="mxperf: BF16 vs MXFP8", layout="wide")
 nav = st.navigation(
-    [st.Page(str(_PAGES / f), title=t, url_path=u, icon=i, default=(u == "runs")) for f, t, u, i in PAGES]
+    [st.Page(str(_PAGES / f), title=t, url_path=u, icon=i, default=(u == "overview")) for f, t, u, i in PAGES]
 )
 st.sidebar.caption(f"Runs directory: `{ui.runs_dir()}`")
 st.session_state[ui.PAIR_KEY] = ui.pair_selector()

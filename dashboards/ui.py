@@ -121,10 +121,11 @@ def download_file(entry: data.OutputEntry, name: str, label: str, key: str) -> N
 
 
 @contextlib.contextmanager
-def card(title: str, entry: data.OutputEntry | None = None) -> Iterator[None]:
+def card(title: str, entry: data.OutputEntry | None = None, key: str | None = None) -> Iterator[None]:
     """A titled section; a CardError (or bad table) inside shows as a message here, the page goes on.
-    With ``entry``, the output's device and low-precision provenance is shown under the title."""
-    with st.container(border=True):
+    With ``entry``, the output's device and low-precision provenance is shown under the title; ``key``
+    gives the card the CSS class ``st-key-<key>`` (the browser tests find it by that)."""
+    with st.container(border=True, key=key):
         st.subheader(title)
         if entry is not None:
             provenance_caption(entry)

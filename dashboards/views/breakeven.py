@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts_fit, data, fitsview, predictor, ui
+from dashboards import answer_view, charts_fit, data, fitsview, predictor, ui
 from perfmodel import model as pm
 from perfmodel import results
 from tracing.outputs import store
@@ -25,11 +25,6 @@ _KNOWN = {
 }
 
 st.title("Breakeven")
-st.caption(
-    "Each micro-batch costs fixed + per_token x n seconds. A low precision that adds fixed cost but saves "
-    "per token pays off above n* = added fixed / per-token saving. Fits come from `mxperf fit`, points from "
-    "`mxperf sweep` or ingested traces (micro-batches found by a range or detected) of the same model."
-)
 
 all_fits = ui.entries()
 fit_dirs = data.newest_first(ui.usable("fit"))
@@ -45,6 +40,13 @@ c1, c2 = st.columns(2)
 fit_dir = fit_dirs[rels.index(c1.selectbox("Fit output", rels, key="be_fit"))]
 overlay_rel = c2.selectbox(
     "Overlay a second fit", [NONE, *rels], key="be_overlay", help="its lines drawn dashed on the same chart"
+)
+
+answer_view.answer_card(fit_dir)
+st.caption(
+    "Each micro-batch costs fixed + per_token x n seconds. A low precision that adds fixed cost but saves "
+    "per token pays off above n* = added fixed / per-token saving. Fits come from `mxperf fit`, points from "
+    "`mxperf sweep` or ingested traces (micro-batches found by a range or detected) of the same model."
 )
 
 doc: dict = {}

@@ -20,15 +20,24 @@ from tracing.outputs import store
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "dashboards" / "app.py"
 EXAMPLES = REPO / "examples" / "runs"
-PAGES = ("runs", "step_time", "breakeven", "host_stall", "consistency", "weight_sync", "add_trace")
+PAGES = (
+    "overview",
+    "runs",
+    "step_time",
+    "breakeven",
+    "host_stall",
+    "consistency",
+    "weight_sync",
+    "add_trace",
+)
 CUSTOM = "Choose two outputs…"
 
 
 def _open(runs: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
     monkeypatch.setenv(data.RUNS_DIR_ENV, str(runs))
     at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()
-    if page != "runs":
+    at.run()  # the default page: Overview
+    if page != "overview":
         at.switch_page(f"views/{page}.py").run()
     return at
 
@@ -97,6 +106,7 @@ def traced_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # --------------------------------------------------------------------------------------------- examples
 EXAMPLE_CHARTS = {
+    "overview": 0,
     "runs": 0,
     "step_time": 2,
     "breakeven": 2,

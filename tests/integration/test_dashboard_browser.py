@@ -33,6 +33,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 # (url path, charts the page must draw at least)
 PAGES: tuple[tuple[str, int], ...] = (
+    ("overview", 0),
     ("runs", 0),
     ("step_time", 2),
     ("breakeven", 2),
@@ -173,7 +174,7 @@ def _settle(driver: object, min_charts: int = 0, timeout_s: float = 60) -> float
 
 
 def _open(driver: object, server: str, page: str, min_charts: int = 0) -> float:
-    driver.get(f"{server}/{'' if page == 'runs' else page}")  # the default page lives at /
+    driver.get(f"{server}/{'' if page == 'overview' else page}")  # the default page lives at /
     return _settle(driver, min_charts)
 
 

@@ -30,8 +30,8 @@ EXAMPLES = REPO / "examples" / "runs"
 def _open(runs: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
     monkeypatch.setenv(data.RUNS_DIR_ENV, str(runs))
     at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()
-    if page != "runs":
+    at.run()  # the default page: Overview
+    if page != "overview":
         at.switch_page(f"views/{page}.py").run()
     return at
 

@@ -1,0 +1,119 @@
+"""Issue #35 in headless Chromium, on a copy of examples/runs plus a fit made by today's ``mxperf fit`` (so
+fits.json carries the three-line answer): the answer card above the fold at 1280 x 800 on Overview and
+Breakeven, and a view restored from its URL. Screenshots go to ``tests/artifacts/`` (look at them).
+
+Helpers and the Chromium set-up are test_dashboard_browser's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import test_dashboard_answer as ta
+import test_dashboard_browser as tb
+
+pytestmark = tb.pytestmark
+
+FOLD = 800
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (ta.EXAMPLES / "sweep-tiny-dense" / "manifest.json").is_file():
+        pytest.skip("examples/runs lacks sweep-tiny-dense")
+    return ta.make_answer_runs(tmp_path_factory.mktemp("served-v3") / "runs")
+
+
+@pytest.fixture(scope="module")
+def server(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = tb._free_port()
+    log = tmp_path_factory.mktemp("dash-v3") / "dash.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mxperf.cli", "dash", str(runs), "--port", str(port)],
+            cwd=tb.REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(tb.REPO)},
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mxperf dash did not come up: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = tb.CHROMIUM
+    for flag in (*tb.FLAGS, "--window-size=1280,800"):
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile-v3')}")
+    driver = webdriver.Chrome(service=Service(tb.CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _viewport(driver: object, width: int, height: int) -> None:
+    """Make the page area (not the window) ``width`` x ``height``."""
+    driver.set_window_size(width, height)
+    inner = driver.execute_script("return [window.innerWidth, window.innerHeight];")
+    driver.set_window_size(width + (width - inner[0]), height + (height - inner[1]))
+
+
+def _card_box(driver: object) -> dict:
+    tb._wait_for(driver, ".st-key-answer-card")
+    return driver.execute_script(
+        "const r = document.querySelector('.st-key-answer-card').getBoundingClientRect();"
+        "return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, h: window.innerHeight,"
+        " w: window.innerWidth, text: document.querySelector('.st-key-answer-card').innerText};"
+    )
+
+
+@pytest.mark.parametrize("page", ["overview", "breakeven"])
+def test_the_answer_card_is_above_the_fold_at_1280x800(
+    server: str, browser: object, runs: Path, page: str
+) -> None:
+    doc = json.loads((runs / ta.STEP_FIT / "fits.json").read_text())
+    _viewport(browser, 1280, FOLD)
+    tb._open(browser, server, page, 2 if page == "breakeven" else 0)
+    assert not tb._errors(browser)
+    browser.execute_script("window.scrollTo(0, 0);")
+    box = _card_box(browser)
+    assert box["w"] == 1280 and box["h"] == FOLD, box
+    ARTIFACTS = tb.ARTIFACTS
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / f"dashboard-answer-{page}-1280x800.png"))  # the first screen
+    for line in doc["answer"]:
+        assert line in box["text"], line  # the lines of fits.json, as they read
+    assert "emulated" in box["text"]  # the mark: CPU runs
+    assert box["top"] >= 0 and box["bottom"] <= FOLD, f"{page}: answer card at {box}, below the fold"
+    assert box["right"] <= 1280
