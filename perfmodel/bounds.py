@@ -385,6 +385,7 @@ def paper_check(
                     "d_fixed_s": d_fixed,
                     "cast_fixed_s": fl["cast_fixed_s"],
                     "host_share": 1 - fl["cast_fixed_s"] / d_fixed if d_fixed > 0 else None,
+                    "breakeven_at_cast_floor": fl["cast_fixed_s"] / d_tok if d_tok > 0 else None,
                     "floors": fl,
                 }
             )
@@ -411,13 +412,13 @@ def paper_check_markdown(dev: Device, shape: ModelShape, breakeven_tokens: float
     lines += [
         "",
         "| phase | GEMMs at x peak | saving per token (us) | fixed cost for the breakeven (ms) | "
-        "not cast traffic: host share needed |",
-        "|---|---|---|---|---|",
+        "not cast traffic: host share needed | n* if the fixed cost were the casts alone |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['phase']} | {r['gemm_efficiency']:.2f} | {r['d_tok_s'] * 1e6:.3f} | {r['d_fixed_s'] * 1e3:.2f} | "
-            f"{100 * r['host_share']:.0f} % |"
+            f"{100 * r['host_share']:.0f} % | {r['breakeven_at_cast_floor']:,.0f} |"
         )
     return "\n".join(lines)
 

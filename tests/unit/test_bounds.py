@@ -151,3 +151,33 @@ def test_fit_prints_the_terms_next_to_the_floors(tmp_path: Path, capsys) -> None
     assert "the fit chose no model for" in text  # logprob's windows overlap: no cost model, said so
     assert main(["fit", *pair, "-o", str(tmp_path / "f2"), "--model-shape", SIM_SHAPE]) == 2
     assert "--model-shape needs --device" in capsys.readouterr().err
+
+
+def test_the_paper_scale_check_in_the_docs_is_computed() -> None:
+    """docs/cost-model.md's Qwen3-8B / B200 table is python -m perfmodel.bounds' output, and the ranges its
+    text draws from it are the table's."""
+    from perfmodel.bounds import paper_check, paper_check_markdown
+
+    doc = (ROOT / "docs" / "cost-model.md").read_text()
+    b200 = device("b200")
+    table = paper_check_markdown(b200, QWEN)
+    start = doc.index("<!-- bounds:qwen3-8b-b200")
+    inner = doc[doc.index("\n", start) + 1 : doc.index("<!-- /bounds -->")]
+    assert inner.strip() == table.strip()
+    rows = paper_check(b200, QWEN)
+    upd = [r for r in rows if r["phase"] == "update"]
+    lp = [r for r in rows if r["phase"] == "logprob"]
+    shares = [100 * r["host_share"] for r in rows]
+    words = [
+        f"per-token saving at {upd[0]['d_tok_s'] * 1e6:.1f} us (update; {lp[0]['d_tok_s'] * 1e6:.1f} us logprob)",
+        f"cast floor at {upd[0]['cast_fixed_s'] * 1e3:.1f} ms (update; {lp[0]['cast_fixed_s'] * 1e3:.1f} ms",
+        f"{min(r['d_fixed_s'] for r in upd) * 1e3:.0f}-{max(r['d_fixed_s'] for r in upd) * 1e3:.0f} ms per update",
+        f"({min(r['d_fixed_s'] for r in lp) * 1e3:.0f}-{max(r['d_fixed_s'] for r in lp) * 1e3:.0f} ms\nlogprob)",
+        f"**{min(shares):.0f}-{max(shares):.0f} % of the added fixed cost is not cast traffic**",
+        f"at {100 - max(shares):.0f}-{100 - min(shares):.0f} % of HBM",
+        f"breaks even at {round(min(r['breakeven_at_cast_floor'] for r in rows), -1):.0f}-"
+        f"{round(max(r['breakeven_at_cast_floor'] for r in rows), -1):.0f} tokens",
+    ]
+    flat = " ".join(doc.split())
+    for w in words:
+        assert " ".join(w.split()) in flat, w
