@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tracing.outputs import store
+from tracing.outputs.errors import InputError
 
 VIEWS = ("size", "phase", "step")
 
@@ -21,6 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", type=Path, metavar="A", help="the baseline `mxperf ingest` folder (e.g. BF16)")
     p.add_argument("b", type=Path, metavar="B", help="the other `mxperf ingest` folder (e.g. MXFP8)")
     p.add_argument("--by", choices=VIEWS, action="append", help="views to print (default: all three)")
+    p.add_argument(
+        "--on",
+        metavar="DEVICE",
+        help="what-if: the same traces on DEVICE (GPU-bound parts scaled by the bounds; breakeven range)",
+    )
+    p.add_argument("--device", metavar="NAME", help="the device the traces ran on (default: their gpu_names)")
     p.add_argument("--json", action="store_true", help="print the decomposition as one JSON line on stdout")
 
 
@@ -93,9 +100,26 @@ def render(doc: dict[str, Any], views: tuple[str, ...]) -> str:
 def run(args: argparse.Namespace) -> int:
     from perfmodel.kernel_diff import diff
 
+    whatif = None
+    if args.on:
+        from perfmodel.devices import device
+        from perfmodel.whatif import what_if
+
+        dst = device(args.on)
+        src = device(args.device) if args.device else None
+        whatif = what_if(args.a, args.b, dst, src)
+    elif args.device:
+        raise InputError("--device names the traces' device for --on; give --on DEVICE too")
     doc = diff(args.a, args.b)
+    if whatif is not None:
+        doc["what_if"] = whatif
     if args.json:
         print(json.dumps({"schema_version": store.SCHEMA_VERSION, **doc}, separators=(",", ":")))
     else:
-        print(render(doc, tuple(args.by or VIEWS)))
+        text = render(doc, tuple(args.by or VIEWS))
+        if whatif is not None:
+            from perfmodel.whatif import render as render_whatif
+
+            text += "\n" + "\n".join(render_whatif(whatif))
+        print(text)
     return 0
