@@ -82,14 +82,18 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
             from events e join signal_names n on e.name = n.name left join signal_shapes s on e.shapes = s.shape
             where {host} order by e.pid, e.start_ns, e.row;
             create or replace table launch_items as
+            with unlaunched as (  -- ops whose launch the trace lacks (queued before the capture began)
+              select pid, start_ns as u_start, max(end_ns) over (partition by pid order by start_ns, row
+                rows unbounded preceding) as u_end from ops where launch_start_ns = -1)
             select o.pid, row_number() over (partition by o.pid order by o.launch_start_ns, o.row) - 1 as i,
               o.launch_tid as l_tid, o.launch_start_ns as l_start, o.launch_end_ns as l_end,
               o.start_ns as op_start, o.end_ns as op_end,
-              coalesce(max(o.end_ns) over (partition by o.pid order by o.launch_start_ns, o.row
-                rows between unbounded preceding and 1 preceding), -1) as prev_end,
+              greatest(coalesce(max(o.end_ns) over (partition by o.pid order by o.launch_start_ns, o.row
+                rows between unbounded preceding and 1 preceding), -1), coalesce(u.u_end, -1)) as prev_end,
               o.kind = '{schema.KERNEL}' as l_kernel,
               o.kind = '{schema.KERNEL}' and g.name is not null as l_gemm
             from ops o left join gemm_kernels g on o.name = g.name
+              asof left join unlaunched u on o.pid = u.pid and o.start_ns > u.u_start
             where o.launch_start_ns <> -1 order by o.pid, o.launch_start_ns, o.row"""
         )
         nameless = con.sql(
