@@ -100,6 +100,10 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"{name:<60} {r['kernel_class']:<13} {_row(r, phases)}")
         for s in r.get("shapes", []):
             lines.append(f"    {s['op']} {s['shapes']} x{s['count']}")
+    if "communication" in doc:
+        from perfmodel.kernel_comm import render as render_comm
+
+        lines += render_comm(doc["communication"])
     if "roofline" in doc:
         dev = doc["roofline"]["device"]
         lines += ["", f"GEMM roofline on {dev['name']} (peaks and sources: perfmodel/devices.toml)"]
@@ -220,6 +224,12 @@ def run(args: argparse.Namespace) -> int:
             "gemms": gemms,
             "notes": notes,
         }
+    if any(c["kernel_class"] == "communication" for c in doc["classes"]):
+        from perfmodel.kernel_comm import communication
+        from perfmodel.kernel_ops import open_ops
+
+        with open_ops(args.out) as con:
+            doc["communication"] = communication(con, args.out)
     setup = bounds_setup(args)
     if getattr(args, "fit", None) and setup is None:
         raise InputError("--fit needs --device and --model-shape (the floors its terms are set against)")
