@@ -56,6 +56,12 @@ class OutputEntry:
     inputs: str | None = None
     error: str | None = None
     manifest: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Ingested traces: where the precision and model came from (``label`` | ``kernels`` | ``embedding``),
+    # the kernels' evidence in words, and the disagreement between a label and the kernels, if any.
+    precision_from: str | None = None
+    model_from: str | None = None
+    evidence: str | None = None
+    conflict: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -134,15 +140,24 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
     inputs = None
     if paths and manifest.get("kind") in ("ingest", "fit"):
         inputs = Path(paths[0]).name + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
+    model = _first(config, "model", "models") or _first(label, "model")
+    facts = trace_precision(manifest, precisions[0] if len(precisions) == 1 else None)
+    labelled = bool(precisions)
+    if not precisions and facts.precision:
+        precisions = (facts.precision,)
     prov = provenance(manifest, precisions) if manifest.get("kind") != "fit" else None
     return OutputEntry(
         rel=rel,
         kind=manifest.get("kind"),
         status=manifest.get("status"),
-        model=_first(config, "model", "models") or _first(label, "model"),
+        model=model,
         learner=learner,
         sampler=sampler,
         precisions=precisions,
+        precision_from="label" if labelled else facts.source,
+        model_from="label" if model else None,
+        evidence=facts.evidence,
+        conflict=facts.conflict,
         steps=int(steps) if isinstance(steps, int | float) else None,
         created=manifest.get("created"),
         device=prov.device if prov else None,
@@ -150,6 +165,75 @@ def summarize_manifest(rel: str, manifest: Mapping[str, Any]) -> OutputEntry:
         inputs=inputs,
         manifest=dict(manifest),
     )
+
+
+@dataclass(frozen=True)
+class TracePrecision:
+    """What an ingest's traces say about its precision (``traces[].precision_evidence`` in the manifest)."""
+
+    precision: str | None = None  # the mxperf id the GEMM kernels name (None: no id, or no GPU GEMMs)
+    evidence: str | None = None
+    conflict: str | None = None
+    from_kernels: bool = False
+
+    @property
+    def source(self) -> str | None:
+        return "kernels" if self.from_kernels else None
+
+
+def _evidence_words(ev: Mapping[str, Any]) -> str:
+    said = ev.get("precision") or ev.get("family") or "unknown"
+    text = f"{said}: {ev.get('reason') or 'GEMM kernel names'}"
+    if ev.get("example"):
+        ex = str(ev["example"])
+        text += f" (e.g. {ex if len(ex) <= 60 else ex[:57] + '...'})"
+    return text
+
+
+def trace_precision(manifest: Mapping[str, Any], label: str | None) -> TracePrecision:
+    """The precision an ingest's GEMM kernels name, the evidence in words, and -- when ``label`` (the
+    ``--label precision`` or a run's learner) says otherwise -- the disagreement. A trace whose kernels name
+    no precision id (FP32 / TF32, FP8 without a recipe) gives its family as evidence and no precision."""
+    if manifest.get("kind") != "ingest":
+        return TracePrecision()
+    evs = [t["precision_evidence"] for t in manifest.get("traces") or [] if isinstance(t, Mapping)
+           and isinstance(t.get("precision_evidence"), Mapping)]  # fmt: skip
+    if not evs:
+        return TracePrecision()
+    ids = sorted({str(e["precision"]) for e in evs if e.get("precision")})
+    families = sorted({str(e.get("family")) for e in evs if e.get("family")})
+    words = "; ".join(dict.fromkeys(_evidence_words(e) for e in evs))
+    conflict = None
+    if len(ids) > 1:
+        conflict = f"the traces' kernels name different precisions ({', '.join(ids)})"
+    elif label and ids and ids[0] != label:
+        conflict = f"labelled {label}, but the GEMM kernels say {ids[0]}"
+    elif label and not ids and families and not any(label.startswith(f) for f in families):
+        conflict = f"labelled {label}, but the GEMMs look {', '.join(families)}"
+    found = ids[0] if len(ids) == 1 else None
+    return TracePrecision(precision=found, evidence=words, conflict=conflict, from_kernels=found is not None)
+
+
+def _trace_model(root: Path, rel: str) -> str | None:
+    """The model an ingest's micro-batches name (``unlabelled-v<vocab>-h<hidden>`` from the embedding's
+    shape when unlabelled): the ``model`` column of its microbatches.parquet, when it holds exactly one."""
+    try:
+        path = resolve_inside(root, Path(rel) / store.MICROBATCHES)
+        if not path.is_file():
+            return None
+        models = set(store.read_arrow(path, ["model"]).column("model").to_pylist()) - {None, "", "unlabelled"}
+    except (MxperfError, KeyError, ValueError):
+        return None
+    return str(next(iter(models))) if len(models) == 1 else None
+
+
+def _with_trace_model(root: Path, entry: OutputEntry) -> OutputEntry:
+    if entry.kind != "ingest" or entry.model or entry.status != "complete":
+        return entry
+    from dataclasses import replace
+
+    model = _trace_model(root, entry.rel)
+    return replace(entry, model=model, model_from="embedding" if model else None) if model else entry
 
 
 def _manifest_dirs(root: Path) -> Iterable[Path]:
@@ -176,7 +260,7 @@ def discover_outputs(runs_dir: Path) -> list[OutputEntry]:
         except (InputError, CardError) as exc:
             entries.append(OutputEntry(rel=rel, kind=None, status=None, error=str(exc)))
             continue
-        entry = summarize_manifest(rel, manifest)
+        entry = _with_trace_model(root, summarize_manifest(rel, manifest))
         if entry.kind is None or entry.status is None:
             missing = "kind" if entry.kind is None else "status"
             entry = _with_error(entry, f"{rel}/{store.MANIFEST}: manifest has no '{missing}'")
@@ -240,6 +324,8 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
             "created": _short_time(e.created),
             "status": e.status if e.error is None else "unreadable",
             "problem": e.error or status_problem(e),
+            "found in trace": found_in_trace(e),
+            "label vs kernels": e.conflict,
         }
         for e in entries
     ]
@@ -254,11 +340,30 @@ def entries_frame(entries: Iterable[OutputEntry]) -> pd.DataFrame:
         "steps",
         "created",
         "inputs",
+        "found in trace",
+        "label vs kernels",
         "problem",
     ]
     df = pd.DataFrame(rows, columns=cols)
     df["steps"] = df["steps"].astype("Int64")
     return df.sort_values(["created", "path"], ascending=[False, True], na_position="last", ignore_index=True)
+
+
+def found_in_trace(e: OutputEntry) -> str | None:
+    """What an ingest's traces said about its precision and model, and whether a label was used instead."""
+    parts = []
+    if e.evidence:
+        used = (
+            "used" if e.precision_from == "kernels" else "label used" if e.precision_from == "label" else ""
+        )
+        parts.append(
+            f"precision from GEMM kernels ({used}) -- {e.evidence}"
+            if used
+            else f"GEMM kernels -- {e.evidence}"
+        )
+    if e.model_from == "embedding":
+        parts.append(f"model {e.model} from the embedding table's shape (microbatches.parquet)")
+    return "; ".join(parts) or None
 
 
 def _short_time(iso: str | None) -> str | None:

@@ -282,6 +282,11 @@ def pair_selector() -> compare.RunPair | None:
         f"Baseline `{pair.baseline.rel}` ({run_label(pair.baseline)}) · compared `{pair.other.rel}` "
         f"({run_label(pair.other)})"
     )
+    for e in (pair.baseline, pair.other):
+        if e.precision_from == "kernels" or e.model_from == "embedding":
+            st.sidebar.caption(f"`{e.rel}`: {data.found_in_trace(e)}")
+        if e.conflict:
+            st.sidebar.warning(f"`{e.rel}`: {e.conflict} (the label is used)", icon=":material/warning:")
     if left_out:
         with st.sidebar.expander(f"{len(left_out)} output(s) not offered"):
             st.markdown("\n".join(f"- `{rel}`: {why}" for rel, why in left_out.items()))

@@ -28,6 +28,16 @@ if len(emulated):
         "on that CPU, not what MXFP8 or FP8 cost on a GPU. GPU results show the GPU in the device column."
     )
 
+conflicts = table[table["label vs kernels"].notna()]
+if len(conflicts):
+    st.warning(
+        "A label disagrees with the trace's GEMM kernels (the label is used): "
+        + "; ".join(
+            f"`{p}`: {why}" for p, why in zip(conflicts["path"], conflicts["label vs kernels"], strict=True)
+        ),
+        icon=":material/warning:",
+    )
+
 with ui.card("Output directories"):
     c1, c2, c3 = st.columns(3)
     kinds = c1.multiselect("Kind", sorted(table["kind"].dropna().unique()), key="runs_kind")
@@ -54,6 +64,14 @@ with ui.card("Output directories"):
             "device": st.column_config.TextColumn(
                 "device", help="what ran it; for an ingested trace the GPU named in the trace"
             ),
+            "found in trace": st.column_config.TextColumn(
+                "found in trace",
+                help="an ingest's precision read from its GEMM kernel names (manifest: precision_evidence) and "
+                "its model from the embedding table's shape, when no label gave them; used for pairing",
+            ),
+            "label vs kernels": st.column_config.TextColumn(
+                "label vs kernels", help="a --label precision the trace's GEMM kernels contradict"
+            ),
         },
     )
     ui.download_table(shown, "runs", "runs")
@@ -77,6 +95,7 @@ with ui.card("BF16 / low-precision pairs"):
                     "baseline": p.baseline.rel,
                     "compared": p.other.rel,
                     "precisions": f"{p.baseline.precision_label} vs {p.other.precision_label}",
+                    "precision from": f"{p.baseline.precision_from or 'label'} | {p.other.precision_from or 'label'}",
                     "device": f"{p.baseline.device} | {p.other.device}",
                 }
                 for p in pairs
