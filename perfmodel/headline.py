@@ -14,6 +14,7 @@ from perfmodel.breakeven import Breakeven
 from perfmodel.crossing import Crossing
 from perfmodel.hoststall import HostStallShare
 from perfmodel.paired import PairedBreakeven
+from perfmodel.step_validation import validation_words
 
 
 def _ms(x: float) -> str:
@@ -366,6 +367,8 @@ def step_answer(sm: dict[str, Any]) -> list[str]:
         )
         if s.get("measured_at_other_global_batch"):
             line1 += f" ({', '.join(s['measured_at_other_global_batch'])} as measured at the runs' global batch, not scaled.)"
+        if check := validation_words(sm.get("validation")):
+            line1 += " " + check
     return [line1, _breakeven_line(sm, low), _change_line(sm, low, base)]
 
 

@@ -75,7 +75,9 @@ class RunFolder:
     phases: dict[str, list[float]]  # phase -> seconds per step (NaN-free)
     global_tokens: float | None
     tokens_per_microbatch: float | None
-    steps: pd.DataFrame  # per step: num_microbatches, update_tokens, <phase>_s (what item 2 compares)
+    steps: (
+        pd.DataFrame
+    )  # per step: step, num_microbatches, update_tokens, microbatch_tokens, step_s, <phase>_s
 
     def precision_of(self, phase: str) -> str | None:
         """The precision a phase of this run ran in: the sampler's for generate and sync, else the learner's."""
@@ -95,6 +97,30 @@ class FitInputs:
     emulated: dict[str, str] = field(default_factory=dict)  # precision -> how its GEMMs were emulated
     runs: list[RunFolder] = field(default_factory=list)  # run folders: per-precision phase times
     phase_times: dict[tuple[str, str], float] = field(default_factory=dict)  # (precision, phase) -> s
+    load_warnings: list[str] = field(
+        default_factory=list
+    )  # inputs measured on a machine busier than its cores
+
+
+def load_warning(path: Path | str, manifest: dict) -> str | None:
+    """A sweep's or run's recorded machine load (manifest ``load``: start and end samples) above its CPU count,
+    in words; None when it stayed within the cores or was not recorded."""
+    load = manifest.get("load")
+    if not isinstance(load, dict):
+        return None
+    over = []
+    for when in ("start", "end"):
+        s = load.get(when) or {}
+        avg, cpus = s.get("loadavg"), s.get("cpu_count")
+        if avg and cpus and float(avg[0]) > float(cpus):
+            over.append(f"{float(avg[0]):.1f} at the {when}")
+    if not over:
+        return None
+    cpus = (load.get("start") or load.get("end") or {}).get("cpu_count")
+    return (
+        f"{path} ran on a machine busier than its {cpus} cores (1-minute load average {' and '.join(over)}): "
+        "its timings include other work's; re-measure on an idle machine before trusting a small difference"
+    )
 
 
 def read_csv_table(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
@@ -130,6 +156,29 @@ def _metrics(path: Path) -> pd.DataFrame:
     return store.read_table(path / store.METRICS)
 
 
+def _microbatch_tokens(path: Path) -> dict[int, tuple[int, ...]]:
+    """Per learner step, the padded tokens of each update micro-batch in order (``update/microbatch``
+    ranges of the run's ``ranges.parquet``: what the learner computed on); empty without that table."""
+    import json
+
+    rpath = path / store.RANGES
+    if not rpath.is_file():
+        return {}
+    ranges = store.read_table(rpath)
+    if "name" not in ranges.columns or "attrs" not in ranges.columns:
+        return {}
+    out: dict[int, list[tuple[int, int]]] = {}
+    for raw in ranges.loc[ranges["name"] == "update/microbatch", "attrs"]:
+        try:
+            a = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            step, idx = int(a["step"]), int(a["microbatch"])
+            tokens = int(a.get("padded_tokens") or a["tokens"])
+        except (TypeError, ValueError, KeyError):
+            continue
+        out.setdefault(step, []).append((idx, tokens))
+    return {s: tuple(t for _, t in sorted(v)) for s, v in out.items()}
+
+
 def read_run_folder(path: Path, manifest: dict) -> RunFolder:
     """A run folder's per-step phase seconds, model, precisions and settings (from its manifest's config)."""
     metrics = _metrics(path)
@@ -137,8 +186,15 @@ def read_run_folder(path: Path, manifest: dict) -> RunFolder:
     phases = {p: [float(v) for v in s.dropna()] for p, s in _phase_seconds(metrics).items()}
     tokens = pd.to_numeric(metrics.get("update_tokens", pd.Series(dtype=float)), errors="coerce").dropna()
     tpm = cfg.get("tokens_per_microbatch")
+    step_ids = pd.to_numeric(metrics.get("step", pd.Series(range(len(metrics)), index=metrics.index)))
+    packed = _microbatch_tokens(path)
     steps = pd.DataFrame(
         {
+            "step": step_ids,
+            "microbatch_tokens": [packed.get(int(s)) if pd.notna(s) else None for s in step_ids],
+            "step_s": pd.to_numeric(
+                metrics.get("step_s", pd.Series(np.nan, index=metrics.index)), errors="coerce"
+            ),
             "num_microbatches": pd.to_numeric(
                 metrics.get("num_microbatches", pd.Series(np.nan, index=metrics.index)), errors="coerce"
             ),
@@ -170,6 +226,8 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             f"{path}: {kind} directory has status '{status}', not 'complete'; re-run it or pass another"
         )
     mb_path = path / store.MICROBATCHES
+    if kind in ("run", "sweep") and (warn := load_warning(path, manifest)):
+        inputs.load_warnings.append(warn)
     if kind == "run":
         run = read_run_folder(path, manifest)
         inputs.runs.append(run)

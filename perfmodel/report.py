@@ -7,6 +7,7 @@ from typing import Any
 
 from perfmodel.outliers import describe
 from perfmodel.results import entry_stem
+from perfmodel.step_validation import validation_table, validation_words
 
 
 def _ms(x: float | None) -> str:
@@ -354,6 +355,15 @@ def _step_table(steps: list[dict[str, Any]]) -> list[str]:
                     + (_ci(gci, lambda x: f"{x:+.1%}") if last else "")
                     + f" | {r['source'] if last else ''} |"
                 )
+        for r in rows:
+            if r.get("packing"):
+                pk = r["packing"]
+                out.append(
+                    f"\nAt N = {r['global_tokens']:,}: update as the runs packed it, "
+                    f"{len(pk['microbatch_tokens'])} micro-batches of "
+                    f"{', '.join(str(t) for t in pk['microbatch_tokens'])} padded tokens "
+                    f"(ceil(N / n) would say {pk['ceil_microbatches']})."
+                )
         out.append("")
         for ph, t in sm["phases"][sm["baseline"]].items():
             lo = sm["phases"][sm["precision"]][ph]
@@ -361,6 +371,24 @@ def _step_table(steps: list[dict[str, Any]]) -> list[str]:
                 f"- {ph}: {sm['baseline']} {t['kind']} ({t['source']}); {sm['precision']} {lo['kind']} ({lo['source']})."
             )
         out.append("")
+        if table := validation_table(sm.get("validation")):
+            v = sm["validation"]
+            mae = v.get("median_abs_error_pct")
+            out += [
+                f"### {sm['model']}: predicted vs measured step (run folders)",
+                "",
+                (
+                    f"Median absolute error {mae:.1f} % over {v['counted_rows']} fitted-phase and whole-step rows"
+                    if mae is not None
+                    else "No out-of-sample row"
+                )
+                + f" ({v['note']}).",
+                "",
+                *table,
+                "",
+            ]
+            if w := validation_words(v):
+                out += [w, ""]
     return out
 
 

@@ -414,9 +414,15 @@ def analyze(
         seed=seed,
         n_boot=n_boot,
     )
+    load = "; ".join(inputs.load_warnings)
     for sm in steps:
         sm["emulated"] = {p: inputs.emulated[p] for p in (baseline, sm["precision"]) if p in inputs.emulated}
         sm["answer"] = step_answer(sm)
+        if load:  # timings from a machine busier than its cores: said in the answer's first line
+            sm["answer"][0] += f" Warning: {load}."
+    if load:
+        for entry in entries:
+            entry["verdict"] += f" Warning: {load}."
     return _num(
         {
             "schema_version": SCHEMA_VERSION,
@@ -430,6 +436,7 @@ def analyze(
             "inputs": [asdict(s) for s in inputs.summaries],
             "notes": list(dict.fromkeys(inputs.notes + [n for st in steps for n in st["notes"]])),
             "step_model": steps,
+            "load_warnings": list(inputs.load_warnings),
         }
     )
 

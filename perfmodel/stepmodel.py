@@ -39,6 +39,7 @@ from perfmodel.fitted import PrecisionFit
 from perfmodel.inputs import RunFolder
 from perfmodel.model import LEVEL
 from perfmodel.recommend import NO_GLOBAL_BATCH, default_global_tokens, max_tokens_under_cap
+from perfmodel.step_validation import validate_runs
 from tracing.outputs.errors import InputError
 
 PHASE_ORDER = ("generate", "reference", "logprob", "update", "sync", "reward", "eval")
@@ -57,11 +58,12 @@ class PhaseTerm:
     samples: tuple[float, ...] = ()  # measured: seconds per step, sorted
     seconds: float | None = None  # measured (median) or given
     at_global_tokens: float | None = None  # measured: the runs' tokens per step
+    runs: tuple[str, ...] = ()  # measured: the run folders it is the median of
 
-    def point(self, big_n: float, n: float) -> float:
+    def point(self, big_n: float, n: float, packing: Sequence[float] | None = None) -> float:
         if self.fit is None:
             return float(self.seconds)  # type: ignore[arg-type]
-        return float(_microbatched(self.fit.wall.curve(), self.fit.per_step_s, big_n, n))
+        return float(_microbatched(self.fit.wall.curve(), self.fit.per_step_s, big_n, n, packing))
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "source": self.source}
@@ -76,7 +78,13 @@ class PhaseTerm:
         return out
 
 
-def _microbatched(curve: Any, per_step: Any, big_n: float, n: float) -> np.ndarray:
+def _microbatched(
+    curve: Any, per_step: Any, big_n: float, n: float, packing: Sequence[float] | None = None
+) -> np.ndarray:
+    """A micro-batched phase's seconds per step: ``ceil(N / n)`` micro-batches (the last holds the rest), or
+    the micro-batches a run really packed (``packing``: tokens of each, padding included)."""
+    if packing:
+        return sum(curve(float(t)) for t in packing) + per_step
     k = int(np.ceil(big_n / n - 1e-9))
     rest = big_n - (k - 1) * n
     return (k - 1) * curve(n) + curve(rest) + per_step
@@ -90,18 +98,39 @@ class PrecisionStep:
         default_factory=dict
     )  # phase -> (curve, per_step) replicates or (B,) medians
 
-    def seconds(self, big_n: float, n: float) -> float:
-        return float(sum(t.point(big_n, n) for t in self.terms.values()))
+    def seconds(self, big_n: float, n: float, packing: Sequence[float] | None = None) -> float:
+        return float(sum(t.point(big_n, n, _pack(p, packing)) for p, t in self.terms.items()))
 
-    def phase_seconds(self, big_n: float, n: float) -> dict[str, float]:
-        return {p: t.point(big_n, n) for p, t in self.terms.items()}
+    def phase_seconds(
+        self, big_n: float, n: float, packing: Sequence[float] | None = None
+    ) -> dict[str, float]:
+        return {p: t.point(big_n, n, _pack(p, packing)) for p, t in self.terms.items()}
 
-    def replicates(self, big_n: float, n: float, b: int) -> np.ndarray:
+    def phase_replicates(
+        self, phase: str, big_n: float, n: float, b: int, packing: Sequence[float] | None = None
+    ) -> np.ndarray:
+        """(b,) replicates of one phase's seconds per step (a given phase: its value b times)."""
+        t = self.terms[phase]
+        if t.fit is not None:
+            curve, per_step = self.boot[phase]
+            return np.asarray(
+                _microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n, _pack(phase, packing)), float
+            ) * np.ones(b)
+        if t.kind == "measured":
+            return np.asarray(self.boot[phase][:b], float)
+        return np.full(b, float(t.seconds))  # type: ignore[arg-type]
+
+    def replicates(
+        self, big_n: float, n: float, b: int, packing: Sequence[float] | None = None
+    ) -> np.ndarray:
         total = np.zeros(b)
         for phase, t in self.terms.items():
             if t.fit is not None:
                 curve, per_step = self.boot[phase]
-                total += np.asarray(_microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n), float)
+                total += np.asarray(
+                    _microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n, _pack(phase, packing)),
+                    float,
+                )
             elif t.kind == "measured":
                 total += self.boot[phase][:b]
             else:
@@ -124,11 +153,35 @@ class PrecisionStep:
         return (min(counts) if counts else 0), None
 
 
+def _pack(phase: str, packing: Sequence[float] | None) -> Sequence[float] | None:
+    """A run's packing is that of its update micro-batches: the other fitted phases keep ``ceil(N / n)``."""
+    return packing if phase == "update" else None
+
+
 @dataclass(frozen=True)
 class Setting:
     global_tokens: float
     tokens_per_microbatch: float
     source: str
+    packing: tuple[float, ...] | None = None  # the runs' update micro-batches of a typical step (padded)
+
+
+def typical_packing(runs: Sequence[RunFolder]) -> tuple[float, ...] | None:
+    """The update micro-batches of the runs' typical step: among the steps with the median micro-batch
+    count, the one with the median padded tokens (lower median); None when no run recorded them."""
+    packs = [
+        tuple(float(t) for t in p)
+        for r in sorted(runs, key=lambda r: r.path)
+        if "microbatch_tokens" in r.steps.columns
+        for p in r.steps["microbatch_tokens"]
+        if p
+    ]
+    if not packs:
+        return None
+    ks = sorted(len(p) for p in packs)
+    k = ks[(len(ks) - 1) // 2]
+    same = sorted((p for p in packs if len(p) == k), key=lambda p: (sum(p), p))
+    return same[(len(same) - 1) // 2]
 
 
 def parse_phase_flags(items: Sequence[str]) -> tuple[dict[tuple[str, str], float], list[str]]:
@@ -272,6 +325,7 @@ def build_steps(
                     samples=tuple(sorted(secs)),
                     seconds=float(np.median(secs)),
                     at_global_tokens=float(np.median(tokens)) if tokens else None,
+                    runs=tuple(paths),
                 )
         order = {p: i for i, p in enumerate(PHASE_ORDER)}
         terms = dict(sorted(terms.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
@@ -305,12 +359,18 @@ def _ci(x: np.ndarray) -> list[float] | None:
 
 
 def compare_at(
-    base: PrecisionStep, low: PrecisionStep, big_n: float, n: float, source: str = ""
+    base: PrecisionStep,
+    low: PrecisionStep,
+    big_n: float,
+    n: float,
+    source: str = "",
+    packing: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """Step seconds of both precisions at (N, n), the gain ``1 - low / base`` and where it comes from,
-    with 95 % percentile intervals over the replicates (null with ``reason`` without replicates)."""
-    sb, sl = base.seconds(big_n, n), low.seconds(big_n, n)
-    pb, pl = base.phase_seconds(big_n, n), low.phase_seconds(big_n, n)
+    with 95 % percentile intervals over the replicates (null with ``reason`` without replicates).
+    ``packing``: the update micro-batches the runs really packed (else ``ceil(N / n)``)."""
+    sb, sl = base.seconds(big_n, n, packing), low.seconds(big_n, n, packing)
+    pb, pl = base.phase_seconds(big_n, n, packing), low.phase_seconds(big_n, n, packing)
     b = min(base.replicate_count()[0], low.replicate_count()[0])
     why = base.replicate_count()[1] or low.replicate_count()[1]
     if not b and not why:
@@ -319,7 +379,17 @@ def compare_at(
     out: dict[str, Any] = {
         "global_tokens": int(big_n),
         "tokens_per_microbatch": int(n),
-        "microbatches": int(np.ceil(big_n / n - 1e-9)),
+        "microbatches": len(packing) if packing else int(np.ceil(big_n / n - 1e-9)),
+        "packing": (
+            {
+                "microbatch_tokens": [int(t) for t in packing],
+                "padded_tokens": int(sum(packing)),
+                "ceil_microbatches": int(np.ceil(big_n / n - 1e-9)),
+                "source": "the runs' update micro-batches of a typical step (ranges.parquet, padding included)",
+            }
+            if packing
+            else None
+        ),
         "source": source,
         "extrapolated": bool(sizes and not (sizes[0] <= n <= sizes[-1])),
         "measured_at_other_global_batch": sorted(
@@ -345,7 +415,7 @@ def compare_at(
         "reason": why,
     }
     if b and sb > 0:
-        rb, rl = base.replicates(big_n, n, b), low.replicates(big_n, n, b)
+        rb, rl = base.replicates(big_n, n, b, packing), low.replicates(big_n, n, b, packing)
         out["per_precision"][base.precision]["step_ci"] = _ci(rb)
         out["per_precision"][low.precision]["step_ci"] = _ci(rl)
         ok = rb > 0
@@ -585,6 +655,7 @@ def _comparison(
         "not_in_step": [p for p in CORE_PHASES if p not in base.terms and p not in low.terms],
         "notes": notes,
         "settings": [],
+        "validation": None,
         "breakeven": None,
         "recommendation": None,
         "reason": None,
@@ -612,17 +683,19 @@ def _comparison(
         return entry
     settings = [Setting(float(big_n), float(n), "--at") for big_n, n in at]
     if not settings:  # the runs' own settings: median tokens per step, tokens per micro-batch
-        seen: dict[tuple[int, int], list[str]] = {}
+        seen: dict[tuple[int, int], list[RunFolder]] = {}
         for r in sorted(runs, key=lambda r: r.path):
             if (r.model or model) == model and r.global_tokens and r.tokens_per_microbatch:
                 key = (round(r.global_tokens), round(r.tokens_per_microbatch))
                 if key[1] <= key[0]:
-                    seen.setdefault(key, []).append(r.path)
-        for (big_n, n), paths in seen.items():
-            settings.append(Setting(float(big_n), float(n), f"the settings of {', '.join(paths)}"))
+                    seen.setdefault(key, []).append(r)
+        for (big_n, n), rs in seen.items():
+            src = f"the settings of {', '.join(r.path for r in rs)}"
+            settings.append(Setting(float(big_n), float(n), src, typical_packing(rs)))
     entry["settings"] = [
-        compare_at(base, low, s.global_tokens, s.tokens_per_microbatch, s.source) for s in settings
+        compare_at(base, low, s.global_tokens, s.tokens_per_microbatch, s.source, s.packing) for s in settings
     ]
+    entry["validation"] = validate_runs({base.precision: base, low.precision: low}, runs, model)
     big_n, why = None, None
     if global_tokens:
         big_n, entry["global_tokens_source"] = float(global_tokens), "--global-batch"

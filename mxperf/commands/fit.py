@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     from perfmodel.report import render_report
     from perfmodel.results import analyze
     from perfmodel.step import parse_what_if
+    from perfmodel.step_validation import validation_lines
     from perfmodel.stepmodel import parse_at, parse_phase_flags
     from tracing.outputs import store
     from tracing.outputs.manifest import OutputDir
@@ -199,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
     for sm in doc.get("step_model") or []:
         for s in (sm.get("settings") or [])[1:]:  # the first setting is the answer's
             print(setting_words(sm, s), file=stream)
+    for sm in doc.get("step_model") or []:  # predicted vs measured, per run folder, phase and whole step
+        for line in validation_lines(sm.get("validation")):
+            print(line, file=stream)
     for e in doc["models"]:
         print(e["verdict"], file=stream)
     for line in bounds_lines(doc, bounds) if bounds else []:

@@ -47,6 +47,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.recommend",
             "perfmodel.steplevel",
             "perfmodel.stepmodel",
+            "perfmodel.step_validation",
         ),
     ),
     ("perfmodel.results", 13, ("perfmodel.results", "perfmodel.headline")),
