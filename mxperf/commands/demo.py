@@ -16,16 +16,41 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tracing.outputs.placement import FORCE_HELP
 
-DEMO_SIZES = "64,128,192,256,384,512,768,1024"
+DEMO_SIZES = "64,128,192,256,384,512,768"  # every one divides the global batch (1,536 tokens at --seq-len 64)
+MAX_GLOBAL_FACTOR = 4  # the global batch may be at most this many times the largest size
+
+
+def demo_global_batch(sizes: Sequence[int], seq_len: int) -> int:
+    """The smallest global batch every size divides into whole micro-batches of whole sequences: the least
+    common multiple of the sizes (each a multiple of ``seq_len``). Raises InputError when a size is not a
+    multiple of ``seq_len`` or that multiple exceeds ``MAX_GLOBAL_FACTOR`` times the largest size (a sweep
+    of it would take too long): the message names the sizes to change."""
+    from tracing.outputs.errors import InputError
+
+    bad = [n for n in sizes if n % seq_len]
+    if bad:
+        raise InputError(
+            f"--tokens-per-microbatch {bad[0]} is not a multiple of --seq-len {seq_len}: a micro-batch holds "
+            "whole sequences"
+        )
+    g = math.lcm(*sizes)
+    if g > MAX_GLOBAL_FACTOR * max(sizes):
+        raise InputError(
+            f"--tokens-per-microbatch {','.join(map(str, sizes))}: the smallest global batch they all divide is "
+            f"{g:,} tokens (> {MAX_GLOBAL_FACTOR} x the largest size); pick sizes that divide one global "
+            f"batch, e.g. {DEMO_SIZES}"
+        )
+    return g
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,13 +103,14 @@ def run(args: argparse.Namespace) -> int:
         sizes=sizes,
         repeats=args.repeats,
         seq_len=args.seq_len,
-        global_tokens=max(sizes),
+        global_tokens=demo_global_batch(sizes, args.seq_len),
     )
     config = {
         "model": args.model,
         "tokens_per_microbatch": list(sizes),
         "repeats": args.repeats,
         "seq_len": args.seq_len,
+        "global_tokens": cfg.global_batches[0],
         "consistency": not args.skip_consistency,
     }
     # One output: sweep/, fit/ and consistency/ are built inside the demo's temp folder and appear together.

@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.experiments.load import record as record_load
 from pipeline.experiments.loop import CHECK_POLICIES, RLLoop, evaluate_pairing
 from pipeline.experiments.session import RunConfig, Session
 from pipeline.model.pretrain import progress_lines
@@ -90,6 +91,7 @@ def execute_run(
         out_dir, kind="run", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
     )
     with od:
+        load_start = record_load(od, "start")
         try:
             # A sampler in its own process (vLLM) is traced by its own profiler, bracketed with the run's.
             own_process = trace is not None and cfg.sampler_engine == "vllm"
@@ -126,6 +128,7 @@ def execute_run(
                 _close(loop, session)
         finally:
             _write_tables(od, metrics, checks, evals, ranges)
+            record_load(od, "end", load_start)
         failed = sum(not c["passed"] for c in checks)
         od.update(steps_completed=len(metrics), checks_failed=failed)
     return {

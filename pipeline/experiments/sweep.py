@@ -12,7 +12,8 @@ step, identified by two global batch sizes), so the sweep must vary only n and t
 - **Warm-up discarded.** Each (size, global batch, precision) runs ``warmup`` update steps first that are not
   recorded (allocator growth, lazy init, quantizer compilation on a GPU).
 - **Interleaved.** Within a repeat, sizes are visited in a seeded shuffled order and, for each size, every
-  global batch and precision runs back to back, so slow drift of a shared machine hits all precisions alike.
+  global batch and precision runs back to back (the precisions' order reversed in every other cell), so slow
+  drift of a shared machine hits all precisions alike and neither always runs first.
 - **Per micro-batch** rows from the range log (``update/microbatch``): wall seconds (the range synchronizes the
   GPU), real tokens, tokens in the step (``global_tokens``), peak memory, model FLOPs and achieved FLOP/s.
   Weight casts happen inside the micro-batch that needs them: micro-batch 0 of each step (``per-step``), or
@@ -160,10 +161,17 @@ class Cell:
     global_tokens: int
 
 
-def _plan(cfg: SweepConfig, rng: random.Random) -> list[Cell]:
+def _plan(cfg: SweepConfig, rng: random.Random, repeat: int = 0) -> list[Cell]:
+    """One repeat: sizes in a seeded shuffled order; per (size, global batch) cell every precision back to back,
+    their order reversed in every other cell (and repeat), so neither precision always runs first."""
     order = list(cfg.sizes)
     rng.shuffle(order)
-    return [Cell(p, n, g) for n in order for g in cfg.global_batches for p in cfg.precisions]
+    cells = [(n, g) for n in order for g in cfg.global_batches]
+    out = []
+    for j, (n, g) in enumerate(cells):
+        precs = cfg.precisions if (j + repeat) % 2 == 0 else tuple(reversed(cfg.precisions))
+        out += [Cell(p, n, g) for p in precs]
+    return out
 
 
 def run_sweep(
@@ -192,7 +200,7 @@ def run_sweep(
                 for _ in range(cfg.warmup):
                     learners[prec].train_step(steps[g], size)
     rng = random.Random(cfg.sizes_order_seed)
-    plans = [_plan(cfg, rng) for _ in range(cfg.repeats)]
+    plans = [_plan(cfg, rng, r) for r in range(cfg.repeats)]
     first_traced = cfg.repeats - min(cfg.trace_repeats, cfg.repeats) if capture is not None else cfg.repeats
     rows: list[dict[str, Any]] = []
 

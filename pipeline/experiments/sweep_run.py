@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.experiments.load import record as record_load
 from pipeline.experiments.sweep import SweepConfig, make_learners, run_sweep
 from pipeline.experiments.sweep_tables import NO_GPU_REASON, gpu_columns, profiler_overhead, to_frame
 from tracing.capture.profiler import CaptureConfig
@@ -48,6 +49,7 @@ def execute_sweep(
     with OutputDir(
         out_dir, kind="sweep", command=command, config=config, compute_dtype=cfg.compute_dtype, force=force
     ) as od:
+        load_start = record_load(od, "start")
         learners = make_learners(cfg, ranges)
         od.update(
             learner_device=device_label(cfg.torch_device),
@@ -73,6 +75,7 @@ def execute_sweep(
             )
         finally:
             store.write_table(ranges.to_frame(), od.path / store.RANGES)
+            record_load(od, "end", load_start)
         df, reason = _gpu_columns(df, od.path, window, cfg)
         store.write_table(df, table)
         od.update(

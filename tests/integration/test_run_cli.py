@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -58,6 +59,11 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys):
         summary["status"] == "complete" and summary["run_dir"] == str(out) and summary["schema_version"] == 1
     )
     manifest = read_manifest(out)
+    load = manifest["load"]  # issue 33 item 7: machine load at the start and the end of the run
+    for when in ("start", "end"):
+        assert len(load[when]["loadavg"]) == 3 and load[when]["cpu_count"] == os.cpu_count()
+    over = [load[w]["loadavg"][0] > load[w]["cpu_count"] for w in ("start", "end")]
+    assert load["exceeded_cores"] == any(over)
     assert manifest["kind"] == "run" and manifest["status"] == "complete"
     assert manifest["compute_dtype"] == "bfloat16" and manifest["config"]["learner"] == "mxfp8"
     assert (manifest["learner_device"], manifest["sampler_device"]) == ("cpu", "cpu")  # --device auto, no GPU

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -206,3 +208,20 @@ def test_shape_only_models_are_refused_before_an_output_directory_exists(tmp_pat
         assert main([*cmd, "--model", "qwen3-8b", "-o", str(out)]) == 2
         assert "shape-only" in capsys.readouterr().err
         assert not out.exists()
+
+
+def test_the_manifest_records_machine_load_at_start_and_end(sweep_dir):
+    load = read_manifest(sweep_dir)["load"]
+    for when in ("start", "end"):
+        assert len(load[when]["loadavg"]) == 3 and load[when]["cpu_count"] == os.cpu_count()
+    assert load["start"]["at"] <= load["end"]["at"]
+    over = [load[w]["loadavg"][0] > load[w]["cpu_count"] for w in ("start", "end")]
+    assert load["exceeded_cores"] == any(over)
+
+
+def test_neither_precision_always_runs_first(sweep_dir):
+    ranges = store.read_table(sweep_dir / store.RANGES)
+    steps = ranges[ranges["name"] == "sweep/step"].sort_values("start_ns")
+    firsts = [json.loads(a)["precision"] for a in steps["attrs"]][::2]  # the first of each cell's pair
+    assert set(firsts) == {"bf16", "mxfp8"}
+    assert all(a != b for a, b in itertools.pairwise(firsts))  # alternating cell by cell
