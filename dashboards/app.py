@@ -16,7 +16,7 @@ if str(_ROOT) not in sys.path:  # `streamlit run dashboards/app.py` from a check
 
 import streamlit as st  # noqa: E402
 
-from dashboards import glossary, ui  # noqa: E402
+from dashboards import glossary, share, ui  # noqa: E402
 
 # Not "pages/": Streamlit would also serve a sibling pages/ folder as a legacy multipage app, bypassing
 # st.navigation (and the sidebar, the pair selector and RUNS_DIR checks) when a page URL is opened directly.
@@ -38,6 +38,7 @@ nav = st.navigation(
 )
 st.sidebar.caption(f"Runs directory: `{ui.runs_dir()}`")
 st.session_state[ui.PAIR_KEY] = ui.pair_selector()
+share.link_slot()
 with st.sidebar.expander("Glossary"):
     st.markdown(glossary.glossary_markdown())
 nav.run()

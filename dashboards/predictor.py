@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts_fit, compare, fitsview, ui
+from dashboards import charts_fit, compare, fitsview, share, ui
 from perfmodel import model as pm
 from perfmodel import step, step_interval
 from tracing.outputs import store
@@ -61,8 +61,10 @@ def predicted_step_card(
         )
         n_options = sorted(set(n_options) | {n_global_default})
         c1, c2 = st.columns(2)
-        ui.widget_default("be_N", (source, n_global_default), n_global_default, n_options)
+        url_n = share.restore("be_N", n_options, 0)
+        ui.widget_default("be_N", (source, n_global_default), n_global_default, n_options, keep=url_n)
         global_tokens = c1.select_slider("Global batch, tokens per step (N)", n_options, key="be_N")
+        share.keep("be_N")
         mb_options = [
             o for o in fitsview.size_options(min(sizes or [64]) / 2, global_tokens) if o <= global_tokens
         ]
@@ -70,10 +72,13 @@ def predicted_step_card(
             int(global_tokens)
         ]
         mb_default = fitsview.default_microbatch(mb_options, sizes, int(global_tokens))
-        ui.widget_default("be_n", source, mb_default, mb_options)
+        url_mb = share.restore("be_n", mb_options, 0)
+        ui.widget_default("be_n", source, mb_default, mb_options, keep=url_mb)
         n = c2.select_slider("Tokens per micro-batch (n ≤ N)", mb_options, key="be_n")
+        share.keep("be_n")
         other_default = round(float(other_default), 4)
-        ui.widget_default("be_other", (source, other_default), other_default)
+        url_other = share.restore("be_other", like=0.0, check=lambda v: v >= 0)
+        ui.widget_default("be_other", (source, other_default), other_default, keep=url_other)
         other_s = c1.number_input(
             "Other phases per step, seconds (generate, sync, …)",
             min_value=0.0,
@@ -81,24 +86,26 @@ def predicted_step_card(
             help="Phases that do not depend on n: from fits.json, else the baseline run's medians when paired.",
             key="be_other",
         )
+        share.keep("be_other")
         st.markdown("**What if** (the cost model's knobs, applied to the low precision)")
         k1, k2 = st.columns(2)
-        knobs = step.WhatIf(
-            fixed_scale=k1.slider(
-                "fixed_scale: added fixed cost x",
-                0.0,
-                2.0,
-                1.0,
-                0.05,
-                key="be_scale",
-                help="0.5 = half of the fixed cost it adds over the baseline (n* halves)",
-            ),
-            weight_quant="per_step"
-            if k2.toggle(
-                "weight_quant=per_step: quantize weights once per step, not per micro-batch", key="be_wq"
-            )
-            else "per_microbatch",
+        share.restore("be_scale", like=1.0, check=lambda v: 0.0 <= v <= 2.0)
+        share.restore("be_wq", like=False)
+        st.session_state.setdefault("be_scale", 1.0)
+        scale = k1.slider(
+            "fixed_scale: added fixed cost x",
+            0.0,
+            2.0,
+            step=0.05,
+            key="be_scale",
+            help="0.5 = half of the fixed cost it adds over the baseline (n* halves)",
         )
+        per_step = k2.toggle(
+            "weight_quant=per_step: quantize weights once per step, not per micro-batch", key="be_wq"
+        )
+        share.keep("be_scale")
+        share.keep("be_wq")
+        knobs = step.WhatIf(fixed_scale=scale, weight_quant="per_step" if per_step else "per_microbatch")
         lines_fit = fitsview.fit_lines(chosen)
         curves = {
             p: pm.Curve.from_dict(k) for p in lines_fit if (k := fitsview.chosen_knee(fits[p])) is not None

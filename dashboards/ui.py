@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboards import compare, data, downloads
+from dashboards import compare, data, downloads, share
 from dashboards.provenance import Provenance
 from tracing.analysis import steps
 from tracing.outputs import store
@@ -26,7 +26,9 @@ PAIR_KEY = "mxperf_pair"
 CUSTOM = "Choose two outputs…"
 
 
-def widget_default(key: str, source: object, default: object, allowed: object = None) -> None:
+def widget_default(
+    key: str, source: object, default: object, allowed: object = None, keep: bool = False
+) -> None:
     """Put ``default`` into the keyed widget ``key`` when what it is made from (``source``) is not what it
     was made from last time, when the widget has no value yet, or when its value is not in ``allowed``.
     A widget using this passes no ``value=``: a keyed widget keeps its value when its ``value=`` changes,
@@ -34,6 +36,9 @@ def widget_default(key: str, source: object, default: object, allowed: object = 
     and other phases; Add a trace kept a taken output name)."""
     tag = f"{key}__source"
     current = st.session_state.get(key)
+    if keep and (allowed is None or current in allowed):  # a value just restored from the URL
+        st.session_state[tag] = source
+        return
     if (
         st.session_state.get(tag) != source
         or key not in st.session_state
@@ -249,33 +254,40 @@ def pair_selector() -> compare.RunPair | None:
     if len(candidates) < 2:
         st.sidebar.info("Need at least two complete outputs with per-step times (runs or traces) to compare.")
         return None
+    share.restore("pair_choice", [*options, CUSTOM])
     choice = st.sidebar.selectbox(
         "Pair",
         [*options, CUSTOM],
         key="pair_choice",
         help="Each model's newest BF16 and low-precision outputs",
     )
+    share.keep("pair_choice")
     if choice != CUSTOM:
         pair = pairs[options.index(choice)]
+        share.drop("pair_base", "pair_other")
     else:
         rels = [e.rel for e in candidates]
         default = pairs[0] if pairs else compare.RunPair("?", candidates[0], candidates[1])
+        share.restore("pair_base", rels)
         a = st.sidebar.selectbox(
             "Baseline",
             rels,
-            index=rels.index(default.baseline.rel),
+            index=0 if "pair_base" in st.session_state else rels.index(default.baseline.rel),
             key="pair_base",
             format_func=lambda r: _short(candidates[rels.index(r)]),
         )
+        share.keep("pair_base")
         others = [r for r in rels if r != a]
         b_default = default.other.rel if default.other.rel in others else others[0]
+        share.restore("pair_other", others)
         b = st.sidebar.selectbox(
             "Compared",
             others,
-            index=others.index(b_default),
+            index=0 if st.session_state.get("pair_other") in others else others.index(b_default),
             key="pair_other",
             format_func=lambda r: _short(candidates[rels.index(r)]),
         )
+        share.keep("pair_other")
         base, other = candidates[rels.index(a)], candidates[rels.index(b)]
         pair = compare.RunPair(model=str(base.model or other.model or "?"), baseline=base, other=other)
     st.sidebar.caption(

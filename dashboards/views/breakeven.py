@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import answer_view, charts_fit, data, fitsview, predictor, ui
+from dashboards import answer_view, charts_fit, data, fitsview, predictor, share, ui
 from perfmodel import model as pm
 from perfmodel import results
 from tracing.outputs import store
@@ -37,10 +37,14 @@ if not fit_dirs:
 
 rels = [e.rel for e in fit_dirs]
 c1, c2 = st.columns(2)
+share.restore("be_fit", rels)
 fit_dir = fit_dirs[rels.index(c1.selectbox("Fit output", rels, key="be_fit"))]
+share.keep("be_fit")
+share.restore("be_overlay", [NONE, *rels])
 overlay_rel = c2.selectbox(
     "Overlay a second fit", [NONE, *rels], key="be_overlay", help="its lines drawn dashed on the same chart"
 )
+share.keep("be_overlay")
 
 answer_view.answer_card(fit_dir)
 st.caption(
@@ -76,13 +80,15 @@ if not doc.get("models"):
 models = doc["models"]
 entry_labels = [f"{m['model']} / {m['phase']}: {m['precision']} vs {m['baseline']}" for m in models]
 usable_first = next((i for i, m in enumerate(models) if not fitsview.unusable(m)), 0)
+share.restore("be_entry", entry_labels)
 entry_label = st.selectbox(
     "Model, phase and precision",
     entry_labels,
-    index=usable_first,
+    index=0 if st.session_state.get("be_entry") in entry_labels else usable_first,
     key="be_entry",
     help="starts at the first entry whose fits can predict (not withheld by mxperf fit)",
 )
+share.keep("be_entry")
 chosen = models[entry_labels.index(entry_label)]
 base_id, low_id = chosen["baseline"], chosen["precision"]
 fits = chosen["fits"]
@@ -113,7 +119,9 @@ if overlay_rel != NONE and overlay_rel != fit_dir.rel:
 
 basis = fitsview.WALL
 if len(fitsview.bases(chosen)) > 1:
+    share.restore("be_basis", fitsview.bases(chosen))
     basis = st.radio("Basis", fitsview.bases(chosen), horizontal=True, key="be_basis")
+    share.keep("be_basis")
 basis_fits, basis_be, y_col = fitsview.basis_view(chosen, basis)
 
 with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({basis})"):

@@ -4,7 +4,7 @@ timeline, and per micro-batch size and phase where micro-batches carry GPU numbe
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts_gpu, summaries, timeline, ui
+from dashboards import charts_gpu, share, summaries, timeline, ui
 from dashboards.data import OutputEntry
 from tracing.analysis import metrics as tm
 from tracing.outputs import store
@@ -49,11 +49,24 @@ if pair is not None and not defaults:
 a_default = defaults[0] if defaults else rels[0]
 b_default = defaults[1] if len(defaults) > 1 else NONE
 c1, c2 = st.columns(2)
-a_rel = c1.selectbox("Trace", rels, index=rels.index(a_default), key="hs_trace")
-b_opts = [NONE, *[r for r in rels if r != a_rel]]
-b_rel = c2.selectbox(
-    "Side by side with", b_opts, index=b_opts.index(b_default) if b_default in b_opts else 0, key="hs_other"
+share.restore("hs_trace", rels)
+a_rel = c1.selectbox(
+    "Trace",
+    rels,
+    index=0 if st.session_state.get("hs_trace") in rels else rels.index(a_default),
+    key="hs_trace",
 )
+share.keep("hs_trace")
+b_opts = [NONE, *[r for r in rels if r != a_rel]]
+share.restore("hs_other", b_opts)
+b_index = b_opts.index(b_default) if b_default in b_opts else 0
+b_rel = c2.selectbox(
+    "Side by side with",
+    b_opts,
+    index=0 if st.session_state.get("hs_other") in b_opts else b_index,
+    key="hs_other",
+)
+share.keep("hs_other")
 shown = [ingests[rels.index(a_rel)]] + ([ingests[rels.index(b_rel)]] if b_rel != NONE else [])
 
 

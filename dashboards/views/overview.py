@@ -3,7 +3,7 @@ emulated / measured and extrapolated marks -- then where to look next."""
 
 import streamlit as st
 
-from dashboards import answer_view, data, ui
+from dashboards import answer_view, data, share, ui
 
 st.title("Overview")
 fit_dirs = data.newest_first(ui.usable("fit"))
@@ -17,7 +17,9 @@ if not fit_dirs:
 rels = [e.rel for e in fit_dirs]
 fit = fit_dirs[0]
 if len(rels) > 1:
+    share.restore("ov_fit", rels)
     pick = st.selectbox("Fit output", rels, key="ov_fit", help="newest first")
+    share.keep("ov_fit")
     fit = fit_dirs[rels.index(pick)]
 answer_view.answer_card(fit)
 

@@ -117,3 +117,44 @@ def test_the_answer_card_is_above_the_fold_at_1280x800(
     assert "emulated" in box["text"]  # the mark: CPU runs
     assert box["top"] >= 0 and box["bottom"] <= FOLD, f"{page}: answer card at {box}, below the fold"
     assert box["right"] <= 1280
+
+
+def _sidebar_link(driver: object) -> str:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        code = tb._find(driver, '[data-testid="stSidebar"] [data-testid="stCode"] code')
+        if code and "?" in code[0].text:
+            return code[0].text.strip()
+        time.sleep(0.2)
+    raise AssertionError("no link in the sidebar")
+
+
+def test_a_view_round_trips_through_its_url_in_chromium(server: str, browser: object, runs: Path) -> None:
+    """Pick a fit and a knob, read the address bar and the link to copy, reload: the same view."""
+    from urllib.parse import parse_qs, urlsplit
+
+    _viewport(browser, 1600, 1000)
+    tb._open(browser, server, "breakeven", 2)
+    tb._select(browser, "Fit output", "fit-verl-sim")
+    tb._settle(browser, 2)
+    tb._select(browser, "Model, phase and precision", "unlabelled-v32000-h1024 / update: mxfp8 vs bf16")
+    tb._settle(browser, 2)
+    toggle = tb._find(browser, '[data-testid="stCheckbox"] label')[0]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", toggle)
+    toggle.click()  # weight_quant=per_step
+    tb._settle(browser, 2)
+    query = parse_qs(urlsplit(browser.current_url).query)
+    assert query["fit"] == ["fit-verl-sim"] and query["weight_quant"] == ["1"], browser.current_url
+    assert query["entry"] == ["unlabelled-v32000-h1024 / update: mxfp8 vs bf16"]
+    link = _sidebar_link(browser)
+    assert parse_qs(urlsplit(link).query) == query and urlsplit(link).path.endswith("/breakeven")
+    browser.get(link)  # a new session: the shared link, or a reload
+    tb._settle(browser, 2)
+    assert not tb._errors(browser)
+    fit = tb._labelled(browser, "stSelectbox", "Fit output").find_element("css selector", "input")
+    assert fit.get_attribute("value") == "fit-verl-sim"
+    entry = tb._labelled(browser, "stSelectbox", "Model, phase").find_element("css selector", "input")
+    assert entry.get_attribute("value") == "unlabelled-v32000-h1024 / update: mxfp8 vs bf16"
+    assert "What-if" in browser.find_element("css selector", '[data-testid="stMain"]').text  # the knob is on
+    assert parse_qs(urlsplit(browser.current_url).query) == query
+    tb._shot(browser, "share-restored-1600", 1600)

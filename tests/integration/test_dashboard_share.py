@@ -1,0 +1,106 @@
+"""Issue #35 item 5 under AppTest: a view is in its URL. The picked pair, fit, entry (model and phase), basis and
+knobs are written to the query as they are picked; a new session opened with that query (a reload, a shared
+link) shows the same view; a value the page does not offer is ignored; the sidebar holds the link to copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboards import data
+from tracing.outputs import store
+
+REPO = Path(__file__).resolve().parents[2]
+APP = REPO / "dashboards" / "app.py"
+EXAMPLES = REPO / "examples" / "runs"
+
+
+def _app(monkeypatch: pytest.MonkeyPatch, query: dict[str, str] | None = None) -> AppTest:
+    if not (EXAMPLES / "fit-verl-sim" / store.FITS).is_file():
+        pytest.skip("examples/runs lacks fit-verl-sim")
+    monkeypatch.setenv(data.RUNS_DIR_ENV, str(EXAMPLES))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params = dict(query or {})
+    return at
+
+
+def _breakeven(at: AppTest) -> AppTest:
+    at.switch_page("views/breakeven.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.warning, [w.value for w in at.warning]  # no "set via Session State and a default" box
+    return at
+
+
+def _view(at: AppTest) -> dict:
+    return {
+        "pair": at.sidebar.selectbox(key="pair_choice").value,
+        "fit": at.selectbox(key="be_fit").value,
+        "entry": at.selectbox(key="be_entry").value,
+        "N": int(at.select_slider(key="be_N").value),
+        "n": int(at.select_slider(key="be_n").value),
+        "other_s": round(float(at.number_input(key="be_other").value), 4),
+        "fixed_scale": float(at.slider(key="be_scale").value),
+        "weight_quant": bool(at.toggle(key="be_wq").value),
+    }
+
+
+def test_the_breakeven_view_round_trips_through_its_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _breakeven(_app(monkeypatch))
+    pairs = at.sidebar.selectbox(key="pair_choice").options
+    at.sidebar.selectbox(key="pair_choice").set_value(pairs[-2]).run()  # not the default pair
+    at.selectbox(key="be_fit").set_value("fit-tiny-dense").run()
+    at.select_slider(key="be_N").set_value(4096).run()
+    at.select_slider(key="be_n").set_value(512).run()
+    at.number_input(key="be_other").set_value(1.25).run()
+    at.slider(key="be_scale").set_value(0.5).run()
+    at.toggle(key="be_wq").set_value(True).run()
+    assert not at.exception
+    picked = _view(at)
+    assert picked["pair"] == pairs[-2] and picked["N"] == 4096 and picked["n"] == 512
+    query = dict(at.query_params)
+    assert query["fit"] == "fit-tiny-dense" and query["N"] == "4096" and query["n"] == "512"
+    assert query["fixed_scale"] == "0.5" and query["weight_quant"] == "1" and query["other_s"] == "1.25"
+    assert query["entry"] == picked["entry"] and query["pair"] == picked["pair"]  # model and phase
+
+    again = _breakeven(_app(monkeypatch, query))  # a new session from the link: a reload
+    assert _view(again) == picked
+    code = [str(c.value) for c in again.sidebar.code]
+    assert len(code) == 1 and parse_qs(urlsplit(code[0]).query) == {k: [v] for k, v in query.items()}
+
+
+def test_a_fresh_page_is_not_bound_by_a_link_the_fit_cannot_offer(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _breakeven(_app(monkeypatch, {"fit": "no-such-fit", "N": "3", "fixed_scale": "7", "entry": "x"}))
+    first = at.selectbox(key="be_fit").options[0]
+    assert at.selectbox(key="be_fit").value == first  # ignored, not an exception
+    assert at.slider(key="be_scale").value == 1.0
+    assert at.query_params["fit"] == first and at.query_params["fixed_scale"] == "1.0"
+
+
+def test_a_restored_n_is_kept_but_a_new_fit_starts_from_its_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    at = _breakeven(_app(monkeypatch, {"fit": "fit-tiny-dense", "N": "8192"}))
+    assert int(at.select_slider(key="be_N").value) == 8192  # the link's, not the fit's 1,024
+    at.selectbox(key="be_fit").set_value("fit-verl-sim").run()
+    doc = json.loads((EXAMPLES / "fit-verl-sim" / store.FITS).read_text())
+    if doc.get("global_batch_tokens"):
+        assert int(at.select_slider(key="be_N").value) == doc["global_batch_tokens"]  # W1 still holds
+    assert at.query_params["fit"] == "fit-verl-sim"
+
+
+def test_the_custom_pair_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(monkeypatch)
+    at.run()
+    at.sidebar.selectbox(key="pair_choice").set_value("Choose two outputs…").run()
+    at.sidebar.selectbox(key="pair_base").set_value("run-tiny-dense-mxfp8").run()
+    at.sidebar.selectbox(key="pair_other").set_value("run-tiny-dense-bf16").run()
+    query = dict(at.query_params)
+    assert query["base"] == "run-tiny-dense-mxfp8" and query["other"] == "run-tiny-dense-bf16"
+    again = _app(monkeypatch, query)
+    again.run()
+    assert again.sidebar.selectbox(key="pair_base").value == "run-tiny-dense-mxfp8"
+    assert again.sidebar.selectbox(key="pair_other").value == "run-tiny-dense-bf16"
+    assert not again.warning, [w.value for w in again.warning]
