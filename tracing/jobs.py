@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tracing import staged
 from tracing.analysis import attribution, gpu_tables, kernel_classes, metrics, range_tables, steps
 from tracing.analysis.colocated import shared_device_time
@@ -129,7 +131,7 @@ def analyze_in(
             )
     sig = engine_signals(con, gemm_names(kernels))
     mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
-    analysis = assemble(trace, timelines, streams, ranges, kernels, mb)
+    analysis = assemble(trace, timelines, streams, _queued_ends(con, ranges, num_ops), kernels, mb)
     if trace.range_log is None and ranges_to is not None and n >= staged.STAGE_ROWS:
         analysis.staged_ranges = staged_ranges
     return analysis
@@ -159,23 +161,82 @@ def assemble(
     mb: MicrobatchResult,
 ) -> Analysis:
     """Every per-trace table from the GPU-op tables, the range table and the micro-batches."""
+    bases: dict[Any, str] = {}
+    step_table = steps.trace_step_phases(with_trace_cols(_step_input(ranges), trace), mb.table, bases)
+    behind = sorted(str(pid) for (_, pid), basis in bases.items() if basis == "device")
+    if behind:
+        mb.warnings.append(
+            f"pid {', '.join(behind)}: most steps begin while GPU work launched before them still runs (the GPU "
+            "behind the host): steps.parquet times its steps and phases on the device (from the later of a "
+            "range's start and that work's end to the end of the last GPU op it launched)"
+        )
     tables = {
         "devices": metrics.device_table(timelines),
         "streams": streams,
-        "ranges": ranges,
+        "ranges": ranges.drop_columns(["queued_end_ns"])
+        if "queued_end_ns" in ranges.column_names
+        else ranges,
         "kernels": kernels,
-        "steps": steps.trace_step_phases(with_trace_cols(_step_input(ranges), trace)),
+        "steps": step_table,
         "microbatches": mb.table,
     }
     return Analysis(tables, mb, timelines)
 
 
-_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns", "attrs")  # what trace_step_phases reads (+ trace, rank)
+# what trace_step_phases reads (+ trace, rank)
+_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns", "attrs", "gpu_end_ns", "queued_end_ns")
 
 
 def _step_input(ranges: pa.Table) -> pa.Table:
-    cols = ranges.select(list(_STEP_INPUT))
+    cols = ranges.select([c for c in _STEP_INPUT if c in ranges.column_names])
     return cols.filter(steps.step_rows(cols))
+
+
+def _queued_ends(con: Any, ranges: pa.Table, num_ops: int) -> pa.Table:
+    """``ranges`` with ``queued_end_ns`` for its step and phase rows: the end of the GPU work its process
+    launched before the range began (GPU ops without a launch record in the file, queued before the capture,
+    count where they start before the range's first op); -1 where none. The step table reads it
+    (:func:`steps.trace_step_phases`)."""
+    import pyarrow as pa
+
+    if not num_ops or ranges.num_rows == 0:
+        return ranges
+    rows = steps.step_rows(ranges.select([c for c in ("name", "phase") if c in ranges.column_names]))
+    idx = np.flatnonzero(rows)
+    if len(idx) == 0:
+        return ranges
+    con.register(
+        "step_q",
+        pa.table(
+            {
+                "i": pa.array(idx, pa.int64()),
+                "pid": ranges.column("pid").take(pa.array(idx)),
+                "start_ns": ranges.column("start_ns").take(pa.array(idx)),
+            }
+        ),
+    )
+    try:
+        got = engine.arrow(
+            con,
+            """with l as (select pid, launch_start_ns as t, max(end_ns) over (partition by pid
+                 order by launch_start_ns, row rows unbounded preceding) as upto from ops where launch_start_ns <> -1),
+               u as (select pid, start_ns as t, max(end_ns) over (partition by pid order by start_ns, row
+                 rows unbounded preceding) as upto from ops where launch_start_ns = -1),
+               n as (select pid, launch_start_ns as t, start_ns as s from ops where launch_start_ns <> -1),
+               f as (select q.*, coalesce(n.s, q.start_ns) as first_op from step_q q
+                 asof left join n on q.pid = n.pid and n.t >= q.start_ns)
+            select f.i, greatest(coalesce(l.upto, -1), coalesce(u.upto, -1)) as queued
+            from f asof left join l on f.pid = l.pid and l.t < f.start_ns
+              asof left join u on f.pid = u.pid and u.t < f.first_op order by f.i""",
+        )
+    finally:
+        con.unregister("step_q")
+    queued = np.full(ranges.num_rows, -1, np.int64)
+    queued[got.column("i").to_numpy()] = got.column("queued").to_numpy()
+    data = {c: ranges.column(c) for c in ranges.column_names}
+    return schema.make_table(
+        {**data, "queued_end_ns": queued}, {**schema.dtypes_of(ranges), "queued_end_ns": "int64"}
+    )
 
 
 def analyze(

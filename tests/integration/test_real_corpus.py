@@ -72,6 +72,12 @@ def test_gpu_bound_mi300_resnet_costs_each_step_its_own_gpu_work(tmp_path, capsy
         assert row.seconds == pytest.approx(truth[row.step] / 1e9, rel=0.02)
         assert row.host_seconds > 2 * row.seconds
         assert row.size_unit == "images"  # ten images a step, not tokens
+    # the step table on the same basis: each step is its update (the micro-batch found in it), timed on the device
+    assert "steps.parquet times its steps and phases on the device" in err
+    st = store.read_table(out / store.STEPS).pivot_table(index="step", columns="phase", values="seconds")
+    for step, busy in truth.items():
+        assert st.loc[step, "update"] == pytest.approx(busy / 1e9, rel=0.02)
+        assert st.loc[step, "other"] < 1e-3
     # the fit refuses sizes that are not tokens rather than fitting images as tokens
     assert main(["fit", str(out), "-o", str(tmp_path / "fit")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

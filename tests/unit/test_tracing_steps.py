@@ -173,7 +173,8 @@ def test_only_step_and_phase_rows_reach_the_step_table(tmp_path) -> None:
         ranges = schema.from_frame(attribution.attribute_ranges(trace))
         keep = steps.step_rows(ranges)
         assert 0 < keep.sum() < len(ranges)  # some rows dropped, some kept: the test can fail
-        every = steps.trace_step_phases(jobs.with_trace_cols(ranges.select(list(jobs._STEP_INPUT)), trace))
+        cols = [c for c in jobs._STEP_INPUT if c in ranges.column_names]
+        every = steps.trace_step_phases(jobs.with_trace_cols(ranges.select(cols), trace))
         some = steps.trace_step_phases(jobs.with_trace_cols(jobs._step_input(ranges), trace))
         assert len(every) > 0
         assert every.equals(some, check_metadata=True)
@@ -199,3 +200,41 @@ def test_a_step_range_inside_profiler_step_is_the_same_step_not_another() -> Non
     assert t.loc[2, "update"] == pytest.approx(600e-9) and t.loc[3, "update"] == pytest.approx(300e-9)
     assert t.loc[2, "other"] == pytest.approx(400e-9)  # ProfilerStep#7's wall minus its update
     assert t.loc[4, "other"] == pytest.approx(500e-9)
+
+
+def test_steps_behind_the_gpu_are_timed_on_the_device_and_unannotated_ones_take_their_microbatches() -> None:
+    """Each host step of 100 ns launches 300 ns of GPU work that starts when the previous step's ends: the
+    host windows (100) are not the steps' cost (300); a step without phase ranges takes its micro-batch."""
+    import pyarrow as pa
+
+    rows = []
+    for i in range(3):
+        s = 1000 * i
+        # (name, phase, start, end, gpu_end, queued_end): the GPU runs 500 ns behind
+        rows.append((f"ProfilerStep#{i}", "step", s, s + 100, s + 800, s + 500 if i else -1))
+        rows.append(("update_actor", "update", s + 10, s + 60, s + 700, s + 500 if i else -1))
+    ranges = _trace_ranges([(n, ph, a, b, 1) for n, ph, a, b, _, _ in rows]).assign(
+        gpu_end_ns=[r[4] for r in rows], queued_end_ns=[r[5] for r in rows]
+    )
+    bases: dict = {}
+    t = steps.trace_step_phases(ranges, None, bases).pivot_table(
+        index="step", columns="phase", values="seconds"
+    )
+    assert bases == {(None, 1): "device"}
+    assert t.loc[1, "update"] == pytest.approx(200e-9) and t.loc[1, "other"] == pytest.approx(100e-9)
+    assert t.loc[0, "update"] == pytest.approx(690e-9)  # nothing queued before the first: from its start
+    host = steps.trace_step_phases(ranges.drop(columns=["queued_end_ns"]))
+    assert host.query("step == 1 and phase == 'update'")["seconds"].iloc[0] == pytest.approx(50e-9)
+    # no phase range in the steps: the detected micro-batches inside them, on their own basis
+    mbs = pa.table(
+        {
+            "pid": [1, 1],
+            "phase": ["update", "update"],
+            "start_ns": [1005, 2005],
+            "end_ns": [1790, 2790],
+            "seconds": [290e-9, 290e-9],
+        }
+    )
+    bare = ranges[ranges["phase"] == "step"]
+    got = steps.trace_step_phases(bare, mbs).pivot_table(index="step", columns="phase", values="seconds")
+    assert got.loc[1, "update"] == pytest.approx(290e-9) and got.loc[0, "update"] == 0.0

@@ -139,14 +139,23 @@ def step_rows(ranges: pd.DataFrame | pa.Table) -> np.ndarray:
     return _is_step(t) | step_phase
 
 
-def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Table:
+def trace_step_phases(
+    ranges: pd.DataFrame | pa.Table, microbatches: pa.Table | None = None, bases: dict[Any, str] | None = None
+) -> pd.DataFrame | pa.Table:
     """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``); a frame gives a
     frame, an Arrow table an Arrow table.
 
-    One row per (trace, rank, process, step, phase); empty when the trace has no step ranges.
+    One row per (trace, rank, process, step, phase); empty when the trace has no step ranges. Where the table
+    carries ``queued_end_ns`` (the end of the GPU work launched before each range began) and most of a process's
+    steps begin while such work still runs (the GPU behind the host), its steps and phases are timed on the
+    device, as micro-batches are: a range's time runs from the later of its start and that queued work's end to
+    the end of the last GPU op it launched (``gpu_end_ns``); ``bases`` (when given) gets (trace, pid) ->
+    ``host`` | ``device``. A step with no phase range takes its phases from the detected ``microbatches``
+    inside it (their windows on their own basis), so a training step without phase annotations is not all
+    ``other``.
     """
     if not schema.is_arrow(ranges):
-        return schema.to_frame(trace_step_phases(schema.from_frame(ranges)))
+        return schema.to_frame(trace_step_phases(schema.from_frame(ranges), microbatches, bases))
     if ranges.num_rows == 0:
         return schema.empty_table(schema.STEP_COLUMNS)
     is_step = _is_step(ranges)
@@ -169,9 +178,12 @@ def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Tabl
         phased = np.flatnonzero(np.array([p in PHASES for p in phases] + [False])[p_codes])
     else:
         phased = np.zeros(0, np.int64)
+    lo, hi = _device_windows(ranges, start, end, steps, trace, pid, bases)
     p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
+    p_lo, p_hi = lo[phased], hi[phased]
     p_phase = np.array(ranges.column("phase").take(phased).to_pylist(), dtype=object) if len(phased) else None
     p_trace = np.array([trace[k] for k in phased.tolist()], dtype=object) if "trace" in has else None
+    mbs = _microbatch_windows(microbatches)
     rows = []
     for k, no in zip(steps, step_no, strict=True):
         inside = (p_pid == pid[k]) & (p_start >= start[k]) & (p_end <= end[k])
@@ -180,10 +192,66 @@ def trace_step_phases(ranges: pd.DataFrame | pa.Table) -> pd.DataFrame | pa.Tabl
         wide: dict[str, object] = {"trace": trace[k], "rank": rank[k], "pid": int(pid[k]), "step": no}
         for phase in PHASES:
             sel = inside & (p_phase == phase) if p_phase is not None else inside
-            wide[phase] = measure(p_start[sel], p_end[sel]) / 1e9 if sel.any() else 0.0
-        wide["_wall"] = (int(end[k]) - int(start[k])) / 1e9
+            wide[phase] = measure(p_lo[sel], p_hi[sel]) / 1e9 if sel.any() else 0.0
+        if not inside.any() and mbs is not None:  # no phase range: the micro-batches found inside the step
+            in_step = (mbs["pid"] == pid[k]) & (mbs["start"] >= start[k]) & (mbs["start"] < end[k])
+            for phase in set(mbs["phase"][in_step].tolist()) & set(PHASES):
+                sel = in_step & (mbs["phase"] == phase)
+                wide[phase] = measure(mbs["lo"][sel], mbs["hi"][sel]) / 1e9
+        wide["_wall"] = (int(hi[k]) - int(lo[k])) / 1e9
         rows.append(wide)
     return schema.make_table(_long_table(rows), schema.STEP_COLUMNS, "steps")
+
+
+LAG_SHARE = 0.05  # a range "starts behind the GPU" when queued work runs past its start by > 5 % of its wall
+
+
+def _device_windows(
+    ranges: pa.Table,
+    start: np.ndarray,
+    end: np.ndarray,
+    steps: list[int],
+    trace: list[Any],
+    pid: np.ndarray,
+    bases: dict[Any, str] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's window: its host [start, end], or on a device-basis process [max(start, queued end), end of
+    the last GPU op it launched] (host window where it launched none). A process is on the device basis when
+    most of its step ranges start behind the GPU (as the micro-batch rule)."""
+    lo, hi = start.astype(np.int64), end.astype(np.int64)
+    if "queued_end_ns" not in ranges.column_names or "gpu_end_ns" not in ranges.column_names:
+        return lo, hi
+    queued = ranges.column("queued_end_ns").to_numpy(zero_copy_only=False)
+    gpu_end = np.nan_to_num(ranges.column("gpu_end_ns").to_numpy(zero_copy_only=False).astype(np.float64), nan=-1)
+    queued = np.nan_to_num(queued.astype(np.float64), nan=-1).astype(np.int64)
+    gpu_end = gpu_end.astype(np.int64)
+    behind = queued - start > LAG_SHARE * (end - start)
+    device = np.zeros(len(start), bool)
+    for key in {(trace[k], int(pid[k])) for k in steps}:
+        mine = [k for k in steps if (trace[k], int(pid[k])) == key]
+        on_device = 2 * int(behind[mine].sum()) > len(mine)
+        if bases is not None:
+            bases[key] = "device" if on_device else "host"
+        if on_device:
+            device |= (pid == key[1]) & np.array([t == key[0] for t in trace], bool)
+    d_lo = np.maximum(start, queued)
+    use = device & (gpu_end > d_lo)
+    return np.where(use, d_lo, lo), np.where(use, gpu_end, hi)
+
+
+def _microbatch_windows(microbatches: pa.Table | None) -> dict[str, np.ndarray] | None:
+    """The micro-batches' (pid, phase, host start, window on their basis: [end - seconds, end])."""
+    if microbatches is None or microbatches.num_rows == 0:
+        return None
+    end = microbatches.column("end_ns").to_numpy(zero_copy_only=False)
+    seconds = microbatches.column("seconds").to_numpy(zero_copy_only=False)
+    return {
+        "pid": microbatches.column("pid").to_numpy(zero_copy_only=False),
+        "phase": np.array(microbatches.column("phase").to_pylist(), dtype=object),
+        "start": microbatches.column("start_ns").to_numpy(zero_copy_only=False),
+        "lo": (end - np.round(seconds * 1e9)).astype(np.int64),
+        "hi": end.astype(np.int64),
+    }
 
 
 def _outer_steps(
