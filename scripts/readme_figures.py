@@ -4,12 +4,20 @@
     .venv/bin/python scripts/readme_figures.py --write             # rewrite those figures in README.md
     .venv/bin/python scripts/readme_figures.py --results           # a benchmarks/RESULTS.md section, on stdout
     .venv/bin/python scripts/readme_figures.py --only host-stall   # one group: host-stall | consistency | faults
+    .venv/bin/python scripts/readme_figures.py --check --only consistency --model tiny-dense --row bf16
+                                                   # some cells of the consistency table (seconds, not minutes)
+
+torch's CPU kernels are pinned to AVX2 (ATen's ``ATEN_CPU_CAPABILITY`` and oneDNN's ``ONEDNN_MAX_CPU_ISA``, set
+before torch is imported): the consistency figures are deterministic on one kernel set but not across them (on an
+AVX-512 CPU, AVX-512 kernels move kl_k3 by up to 6 % and a ratio by 0.06), and every x86-64 CPU of the last decade
+has AVX2. A process whose torch already runs other kernels is refused, not compared.
 
 Groups and tolerances (what ``--check`` and the test accept):
 - ``host-stall``: ``mxperf ingest`` of the two real traces: busy and host-stall shares are integer-ns
   arithmetic on fixed files, compared exactly as printed.
-- ``consistency``: ``mxperf consistency --model M --seed 0``: kl_k3 within 2 % relative and ratios within
-  0.02 (BF16 GEMMs round differently on other CPU kernels); exact on the machine that wrote README.
+- ``consistency``: ``mxperf consistency --model M --seed 0`` on the AVX2 kernels: kl_k3 within 2 % relative and
+  ratios within 0.02 (room for another BLAS build); exact on any x86-64 CPU with this repository's torch. With
+  ``--model`` / ``--row``, only the pairings those cells need (``run_consistency`` with the command's settings).
 - ``faults``: ``mxperf faults --model tiny-dense``: counts, exactly.
 Timings (speed of the tools, the demo's seconds) are measurements, never recomputed here: they live in
 benchmarks/RESULTS.md with their machine and date.
@@ -22,6 +30,7 @@ import contextlib
 import datetime as dt
 import io
 import json
+import os
 import platform
 import re
 import sys
@@ -56,12 +65,30 @@ FAULTS_TEXT = re.compile(
 )
 REL_TOL = {"consistency": 0.02}
 ABS_TOL_RATIO = 0.02
+# torch's CPU kernel set README's figures were computed with (see the module docstring)
+KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 @dataclass(frozen=True)
 class Figure:
     key: str  # group:name
     value: str  # as README prints it
+
+
+def pin_kernels() -> None:
+    """Select torch's AVX2 CPU kernels: before torch is imported, or refuse (it reads them once)."""
+    if "torch" not in sys.modules:
+        os.environ.update(KERNEL_ENV)
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    unpinned = {k: os.environ.get(k) for k, v in KERNEL_ENV.items() if os.environ.get(k) != v}
+    if capability != "AVX2" or unpinned:
+        raise SystemExit(
+            f"torch runs {capability} CPU kernels here ({unpinned or 'environment pinned'}): README's figures "
+            "were computed with the AVX2 ones; run scripts/readme_figures.py as its own process (it pins them), "
+            "on an x86-64 CPU"
+        )
 
 
 def _mxperf_json(argv: list[str]) -> dict:
@@ -101,12 +128,34 @@ def host_stall_figures() -> list[Figure]:
     ]
 
 
-def consistency_figures() -> list[Figure]:
+def _consistency_subset(model: str, pairs: set[tuple[str, str]]) -> list[dict]:
+    """The rows of ``mxperf consistency --model M --seed 0`` for some (learner, sampler) pairs only: the
+    command's settings (its defaults, one thread), each pairing on the same fixed batch as in the full table."""
+    import torch
+
+    from pipeline.experiments.consistency import SAMPLER_VARIANTS, ConsistencyConfig, run_consistency
+
+    torch.set_num_threads(1)  # device_settings' default, as the command runs
+    samplers = {s for _, s in pairs} | {"bf16"}  # the ratio's denominator
+    variants = tuple(v for v in SAMPLER_VARIANTS if v.label in samplers)
+    learners = tuple(sorted({lp for lp, _ in pairs}))
+    cfg = ConsistencyConfig(model=model, seed=0, device="auto", gemm="auto", weight_cast="per-step")
+    return run_consistency(cfg, variants=variants, learners=learners).to_dict(orient="records")
+
+
+def consistency_figures(
+    models: tuple[str, ...] = MODELS, labels: tuple[str, ...] | None = None
+) -> list[Figure]:
+    """README's consistency cells; all of them from the command itself, some (``labels``) from their pairings."""
     figures = []
-    for model in MODELS:
-        rows = _mxperf_json(["consistency", "--model", model, "--seed", "0"])["rows"]
+    for model in models:
+        if labels is None:
+            rows = _mxperf_json(["consistency", "--model", model, "--seed", "0"])["rows"]
+        else:
+            rows = _consistency_subset(model, {CONSISTENCY_ROWS[x][:2] for x in labels})
         by_pair = {(r["learner"], r["sampler"]): r for r in rows}
-        for label, (learner, sampler, with_ratio) in CONSISTENCY_ROWS.items():
+        for label in labels or CONSISTENCY_ROWS:
+            learner, sampler, with_ratio = CONSISTENCY_ROWS[label]
             r = by_pair[(learner, sampler)]
             cell = _e(r["kl_k3"]) + (f" ({r['kl_k3_vs_bf16_sampler']:.2f})" if with_ratio else "")
             figures.append(Figure(f"consistency:{label}|{model}", cell))
@@ -214,7 +263,8 @@ def results_section(figures: list[Figure]) -> str:
         f"## README figures ({dt.date.today().isoformat()}, `scripts/readme_figures.py --results`)",
         "",
         f"Machine: {machine['cpu']} x{machine['cpu_count']}, Python {platform.python_version()}, torch "
-        f"{torch.__version__}. Deterministic: rerunning the commands gives the same figures on this machine; "
+        f"{torch.__version__}, CPU kernels pinned to AVX2 (the script sets ATEN_CPU_CAPABILITY and "
+        "ONEDNN_MAX_CPU_ISA). Deterministic: rerunning the commands gives the same figures on any x86-64 CPU; "
         "`scripts/readme_figures.py --check` (or `make figures`) compares README with them.",
         "",
     ]
@@ -245,11 +295,16 @@ def results_section(figures: list[Figure]) -> str:
     return "\n".join(lines)
 
 
-def compute(groups: list[str]) -> list[Figure]:
+def compute(
+    groups: list[str], models: tuple[str, ...] = MODELS, labels: tuple[str, ...] | None = None
+) -> list[Figure]:
+    """The groups' figures (``models`` / ``labels``: those cells of the consistency table only)."""
+    if {"consistency", "faults"} & set(groups):  # the groups that run torch
+        pin_kernels()
     figures: list[Figure] = []
     for g in groups:
         print(f"[readme_figures] {g} ...", file=sys.stderr, flush=True)
-        figures += GROUPS[g]()
+        figures += consistency_figures(models, labels) if g == "consistency" else GROUPS[g]()
     return figures
 
 
@@ -260,16 +315,28 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="rewrite README.md's figures")
     mode.add_argument("--results", action="store_true", help="print a benchmarks/RESULTS.md section")
     p.add_argument("--only", choices=sorted(GROUPS), action="append", help="one group (repeatable)")
+    p.add_argument(
+        "--model", choices=MODELS, action="append", help="consistency: this column only (repeatable)"
+    )
+    p.add_argument(
+        "--row",
+        choices=list(CONSISTENCY_ROWS),
+        action="append",
+        help="consistency: this row only (repeatable)",
+    )
+    p.add_argument("--readme", type=Path, default=README, help="the README to check or rewrite")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    figures = compute(args.only or list(GROUPS))
-    text = README.read_text()
+    models = tuple(m for m in MODELS if m in (args.model or MODELS))
+    labels = None if args.row is None else tuple(x for x in CONSISTENCY_ROWS if x in args.row)
+    figures = compute(args.only or list(GROUPS), models, labels)
+    text = args.readme.read_text()
     if args.results:
         print(results_section(figures))
         return 0
     if args.write:
-        README.write_text(rewrite(text, figures))
-        print(f"rewrote {len(figures)} figures in {README}", file=sys.stderr)
+        args.readme.write_text(rewrite(text, figures))
+        print(f"rewrote {len(figures)} figures in {args.readme}", file=sys.stderr)
         return 0
     stated = readme_figures(text)
     bad = [f for f in figures if differs(f.key, stated.get(f.key), f.value)]
