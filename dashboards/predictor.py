@@ -6,6 +6,7 @@ Streamlit rendering only; the numbers come from ``perfmodel`` (``step``, ``step_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,17 +46,36 @@ def predicted_step_card(
                 + ". A step time built on such a line would be no measurement's; `mxperf fit` withholds it too."
             )
             return
-        other_phases = (chosen.get("step") or {}).get("other_phases_s") or {}
-        other_default = float(sum(other_phases.values()))
+        n_global_default = doc.get("global_batch_tokens")
+        if not n_global_default:
+            why = ((chosen.get("step") or {}).get("recommendation") or {}).get("reason")
+            st.info(
+                "No step prediction: this fits.json has no global batch (`global_batch_tokens` is empty"
+                + (f"; mxperf fit: {why}" if why else "")
+                + "). A step time needs the tokens per step, and none is invented: give it with "
+                "`mxperf fit --global-batch N`, or fit with the run folders or traced steps that record it."
+            )
+            return
+        n_global_default = int(n_global_default)
+        others, others_source = other_phase_defaults(chosen)
         pair = ui.current_pair()
-        if not other_default and pair is not None and pair.model == chosen["model"]:
-            try:
-                med = compare.phase_medians(ui.step_table(pair.baseline))
-                other_default = float(med.drop(["step", chosen["phase"]], errors="ignore").sum())
+        new_format = "other_phases_by_precision_s" in (chosen.get("step") or {})
+        if new_format and not any(others.values()):
+            others_source = (
+                "fits.json, which gives none (no run folders or --phase in the fit): the step holds the fitted "
+                "phase only; enter the others here"
+            )
+        elif not any(others.values()) and pair is not None and pair.model == chosen["model"]:
+            try:  # the sidebar pair's own medians, each precision its own
+                for prec, entry in ((base_id, pair.baseline), (low_id, pair.other)):
+                    med = compare.phase_medians(ui.step_table(entry))
+                    others[prec] = float(med.drop(["step", chosen["phase"]], errors="ignore").sum())
+                others_source = (
+                    f"the medians of the sidebar pair's steps ({pair.baseline.rel}, {pair.other.rel})"
+                )
             except (ValueError, MxperfError):
-                other_default = 0.0
+                others = {base_id: 0.0, low_id: 0.0}
         measured = (min(sizes), max(sizes)) if sizes else None
-        n_global_default = int(doc.get("global_batch_tokens") or 65536)
         n_options = fitsview.size_options(
             min(sizes or [64]) / 2, max(4 * max(sizes or [1024]), n_global_default) * 4
         )
@@ -76,17 +96,20 @@ def predicted_step_card(
         ui.widget_default("be_n", source, mb_default, mb_options, keep=url_mb)
         n = c2.select_slider("Tokens per micro-batch (n ≤ N)", mb_options, key="be_n")
         share.keep("be_n")
-        other_default = round(float(other_default), 4)
-        url_other = share.restore("be_other", like=0.0, check=lambda v: v >= 0)
-        ui.widget_default("be_other", (source, other_default), other_default, keep=url_other)
-        other_s = c1.number_input(
-            "Other phases per step, seconds (generate, sync, …)",
-            min_value=0.0,
-            format="%.4f",
-            help="Phases that do not depend on n: from fits.json, else the baseline run's medians when paired.",
-            key="be_other",
-        )
-        share.keep("be_other")
+        other_s = {}
+        for prec, key, col in ((base_id, "be_other", c1), (low_id, "be_other_low", c2)):
+            default = round(float(others[prec]), 4)
+            url_other = share.restore(key, like=0.0, check=lambda v: v >= 0)
+            ui.widget_default(key, (source, default), default, keep=url_other)
+            other_s[prec] = col.number_input(
+                f"Other phases per step, {prec}, seconds (generate, sync, …)",
+                min_value=0.0,
+                format="%.4f",
+                help="Phases that do not depend on n, each precision its own: " + others_source + ".",
+                key=key,
+            )
+            share.keep(key)
+        st.caption(f"Other phases from {others_source}.")
         st.markdown("**What if** (the cost model's knobs, applied to the low precision)")
         k1, k2 = st.columns(2)
         share.restore("be_scale", like=1.0, check=lambda v: 0.0 <= v <= 2.0)
@@ -111,7 +134,15 @@ def predicted_step_card(
             p: pm.Curve.from_dict(k) for p in lines_fit if (k := fitsview.chosen_knee(fits[p])) is not None
         }
         q, q_source = step.weight_quant_seconds(lines_fit[base_id], lines_fit[low_id], knobs)
-        costs = step.step_costs(lines_fit, base_id, {"other": other_s}, knobs, {low_id: q}, curves)
+        costs = step.step_costs(
+            lines_fit,
+            base_id,
+            None,
+            knobs,
+            {low_id: q},
+            curves,
+            {p: {"other": v} for p, v in other_s.items()},
+        )
         predicted = {p: float(c.seconds(global_tokens, n)) for p, c in costs.items()}
         m1, m2 = st.columns(2)
         m1.metric(f"{base_id} step", f"{predicted[base_id]:.3g} s")
@@ -129,11 +160,21 @@ def predicted_step_card(
                 f"({100 * (predicted[low_id] / predicted[base_id] - 1):+.1f} %; a scenario, no interval)."
             )
         else:
-            diff = step_interval.step_difference(fits[base_id], fits[low_id], global_tokens, n, other_s)
+            diff = with_other_phases(
+                step_interval.step_difference(fits[base_id], fits[low_id], global_tokens, n),
+                other_s[base_id],
+                other_s[low_id],
+            )
             st.markdown(
                 f"At n = {n:,}, N = {global_tokens:,}: "
                 + step_interval.difference_words(diff, low_id, base_id)
             )
+            if other_s[base_id] != other_s[low_id]:
+                st.caption(
+                    f"The other phases differ by {other_s[low_id] - other_s[base_id]:+.4g} s per step "
+                    f"({low_id} - {base_id}): added to the difference as given; the interval is the fits' "
+                    "(the whole-step interval with the phases' own spread is fits.json's step_model)."
+                )
         crossing = step.step_breakeven(costs[base_id], costs[low_id], global_tokens)
         st.caption(
             fitsview.step_crossing_words(chosen, int(global_tokens), crossing, sizes, scenario=knobs.active)
@@ -169,6 +210,38 @@ def predicted_step_card(
             "predicted-step-time",
             "be_pred",
         )
+
+
+def other_phase_defaults(chosen: dict[str, Any]) -> tuple[dict[str, float], str]:
+    """Seconds per step of the phases besides the fitted one, per precision: fits.json's
+    ``step.other_phases_by_precision_s`` (each precision's own, as ``mxperf fit`` adds them) plus the shared
+    ``step.other_phases_s``; an older fits.json has only the shared ones (the same for both)."""
+    base, low = chosen["baseline"], chosen["precision"]
+    sec = chosen.get("step") or {}
+    shared = float(sum((sec.get("other_phases_s") or {}).values()))
+    by = sec.get("other_phases_by_precision_s")
+    if isinstance(by, dict) and any(by.get(p) for p in (base, low)):
+        return (
+            {p: shared + float(sum((by.get(p) or {}).values())) for p in (base, low)},
+            "fits.json (step.other_phases_by_precision_s, each precision's own"
+            + (", plus step.other_phases_s" if shared else "")
+            + ")",
+        )
+    return {base: shared, low: shared}, "fits.json (step.other_phases_s, the same for both precisions)"
+
+
+def with_other_phases(
+    d: step_interval.StepDifference, base_s: float, low_s: float
+) -> step_interval.StepDifference:
+    """A step difference with each precision's own other phases added (they no longer cancel)."""
+    shift = low_s - base_s
+    return dataclasses.replace(
+        d,
+        base_s=d.base_s + base_s,
+        low_s=d.low_s + low_s,
+        diff_s=d.diff_s + shift,
+        diff_ci=None if d.diff_ci is None else (d.diff_ci[0] + shift, d.diff_ci[1] + shift),
+    )
 
 
 def measured_vs_predicted_card(chosen: dict[str, Any]) -> None:

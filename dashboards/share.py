@@ -27,6 +27,7 @@ PARAMS: dict[str, str] = {
     "be_N": "N",
     "be_n": "n",
     "be_other": "other_s",
+    "be_other_low": "other_low_s",
     "be_scale": "fixed_scale",
     "be_wq": "weight_quant",
     "hs_trace": "trace",
