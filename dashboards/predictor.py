@@ -47,15 +47,18 @@ def predicted_step_card(
             )
             return
         n_global_default = doc.get("global_batch_tokens")
-        if not n_global_default:
+        if (
+            not n_global_default
+        ):  # none invented: the user picks N, starting at one measured micro-batch a step
             why = ((chosen.get("step") or {}).get("recommendation") or {}).get("reason")
+            n_global_default = int(max(sizes or [1024]))
             st.info(
-                "No step prediction: this fits.json has no global batch (`global_batch_tokens` is empty"
+                "This fits.json has no global batch (`global_batch_tokens` is empty"
                 + (f"; mxperf fit: {why}" if why else "")
-                + "). A step time needs the tokens per step, and none is invented: give it with "
-                "`mxperf fit --global-batch N`, or fit with the run folders or traced steps that record it."
+                + "), so the step below is at the N you pick, not your run's: it starts at the largest measured "
+                f"micro-batch ({n_global_default:,} tokens, one micro-batch a step). `mxperf fit --global-batch N`, "
+                "or run folders / traced steps that record it, give yours."
             )
-            return
         n_global_default = int(n_global_default)
         others, others_source = other_phase_defaults(chosen)
         pair = ui.current_pair()

@@ -1,6 +1,6 @@
 """Issue #35 under AppTest: Breakeven's predicted step time uses each precision's own other phases (fits.json
 ``step.other_phases_by_precision_s``, as ``mxperf fit``'s step model does) and invents no global batch: with
-``global_batch_tokens`` null it says why there is no step prediction (it used to take 65,536)."""
+``global_batch_tokens`` null the step is at the N the user picks, said so (it used to take 65,536 silently)."""
 
 from __future__ import annotations
 
@@ -71,9 +71,12 @@ def test_each_precision_gets_its_own_other_phases(runs: Path, monkeypatch: pytes
     assert any("other_phases_by_precision_s" in str(c.value) for c in at.caption)
 
 
-def test_no_global_batch_no_step_prediction(runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_global_batch_is_the_users_pick_never_an_invented_one(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     at = _breakeven(runs, "fit-no-global-batch", monkeypatch)
     info = " ".join(str(i.value) for i in at.info)
-    assert "No step prediction" in info and "no global batch: pass --global-batch N" in info
-    assert not any(s.key == "be_N" for s in at.select_slider)  # no slider on an invented 65,536
-    assert not any(m.label.endswith(" step") for m in at.metric)
+    assert "no global batch" in info and "the N you pick, not your run's" in info
+    assert "no global batch: pass --global-batch N" in info  # mxperf fit's own reason, quoted
+    big_n = int(at.select_slider(key="be_N").value)  # not an invented 65,536: one measured micro-batch a step
+    assert big_n != 65536 and f"largest measured micro-batch ({big_n:,} tokens" in info

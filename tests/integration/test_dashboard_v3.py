@@ -165,6 +165,9 @@ def older_fit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entry = _entry(doc, "logprob")
     for fit in entry["fits"].values():
         fit["implausible"], fit["model"], fit["line_ok"] = [], "line", True
+    # the per-step cost the issue saw on this entry: -12.2 ms [-19.9, -4.5] (today's fit times logprob on the
+    # device and finds none, so the older file's value is written back here)
+    entry["fits"]["mxfp8"]["per_step_s"], entry["fits"]["mxfp8"]["per_step_ci"] = -0.0122, [-0.0199, -0.0045]
     entry["breakeven"]["case"] = "indistinguishable"
     (root / "fit-verl-sim" / store.FITS).write_text(json.dumps(doc))
     return root

@@ -36,7 +36,8 @@ def test_each_part_is_scaled_by_its_bound() -> None:
         other = r["other_ns"] - r["communication_ns"]
         base = r["gemm_ns"] * r_bf16 + r["quantize_ns"] * r_bw + kept
         assert r["wall_fast_ns"] == pytest.approx(base + other * min(r_bf16, r_bw))
-        assert r["wall_slow_ns"] == pytest.approx(base + other * max(r_bf16, r_bw))
+        slow = base + other * max(r_bf16, r_bw)  # floored at the host window where the ingest has it
+        assert r["wall_slow_ns"] == pytest.approx(slow) or (r["host_window"] and r["wall_slow_ns"] > slow)
         assert (
             r["wall_src_ns"]
             == r["gemm_ns"] + r["quantize_ns"] + r["other_ns"] + r["host_stall_ns"] + r["residual_ns"]
