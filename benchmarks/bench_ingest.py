@@ -10,7 +10,7 @@ within each repeat, so they share the machine's load; medians are reported):
    breakdown + temporal breakdown, default JSON backend) vs ``gunzip`` (the decompression floor);
 2. the 2-rank sample (a directory of two rank files): ``mxperf``, ``mxperf-metrics`` (both
    serial, one process) vs ``hta`` (its default fork pool, one file per child) and ``hta-system`` (the same
-   with Arrow's system allocator, the one the ``mxperf`` command picks);
+   with Arrow's system allocator);
 3. the nsys export: ``mxperf-load`` (load_nsys_events) vs ``sqlite`` (the same SELECTs, fetchall only);
 4. with ``--synthetic-gb``: a synthetic Kineto trace of that uncompressed size (built in /tmp by
    ``make_synthetic_trace.py``, never in the repo): ``mxperf`` vs ``gunzip``.
@@ -39,7 +39,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH
 def measure(tool: str, path: Path) -> dict:
     """``tool`` is a worker tool; ``hta-system`` is ``hta`` with Arrow's system allocator."""
     env = ENV
-    if tool == "hta-system":  # HTA with the allocator mxperf picks, to show what that choice is worth
+    if tool == "hta-system":  # HTA with the C library's malloc instead of its default pool
         tool, env = "hta", {**ENV, "ARROW_DEFAULT_MEMORY_POOL": "system"}
     return run_worker(tool, path, env)
 

@@ -15,9 +15,8 @@ Tools (each imports its libraries first, then records the baseline RSS, then tim
 - ``mxperf-cli``: ``mxperf ingest PATH -o TMP/out`` plus ``MXPERF_ARGS`` (e.g. ``--workers 2``, ``--ray local``).
 
 Memory = peak RSS (this process or its largest child, e.g. HTA's parse pool) minus the RSS after imports.
-The mxperf tools choose Arrow's allocator as the ``mxperf`` command does at start-up
-(``tracing.outputs.store.use_system_allocator``); HTA runs with pyarrow's default pool unless the benchmark sets
-``ARROW_DEFAULT_MEMORY_POOL`` (its ``hta-system`` case).
+Every tool runs with pyarrow's default memory pool unless the benchmark sets ``ARROW_DEFAULT_MEMORY_POOL``
+(its ``hta-system`` case).
 
 :func:`measure_command` is the whole-process measurement the scale and engine benchmarks use instead: a
 command run as a child, its wall time, its CPU time and the peak RSS of its whole process tree (sampled every
@@ -62,10 +61,6 @@ NSYS_QUERIES = (
 
 def main(tool: str, path: str) -> dict[str, object]:
     p = Path(path)
-    if tool.startswith("mxperf"):
-        from tracing.outputs.store import use_system_allocator
-
-        use_system_allocator()
     if tool in ("mxperf", "mxperf-metrics"):  # each file of PATH loaded, then analysed
         import tracing.analysis.kernel_classes
         import tracing.jobs  # noqa: F401 -- imported before the baseline, as every tool does

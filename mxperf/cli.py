@@ -174,9 +174,6 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracing.outputs.store import use_system_allocator
-
-    use_system_allocator()  # a smaller footprint per process (its docstring says why); workers inherit it
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)

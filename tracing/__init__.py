@@ -20,7 +20,6 @@ _API: dict[str, str] = {
     "CaptureConfig": "tracing.capture.profiler",
     "Labels": "tracing.outputs.labels",
     "parse_labels": "tracing.outputs.labels",
-    "use_system_allocator": "tracing.outputs.store",
     "Trace": "tracing.ingest.trace",
     "detect_format": "tracing.ingest.detect",
     "load_trace": "tracing.ingest.detect",

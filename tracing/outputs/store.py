@@ -38,27 +38,6 @@ if TYPE_CHECKING:  # pandas / pyarrow load when a table is read or written, not 
     import pyarrow as pa
 
 SCHEMA_VERSION = 1
-ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
-
-
-def use_system_allocator() -> str:
-    """Send Arrow's allocations to the C library's ``malloc`` (the ``mxperf`` command does this at start-up).
-
-    Why: pyarrow's default pool (mimalloc in the wheels) reserves ~9 MB the first time pandas builds a
-    ``str`` column -- more than a whole per-rank ingest of a small trace needs, and paid again by every
-    pool worker. mxperf's Arrow use is small (string categories, Parquet I/O), where ``malloc`` is as fast.
-    A pool chosen with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone; before pyarrow loads, the choice is made
-    through that variable (no import, and worker processes inherit it). Returns the backend chosen.
-    """
-    if os.environ.get(ARROW_POOL_ENV):
-        return os.environ[ARROW_POOL_ENV]
-    if "pyarrow" not in sys.modules:  # not loaded yet: Arrow reads the choice from the environment, for free
-        os.environ[ARROW_POOL_ENV] = "system"
-        return "system"
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
-    return pa.default_memory_pool().backend_name
 
 
 @contextlib.contextmanager
