@@ -6,6 +6,12 @@ and every chart drew its SVG. The peer, measured in the same run, is the Add a t
 the floor that Streamlit and the browser cost on this machine. Prints a table, then one JSON line.
 
     .venv/bin/python benchmarks/bench_dashboard.py [--runs examples/runs] [--repeats 5]
+    .venv/bin/python benchmarks/bench_dashboard.py --timeline OUT/events/rank-0.parquet [--repeats 5]
+
+``--timeline``: the Timeline page's server side on one events Parquet, no browser: the first view (read the
+events into islands, host-stall spans, the whole trace's boxes, bands and figure: what a cold page load
+computes), then ``--repeats`` zooms (a window of 1/20 of the trace at a random place, the boxes, bands and
+figure: what a slider move computes once the page has the trace cached). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -48,11 +54,69 @@ def _click_page(driver: object, server: str, page: str) -> None:
     raise RuntimeError(f"no sidebar link to {page}")
 
 
+def _timeline(events: Path, repeats: int) -> int:
+    import random
+
+    import pandas as pd
+
+    from dashboards import charts_gpu, timeline, timeline_boxes
+    from tracing.outputs import store
+
+    out = events.parent.parent
+    ranges = store.read_table(out / store.RANGES) if (out / store.RANGES).is_file() else None
+    mb = store.read_table(out / store.MICROBATCHES) if (out / store.MICROBATCHES).is_file() else None
+
+    def view(tl: object, stalls: object, t0: int, t1: int) -> int:
+        boxes = timeline_boxes.boxes(tl, t0, t1)
+        stall = timeline_boxes.stall_boxes(stalls, t0, t1)
+        both = boxes if stall.empty else pd.concat([boxes, stall], ignore_index=True)
+        charts_gpu.tracks_figure(both, timeline.bands(ranges, mb, t0, t1), tl.first_ns, "bench").to_json()
+        return len(both)
+
+    t = time.perf_counter()
+    tl = timeline_boxes.build(events)
+    t_build = time.perf_counter() - t
+    stalls = timeline_boxes.host_stalls(events)
+    t_stall = time.perf_counter() - t - t_build
+    rows = view(tl, stalls, tl.first_ns, tl.last_ns)
+    first = time.perf_counter() - t
+    rng = random.Random(35)
+    zooms, zoom_rows = [], []
+    span = tl.last_ns - tl.first_ns
+    for _ in range(repeats):
+        a = tl.first_ns + rng.randrange(0, span - span // 20)
+        t = time.perf_counter()
+        zoom_rows.append(view(tl, stalls, a, a + span // 20))
+        zooms.append(time.perf_counter() - t)
+    print(
+        json.dumps(
+            {
+                "events": str(events),
+                "bytes": events.stat().st_size,
+                "ops": tl.ops,
+                "islands": len(tl.islands.start),
+                "first_view_s": round(first, 2),
+                "read_islands_s": round(t_build, 2),
+                "host_stall_s": round(t_stall, 2),
+                "first_view_boxes": rows,
+                "zoom_median_s": round(statistics.median(zooms), 3),
+                "zoom_max_s": round(max(zooms), 3),
+                "zoom_boxes_max": max(zoom_rows),
+                "load": round(os.getloadavg()[0], 1),
+            }
+        )
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=REPO / "examples" / "runs")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--timeline", type=Path, help="time the Timeline page's queries on this events Parquet")
     args = ap.parse_args()
+    if args.timeline:
+        return _timeline(args.timeline, args.repeats)
     tmp = Path(tempfile.mkdtemp(prefix="bench-dash-"))
     runs = tmp / "runs"
     shutil.copytree(args.runs, runs, symlinks=True)

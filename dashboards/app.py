@@ -27,6 +27,7 @@ PAGES = [
     ("step_time.py", "Step time", "step_time", ":material/timer:"),
     ("breakeven.py", "Breakeven", "breakeven", ":material/show_chart:"),
     ("host_stall.py", "Host stall", "host_stall", ":material/hourglass_empty:"),
+    ("timeline.py", "Timeline", "timeline", ":material/view_timeline:"),
     ("consistency.py", "Consistency", "consistency", ":material/compare_arrows:"),
     ("weight_sync.py", "Weight sync", "weight_sync", ":material/sync:"),
     ("add_trace.py", "Add a trace", "add_trace", ":material/upload_file:"),

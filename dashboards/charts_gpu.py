@@ -86,3 +86,81 @@ def _lane_order(intervals: pd.DataFrame, ranges: pd.DataFrame | None) -> list[st
 
 def _lane_count(intervals: pd.DataFrame, ranges: pd.DataFrame | None) -> int:
     return len(_lane_order(intervals, ranges))
+
+
+TRACK_COLORS: dict[str, str] = {
+    "band": "#c6dbef",
+    "cpu": "#6baed6",
+    "gpu": "#2ca02c",
+    "host stall": "#d62728",
+}
+
+
+def tracks_figure(boxes: pd.DataFrame, bands: pd.DataFrame, t0_ns: int, title: str) -> go.Figure:
+    """The Timeline page: bands (steps, phases, micro-batches) above CPU-thread, GPU-stream and host-stall tracks.
+
+    ``boxes``: ``track, kind, start_ns, end_ns, count, busy_ns, name`` (``dashboards.timeline_boxes``);
+    ``bands``: ``band, label, start_ns, end_ns``. Times in ms from ``t0_ns``; hover names the op (or the longest
+    of a merged box), the count and the busy time."""
+    fig = go.Figure()
+    order = [*dict.fromkeys(bands["band"])] if len(bands) else []
+    if len(bands):
+        fig.add_bar(
+            name="steps, phases, micro-batches",
+            orientation="h",
+            y=bands["band"].to_numpy(),
+            x=((bands["end_ns"] - bands["start_ns"]) / 1e6).to_numpy(),
+            base=((bands["start_ns"] - t0_ns) / 1e6).to_numpy(),
+            marker={"color": TRACK_COLORS["band"], "line": {"color": "#3182bd", "width": 1}},
+            text=bands["label"].to_numpy(),
+            textposition="inside",
+            insidetextanchor="start",
+            hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms<extra>%{y}</extra>",
+        )
+    tracks = list(dict.fromkeys(boxes["track"])) if len(boxes) else []
+    order += [t for t in tracks if t.startswith("CPU")] + sorted(t for t in tracks if t.startswith("GPU"))
+    for group, mask in (
+        ("cpu", boxes["track"].str.startswith("CPU") if len(boxes) else []),
+        (
+            "gpu",
+            (boxes["track"].str.startswith("GPU") & (boxes["kind"] != "host stall")) if len(boxes) else [],
+        ),
+        ("host stall", (boxes["kind"] == "host stall") if len(boxes) else []),
+    ):
+        sel = boxes[mask] if len(boxes) else boxes
+        if sel.empty:
+            continue
+        names = sel["name"].astype(str).str.slice(0, 140)
+        what = names.where(sel["count"] == 1, names.radd("longest: "))
+        custom = pd.DataFrame(
+            {
+                "what": what,
+                "count": sel["count"],
+                "busy": sel["busy_ns"] / 1e6,
+                "kind": sel["kind"].astype(str),
+            }
+        )
+        fig.add_bar(
+            name={
+                "cpu": "CPU ops, runtime calls",
+                "gpu": "GPU kernels, memcpy, memset",
+                "host stall": "host stall",
+            }[group],
+            orientation="h",
+            y=sel["track"].to_numpy(),
+            x=((sel["end_ns"] - sel["start_ns"]) / 1e6).to_numpy(),
+            base=((sel["start_ns"] - t0_ns) / 1e6).to_numpy(),
+            marker_color=TRACK_COLORS[group],
+            customdata=custom.to_numpy(),
+            hovertemplate=(
+                "%{customdata[0]}<br>%{customdata[3]} · %{customdata[1]} op(s), busy %{customdata[2]:.3f} ms"
+                "<br>%{base:.3f} ms + %{x:.3f} ms<extra>%{y}</extra>"
+            ),
+        )
+    fig.update_layout(
+        barmode="overlay", xaxis_title="ms from the trace's first op", bargap=0.2, dragmode="zoom"
+    )
+    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=order)
+    layout(fig, title, height=200 + 34 * max(len(order), 1))
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0}, margin={"t": 90})
+    return fig

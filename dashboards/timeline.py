@@ -135,3 +135,56 @@ def window_choices(
             int(b),
         )
     return choices
+
+
+def bands(
+    ranges: pd.DataFrame | None, microbatches: pd.DataFrame | None, t0_ns: int, t1_ns: int, limit: int = 300
+) -> pd.DataFrame:
+    """Bands above the tracks for the window: ``band`` (steps, phases, micro-batches), ``label``, start, end (ns).
+
+    Steps: ``ProfilerStep#N`` / mxperf ``step`` ranges. Phases: ranges of a canonical phase, else (a trace
+    whose ranges map to no RL phase) each step's direct child ranges (``## forward ##`` ...). Micro-batches:
+    ``microbatches.parquet`` rows with a start and end. At most ``limit`` of each, the longest."""
+    rows: list[pd.DataFrame] = []
+    if ranges is not None and not ranges.empty:
+        name = ranges["name"].astype(str)
+        phase = ranges["phase"].astype(str) if "phase" in ranges else pd.Series("", index=ranges.index)
+        is_step = (name.str.match(_STEP_NAME) | (phase == "step")).to_numpy(dtype=bool)
+        steps = ranges[is_step]
+        rows.append(steps.assign(band="steps", label=steps["name"].astype(str)))
+        canon = ~phase.isin(["", "other", "step", "<NA>", "None"]).to_numpy(dtype=bool)
+        if canon.any():
+            ph = ranges[canon]
+            rows.append(
+                ph.assign(band="phases", label=ph["phase"].astype(str) + ": " + ph["name"].astype(str))
+            )
+        elif len(steps) and "parent_id" in ranges:
+            kids = ranges[ranges["parent_id"].isin(steps["range_id"]).to_numpy(dtype=bool)]
+            rows.append(kids.assign(band="phases", label=kids["name"].astype(str)))
+    if microbatches is not None and not microbatches.empty and {"start_ns", "end_ns"} <= set(microbatches):
+        mb = microbatches.dropna(subset=["start_ns", "end_ns"])
+        label = (
+            "micro-batch "
+            + mb["microbatch"].astype(str)
+            + " · "
+            + mb["phase"].astype(str)
+            + " · "
+            + mb["tokens_per_microbatch"].astype(str)
+            + " tokens"
+        )
+        rows.append(mb.assign(band="micro-batches", label=label))
+    if not rows:
+        return pd.DataFrame(columns=["band", "label", "start_ns", "end_ns"])
+    out = pd.concat([r[["band", "label", "start_ns", "end_ns"]] for r in rows], ignore_index=True)
+    out = out.astype({"start_ns": "int64", "end_ns": "int64"})
+    out = out[(out["end_ns"] > t0_ns) & (out["start_ns"] < t1_ns)]
+    out = out.assign(
+        label=out["label"].map(short_name),
+        start_ns=out["start_ns"].clip(lower=t0_ns),
+        end_ns=out["end_ns"].clip(upper=t1_ns),
+    )
+    out = out.assign(len_ns=out["end_ns"] - out["start_ns"]).sort_values(
+        "len_ns", ascending=False, kind="stable"
+    )
+    out = out.groupby("band", sort=False).head(limit).drop(columns="len_ns")
+    return out.sort_values(["band", "start_ns"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,94 @@
+""" "Open in Perfetto": an ingested rank's events as an annotated Kineto trace (``mxperf annotate``'s tracks).
+
+The annotated trace is made from the output's own ``events/rank-<r>.parquet`` (the dashboard reads nothing
+outside RUNS_DIR, and an ingest's source trace usually lies elsewhere): its kernels, memory ops, CUDA
+runtime / driver calls, CPU ops and ranges as Kineto events (times relative to ``baseTimeNanoseconds``), plus
+``mxperf annotate``'s GPU busy / host stall / other-idle tracks per device (``tracing.analysis.annotate``,
+its timelines from the engine as the ingest computes them). It is written once per events file (keyed on its
+path, size and modification time) into a cache folder, and ``mxperf ingest`` reads it back with the same
+busy and host-stall numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tracing.analysis import annotate
+from tracing.ingest import engine
+from tracing.outputs import schema
+
+CACHE_ENV = "MXPERF_DASH_CACHE"
+STEPS = (
+    "Open https://ui.perfetto.dev in Chrome or Firefox (the trace is opened in the browser, never uploaded).",
+    "Click **Open trace file** in the left menu (or drag the downloaded `.json.gz` onto the page).",
+    "Pick the downloaded file; the `mxperf: GPU <d>` process at the top holds the GPU busy, host stall and "
+    "idle (other) tracks, the CPU threads and GPU streams follow; W / S zoom, A / D pan.",
+)
+# Kineto categories per event kind: annotate's map plus CPU ops (their threads are tracks in Perfetto)
+CATEGORY = {**annotate.KINETO_CATEGORY, schema.CPU_OP: "cpu_op", schema.PYTHON: "python_function"}
+_COLS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "mxperf-dash-perfetto")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _events(con: Any, base_ns: int) -> Iterator[str]:
+    sql = f"select kind, name, {', '.join(_COLS)} from events order by row"
+    for batch in engine.batches(con, sql, 1 << 16):
+        kinds = batch.column(0).to_pylist()
+        names = ["" if n is None else n for n in batch.column(1).to_pylist()]
+        cols = {c: batch.column(c).to_numpy() for c in _COLS}
+        for i in range(batch.num_rows):
+            cat = CATEGORY.get(kinds[i])
+            if cat is None:
+                continue
+            args: dict[str, int] = {}
+            if cols["device"][i] >= 0:  # GPU rows: pid = device, tid = stream, as Kineto writes them
+                pid, tid = int(cols["device"][i]), int(cols["stream"][i])
+                args = {"device": pid, "stream": tid}
+            else:
+                pid, tid = int(cols["pid"][i]), int(cols["tid"][i])
+            if cols["correlation"][i] >= 0:
+                args["correlation"] = int(cols["correlation"][i])
+            head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})
+            start, dur = (
+                annotate._us(int(cols["start_ns"][i]) - base_ns),
+                annotate._us(int(cols["dur_ns"][i])),
+            )
+            yield f'{head[:-1]}, "ts": {start}, "dur": {dur}}}'
+
+
+def annotated_trace(events_path: str | os.PathLike[str], label: str = "") -> Path:
+    """The annotated ``.json.gz`` of one rank's events (made once, then taken from the cache)."""
+    src = Path(events_path).resolve()
+    st = src.stat()
+    key = hashlib.sha256(f"{src}|{st.st_size}|{st.st_mtime_ns}|1".encode()).hexdigest()[:20]
+    dst = cache_dir() / f"{key}.json.gz"
+    if dst.is_file():
+        return dst
+    with engine.session() as con:
+        engine.parquet_events(con, src)
+        base = int(con.sql("select coalesce(min(start_ns), 0) from events").fetchall()[0][0])
+        base -= base % 1_000_000_000
+        timelines = annotate._timelines(con)
+
+        def events() -> Iterator[str]:
+            yield from _events(con, base)
+            yield from annotate.overlay_events(timelines, base)
+
+        meta = {
+            "baseTimeNanoseconds": str(base),
+            "displayTimeUnit": json.dumps("ms"),
+            "mxperf_source": json.dumps(label or str(src)),
+        }
+        annotate._write_trace(dst, events(), meta)
+    return dst
