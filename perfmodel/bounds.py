@@ -427,6 +427,22 @@ def as_dict(shape: ModelShape) -> dict[str, Any]:
     return asdict(shape)
 
 
+def cast_floor(setup: tuple[Any, Any] | None, phase: str, base: str, low: str) -> tuple[float | None, str]:
+    """The weight-cast floor (seconds per micro-batch) of ``phase`` on the device for the model shape, or
+    None and why."""
+    if setup is None:
+        return None, "device or model unknown (mxperf fit --device D --model-shape S gives the cast floor)"
+    dev, shape = setup
+    try:
+        fl = floors(dev, shape, phase, low=low, base=base)
+    except InputError as exc:
+        return None, str(exc)
+    return float(fl["cast_fixed_s"]), (
+        f"weight-cast floor of {shape.name or 'the model'} on {dev.id}: {fl['cast_bytes_fixed'] / 1e9:.3g} GB "
+        f"at {fl['peaks']['hbm_bytes_per_s'] / 1e12:.3g} TB/s (a floor: a slower cast moves more)"
+    )
+
+
 if __name__ == "__main__":  # python -m perfmodel.bounds: the table of docs/cost-model.md
     from perfmodel.devices import device
 

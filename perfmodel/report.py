@@ -8,6 +8,7 @@ from typing import Any
 from perfmodel.outliers import describe
 from perfmodel.results import entry_stem
 from perfmodel.step_validation import validation_table, validation_words
+from perfmodel.step_whatifs import what_if_lines
 
 
 def _ms(x: float | None) -> str:
@@ -403,6 +404,9 @@ def render_report(doc: dict[str, Any], plots: dict[str, dict[str, str]] | None =
             first, *rest = sm.get("answer") or []
             lines += [f"**{first}**", "", *(f"{r}  " for r in rest), ""]
         lines += _step_table(steps)
+        wl = [line for sm in steps for line in [*what_if_lines(sm), ""] if what_if_lines(sm)]
+        if wl:
+            lines += ["## What-ifs (95 % intervals)", "", *wl]
         lines += ["## Per phase (micro-batch fits)", ""]
     for e in doc["models"]:  # the answer first: the case and n* with its interval, or why there is none
         lines.append(f"- **{e.get('answer') or e['verdict']}**")

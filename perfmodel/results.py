@@ -43,6 +43,7 @@ from perfmodel.hoststall import host_stall_share
 from perfmodel.inputs import FitInputs
 from perfmodel.lof import implausible
 from perfmodel.paired import paired_breakeven
+from perfmodel.step_whatifs import answer_what_ifs
 from perfmodel.steplevel import step_section
 from perfmodel.stepmodel import check_runs, step_models
 from tracing.outputs import store
@@ -374,6 +375,7 @@ def analyze(
     knobs: Any = None,
     at: list[tuple[int, int]] | None = None,
     phase_times: dict[tuple[str, str], float] | None = None,
+    floors_setup: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """The fits.json document for validated inputs (see ``perfmodel.inputs.check_fittable``). ``at``: the
     user's (tokens per step, tokens per micro-batch) pairs; ``phase_times``: (precision, phase) -> seconds
@@ -394,7 +396,7 @@ def analyze(
             entry = _compare(group[baseline], group[prec], mb)
             entry["emulated"] = {p: inputs.emulated[p] for p in (baseline, prec) if p in inputs.emulated}
             entry["step"] = step_section(
-                group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs
+                group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs, floors_setup
             )
             _gate(entry, baseline, prec)
             parts = entry.pop("_parts")
@@ -416,6 +418,7 @@ def analyze(
     )
     load = "; ".join(inputs.load_warnings)
     for sm in steps:
+        sm["what_ifs"] = answer_what_ifs(sm, *sm.pop("_steps"), floors_setup)
         sm["emulated"] = {p: inputs.emulated[p] for p in (baseline, sm["precision"]) if p in inputs.emulated}
         sm["answer"] = step_answer(sm)
         if load:  # timings from a machine busier than its cores: said in the answer's first line

@@ -21,8 +21,10 @@ What-if knobs (``--what-if k=v``) act on the term that holds the cost, for every
   ``weight_quant_s=SECONDS``; when the fit already finds the low precision's added per-step cost (weights
   cast once per step already, as Transformer Engine does with ``is_first_microbatch``), 0 -- there is nothing
   left to move; the ``quantize`` kernel class of a labelled ingest of that precision (an upper bound, since it
-  also holds activation and gradient casts); else the sweep's ``d_fixed`` (an upper bound: all added fixed
-  cost taken as weight quantization). The estimate and its source are reported. With both knobs, ``q`` is
+  also holds activation and gradient casts); the physical weight-cast floor (weight bytes at the device's
+  HBM bandwidth, :mod:`perfmodel.bounds`, with ``--device`` and ``--model-shape``), at most ``d_fixed``; else
+  the upper end of the range 0 to ``d_fixed`` (said so; :mod:`perfmodel.step_whatifs` gives both ends with
+  intervals). The estimate and its source are reported. With both knobs, ``q`` is
   scaled by S too and never exceeds the adjusted fixed cost.
 """
 
@@ -128,6 +130,8 @@ def weight_quant_seconds(
     knobs: WhatIf,
     kernels: pd.DataFrame | None = None,
     kernel_microbatches: Mapping[str, int] | None = None,
+    floor_s: float | None = None,
+    floor_source: str | None = None,
 ) -> tuple[float, str]:
     """Seconds of weight quantization per micro-batch for ``low`` and where the number comes from."""
     d_step = float(getattr(low, "per_step_s", 0.0) or 0.0) - float(getattr(base, "per_step_s", 0.0) or 0.0)
@@ -148,9 +152,17 @@ def weight_quant_seconds(
         sel = kernels[(kernels["precision"] == low.precision) & (kernels["kernel_class"] == "quantize")]
         q = float(sel["total_ns"].sum()) * 1e-9 / kernel_microbatches[low.precision]
         source = "quantize kernel class of the labelled trace per micro-batch (upper bound: includes activation casts)"
+    elif floor_s is not None:
+        q = min(float(floor_s), max(low.fixed_s - base.fixed_s, 0.0))
+        source = (
+            f"weight-cast floor ({floor_source or 'weight bytes at the device bandwidth'}), at most d_fixed"
+        )
     else:
         q = max(low.fixed_s - base.fixed_s, 0.0)
-        source = "sweep d_fixed (upper bound: all added fixed cost taken as weight quantization)"
+        source = (
+            "the upper end of the range 0 to d_fixed (device or model unknown: --device and --model-shape give "
+            "the physical cast floor; step_model[].what_ifs has both ends with intervals)"
+        )
     return float(min(max(q, 0.0), max(low.fixed_s, 0.0))), source
 
 

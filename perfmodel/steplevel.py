@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.bootstrap import percentile_ci
+from perfmodel.bounds import cast_floor
 from perfmodel.fitted import BasisFit, PrecisionFit
 from perfmodel.inputs import FitInputs
 from perfmodel.model import LEVEL, t_quantile
@@ -108,6 +109,7 @@ def step_section(
     global_tokens: int | None,
     mem_cap: float | None,
     knobs: WhatIf | None,
+    floors_setup: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     knobs = knobs or WhatIf()
     base = group[baseline]
@@ -149,8 +151,9 @@ def step_section(
         wq, sources = {}, {}
         for p, line in lines.items():
             if p != baseline:
+                floor, floor_src = cast_floor(floors_setup, phase, baseline, p)
                 wq[p], sources[p] = weight_quant_seconds(
-                    lines[baseline], line, knobs, inputs.kernels, inputs.kernel_microbatches
+                    lines[baseline], line, knobs, inputs.kernels, inputs.kernel_microbatches, floor, floor_src
                 )
         adj = step_costs(lines, baseline, inputs.other_phases_s, knobs, wq, curves, own)
         section["what_if"] = {

@@ -659,6 +659,7 @@ def _comparison(
         "breakeven": None,
         "recommendation": None,
         "reason": None,
+        "_steps": (base, low),  # for the what-ifs (perfmodel.step_whatifs), popped before fits.json
     }
     one_sided = sorted(set(base.terms) ^ set(low.terms))
     if one_sided:

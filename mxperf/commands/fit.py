@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     from perfmodel.results import analyze
     from perfmodel.step import parse_what_if
     from perfmodel.step_validation import validation_lines
+    from perfmodel.step_whatifs import what_if_lines
     from perfmodel.stepmodel import parse_at, parse_phase_flags
     from tracing.outputs import store
     from tracing.outputs.manifest import OutputDir
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         mem_cap_bytes=args.mem_cap_bytes,
         knobs=knobs,
         at=at,
+        floors_setup=bounds,
     )
     config = {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")
@@ -205,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=stream)
     for e in doc["models"]:
         print(e["verdict"], file=stream)
+    for sm in doc.get("step_model") or []:  # the what-ifs at the answer's setting, with intervals
+        for line in what_if_lines(sm):
+            print(line, file=stream)
     for line in bounds_lines(doc, bounds) if bounds else []:
         print(line, file=stream)
     print(f"wrote {args.out / store.FITS} and {args.out / store.REPORT}", file=sys.stderr)

@@ -132,10 +132,14 @@ def test_step_breakeven_includes_the_per_step_cost_difference() -> None:
     assert step_breakeven(base, low, 8192) is None  # the per-step cost outweighs the saving: never crosses
 
 
-def test_weight_quant_defaults_to_the_sweep_difference_as_an_upper_bound(fits) -> None:
+def test_weight_quant_without_a_floor_is_the_upper_end_of_the_range_and_says_so(fits) -> None:
     q, source = weight_quant_seconds(fits["bf16"], fits["mxfp8"], WhatIf(weight_quant="per_step"))
     assert q == pytest.approx(fits["mxfp8"].fixed_s - fits["bf16"].fixed_s)
-    assert "upper bound" in source
+    assert "upper end of the range 0 to d_fixed" in source and "--model-shape" in source
+    q, source = weight_quant_seconds(
+        fits["bf16"], fits["mxfp8"], WhatIf(weight_quant="per_step"), floor_s=1e-4
+    )
+    assert q == pytest.approx(1e-4) and "floor" in source
 
 
 def test_weight_quant_from_kernel_classes_of_a_labelled_trace(fits) -> None:
