@@ -28,6 +28,8 @@ PAGES = [
     ("breakeven.py", "Breakeven", "breakeven", ":material/show_chart:"),
     ("host_stall.py", "Host stall", "host_stall", ":material/hourglass_empty:"),
     ("timeline.py", "Timeline", "timeline", ":material/view_timeline:"),
+    ("kernels.py", "Kernels", "kernels", ":material/memory:"),
+    ("diff.py", "Diff", "diff", ":material/difference:"),
     ("consistency.py", "Consistency", "consistency", ":material/compare_arrows:"),
     ("weight_sync.py", "Weight sync", "weight_sync", ":material/sync:"),
     ("add_trace.py", "Add a trace", "add_trace", ":material/upload_file:"),

@@ -32,6 +32,12 @@ PARAMS: dict[str, str] = {
     "be_wq": "weight_quant",
     "hs_trace": "trace",
     "hs_other": "trace_other",
+    "kn_ingest": "ingest",
+    "kn_top": "top",
+    "kn_device": "device",
+    "df_a": "diff_a",
+    "df_b": "diff_b",
+    "df_by": "by",
 }
 _SLOT = "_share_link_slot"
 
