@@ -369,7 +369,18 @@ def step_answer(sm: dict[str, Any]) -> list[str]:
             line1 += f" ({', '.join(s['measured_at_other_global_batch'])} as measured at the runs' global batch, not scaled.)"
         if check := validation_words(sm.get("validation")):
             line1 += " " + check
-    return [line1, _breakeven_line(sm, low), _change_line(sm, low, base) + _what_if_change(sm, low)]
+    return [
+        line1,
+        _breakeven_line(sm, low) + _next(sm),
+        _change_line(sm, low, base) + _what_if_change(sm, low),
+    ]
+
+
+def _next(sm: dict[str, Any]) -> str:
+    from perfmodel.next_measurements import next_words
+
+    w = next_words(sm)
+    return f" {w}" if w else ""
 
 
 def _what_if_change(sm: dict[str, Any], low: str) -> str:

@@ -42,10 +42,11 @@ from perfmodel.headline import answer, step_answer, verdict
 from perfmodel.hoststall import host_stall_share
 from perfmodel.inputs import FitInputs
 from perfmodel.lof import implausible
+from perfmodel.next_measurements import next_measurements
 from perfmodel.paired import paired_breakeven
 from perfmodel.step_whatifs import answer_what_ifs
 from perfmodel.steplevel import step_section
-from perfmodel.stepmodel import check_runs, step_models
+from perfmodel.stepmodel import check_runs, memory_cap_tokens, step_models
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 
@@ -418,7 +419,10 @@ def analyze(
     )
     load = "; ".join(inputs.load_warnings)
     for sm in steps:
-        sm["what_ifs"] = answer_what_ifs(sm, *sm.pop("_steps"), floors_setup)
+        pair = sm.pop("_steps")
+        sm["what_ifs"] = answer_what_ifs(sm, *pair, floors_setup)
+        caps = [c for c in (memory_cap_tokens(st, mem_cap_bytes)[0] for st in pair) if c is not None]
+        sm["next_measurements"] = next_measurements(sm, *pair, min(caps) if caps else None)
         sm["emulated"] = {p: inputs.emulated[p] for p in (baseline, sm["precision"]) if p in inputs.emulated}
         sm["answer"] = step_answer(sm)
         if load:  # timings from a machine busier than its cores: said in the answer's first line
