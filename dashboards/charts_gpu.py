@@ -23,7 +23,7 @@ def stall_share_figure(share: pd.DataFrame, x: str, title: str) -> go.Figure:
         fig.add_bar(
             name=str(prec),
             x=grp[x].astype(str),
-            y=100 * grp["host_stall_share"],
+            y=grp["host stall %"],
             marker_color=precision_color(str(prec), i),
             hovertemplate="%{x}: %{y:.1f} %<extra>" + str(prec) + "</extra>",
         )

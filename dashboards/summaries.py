@@ -35,8 +35,13 @@ def has_gpu_numbers(mb: pd.DataFrame, column: str = "host_stall_seconds") -> boo
     return column in mb.columns and bool(mb[column].notna().any())
 
 
+STALL_PCT = "host stall %"
+BUSY_PCT = "GPU busy %"
+
+
 def stall_share(mb: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """Host-stall share of wall time, grouped: sum(host_stall_seconds) / sum(seconds) over traced rows.
+    """Host-stall share of wall time in percent, grouped: 100 x sum(host_stall_seconds) / sum(seconds) over
+    traced rows (``host stall %``, ``GPU busy %``: percent, as every other share on the pages).
 
     Rows without a GPU trace are left out of both sums; a group with none has share null and ``reason``.
     """
@@ -57,8 +62,8 @@ def stall_share(mb: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
         gpu_busy_seconds=("_busy", "sum"),
     ).reset_index()
     has = out["traced"] > 0
-    out["host_stall_share"] = (out["host_stall_seconds"] / out["seconds"]).where(has)
-    out["gpu_busy_share"] = (out["gpu_busy_seconds"] / out["seconds"]).where(
+    out[STALL_PCT] = (100 * out["host_stall_seconds"] / out["seconds"]).where(has)
+    out[BUSY_PCT] = (100 * out["gpu_busy_seconds"] / out["seconds"]).where(
         has & (out["gpu_busy_seconds"] > 0)
     )
     out.loc[~has, ["seconds", "host_stall_seconds", "gpu_busy_seconds"]] = np.nan

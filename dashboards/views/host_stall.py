@@ -137,19 +137,37 @@ mb = pd.concat(list(frames.values()), ignore_index=True) if frames else pd.DataF
 if len(mb) and summaries.has_gpu_numbers(mb):
     with ui.card("Share per micro-batch size and per phase"):
         by_size = summaries.stall_share(mb, ["model", "precision", "tokens_per_microbatch"])
+        no_gpu = []
         for model, grp in by_size.groupby("model"):
+            if not (
+                grp["traced"] > 0
+            ).any():  # a CPU sweep: no GPU ops, so no host stall -- not an empty chart
+                no_gpu.append(str(model))
+                continue
             ui.chart(
                 charts_gpu.stall_share_figure(
-                    grp, "tokens_per_microbatch", f"{model}: host stall per micro-batch size"
+                    grp[grp["traced"] > 0],
+                    "tokens_per_microbatch",
+                    f"{model}: host stall per micro-batch size",
                 ),
                 f"{model}-stall-per-size",
                 f"hs_size_{model}",
             )
+        if no_gpu:
+            st.info(
+                f"Host stall per micro-batch size is not available for {', '.join(f'`{m}`' for m in no_gpu)}: "
+                "its micro-batches ran on a CPU (no GPU ops, so nothing for the GPU to wait on). "
+                "A GPU trace of it (a sweep with --trace on a GPU, or mxperf ingest) gives it."
+            )
         by_phase = summaries.stall_share(mb, ["model", "precision", "phase"])
         ui.chart(
-            charts_gpu.stall_share_figure(by_phase, "phase", "Host stall per phase"),
+            charts_gpu.stall_share_figure(by_phase[by_phase["traced"] > 0], "phase", "Host stall per phase"),
             "stall-per-phase",
             "hs_phase",
+        )
+        st.caption(
+            f"Shares in percent of the micro-batches' wall time ({summaries.STALL_PCT}, {summaries.BUSY_PCT}), "
+            "as in the per-GPU tables above."
         )
         st.dataframe(by_size, hide_index=True)
         ui.download_table(by_size, "host-stall-per-size", "hs_size_dl")

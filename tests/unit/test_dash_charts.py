@@ -113,7 +113,7 @@ def test_timeline_puts_ranges_above_devices_and_idle_under_busy() -> None:
 
 def test_stall_share_figure_shows_percent() -> None:
     share = pd.DataFrame(
-        {"precision": ["bf16", "mxfp8"], "tokens_per_microbatch": [256, 256], "host_stall_share": [0.1, 0.4]}
+        {"precision": ["bf16", "mxfp8"], "tokens_per_microbatch": [256, 256], "host stall %": [10.0, 40.0]}
     )
     fig = charts_gpu.stall_share_figure(share, "tokens_per_microbatch", "t")
     assert [list(tr.y) for tr in fig.data] == [[10.0], [40.0]]
