@@ -6,6 +6,7 @@ What a page says in words comes from here, so it is tested without Streamlit:
   complete low-precision one (learner ``mxfp8`` first, else another precision id) of the same kind;
 * :func:`with_sync_checks` -- a run's ``sync`` phase split into the weight transfer and the weight-sync checks
   (``sync_check_s``), which a run times inside its sync;
+* :func:`sync_check_cost` -- the sync checks' cost per step, the one number Step time and Weight sync show;
 * :func:`phase_stats` -- median, quartiles and the number of steps per phase, the warm-up step left out;
 * :func:`phase_change_words` / :func:`change_table` -- the relative change of each phase's median against
   the baseline, with the spread (IQR) and step counts behind it, flagged when the quartile ranges overlap.
@@ -128,6 +129,21 @@ def phase_stats(table: pd.DataFrame, skip_first: bool = True) -> pd.DataFrame:
             "n_steps": len(wide),
         }
     )
+
+
+SYNC_CHECK_RULE = (
+    "per step, the sync-check seconds inside that step's sync (metrics.sync_check_s); the warm-up step left out "
+    "when there are three or more (one-time costs), as every phase on Step time; the initial sync before step 0 "
+    "is in no step's time and is not counted"
+)
+
+
+def sync_check_cost(table: pd.DataFrame) -> pd.Series | None:
+    """The weight-sync checks' cost per step (``median_s``, ``q1_s``, ``q3_s``, ``n_steps``) of a run's step
+    table (:func:`with_sync_checks` applied): the ``sync checks`` row of :func:`phase_stats`, so Step time and
+    Weight sync show one number (rule: :data:`SYNC_CHECK_RULE`). None when the run does not time its checks."""
+    stats = phase_stats(table)
+    return stats.loc[SYNC_CHECKS] if SYNC_CHECKS in stats.index else None
 
 
 def phase_medians(table: pd.DataFrame, skip_first: bool = True) -> pd.Series:

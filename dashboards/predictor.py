@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts_fit, compare, fitsview, share, ui
+from dashboards import charts_fit, data, fitsview, share, ui
 from perfmodel import model as pm
 from perfmodel import step, step_interval
 from tracing.outputs import store
@@ -69,12 +69,10 @@ def predicted_step_card(
                 "phase only; enter the others here"
             )
         elif not any(others.values()) and pair is not None and pair.model == chosen["model"]:
-            try:  # the sidebar pair's own medians, each precision its own
-                for prec, entry in ((base_id, pair.baseline), (low_id, pair.other)):
-                    med = compare.phase_medians(ui.step_table(entry))
-                    others[prec] = float(med.drop(["step", chosen["phase"]], errors="ignore").sum())
+            try:  # the sidebar pair's own phases, each precision its own, by mxperf fit's rule
+                others = pair_other_phases(pair, chosen)
                 others_source = (
-                    f"the medians of the sidebar pair's steps ({pair.baseline.rel}, {pair.other.rel})"
+                    f"the sidebar pair's steps ({pair.baseline.rel}, {pair.other.rel}) by {OTHER_PHASES_RULE}"
                 )
             except (ValueError, MxperfError):
                 others = {base_id: 0.0, low_id: 0.0}
@@ -112,7 +110,11 @@ def predicted_step_card(
                 key=key,
             )
             share.keep(key)
-        st.caption(f"Other phases from {others_source}.")
+        st.caption(
+            f"Other phases from {others_source}. Which steps: every step, the warm-up step included, as mxperf "
+            "fit counts them (a run pays its warm-up step); Step time's per-phase medians leave the warm-up step "
+            "out to compare steady steps, so they can differ."
+        )
         st.markdown("**What if** (the cost model's knobs, applied to the low precision)")
         k1, k2 = st.columns(2)
         share.restore("be_scale", like=1.0, check=lambda v: 0.0 <= v <= 2.0)
@@ -213,6 +215,30 @@ def predicted_step_card(
             "predicted-step-time",
             "be_pred",
         )
+
+
+OTHER_PHASES_RULE = (
+    "mxperf fit's rule (perfmodel.stepmodel.other_phase_seconds: per phase the median over every step of the "
+    "run folders, warm-up step included, summed)"
+)
+
+
+def pair_other_phases(pair: Any, chosen: dict[str, Any]) -> dict[str, float]:
+    """Per precision, seconds per step of the phases besides the fitted one in the sidebar pair's run folders,
+    computed by the function ``mxperf fit`` uses for its step model (:data:`OTHER_PHASES_RULE`), so the page
+    and fits.json never give two numbers for one run. Raises ValueError when a side is not a run folder."""
+    from perfmodel.inputs import read_run_folder
+    from perfmodel.stepmodel import other_phase_seconds
+
+    base, low = chosen["baseline"], chosen["precision"]
+    if any(e.kind != "run" for e in (pair.baseline, pair.other)):
+        raise ValueError("other phases are read from run folders (mxperf run's metrics.parquet)")
+    root = ui.runs_dir()
+    runs = [
+        read_run_folder(data.resolve_inside(root, e.rel), e.manifest) for e in (pair.baseline, pair.other)
+    ]
+    own = other_phase_seconds(chosen["model"], [base, low], runs, {}, {}, exclude=chosen["phase"])
+    return {p: float(sum((own.get(p) or {}).values())) for p in (base, low)}
 
 
 def other_phase_defaults(chosen: dict[str, Any]) -> tuple[dict[str, float], str]:

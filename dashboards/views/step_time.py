@@ -88,6 +88,11 @@ if len(sides) == 2:
         st.caption(
             f"Relative change of the median seconds against {base_label}; negative = faster. 'within spread': the "
             "two quartile ranges overlap, so the steps' own variation covers the change."
+            + (
+                f" 'sync checks': {compare.SYNC_CHECK_RULE} (Weight sync shows the same number)."
+                if any(compare.SYNC_CHECKS in s.index for s in (base, other))
+                else ""
+            )
         )
         diff = compare.change_table(base, other, base_label, other_label)
         st.dataframe(diff, hide_index=True)

@@ -62,3 +62,61 @@ def test_host_stall_share_in_percent_and_cpu_sweeps_say_not_available(
     row = by_size[(by_size["tokens_per_microbatch"] == size) & (by_size["precision"] == "bf16")]
     row = row[row["traced"] > 0]
     assert float(row["host stall %"].iloc[0]) == pytest.approx(want, rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------------- (a)
+def _sync_check_ms(caption: str) -> float:
+    import re
+
+    return float(re.search(r"Cost of the checks: median ([\d.]+) ms", caption)[1])
+
+
+def test_sync_check_cost_is_one_number_on_step_time_and_weight_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    _examples("run-tiny-dense-bf16", "run-tiny-dense-mxfp8")
+    at = _open(EXAMPLES, "weight_sync", monkeypatch)
+    seen = {}
+    for rel in ("run-tiny-dense-mxfp8", "run-tiny-dense-bf16"):
+        at.selectbox(key="sync_run").set_value(rel).run()
+        cap = next(c for c in _texts(at, "caption") if "Cost of the checks" in c)
+        assert "warm-up step left out" in cap and "initial sync" in cap
+        metrics = pd.read_parquet(EXAMPLES / rel / store.METRICS).sort_values("step")
+        want = metrics["sync_check_s"].iloc[1:].median()  # the Step time rule: warm-up step out
+        assert _sync_check_ms(cap) == pytest.approx(want * 1e3, abs=0.05), rel
+        seen[rel] = want
+    st = _open(EXAMPLES, "step_time", monkeypatch)
+    diff = next(df.value for df in st.dataframe if "phase" in df.value.columns)
+    row = diff[diff["phase"] == "sync checks"].iloc[0]
+    cells = [str(v) for v in row.to_numpy()]
+    assert any(c.startswith(f"{seen['run-tiny-dense-mxfp8']:.4g} [") for c in cells), cells
+    assert any(c.startswith(f"{seen['run-tiny-dense-bf16']:.4g} [") for c in cells), cells
+    assert any("Weight sync shows the same number" in c for c in _texts(st, "caption"))
+
+
+def test_breakeven_other_phases_from_the_pair_use_mxperf_fits_rule_warm_up_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older fits.json without other phases: Breakeven fills them from the sidebar pair's run folders by the
+    function mxperf fit uses (every step, warm-up included), and its caption says which steps."""
+    import shutil
+
+    from perfmodel.inputs import read_run_folder
+    from perfmodel.stepmodel import other_phase_seconds
+
+    names = ("fit-tiny-dense", "run-tiny-dense-bf16", "run-tiny-dense-mxfp8")
+    _examples(*names)
+    runs = tmp_path / "runs"
+    for n in names:
+        shutil.copytree(EXAMPLES / n, runs / n)
+    doc = json.loads((runs / "fit-tiny-dense" / store.FITS).read_text())
+    for m in doc["models"]:
+        (m.get("step") or {}).pop("other_phases_by_precision_s", None)  # the older format
+    (runs / "fit-tiny-dense" / store.FITS).write_text(json.dumps(doc))
+    at = _open(runs, "breakeven", monkeypatch)
+    folders = [
+        read_run_folder(runs / n, json.loads((runs / n / store.MANIFEST).read_text())) for n in names[1:]
+    ]
+    own = other_phase_seconds("tiny-dense", ["bf16", "mxfp8"], folders, {}, {}, exclude="update")
+    assert at.number_input(key="be_other").value == pytest.approx(sum(own["bf16"].values()), abs=1e-4)
+    assert at.number_input(key="be_other_low").value == pytest.approx(sum(own["mxfp8"].values()), abs=1e-4)
+    cap = next(c for c in _texts(at, "caption") if c.startswith("Other phases from"))
+    assert "warm-up step included" in cap and "Step time" in cap
