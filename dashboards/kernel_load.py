@@ -1,6 +1,7 @@
-"""Loading for the Kernels and Diff pages: the documents of ``mxperf kernels --json`` and ``mxperf diff --json``
-made by the same functions (``mxperf.commands.kernels.document``, ``perfmodel.kernel_diff.diff``), cached on the
-ingest's files' modification times, after checking that every file they read lies inside RUNS_DIR.
+"""Loading for the Kernels and Diff pages: the documents of ``mxperf kernels --json`` / ``mxperf diff --json``,
+cached on the ingest's files' modification times, once every file they read is found inside RUNS_DIR.
+
+Made by the CLI's functions (``perfmodel.kernel_summary.document``, ``perfmodel.kernel_diff.diff``).
 
 The perfmodel functions read an ingest folder by path (DuckDB over its Parquet tables), so the confinement
 ``dashboards.data`` gives every other read is checked here first: a file or ``events/`` table that resolves
@@ -58,8 +59,8 @@ def _message(exc: Exception, *folders: tuple[Path, data.OutputEntry]) -> str:
 @st.cache_resource(max_entries=32, show_spinner="Reading the ingest's kernels…")
 def _kernels(path: str, top: int, device_id: str | None, stamp: tuple[int, ...]) -> dict[str, Any]:
     del stamp  # cache key only
-    from mxperf.commands.kernels import document
     from perfmodel.devices import device
+    from perfmodel.kernel_summary import document
 
     return document(path, top=top, dev=device(device_id) if device_id else None)
 

@@ -89,3 +89,32 @@ def _rows(con: Any, select: str, key: str, top: int, busy: int, mbs: dict[str, i
         r["per_phase_ns"] = phases.get(r[key], {})
         r["per_microbatch_ns"] = in_mb.get(r[key], {})
     return out
+
+
+def document(out: str | Path, *, top: int, dev: Any = None) -> dict[str, Any]:
+    """The tables of ``mxperf kernels OUT --json`` (without ``--model-shape``'s floors): the summary, the
+    roofline of the GEMMs with shapes on ``dev`` (a ``perfmodel.devices.Device``, or None: no roofline) and
+    the communication per step and rank when the trace has collective kernels. ``mxperf kernels`` prints it and
+    the dashboard's Kernels page shows it."""
+    doc = summarize(out, top=top)
+    if dev is not None:
+        from perfmodel.kernel_ops import open_ops
+        from perfmodel.roofline import gemm_table
+
+        with open_ops(out) as con:
+            gemms = gemm_table(con, dev, top=top)
+        notes = sorted({g["peak_note"] for g in gemms if g.get("peak_note")})
+        if not gemms:
+            notes.append("no GEMM kernel of this trace has recorded shapes (record_shapes=True)")
+        doc["roofline"] = {
+            "device": {"id": dev.id, "name": dev.name, "hbm_bytes_per_s": dev.hbm_bytes_per_s},
+            "gemms": gemms,
+            "notes": notes,
+        }
+    if any(c["kernel_class"] == "communication" for c in doc["classes"]):
+        from perfmodel.kernel_comm import communication
+        from perfmodel.kernel_ops import open_ops
+
+        with open_ops(out) as con:
+            doc["communication"] = communication(con, out)
+    return doc

@@ -159,14 +159,6 @@ def t_quantile(level: float, dof: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2.0, dof))
 
 
-def __getattr__(name: str) -> Any:  # ``from perfmodel.model import PrecisionFit`` (it lives in fitted.py)
-    if name == "PrecisionFit":
-        from perfmodel.fitted import PrecisionFit
-
-        return PrecisionFit
-    raise AttributeError(f"module 'perfmodel.model' has no attribute {name!r}")
-
-
 def _coef(fit: Any) -> tuple[float, float]:
     if isinstance(fit, LineFit):
         return fit.intercept, fit.slope

@@ -171,7 +171,9 @@ def next_measurements(
 
 
 def next_words(sm: Mapping[str, Any]) -> str:
-    """'Next measurements (...): 4 repeats at 16,384 and 4 at 8,192 tokens per micro-batch: expected ...' or ''."""
+    """'Next measurements (...): e.g. 4 repeats at 16,384 and 4 at 8,192 tokens per micro-batch ...: expected
+    ... (which size narrows it most is a rough estimate)' or ''. The ranking is not claimed: measured in
+    simulations, it can put the best size last (docs/cost-model.md)."""
     nm = sm.get("next_measurements") or {}
     if not nm.get("needed"):
         return ""
@@ -185,5 +187,6 @@ def next_words(sm: Mapping[str, Any]) -> str:
         else f"its interval's width expected x{e['width_ratio']:.2f}"
     )
     return (
-        f"Next measurements ({nm['why']}): {plan} tokens per micro-batch narrow {nm['what']} most: {width}."
+        f"Next measurements ({nm['why']}): e.g. {plan} tokens per micro-batch for {nm['what']}: {width} "
+        "(more repeats at any size narrow it; which size narrows it most is a rough estimate)."
     )

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.model import LEVEL, PrecisionFit, t_quantile
+from perfmodel.fitted import PrecisionFit
+from perfmodel.model import LEVEL, t_quantile
 
 
 @dataclass(frozen=True)

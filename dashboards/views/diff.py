@@ -1,7 +1,9 @@
-"""Diff: where the time difference between two ingested traces (B - A, typically MXFP8 - BF16) comes from --
-GEMM kernels, casts / quantize kernels, other kernels, host stall and the residual, with launches added -- per
-micro-batch size, per phase and per step; kernels found on one side only. Every number is a field of
-``mxperf diff A B --json`` (``perfmodel.kernel_diff.diff``, the same function)."""
+"""Diff: where the time difference between two ingested traces (B - A, typically MXFP8 - BF16) comes from, per
+micro-batch size, per phase and per step.
+
+GEMM kernels, casts / quantize kernels, other kernels, host stall and the residual, with launches added;
+kernels found on one side only. Every number is a field of ``mxperf diff A B --json``
+(``perfmodel.kernel_diff.diff``, the same function)."""
 
 import streamlit as st
 

@@ -1,6 +1,8 @@
-"""Kernels: the top kernels and kernel classes of an ingested trace -- time, count, share of GPU busy, per phase
-and per micro-batch -- communication per step and rank, and with a device the roofline of each GEMM shape.
-Every number is a field of ``mxperf kernels OUT --json`` (the same function makes it)."""
+"""Kernels: the top kernels and kernel classes of an ingested trace, communication per step and rank, and with a
+device the roofline of each GEMM shape.
+
+Time, count, share of GPU busy, per phase and per micro-batch. Every number is a field of ``mxperf kernels
+OUT --json`` (the same function makes it)."""
 
 import streamlit as st
 
@@ -10,7 +12,7 @@ from tracing.outputs.errors import MxperfError
 st.title("Kernels")
 st.caption(
     "The document `mxperf kernels OUT --top K [--device D] --json` prints, made by the same function "
-    "(`mxperf.commands.kernels.document`: `perfmodel.kernel_summary`, `perfmodel.roofline`, "
+    "(`perfmodel.kernel_summary.document`: `perfmodel.kernel_summary`, `perfmodel.roofline`, "
     "`perfmodel.kernel_comm`; rules in docs/kernels.md). Share of GPU busy = a kernel's summed time over the "
     "busy union of the trace's GPUs (`devices.parquet`): kernels on concurrent streams can add up to more than "
     "100 %. Per micro-batch = the time of the phase's micro-batches over their count."

@@ -199,37 +199,6 @@ def _row(r: dict[str, Any], phases: list[str]) -> str:
     return f"{r['count']:>7} {r['total_ns'] / 1e6:>11.3f} {share:>7} {mean:>9}{per_mb}"
 
 
-def document(out: str | Path, *, top: int, dev: Any = None) -> dict[str, Any]:
-    """The tables of ``mxperf kernels OUT --json`` (without ``--model-shape``'s floors): the summary, the
-    roofline of the GEMMs with shapes on ``dev`` (a ``perfmodel.devices.Device``, or None: no roofline) and
-    the communication per step and rank when the trace has collective kernels. The dashboard's Kernels page
-    shows this same document."""
-    from perfmodel.kernel_summary import summarize
-
-    doc = summarize(out, top=top)
-    if dev is not None:
-        from perfmodel.kernel_ops import open_ops
-        from perfmodel.roofline import gemm_table
-
-        with open_ops(out) as con:
-            gemms = gemm_table(con, dev, top=top)
-        notes = sorted({g["peak_note"] for g in gemms if g.get("peak_note")})
-        if not gemms:
-            notes.append("no GEMM kernel of this trace has recorded shapes (record_shapes=True)")
-        doc["roofline"] = {
-            "device": {"id": dev.id, "name": dev.name, "hbm_bytes_per_s": dev.hbm_bytes_per_s},
-            "gemms": gemms,
-            "notes": notes,
-        }
-    if any(c["kernel_class"] == "communication" for c in doc["classes"]):
-        from perfmodel.kernel_comm import communication
-        from perfmodel.kernel_ops import open_ops
-
-        with open_ops(out) as con:
-            doc["communication"] = communication(con, out)
-    return doc
-
-
 def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise InputError(f"--top {args.top}: must be >= 0 (0 shows every kernel)")
@@ -238,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
         from perfmodel.devices import device
 
         dev = device(args.device)
+    from perfmodel.kernel_summary import document
+
     doc = document(args.out, top=args.top, dev=dev)
     setup = bounds_setup(args)
     if getattr(args, "fit", None) and setup is None:
