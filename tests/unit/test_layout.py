@@ -206,9 +206,10 @@ def _module_graph(package: str) -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_circles_inside_tracing() -> None:
+@pytest.mark.parametrize("package", ["tracing", "perfmodel", "dashboards"])
+def test_no_import_circles_inside_a_package(package: str) -> None:
     """A module never imports, directly or through others, a module that imports it (lazy imports included)."""
-    graph = _module_graph("tracing")
+    graph = _module_graph(package)
     state: dict[str, int] = {}
     stack: list[str] = []
     circles: list[str] = []
