@@ -132,6 +132,23 @@ def consistency_medians(long: pd.DataFrame) -> pd.DataFrame:
     return med.reset_index()
 
 
+# The injected faults break an MXFP8 weight sync (E8M0 scales, requantization): the precision a fault matrix ran.
+FAULT_PRECISIONS = ("mxfp8",)
+
+
+def pairing_precisions(table: pd.DataFrame) -> list[str]:
+    """The precisions of a consistency table's learner x sampler pairings ('mxfp8 grid-fraction 0.5' ->
+    mxfp8, 'bf16 kv-fp8' -> bf16 and kv-fp8)."""
+    words = [
+        w
+        for col in ("learner", "sampler")
+        if col in table
+        for v in table[col].dropna()
+        for w in str(v).split()
+    ]
+    return list(dict.fromkeys(w for w in words if w[0].isalpha() and w != "grid-fraction"))
+
+
 # --------------------------------------------------------------------------------------------- weight sync
 def sync_matrix(checks: pd.DataFrame) -> pd.DataFrame:
     """step x invariant: 1 passed, 0 failed, NaN not checked that step (``--check-sync first``)."""

@@ -8,7 +8,7 @@ treated as read-only: every analysis function in ``dashboards.compare``/``summar
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,20 @@ def _message(exc: Exception) -> str:
 
 def provenance(entry: data.OutputEntry) -> Provenance:
     return data.entry_provenance(entry, entries())
+
+
+def source_marks(
+    found: Mapping[data.OutputEntry, pd.DataFrame], precisions: Callable[[pd.DataFrame], Any]
+) -> None:
+    """One caption per source output of a table shown on a card, marked like Breakeven's answer card
+    (:orange-badge[emulated] / :green-badge[measured]): device and emulation from its manifest (device,
+    learner_device, gemm_backend) for the precisions its table holds (``precisions(table)``)."""
+    for entry, table in found.items():
+        prov = data.provenance(entry.manifest, [str(p) for p in precisions(table) if p])
+        mark = {"emulated": ":orange-badge[emulated]", "native": ":green-badge[measured]"}.get(
+            prov.low_precision, ""
+        )
+        st.caption(f"{mark} `{entry.rel}`: **{prov.badge}** — {prov.note}".strip())
 
 
 def provenance_caption(entry: data.OutputEntry) -> None:

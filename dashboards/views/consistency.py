@@ -84,6 +84,7 @@ with ui.card(f"{model}: every pairing at fixed weights"):
             f"No {store.CONSISTENCY} for this model. `mxperf consistency --model {model} -o DIR` makes one."
         )
     else:
+        ui.source_marks(found, summaries.pairing_precisions)
         table = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
         if {"learner", "sampler", "kl_k3"} <= set(table.columns):
             ui.chart(charts_checks.fixed_weights_figure(table), f"{model}-fixed-weights", "cons_fixed")

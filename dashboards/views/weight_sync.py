@@ -62,6 +62,7 @@ with ui.card("Fault matrix"):
     else:
         found = ui.tables_of(sources, store.FAULT_MATRIX)
         if found:
+            ui.source_marks(found, lambda _: summaries.FAULT_PRECISIONS)
             fm = pd.concat([t.assign(source=e.rel) for e, t in found.items()], ignore_index=True)
             ui.chart(
                 charts_checks.fault_matrix_figure(summaries.fault_grid(fm)), "fault-matrix", "sync_faults"

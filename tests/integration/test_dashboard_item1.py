@@ -120,3 +120,16 @@ def test_breakeven_other_phases_from_the_pair_use_mxperf_fits_rule_warm_up_inclu
     assert at.number_input(key="be_other_low").value == pytest.approx(sum(own["mxfp8"].values()), abs=1e-4)
     cap = next(c for c in _texts(at, "caption") if c.startswith("Other phases from"))
     assert "warm-up step included" in cap and "Step time" in cap
+
+
+# --------------------------------------------------------------------------------------------- (e)
+def test_cpu_consistency_and_fault_outputs_are_marked_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    _examples("consistency-tiny-dense", "faults-tiny-dense")
+    for rel in ("consistency-tiny-dense", "faults-tiny-dense"):
+        assert json.loads((EXAMPLES / rel / store.MANIFEST).read_text())["learner_device"] == "cpu"
+    at = _open(EXAMPLES, "consistency", monkeypatch)
+    marks = [c for c in _texts(at, "caption") if "`consistency-tiny-dense`" in c]
+    assert marks and ":orange-badge[emulated]" in marks[0] and "mxfp8" in marks[0], marks
+    at = _open(EXAMPLES, "weight_sync", monkeypatch)
+    marks = [c for c in _texts(at, "caption") if "`faults-tiny-dense`" in c]
+    assert marks and ":orange-badge[emulated]" in marks[0] and "CPU" in marks[0], marks
