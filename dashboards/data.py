@@ -247,6 +247,24 @@ def _manifest_dirs(root: Path) -> Iterable[Path]:
             yield Path(current)
 
 
+def links_outside(runs_dir: Path) -> list[str]:
+    """Folders under RUNS_DIR (as deep as discovery looks) that are links resolving outside it: discovery
+    never follows them, so the outputs they point to are skipped; the Runs page names them (paths under
+    RUNS_DIR, never the target's)."""
+    root = Path(runs_dir).resolve()
+    out: list[str] = []
+    for current, dirs, _ in os.walk(root, followlinks=False):
+        here = Path(current)
+        for d in sorted(dirs):
+            link = here / d
+            if link.is_symlink() and not link.resolve().is_relative_to(root):
+                out.append(link.relative_to(root).as_posix())
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".")]
+        if len(here.relative_to(root).parts) >= MAX_DEPTH:
+            dirs[:] = []
+    return sorted(out)
+
+
 def discover_outputs(runs_dir: Path) -> list[OutputEntry]:
     """Every output directory under RUNS_DIR, sorted by path. Unreadable manifests -- and manifests that
     are links leaving RUNS_DIR, which are never read -- become entries with ``error`` set (shown in the

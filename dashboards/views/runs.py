@@ -19,6 +19,15 @@ if not entries:
     )
     st.stop()
 
+skipped = data.links_outside(ui.runs_dir())
+if skipped:
+    st.warning(
+        f"{len(skipped)} output(s) skipped: links outside the runs folder: "
+        + ", ".join(f"`{p}`" for p in skipped)
+        + ". The dashboard reads only files under the runs folder; copy or move an output into it to see it.",
+        icon=":material/link_off:",
+    )
+
 table = data.entries_frame(entries)
 emulated = table[(table["low precision"] == "emulated") & (table["status"] == "complete")]
 if len(emulated):

@@ -133,3 +133,21 @@ def test_cpu_consistency_and_fault_outputs_are_marked_emulated(monkeypatch: pyte
     at = _open(EXAMPLES, "weight_sync", monkeypatch)
     marks = [c for c in _texts(at, "caption") if "`faults-tiny-dense`" in c]
     assert marks and ":orange-badge[emulated]" in marks[0] and "CPU" in marks[0], marks
+
+
+# --------------------------------------------------------------------------------------------- (f)
+def test_a_folder_linked_from_outside_is_said_skipped_once_on_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dash_fixtures
+
+    runs = dash_fixtures.make_runs_dir(tmp_path / "runs")
+    dash_fixtures.add_symlinked_outputs(runs, tmp_path / "outside")
+    assert (runs / "linked-folder").is_symlink()
+    at = _open(runs, "runs", monkeypatch)
+    said = [w for w in _texts(at, "warning") if "links outside the runs folder" in w]
+    assert len(said) == 1 and said[0].startswith("1 output(s) skipped") and "`linked-folder`" in said[0], said
+    assert str(tmp_path / "outside") not in said[0]  # the link is named, never where it points
+    assert not any(
+        e.value["path"].str.contains("linked-folder").any() for e in at.dataframe if "path" in e.value
+    )
