@@ -413,3 +413,29 @@ def sources_table(entry: Mapping[str, Any]) -> pd.DataFrame | None:
     if not isinstance(src, Mapping):
         return None
     return pd.DataFrame([{"number": k, "from": v if v else "not computed"} for k, v in src.items()])
+
+
+def validation_misses(doc: dict[str, Any], rels: Sequence[str] = ()) -> list[str]:
+    """One warning per step model whose prediction misses its run folders' measured steps (fits.json
+    ``step_model[].validation.misses``: a whole step off by more than 10 % or outside its band), in the words
+    ``mxperf fit`` prints (perfmodel.step_validation.validation_words). With ``rels``, only models whose
+    misses name one of those run folders."""
+    from perfmodel.step_validation import validation_words
+
+    out = []
+    for sm in doc.get("step_model") or []:
+        v = sm.get("validation") if isinstance(sm, dict) else None
+        misses = (v or {}).get("misses") or []
+        if not misses:
+            continue
+        if rels and not any(
+            str(m.get("run", "")).rstrip("/").endswith(tuple(f"/{r}" for r in rels))
+            or str(m.get("run", "")) in rels
+            for m in misses
+        ):
+            continue
+        words = validation_words(v)
+        if words:
+            label = f"{sm.get('model', '?')}: {sm.get('precision', '?')} vs {sm.get('baseline', '?')}"
+            out.append(f"{label}: {words}")
+    return out

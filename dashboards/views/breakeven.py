@@ -9,6 +9,7 @@ from dashboards import answer_view, charts_fit, data, fitsview, predictor, share
 from perfmodel import model as pm
 from perfmodel import results
 from tracing.outputs import store
+from tracing.outputs.errors import MxperfError
 
 NONE = "(none)"
 _KNOWN = {
@@ -47,6 +48,11 @@ overlay_rel = c2.selectbox(
 share.keep("be_overlay")
 
 answer_view.answer_card(fit_dir)
+try:  # a prediction the run folders contradict is said up here, not only in the table below
+    for miss in fitsview.validation_misses(ui.json_file(fit_dir, store.FITS)):
+        st.warning(miss, icon=":material/error:")
+except (MxperfError, ValueError, TypeError, AttributeError):  # the Verdict card says what is wrong
+    pass
 st.caption(
     "Each micro-batch costs fixed + per_token x n seconds. A low precision that adds fixed cost but saves "
     "per token pays off above n* = added fixed / per-token saving. Fits come from `mxperf fit`, points from "

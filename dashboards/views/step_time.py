@@ -4,10 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, compare, summaries, ui
+from dashboards import charts, compare, fitsview, summaries, ui
 from dashboards.data import OutputEntry
 from tracing.analysis import ranks, step_ranges
 from tracing.outputs import store
+from tracing.outputs.errors import MxperfError
 
 ALL_RANKS = "all ranks: step = max over ranks"
 
@@ -69,6 +70,14 @@ def _side(entry: OutputEntry, label: str, key: str) -> tuple[pd.DataFrame, pd.Da
         return table, stats
     return None
 
+
+for fit in ui.usable("fit"):  # a step model these runs contradict: said where their steps are shown
+    try:
+        doc = ui.json_file(fit, store.FITS)
+    except (MxperfError, ValueError):
+        continue
+    for miss in fitsview.validation_misses(doc, (pair.baseline.rel, pair.other.rel)):
+        st.warning(f"`{fit.rel}`: {miss}", icon=":material/error:")
 
 sides: dict[str, tuple[OutputEntry, pd.DataFrame, pd.DataFrame]] = {}
 cols = st.columns(2)

@@ -151,3 +151,39 @@ def test_a_folder_linked_from_outside_is_said_skipped_once_on_runs(
     assert not any(
         e.value["path"].str.contains("linked-folder").any() for e in at.dataframe if "path" in e.value
     )
+
+
+# --------------------------------------------------------------------------------------------- (g)
+def test_a_missed_step_prediction_is_a_visible_warning_on_breakeven_and_step_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fits.json's step validation (perfmodel.step_validation) says the prediction misses a run by -55 %:
+    Breakeven (under the answer) and Step time (its run is in the sidebar pair) warn in mxperf fit's words."""
+    import shutil
+
+    from perfmodel.step_validation import validation_words
+
+    names = ("fit-tiny-dense", "run-tiny-dense-bf16", "run-tiny-dense-mxfp8")
+    _examples(*names)
+    runs = tmp_path / "runs"
+    for n in names:
+        shutil.copytree(EXAMPLES / n, runs / n)
+    doc = json.loads((runs / "fit-tiny-dense" / store.FITS).read_text())
+    assert doc.get("step_model"), "the example fit has a step model"
+    row = {"run": "examples/runs/run-tiny-dense-bf16", "phase": "step", "precision": "bf16", "kind": "step",
+           "steps": 4, "predicted_s": 2.5, "predicted_ci": [2.4, 2.6], "measured_s": 5.6,
+           "error_pct": -55.4, "inside": False}  # fmt: skip
+    validation = {
+        "rows": [row],
+        "median_abs_error_pct": 55.4,
+        "counted_rows": 1,
+        "misses": [{k: row[k] for k in ("run", "precision", "error_pct", "inside")}],
+    }
+    doc["step_model"][0]["validation"] = validation
+    (runs / "fit-tiny-dense" / store.FITS).write_text(json.dumps(doc))
+    words = validation_words(validation)
+    assert words and "misses" in words
+    at = _open(runs, "breakeven", monkeypatch)
+    assert any(words in w and "-55 %" in w for w in _texts(at, "warning")), _texts(at, "warning")
+    at = _open(runs, "step_time", monkeypatch)
+    assert any(words in w and "`fit-tiny-dense`" in w for w in _texts(at, "warning")), _texts(at, "warning")
