@@ -65,6 +65,7 @@ def test_gpu_bound_mi300_resnet_costs_each_step_its_own_gpu_work(tmp_path, capsy
     assert main(["ingest", str(RESNET_MI300), "-o", str(out), "--label", "precision=bf16,model=resnet"]) == 0
     err = capsys.readouterr().err
     assert "behind the host" in err and "seconds_basis = device" in err
+    assert "sizes not known to be tokens (3 images" in err  # said at ingest, not first at the fit
     mb = store.read_table(out / store.MICROBATCHES)
     assert sorted(mb["step"]) == [15, 16, 17]
     for row in mb.itertuples():

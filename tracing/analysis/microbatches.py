@@ -378,6 +378,8 @@ def _rows(
             unit = c.unit if tokens else "tokens"  # no size read: the label's, tokens
             if labels.tokens_per_microbatch and unit != "tokens":  # the user's count of tokens wins
                 tokens, unit = None, "tokens"
+            if unit != "tokens":
+                note["units"][unit] += 1
             rows.append(
                 {
                     "model": labels.model or c.model or "unlabelled",
@@ -414,6 +416,7 @@ def _note(notes: dict[tuple[int, str], dict[str, Any]], pid: int, phase: str) ->
             "found": 0,
             "sources": Counter(),
             "dropped": Counter(),
+            "units": Counter(),  # kept rows whose sizes are not tokens (images, unknown)
             "ambiguous": [],
         },
     )
@@ -429,6 +432,12 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
             "phase unknown": "no phase range encloses them; pass --label phase=PHASE",
         }[what]
         problems.append(f"{k} left out: {what}: {fix}")
+    if n["units"]:
+        counts = ", ".join(f"{k} {u}" for u, k in sorted(n["units"].items()))
+        problems.append(
+            f"sizes not known to be tokens ({counts}: read from a first GEMM's rows): mxperf fit refuses them; "
+            "pass --label tokens_per_microbatch=N if you know the tokens"
+        )
     if n["ambiguous"]:
         problems.append(
             f"{len(n['ambiguous'])} range(s) not cut, no micro-batches guessed: " + " | ".join(n["ambiguous"])
