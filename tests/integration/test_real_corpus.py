@@ -101,3 +101,54 @@ def test_amd_sglang_decode_reads_bf16_hipblaslt_gemms_and_finds_no_microbatches(
     assert doc["traces"][0]["microbatches"] == 0 and not (out / store.MICROBATCHES).exists()
     evidence = store.read_json(out / store.MANIFEST)["traces"][0]["precision_evidence"]
     assert (evidence["precision"], evidence["family"]) == ("bf16", "bf16") and evidence["share"] > 0.99
+
+
+def _events(path: Path) -> list[dict]:
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    return [e for e in (doc["traceEvents"] if isinstance(doc, dict) else doc) if e.get("ph") == "X"]
+
+
+def test_amd_mi250_toy_training_step_is_one_microbatch_holding_its_backward(tmp_path, capsys):
+    """HTA's MI250 toy training trace (ROCm 6.2): one forward (linear, relu, mse_loss) and its backward on the
+    autograd thread inside ProfilerStep#1; ProfilerStep#2 is empty. One micro-batch, holding that backward."""
+    path = REAL / "hta_mi250_minitoy_train.json.gz"
+    events = _events(path)
+    backward = [
+        e for e in events if e.get("cat") == "cpu_op" and str(e["name"]).startswith("autograd::engine")
+    ]
+    assert backward and len({e["tid"] for e in backward}) == 1  # the autograd thread
+    bw_lo = min(_ns(e["ts"]) for e in backward)
+    bw_hi = max(_ns(e["ts"]) + _ns(e["dur"]) for e in backward)
+    out = tmp_path / "o"
+    args = [
+        "ingest",
+        str(path),
+        "-o",
+        str(out),
+        "--label",
+        "precision=bf16,model=toy,tokens_per_microbatch=64",
+    ]
+    assert main(args) == 0
+    capsys.readouterr()
+    mb = store.read_table(out / store.MICROBATCHES)
+    assert len(mb) == 1 and mb["phase"].iloc[0] == "update"
+    step1 = next(e for e in events if e.get("cat") == "user_annotation" and e["name"] == "ProfilerStep#1")
+    ranges = store.read_table(out / store.RANGES)
+    offset = int(ranges.loc[ranges["name"] == "ProfilerStep#1", "start_ns"].iloc[0]) - _ns(step1["ts"])
+    lo, hi = int(mb["start_ns"].iloc[0]) - offset, int(mb["end_ns"].iloc[0]) - offset  # the file's clock
+    assert lo <= bw_lo and bw_hi <= hi
+
+
+def test_amd_bert_inference_is_no_microbatch_and_says_why(tmp_path, capsys):
+    """TraceLens' BERT-small on MI300X: one forward in ProfilerStep#6, no backward anywhere in the file (no
+    autograd op): inference, so no training micro-batch even with every label given."""
+    events = _events(REAL / "tracelens_mi300_bert_small_inference.json.gz")
+    ops = [str(e["name"]) for e in events if e.get("cat") in ("cpu_op", "kernel")]
+    assert ops and not any("backward" in n.lower() or n.startswith("autograd::") for n in ops)
+    out = tmp_path / "o"
+    args = ["ingest", str(REAL / "tracelens_mi300_bert_small_inference.json.gz"), "-o", str(out), "--json"]
+    assert main([*args, "--label", "precision=bf16,model=bert,tokens_per_microbatch=128"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["traces"][0]["microbatches"] == 0
+    assert "no backward pass" in captured.err and "inference" in captured.err
+    assert not (out / store.MICROBATCHES).exists()
