@@ -18,16 +18,12 @@ st.caption(
 )
 
 
-@st.cache_resource(max_entries=8, show_spinner="Reading the events…")
-def _timeline(path: str, stamp: int) -> timeline_boxes.Timeline:
+@st.cache_resource(
+    max_entries=8, show_spinner="Reading the events (once per events file; then from the cache)…"
+)
+def _timeline(path: str, stamp: int) -> tuple[timeline_boxes.Timeline, timeline_boxes.Stalls]:
     del stamp
-    return timeline_boxes.build(path)
-
-
-@st.cache_resource(max_entries=8, show_spinner="Finding host-stall spans…")
-def _stalls(path: str, stamp: int) -> timeline_boxes.Stalls:
-    del stamp
-    return timeline_boxes.host_stalls(path)
+    return timeline_boxes.load(path)
 
 
 ingests = [e for e in ui.usable("ingest") if ui.files(e, f"{store.EVENTS_DIR}/rank-*.parquet")]
@@ -50,11 +46,10 @@ rank_file = c2.selectbox(
 )
 path = data.resolve_inside(ui.runs_dir(), Path(entry.rel) / rank_file)
 stamp = data.file_stamp(ui.runs_dir(), entry, rank_file)
-tl = _timeline(str(path), stamp)
+tl, stalls = _timeline(str(path), stamp)
 if not len(tl.tracks):
     st.info("This rank's events hold no CPU or GPU ops with a duration: nothing to draw.")
     st.stop()
-stalls = _stalls(str(path), stamp)
 stem = rank_file.split("/")[-1].removesuffix(".parquet").removeprefix("rank-")
 ranges = ui.table(entry, store.RANGES, required=False)
 mb = ui.table(entry, store.MICROBATCHES, required=False)

@@ -81,3 +81,40 @@ def test_jump_to_a_step_sets_the_window(monkeypatch: pytest.MonkeyPatch) -> None
     slider = next(s for s in at.slider if str(s.key).startswith("tl_window_"))
     lo, hi = slider.value
     assert 200 < hi - lo < 240  # ProfilerStep#5 is ~220 ms long
+
+
+def test_a_rewritten_events_file_shows_its_new_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The islands cached on disk (and in the server) follow the events file: rewrite it, the page redraws."""
+    import os
+    import shutil
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from dashboards import timeline_boxes
+
+    runs = tmp_path / "runs"
+    shutil.copytree(EXAMPLES / "ingest-a100-hostbound", runs / "ingest-a100-hostbound")
+    monkeypatch.setenv(timeline_boxes.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(data.RUNS_DIR_ENV, str(runs))
+
+    def lanes() -> set[str]:
+        at = AppTest.from_file(str(APP), default_timeout=90)
+        at.run()
+        at.switch_page("views/timeline.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        return _lanes(_figure(at))
+
+    thread = "CPU pid 2910249 · thread 2919752"
+    assert thread in lanes()
+    assert len(list((tmp_path / "cache" / "timeline").iterdir())) == 1
+    events = runs / "ingest-a100-hostbound" / "events" / "rank-0.parquet"
+    table = pq.read_table(events)
+    pq.write_table(table.filter(pc.not_equal(table.column("tid"), 2919752)), events)
+    st = events.stat()  # a coarse file-system clock could keep the time: move it on
+    os.utime(events, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    after = lanes()
+    assert thread not in after and "CPU pid 2910249 · thread 2910249" in after
+    assert [p.name for p in (tmp_path / "cache" / "timeline").iterdir()] == [
+        timeline_boxes.cache_entry(events).name
+    ]
