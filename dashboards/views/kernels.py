@@ -79,10 +79,10 @@ with ui.card(f"{rel}: kernel classes", entry, key="kernels-classes"):
     mbs = doc["microbatches"]
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(
-        "GPU busy", f"{doc['busy_ns'] / 1e6:,.3f} ms", help="busy union per GPU, summed (devices.parquet)"
+        "GPU busy", f"{doc['busy_ns'] / 1e6:,.1f} ms", help="busy union per GPU, summed (devices.parquet)"
     )
     m2.metric("GPU ops", f"{doc['ops']:,}")
-    m3.metric("GPU op time, summed", f"{doc['op_ns'] / 1e6:,.3f} ms")
+    m3.metric("GPU op time, summed", f"{doc['op_ns'] / 1e6:,.1f} ms")
     m4.metric("Micro-batches", f"{sum(mbs.values()):,}")
     st.caption(
         "Micro-batches per phase: "

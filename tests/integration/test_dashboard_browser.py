@@ -12,6 +12,7 @@ The server runs on a copy of ``examples/runs`` (uploads must not land in the rep
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -86,10 +87,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _runs_dir(tmp_path_factory.mktemp("served"))
 
 
-@pytest.fixture(scope="module")
-def server(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def serving(runs: Path, log_dir: Path) -> Iterator[str]:
+    """``mxperf dash RUNS`` on a free port, up (its health check answers) for the block: yields its URL."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("dash") / "dash.log"
+    log = log_dir / "dash.log"
     with log.open("w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mxperf.cli", "dash", str(runs), "--port", str(port)],
@@ -117,6 +119,37 @@ def server(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextlib.contextmanager
+def chromium(profile: Path, size: str = "1600,1000", downloads: Path | None = None) -> Iterator[object]:
+    """A headless Chromium (``size``: "width,height"; ``downloads``: where downloads go) for the block."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--window-size={size}"):
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={profile}")
+    if downloads is not None:
+        opts.add_experimental_option(
+            "prefs", {"download.default_directory": str(downloads), "download.prompt_for_download": False}
+        )
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    try:
+        with serving(runs, tmp_path_factory.mktemp("dash")) as url:
+            yield url
+    finally:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "dashboard-load-times.json").write_text(json.dumps(LOAD_TIMES, indent=1) + "\n")
 
@@ -128,23 +161,8 @@ def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory, downloads: Path) -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (*FLAGS, "--window-size=1600,1000"):
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    opts.add_experimental_option(
-        "prefs", {"download.default_directory": str(downloads), "download.prompt_for_download": False}
-    )
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium-profile"), downloads=downloads) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -424,8 +442,8 @@ def _change(driver: object, kind: str, index: int) -> bool | None:
     from selenium.webdriver.common.keys import Keys
 
     els = _find(driver, WIDGETS[kind])
-    if index >= len(els):
-        return False
+    if index >= len(els):  # an earlier change took it off the page (e.g. another fit without that choice)
+        return None
     el = els[index]
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
     if kind in ("select", "multi"):
@@ -433,11 +451,10 @@ def _change(driver: object, kind: str, index: int) -> bool | None:
     if kind == "slider":
         return _nudge_slider(driver, el)
     if kind == "radio":
-        other = [
-            o
-            for o in el.find_elements("css selector", '[data-testid="stRadioOption"]')
-            if o.get_attribute("data-selected") != "true"
-        ]
+        options = el.find_elements("css selector", '[data-testid="stRadioOption"]')
+        if len(options) < 2:  # one choice (e.g. a fit with the wall basis only): nothing to change
+            return None
+        other = [o for o in options if o.get_attribute("data-selected") != "true"]
         if other:
             other[0].click()
         return bool(other)

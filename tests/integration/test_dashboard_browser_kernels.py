@@ -8,11 +8,8 @@ Server and browser set-up are test_dashboard_browser's (a copy of examples/runs 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,53 +27,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = tb._free_port()
-    log = tmp_path_factory.mktemp("dash-kernels") / "dash.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mxperf.cli", "dash", str(runs), "--port", str(port)],
-            cwd=tb.REPO,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(tb.REPO)},
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"mxperf dash did not come up: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
+    with tb.serving(runs, tmp_path_factory.mktemp("dash-kernels")) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = tb.CHROMIUM
-    for flag in (*tb.FLAGS, "--window-size=1280,800"):
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile-kernels')}")
-    driver = webdriver.Chrome(service=Service(tb.CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    try:
+    with tb.chromium(tmp_path_factory.mktemp("chromium-profile-kernels"), "1280,800") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _main_text(driver: object) -> str:

@@ -27,16 +27,18 @@ def _mb(stall) -> pd.DataFrame:
 
 def test_stall_share_is_stall_over_wall_per_group() -> None:
     share = summaries.stall_share(_mb([0.1, 0.1, 0.5, 0.4]), ["precision", "tokens_per_microbatch"])
-    got = share.set_index(["precision", "tokens_per_microbatch"])["host_stall_share"]
-    assert got[("mxfp8", 256)] == pytest.approx(0.5)
-    assert got[("bf16", 512)] == pytest.approx(0.05)
+    got = share.set_index(["precision", "tokens_per_microbatch"])[
+        summaries.STALL_PCT
+    ]  # percent, as every share
+    assert got[("mxfp8", 256)] == pytest.approx(50.0)
+    assert got[("bf16", 512)] == pytest.approx(5.0)
 
 
 def test_stall_share_without_gpu_trace_is_null_with_reason_not_zero() -> None:
     mb = _mb([None, None, None, None])
     assert not summaries.has_gpu_numbers(mb)
     share = summaries.stall_share(mb, ["precision"])
-    assert share["host_stall_share"].isna().all()
+    assert share[summaries.STALL_PCT].isna().all()
     assert (share["reason"] == "no GPU trace for these micro-batches").all()
 
 
