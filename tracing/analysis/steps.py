@@ -222,7 +222,9 @@ def _device_windows(
     if "queued_end_ns" not in ranges.column_names or "gpu_end_ns" not in ranges.column_names:
         return lo, hi
     queued = ranges.column("queued_end_ns").to_numpy(zero_copy_only=False)
-    gpu_end = np.nan_to_num(ranges.column("gpu_end_ns").to_numpy(zero_copy_only=False).astype(np.float64), nan=-1)
+    gpu_end = np.nan_to_num(
+        ranges.column("gpu_end_ns").to_numpy(zero_copy_only=False).astype(np.float64), nan=-1
+    )
     queued = np.nan_to_num(queued.astype(np.float64), nan=-1).astype(np.int64)
     gpu_end = gpu_end.astype(np.int64)
     behind = queued - start > LAG_SHARE * (end - start)
