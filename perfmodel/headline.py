@@ -248,12 +248,24 @@ def verdict(
         head += f": {_costs(be, low, entry)}"
     pair = ""
     if paired is not None and paired.case != be.case:
-        n = f" (n* = {_tok(paired.tokens)})" if paired.tokens is not None else ""
-        pair = f". Paired by repeat (drift shared by both precisions cancelled): {paired.case}{n}"
+        pair = f". Paired by repeat (drift shared by both precisions cancelled): {_paired_words(paired, low)}"
     per_step = _per_step(entry, low) if be.model is not None else ""
     text = head + _case(be, cross) + _crossing(cross, low) + _gpu_busy(busy) + per_step
     text += pair + _stall(share, be) + _outliers(entry)
     return text + "."
+
+
+def _paired_words(paired: PairedBreakeven, low: str) -> str:
+    """The paired cross-check's case in words (never its id)."""
+    n = _tok(paired.tokens) if paired.tokens is not None else "?"
+    return {
+        "faster_above": f"{low} faster above {n} tokens per micro-batch",
+        "faster_below": f"{low} faster below {n} tokens per micro-batch",
+        "always_faster": f"{low} faster at every size",
+        "never_faster": f"{low} never faster",
+        "indistinguishable": "no significant difference",
+        "undetermined": "undetermined",
+    }.get(str(paired.case), "no case")
 
 
 def emulation_tag(entry: dict[str, Any]) -> str:
@@ -293,7 +305,7 @@ def answer(entry: dict[str, Any], be: Breakeven) -> str:
         "never_faster": "never faster at any micro-batch size (95 %)",
         "indistinguishable": "neither difference is significant at 95 %: no breakeven can be told",
     }[be.case]
-    return f"{head}: {be.case}: {words}"
+    return f"{head}: {words}"  # the case in words; its id is fits.json's breakeven.case
 
 
 def _gain_pct(x: float) -> str:

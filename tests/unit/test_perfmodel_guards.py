@@ -201,7 +201,7 @@ def test_two_ingested_cpu_runs_are_not_called_gpu_traces_nor_back_to_back(tmp_pa
 
 def test_the_report_opens_with_the_answer() -> None:
     e = _entry(simulate_sweep(PAPER_LIKE, rng=np.random.default_rng(4)), n_boot=100)
-    assert e["answer"].startswith("sim/update: mxfp8 vs bf16: faster_above: pays off above ")
+    assert e["answer"].startswith("sim/update: mxfp8 vs bf16: pays off above ")  # words, not the case's id
     assert "[95 % CI" in e["answer"]
     lines = render_report({**_doc(e), "bootstrap": {"resamples": 100}}).splitlines()
     assert lines[2] == f"- **{e['answer']}**"
