@@ -17,11 +17,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from tracing.analysis import annotate
 from tracing.ingest import engine
-from tracing.outputs import schema
 
 CACHE_ENV = "MXPERF_DASH_CACHE"
 STEPS = (
@@ -31,40 +29,12 @@ STEPS = (
     "idle (other) tracks, the CPU threads and GPU streams follow; W / S zoom, A / D pan.",
 )
 # Kineto categories per event kind: annotate's map plus CPU ops (their threads are tracks in Perfetto)
-CATEGORY = {**annotate.KINETO_CATEGORY, schema.CPU_OP: "cpu_op", schema.PYTHON: "python_function"}
-_COLS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
 
 
 def cache_dir() -> Path:
     path = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "mxperf-dash-perfetto")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _events(con: Any, base_ns: int) -> Iterator[str]:
-    sql = f"select kind, name, {', '.join(_COLS)} from events order by row"
-    for batch in engine.batches(con, sql, 1 << 16):
-        kinds = batch.column(0).to_pylist()
-        names = ["" if n is None else n for n in batch.column(1).to_pylist()]
-        cols = {c: batch.column(c).to_numpy() for c in _COLS}
-        for i in range(batch.num_rows):
-            cat = CATEGORY.get(kinds[i])
-            if cat is None:
-                continue
-            args: dict[str, int] = {}
-            if cols["device"][i] >= 0:  # GPU rows: pid = device, tid = stream, as Kineto writes them
-                pid, tid = int(cols["device"][i]), int(cols["stream"][i])
-                args = {"device": pid, "stream": tid}
-            else:
-                pid, tid = int(cols["pid"][i]), int(cols["tid"][i])
-            if cols["correlation"][i] >= 0:
-                args["correlation"] = int(cols["correlation"][i])
-            head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})
-            start, dur = (
-                annotate._us(int(cols["start_ns"][i]) - base_ns),
-                annotate._us(int(cols["dur_ns"][i])),
-            )
-            yield f'{head[:-1]}, "ts": {start}, "dur": {dur}}}'
 
 
 def annotated_trace(events_path: str | os.PathLike[str], label: str = "") -> Path:
@@ -82,7 +52,7 @@ def annotated_trace(events_path: str | os.PathLike[str], label: str = "") -> Pat
         timelines = annotate._timelines(con)
 
         def events() -> Iterator[str]:
-            yield from _events(con, base)
+            yield from annotate.kineto_events(con, base, annotate.ALL_CATEGORIES, per_process_ids=False)
             yield from annotate.overlay_events(timelines, base)
 
         meta = {

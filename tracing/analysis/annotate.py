@@ -148,36 +148,38 @@ KINETO_CATEGORY = {
 }
 
 
-_NSYS_COLUMNS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
+_EVENT_COLUMNS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation")
+# an events table's CPU ops and Python functions too (an ingest's events, not an nsys export's)
+ALL_CATEGORIES = {**KINETO_CATEGORY, schema.CPU_OP: "cpu_op", schema.PYTHON: "python_function"}
 
 
-def _nsys_events(con: Any) -> Iterator[str]:
-    """The events of the engine's ``events`` view as Kineto events, in table order."""
-    sql = f"select kind, name, {', '.join(_NSYS_COLUMNS)} from events order by row"
+def kineto_events(
+    con: Any, base_ns: int = 0, categories: dict[str, str] = KINETO_CATEGORY, per_process_ids: bool = True
+) -> Iterator[str]:
+    """The rows of the engine's ``events`` view as Kineto events (JSON text), in table order: GPU rows on
+    (device, stream) as Kineto writes them, times relative to ``base_ns``; kinds not in ``categories`` are
+    left out. ``per_process_ids``: correlation ids are per process (nsys) and are made unique per file."""
+    sql = f"select kind, name, {', '.join(_EVENT_COLUMNS)} from events order by row"
     for batch in batches(con, sql, 1 << 16):
-        yield from _nsys_batch(batch)
-
-
-def _nsys_batch(batch: Any) -> Iterator[str]:
-    kinds = batch.column(0).to_pylist()
-    names = ["" if n is None else n for n in batch.column(1).to_pylist()]
-    cols = {c: batch.column(c).to_numpy() for c in _NSYS_COLUMNS}
-    for i in range(batch.num_rows):
-        cat = KINETO_CATEGORY.get(kinds[i])
-        if cat is None:
-            continue
-        args: dict[str, int] = {}
-        if cols["device"][i] >= 0:  # GPU rows: pid = device, tid = stream, as Kineto writes them
-            pid, tid = int(cols["device"][i]), int(cols["stream"][i])
-            args = {"device": pid, "stream": tid}
-        else:
-            pid, tid = int(cols["pid"][i]), int(cols["tid"][i])
-        if cols["correlation"][i] >= 0:  # nsys ids are per process; Kineto's are per file: make them unique
-            args["correlation"] = (int(cols["pid"][i]) << 32) | int(cols["correlation"][i])
-        head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})[
-            :-1
-        ]
-        yield f'{head}, "ts": {_us(cols["start_ns"][i])}, "dur": {_us(cols["dur_ns"][i])}}}'
+        kinds = batch.column(0).to_pylist()
+        names = ["" if n is None else n for n in batch.column(1).to_pylist()]
+        cols = {c: batch.column(c).to_numpy() for c in _EVENT_COLUMNS}
+        for i in range(batch.num_rows):
+            cat = categories.get(kinds[i])
+            if cat is None:
+                continue
+            args: dict[str, int] = {}
+            if cols["device"][i] >= 0:  # GPU rows: pid = device, tid = stream, as Kineto writes them
+                pid, tid = int(cols["device"][i]), int(cols["stream"][i])
+                args = {"device": pid, "stream": tid}
+            else:
+                pid, tid = int(cols["pid"][i]), int(cols["tid"][i])
+            if cols["correlation"][i] >= 0:
+                corr = int(cols["correlation"][i])
+                args["correlation"] = (int(cols["pid"][i]) << 32) | corr if per_process_ids else corr
+            head = json.dumps({"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid, "args": args})
+            start, dur = _us(int(cols["start_ns"][i]) - base_ns), _us(int(cols["dur_ns"][i]))
+            yield f'{head[:-1]}, "ts": {start}, "dur": {dur}}}'
 
 
 def annotate_nsys(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
@@ -185,7 +187,7 @@ def annotate_nsys(src: Path, dst: Path) -> list[metrics.DeviceTimeline]:
         timelines = _timelines(con)
 
         def events() -> Iterator[str]:
-            yield from _nsys_events(con)
+            yield from kineto_events(con)
             yield from overlay_events(timelines, 0)
 
         meta = {"displayTimeUnit": json.dumps("ms"), "mxperf_source": json.dumps(str(src))}
