@@ -258,6 +258,9 @@ def verdict(
 def _paired_words(paired: PairedBreakeven, low: str) -> str:
     """The paired cross-check's case in words (never its id)."""
     n = _tok(paired.tokens) if paired.tokens is not None else "?"
+    if paired.tokens is not None and paired.tokens < 1 and paired.case in ("faster_above", "faster_below"):
+        # a crossing at or below zero tokens: no micro-batch size is on its other side
+        return f"{low} {'faster' if paired.case == 'faster_above' else 'slower'} at every size (n* <= 0)"
     return {
         "faster_above": f"{low} faster above {n} tokens per micro-batch",
         "faster_below": f"{low} faster below {n} tokens per micro-batch",

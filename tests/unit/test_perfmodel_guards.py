@@ -212,3 +212,19 @@ def test_simulated_scenarios_at_a_few_seeds_are_never_confidently_wrong() -> Non
         row = summarize(name, run(name, seeds=3, n_boot=100))
         assert row["wrong"] == 0 and row["recommendation_unsupported"] == 0, row
         assert row["recommendation_wrong"] == 0 and row["n_star_without_interval"] == 0, row
+
+
+def test_the_paired_cross_check_is_said_in_words_and_never_at_zero_tokens() -> None:
+    from perfmodel.headline import _paired_words
+    from perfmodel.paired import PairedBreakeven
+
+    def paired(case: str, tokens: float | None) -> PairedBreakeven:
+        return PairedBreakeven(3, case, tokens, (None, None), "", 0.0, (0.0, 0.0), 0.0, (0.0, 0.0), "")
+
+    assert (
+        _paired_words(paired("faster_below", 88.0), "mxfp8") == "mxfp8 faster below 88 tokens per micro-batch"
+    )
+    assert _paired_words(paired("faster_below", 0.0), "mxfp8") == "mxfp8 slower at every size (n* <= 0)"
+    assert _paired_words(paired("faster_above", -5.0), "mxfp8") == "mxfp8 faster at every size (n* <= 0)"
+    for case in ("always_faster", "never_faster", "indistinguishable", "undetermined"):
+        assert "_" not in _paired_words(paired(case, None), "mxfp8")
