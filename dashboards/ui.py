@@ -177,6 +177,18 @@ def usable(kind: str | None = None, model: str | None = None) -> list[data.Outpu
     ]
 
 
+def stop_without_trace_ingests(usable: list[data.OutputEntry]) -> None:
+    """A page over ingested GPU traces with none to show: say why and how to add one, and stop the page."""
+    if usable:
+        return
+    unusable_notes([e for e in entries() if e.kind == "ingest"], "ingest")
+    st.info(
+        "No ingested GPU trace under the runs directory. Add one on the Add a trace page or with "
+        "`mxperf ingest TRACE -o RUNS_DIR/NAME`."
+    )
+    st.stop()
+
+
 def unusable_notes(outputs: list[data.OutputEntry], what: str) -> None:
     """Say which outputs of a kind exist but cannot be used, and why ('No sweep' would be false)."""
     broken = [e for e in outputs if not e.usable]

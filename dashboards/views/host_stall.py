@@ -27,13 +27,7 @@ def _metric_logs_only(traces: object) -> bool:
 
 ingests = [e for e in ui.usable("ingest") if not _metric_logs_only(e.manifest.get("traces"))]
 pair = ui.current_pair()
-if not ingests:
-    ui.unusable_notes([e for e in ui.entries() if e.kind == "ingest"], "ingest")
-    st.info(
-        "No ingested GPU trace under the runs directory. Add one on the Add a trace page or with "
-        "`mxperf ingest TRACE -o RUNS_DIR/NAME`."
-    )
-    st.stop()
+ui.stop_without_trace_ingests(ingests)
 rels = [e.rel for e in ingests]
 pair_key = (pair.baseline.rel, pair.other.rel) if pair else None
 if st.session_state.get("hs_pair") != pair_key:  # a new pair in the sidebar: start from its traces

@@ -19,13 +19,7 @@ st.caption(
 )
 
 ingests = [e for e in ui.usable("ingest") if kernel_load.is_trace_ingest(e)]
-if not ingests:
-    ui.unusable_notes([e for e in ui.entries() if e.kind == "ingest"], "ingest")
-    st.info(
-        "No ingested GPU trace under the runs directory. Add one on the Add a trace page or with "
-        "`mxperf ingest TRACE -o RUNS_DIR/NAME`."
-    )
-    st.stop()
+ui.stop_without_trace_ingests(ingests)
 rels = [e.rel for e in ingests]
 pair = ui.current_pair()
 default = next((e.rel for e in (pair.baseline, pair.other) if e.rel in rels), rels[0]) if pair else rels[0]

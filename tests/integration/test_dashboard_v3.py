@@ -17,27 +17,14 @@ from pathlib import Path
 import dash_fixtures
 import pandas as pd
 import pytest
+import test_dashboard_apptest as ta
 from streamlit.testing.v1 import AppTest
 
 from dashboards import data
 from tracing.outputs import store
 
 REPO = Path(__file__).resolve().parents[2]
-APP = REPO / "dashboards" / "app.py"
 EXAMPLES = REPO / "examples" / "runs"
-
-
-def _open(runs: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
-    monkeypatch.setenv(data.RUNS_DIR_ENV, str(runs))
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()  # the default page: Overview
-    if page != "overview":
-        at.switch_page(f"views/{page}.py").run()
-    return at
-
-
-def _texts(at: AppTest, kind: str) -> list[str]:
-    return [str(e.value) for e in getattr(at, kind)]
 
 
 def _examples() -> None:
@@ -63,11 +50,11 @@ def test_w1_switching_the_fit_starts_n_and_other_phases_from_the_new_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _examples()
-    at = _open(EXAMPLES, "breakeven", monkeypatch)
+    at = ta._open(EXAMPLES, "breakeven", monkeypatch)
     seen = []
     for rel in ("fit-tiny-dense", "fit-verl-sim", "fit-tiny-dense"):
         at.selectbox(key="be_fit").set_value(rel).run()
-        assert not at.exception, _texts(at, "exception")
+        assert not at.exception, ta._texts(at, "exception")
         doc = _fits(EXAMPLES, rel)
         entry = next(
             m for m in doc["models"] if f"{m['model']} / {m['phase']}:" in at.selectbox(key="be_entry").value
@@ -82,7 +69,7 @@ def test_w1_switching_the_fit_starts_n_and_other_phases_from_the_new_fit(
 
 def test_w1_a_value_the_user_set_stays_while_the_fit_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     _examples()
-    at = _open(EXAMPLES, "breakeven", monkeypatch)
+    at = ta._open(EXAMPLES, "breakeven", monkeypatch)
     at.selectbox(key="be_fit").set_value("fit-tiny-dense").run()
     at.number_input(key="be_other").set_value(1.5).run()
     at.select_slider(key="be_N").set_value(4096).run()
@@ -92,7 +79,7 @@ def test_w1_a_value_the_user_set_stays_while_the_fit_stays(monkeypatch: pytest.M
 
 # --------------------------------------------------------------------------------------------- W2
 def _crossing_caption(at: AppTest) -> str:
-    (cap,) = [c for c in _texts(at, "caption") if "step-level crossing" in c or "step times cross" in c]
+    (cap,) = [c for c in ta._texts(at, "caption") if "step-level crossing" in c or "step times cross" in c]
     return cap
 
 
@@ -104,7 +91,7 @@ def test_w2_no_step_crossing_where_the_fit_says_indistinguishable(monkeypatch: p
         s for s in entry["step"]["step_breakeven"] if s["global_batch_tokens"] == doc["global_batch_tokens"]
     ]
     assert sb["case"] not in ("faster_above", "faster_below") and sb["tokens"] is None  # what the file says
-    at = _open(EXAMPLES, "breakeven", monkeypatch)
+    at = ta._open(EXAMPLES, "breakeven", monkeypatch)
     at.selectbox(key="be_fit").set_value("fit-tiny-dense").run()
     cap = _crossing_caption(at)
     assert "cross at n =" not in cap and "No step-level crossing" in cap, cap
@@ -126,7 +113,7 @@ def test_w2_the_step_crossing_of_a_faster_above_fit_is_the_files_with_its_interv
         s for s in entry["step"]["step_breakeven"] if s["global_batch_tokens"] == doc["global_batch_tokens"]
     ]
     at = _pick_entry(
-        _open(EXAMPLES, "breakeven", monkeypatch).selectbox(key="be_fit").set_value("fit-verl-sim").run(),
+        ta._open(EXAMPLES, "breakeven", monkeypatch).selectbox(key="be_fit").set_value("fit-verl-sim").run(),
         "update",
     )
     cap = _crossing_caption(at)
@@ -179,23 +166,23 @@ def test_w3_a_per_step_cost_below_zero_is_implausible_and_not_predicted_from(
     entry = _entry(_fits(older_fit, "fit-verl-sim"), "logprob")
     negative = [p for p, f in entry["fits"].items() if f["per_step_ci"][1] < 0]
     assert negative  # the file holds such a cost, listed as plausible
-    at = _pick_entry(_open(older_fit, "breakeven", monkeypatch), "logprob")
-    assert not at.exception, _texts(at, "exception")
+    at = _pick_entry(ta._open(older_fit, "breakeven", monkeypatch), "logprob")
+    assert not at.exception, ta._texts(at, "exception")
     table = next(df.value for df in at.dataframe if "implausible" in df.value.columns).set_index("precision")
     for p in negative:
         ps = entry["fits"][p]["per_step_s"] * 1e3
         assert table.loc[p, "implausible"].startswith(f"per-step cost {ps:.3g} ms is below zero"), table.loc[
             p
         ]
-    assert any("No prediction from this fit" in i for i in _texts(at, "info"))
+    assert any("No prediction from this fit" in i for i in ta._texts(at, "info"))
     assert not any(m.label.endswith(" step") for m in at.metric)  # no step seconds from it
-    assert not any("step times cross" in c for c in _texts(at, "caption"))
+    assert not any("step times cross" in c for c in ta._texts(at, "caption"))
 
 
 def test_w3_a_plausible_per_step_cost_still_predicts(monkeypatch: pytest.MonkeyPatch) -> None:
     _examples()
     at = _pick_entry(
-        _open(EXAMPLES, "breakeven", monkeypatch).selectbox(key="be_fit").set_value("fit-verl-sim").run(),
+        ta._open(EXAMPLES, "breakeven", monkeypatch).selectbox(key="be_fit").set_value("fit-verl-sim").run(),
         "update",
     )
     table = next(df.value for df in at.dataframe if "implausible" in df.value.columns)
@@ -212,12 +199,12 @@ def test_w4_picking_the_same_trace_twice_warns_and_ingests_nothing(
     copy = runs / "uploads" / "20260101T000100Z-rank-0" / "rank-0.json.gz"
     copy.parent.mkdir(parents=True)
     copy.write_bytes(trace.read_bytes())
-    at = _open(runs, "add_trace", monkeypatch)
+    at = ta._open(runs, "add_trace", monkeypatch)
     at.radio(key="add_source").set_value("A file under the runs directory").run()
     at.multiselect(key="add_pick").select(trace.relative_to(runs).as_posix()).run()
     assert not at.warning and not at.button(key="add_go").disabled
     at.multiselect(key="add_pick").select(copy.relative_to(runs).as_posix()).run()
-    assert any("is the same file as" in w and "another rank" in w for w in _texts(at, "warning"))
+    assert any("is the same file as" in w and "another rank" in w for w in ta._texts(at, "warning"))
     assert at.button(key="add_go").disabled
     assert not at.exception
 
@@ -274,28 +261,28 @@ def test_ingest_warnings_stay_after_success_and_the_next_default_name_is_free(
 ) -> None:
     runs = tmp_path / "runs"
     dash_fixtures.kineto_trace(runs / "incoming" / "rank-0.json.gz", 0)
-    at = _open(runs, "add_trace", monkeypatch)
+    at = ta._open(runs, "add_trace", monkeypatch)
     at.radio(key="add_source").set_value("A file under the runs directory").run()
     at.multiselect(key="add_pick").select("incoming/rank-0.json.gz").run()
     first = at.text_input(key="add_name").value
     at.button(key="add_go").click().run()
-    assert not at.error, _texts(at, "error")
+    assert not at.error, ta._texts(at, "error")
     manifest = store.read_json(runs / first / store.MANIFEST)
     empty = [n for t in manifest["traces"] for n in t["microbatch_notes"] if n["microbatches"] == 0]
     assert empty  # the file says no micro-batch was kept ...
 
     def said() -> str:
-        return " ".join(_texts(at, "warning"))
+        return " ".join(ta._texts(at, "warning"))
 
     assert f"`{first}`" in said() and "0 micro-batches kept" in said()  # ... and the page says so
     at.run()  # any later rerun (a widget touched): still on the page
     assert "0 micro-batches kept" in said() and any(
-        f"`{first}` is now listed" in s for s in _texts(at, "success")
+        f"`{first}` is now listed" in s for s in ta._texts(at, "success")
     )
     second = at.text_input(key="add_name").value
     assert second != first and not (runs / second).exists()
     at.button(key="add_go").click().run()  # the default name is taken as it is: not refused
-    assert not at.error, _texts(at, "error")
+    assert not at.error, ta._texts(at, "error")
     assert (
         store.read_json(runs / at.session_state["add_last"]["name"] / store.MANIFEST)["status"] == "complete"
     )
