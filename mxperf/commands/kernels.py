@@ -3,7 +3,8 @@
 Per kernel and per class: count, total time, share of GPU busy, time per phase and per micro-batch on average,
 the GEMM shapes the trace recorded; ``--device`` adds the roofline of every GEMM with shapes (FLOPs, bytes,
 achieved FLOP/s, fraction of the device's peak, compute- or memory-bound; figures and sources in
-``perfmodel/devices.toml``). ``--json`` prints one JSON line.
+``perfmodel/devices.toml``). ``--json`` prints one JSON line; ``--parquet FILE`` writes the class and kernel
+rows as one flat table (``perfmodel.kernel_tables``; columns in docs/contracts.md).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from tracing.outputs import store
-from tracing.outputs.errors import InputError
+from tracing.outputs.errors import InputError, OutputExistsError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +30,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_bounds_arguments(p, with_fit=True)
     p.add_argument("--json", action="store_true", help="print the tables as one JSON line on stdout")
+    p.add_argument(
+        "--parquet",
+        type=Path,
+        metavar="FILE",
+        help="also write the class and kernel rows (the --top kernels) as one Parquet table",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing file at --parquet")
+
+
+def check_parquet_target(path: Path, ingest: Path, force: bool) -> None:
+    """``--parquet FILE``: a .parquet file name outside the ingest folder, new unless ``--force``."""
+    if path.is_dir():
+        raise OutputExistsError(
+            f"{path}: is a folder; give a file name (e.g. {path / 'kernel_summary.parquet'})"
+        )
+    if path.suffix != ".parquet":
+        raise OutputExistsError(f"{path}: the kernel summary is a Parquet table; name it .parquet")
+    if path.resolve().is_relative_to(ingest.resolve()):
+        raise OutputExistsError(f"{path}: inside the ingest folder {ingest}; write the summary elsewhere")
+    if path.exists() and not force:
+        raise OutputExistsError(f"{path}: exists; choose another --parquet or pass --force to replace it")
 
 
 def add_bounds_arguments(p: argparse.ArgumentParser, *, with_fit: bool = False) -> None:
@@ -202,6 +225,10 @@ def _row(r: dict[str, Any], phases: list[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise InputError(f"--top {args.top}: must be >= 0 (0 shows every kernel)")
+    if args.parquet is not None:
+        check_parquet_target(args.parquet, args.out, args.force)
+    elif args.force:
+        raise InputError("--force replaces the file of --parquet; give --parquet FILE too")
     dev = None
     if args.device:
         from perfmodel.devices import device
@@ -215,6 +242,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--fit needs --device and --model-shape (the floors its terms are set against)")
     if setup is not None:
         doc["bounds"] = _bounds(args, setup)
+    if args.parquet is not None:
+        from perfmodel.kernel_tables import write_summary
+
+        write_summary(doc, args.parquet, source=args.out)
+        print(f"wrote {args.parquet}", file=sys.stderr)
     if args.json:
         print(json.dumps(_clean({"schema_version": store.SCHEMA_VERSION, **doc}), separators=(",", ":")))
     else:

@@ -32,7 +32,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.simulate",
         ),
     ),
-    (  # kernels and physical bounds: the ingest's Parquet via DuckDB, the device table, roofline, what-if
+    (  # kernels and physical bounds: the ingest's Parquet via DuckDB, the device table, roofline
         "perfmodel.physical",
         10,
         (
@@ -43,7 +43,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.kernel_summary",
             "perfmodel.kernel_diff",
             "perfmodel.kernel_comm",
-            "perfmodel.whatif",
+            "perfmodel.kernel_tables",
         ),
     ),
     ("perfmodel.fit", 11, ("perfmodel.fitting", "perfmodel.linear", "perfmodel.knee", "perfmodel.lof")),
@@ -64,6 +64,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.step_validation",
             "perfmodel.step_whatifs",
             "perfmodel.next_measurements",
+            "perfmodel.whatif",  # another device's breakeven: the line breakeven's Fieller intervals
         ),
     ),
     ("perfmodel.results", 13, ("perfmodel.results", "perfmodel.headline")),
