@@ -5,6 +5,7 @@ One step of precision ``p`` over ``N`` tokens in micro-batches of ``n`` tokens::
     step_p(N, n) = sum over phases X of  t_p,X(N, n)
     t_p,X(N, n)  = (k - 1) * mb_p,X(n) + mb_p,X(N - (k - 1) n) + per_step_p,X,   k = ceil(N / n)
                    (a micro-batched phase with a fit: update, logprob, ...; the last micro-batch holds the rest)
+                   + opt_p for the update: its time outside the micro-batches (optimizer step), once per step
     t_p,X        = the phase's measured seconds per step                        (any other phase)
 
 Every term is the precision's own: a fitted phase from that precision's micro-batch fit (the model the data
@@ -23,13 +24,18 @@ replicates pair by index). The gain ``1 - step_low / step_base`` and its interva
 size of the whole step at ``N`` (a scan over ``n``, the same scan on every replicate); the recommendation:
 per precision the fastest measured size that fits the memory cap and ``N`` (a larger, faster size beyond
 the measured ones is said, marked extrapolated), named only when its gain's interval excludes zero.
+
+``opt_p`` (:mod:`perfmodel.step_optimizer`): the median per step of the run folders' ``update`` ranges minus
+their ``update/microbatch`` ranges (a sweep's micro-batches never hold it), with a bootstrap of that median
+in the replicates; absent (and said) when no run folder of ``p`` records those ranges, or when only one
+precision has it.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +45,8 @@ from perfmodel.fitted import PrecisionFit
 from perfmodel.inputs import RunFolder
 from perfmodel.model import LEVEL
 from perfmodel.recommend import NO_GLOBAL_BATCH, default_global_tokens, max_tokens_under_cap
+from perfmodel.step_optimizer import PHASE as OUTSIDE_PHASE
+from perfmodel.step_optimizer import OptimizerTerm, optimizer_terms
 from perfmodel.step_validation import validate_runs
 from tracing.outputs.errors import InputError
 
@@ -59,17 +67,28 @@ class PhaseTerm:
     seconds: float | None = None  # measured (median) or given
     at_global_tokens: float | None = None  # measured: the runs' tokens per step
     runs: tuple[str, ...] = ()  # measured: the run folders it is the median of
+    outside: OptimizerTerm | None = None  # fitted update: its per-step time outside the micro-batches
+
+    @property
+    def outside_s(self) -> float:
+        """Seconds added once per step besides the micro-batches (the optimizer step; 0 when absent)."""
+        return float(self.outside.seconds or 0.0) if self.outside is not None else 0.0
 
     def point(self, big_n: float, n: float, packing: Sequence[float] | None = None) -> float:
         if self.fit is None:
             return float(self.seconds)  # type: ignore[arg-type]
-        return float(_microbatched(self.fit.wall.curve(), self.fit.per_step_s, big_n, n, packing))
+        curve, per_step = self.fit.wall.curve(), self.fit.per_step_s
+        return float(_microbatched(curve, per_step, big_n, n, packing)) + self.outside_s
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "source": self.source}
         if self.fit is not None:
             out["model"] = self.fit.wall.model
             out["sizes"] = [min(self.fit.sizes), max(self.fit.sizes)] if self.fit.sizes else None
+            if self.outside is not None:
+                out["optimizer_step"] = self.outside.as_dict()
+                sep = " " if self.outside.seconds is not None else "; "
+                out["source"] = f"{self.source}{sep}{self.outside.words()}"
         else:
             out["seconds"] = self.seconds
             out["steps"] = len(self.samples) if self.kind == "measured" else None
@@ -113,9 +132,9 @@ class PrecisionStep:
         t = self.terms[phase]
         if t.fit is not None:
             curve, per_step = self.boot[phase]
-            return np.asarray(
-                _microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n, _pack(phase, packing)), float
-            ) * np.ones(b)
+            reps = _microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n, _pack(phase, packing))
+            outside = self.boot.get(f"{phase}:outside")
+            return np.asarray(reps, float) * np.ones(b) + (outside[:b] if outside is not None else 0.0)
         if t.kind == "measured":
             return np.asarray(self.boot[phase][:b], float)
         return np.full(b, float(t.seconds))  # type: ignore[arg-type]
@@ -124,17 +143,8 @@ class PrecisionStep:
         self, big_n: float, n: float, b: int, packing: Sequence[float] | None = None
     ) -> np.ndarray:
         total = np.zeros(b)
-        for phase, t in self.terms.items():
-            if t.fit is not None:
-                curve, per_step = self.boot[phase]
-                total += np.asarray(
-                    _microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n, _pack(phase, packing)),
-                    float,
-                )
-            elif t.kind == "measured":
-                total += self.boot[phase][:b]
-            else:
-                total += float(t.seconds)  # type: ignore[arg-type]
+        for phase in self.terms:
+            total += self.phase_replicates(phase, big_n, n, b, packing)
         return total
 
     def sizes(self) -> list[float]:
@@ -293,13 +303,24 @@ def build_steps(
 ) -> tuple[dict[str, PrecisionStep], list[str]]:
     """Per precision, its step terms (see the module docstring) and notes (flags that a fit overrides)."""
     measured = _measured(model, runs, models)
-    notes: list[str] = []
+    outside = optimizer_terms(runs, model, models[0], precisions)
+    notes: list[str] = [
+        f"{o.precision}: no optimizer step in the update prediction: {o.reason}"
+        for o in outside.values()
+        if o.samples and o.reason  # measured, but withdrawn (one-sided)
+    ]
     steps: dict[str, PrecisionStep] = {}
     for prec in precisions:
         terms: dict[str, PhaseTerm] = {}
         fitted = {ph: f for (ph, p), f in fits.items() if p == prec}
         for ph, f in fitted.items():
-            terms[ph] = PhaseTerm(ph, "fitted", f"micro-batch fit of {model}/{ph}/{prec}", fit=f)
+            terms[ph] = PhaseTerm(
+                ph,
+                "fitted",
+                f"micro-batch fit of {model}/{ph}/{prec}",
+                fit=f,
+                outside=outside[prec] if ph == OUTSIDE_PHASE else None,
+            )
             if (prec, ph) in phase_times:
                 notes.append(
                     f"--phase {prec}:{ph} not used: {ph} is fitted from micro-batches (predicted at your N, n)"
@@ -341,10 +362,19 @@ def _draw(steps: Mapping[str, PrecisionStep], seed: int, n_boot: int) -> None:
         b, _ = st.replicate_count()
         fitted = any(t.fit is not None for t in st.terms.values())
         b = b if fitted else n_boot
-        for phase, t in st.terms.items():
+        for phase, t in list(st.terms.items()):
             if t.fit is not None:
                 if b:
                     st.boot[phase] = (t.fit.wall.boot_curve(), np.asarray(t.fit.wall.per_step_boot(), float))
+                if t.outside is not None and t.outside.seconds is not None:  # its own stream: same draws
+                    o_rng = np.random.default_rng(
+                        [seed, 33, zlib.crc32(prec.encode()), zlib.crc32(b"outside")]
+                    )
+                    reps = t.outside.draw(o_rng, max(b, n_boot, 1))
+                    ci = _ci(reps)
+                    st.terms[phase] = replace(t, outside=replace(t.outside, ci=tuple(ci) if ci else None))
+                    if b:
+                        st.boot[f"{phase}:outside"] = reps[:b]
             elif t.kind == "measured" and b:
                 s = np.asarray(t.samples, float)
                 idx = rng.integers(0, len(s), size=(b, len(s)))

@@ -62,6 +62,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.steplevel",
             "perfmodel.stepmodel",
             "perfmodel.step_validation",
+            "perfmodel.step_optimizer",
             "perfmodel.step_whatifs",
             "perfmodel.next_measurements",
             "perfmodel.whatif",  # another device's breakeven: the line breakeven's Fieller intervals

@@ -48,6 +48,16 @@ def _padded(run: str) -> dict[int, list[int]]:
     return {s: [t for _, t in sorted(v)] for s, v in out.items()}
 
 
+def _outside(run: str) -> float:
+    """Median per step of the update range minus its update/microbatch ranges (the optimizer step)."""
+    r = pd.read_parquet(EX / run / "ranges.parquet")
+    kids = r[r["name"] == "update/microbatch"].groupby("parent_id")["dur_ns"].sum()
+    upd = r[r["name"] == "update"]
+    return float(
+        np.median([(d - kids[i]) * 1e-9 for i, d in zip(upd["range_id"], upd["dur_ns"], strict=True)])
+    )
+
+
 def _row(v: dict, run: str, phase: str) -> dict:
     (row,) = [r for r in v["rows"] if r["run"].endswith(run) and r["phase"] == phase]
     return row
@@ -64,8 +74,10 @@ def test_table_matches_the_run_folders(fitted):
         f = fits[prec]
         assert f["model"] == "line" and f.get("attention") is None  # the curve below is the fitted line
         packs = _padded(run)
+        opt = _outside(run)  # once per step: the run's optimizer step (median over its own steps)
+        assert sm["phases"][prec]["update"]["optimizer_step"]["seconds"] == pytest.approx(opt)
         pred_update = [
-            sum(f["fixed_s"] + f["per_token_s"] * t for t in packs[int(s)]) + f["per_step_s"]
+            sum(f["fixed_s"] + f["per_token_s"] * t for t in packs[int(s)]) + f["per_step_s"] + opt
             for s in m["step"]
         ]
         upd = _row(v, run, "update")
@@ -114,5 +126,5 @@ def test_settings_use_the_runs_packing(fitted):
     assert len(s["packing"]["microbatch_tokens"]) == s["microbatches"]
     f = doc["models"][0]["fits"]["bf16"]
     pk = s["packing"]["microbatch_tokens"]
-    update = sum(f["fixed_s"] + f["per_token_s"] * t for t in pk) + f["per_step_s"]
+    update = sum(f["fixed_s"] + f["per_token_s"] * t for t in pk) + f["per_step_s"] + _outside(RUNS[0])
     assert s["per_precision"]["bf16"]["phases_s"]["update"] == pytest.approx(update)
