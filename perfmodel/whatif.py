@@ -15,9 +15,14 @@ stall + residual), on Y:
   longer for the same host: the slow end of the range also never lets a micro-batch's time drop below its
   host window (``host_seconds`` of the ingest, when it has the column).
 
-A straight line fixed + per_token x n per side and phase (least squares over the micro-batches) gives d_fixed
-= fixed_B - fixed_A, d_tok = per_token_A - per_token_B and n* = d_fixed / d_tok at each end (and on X itself,
-the reference), so the range is the two ends' n*.
+A straight line fixed + per_token x n per side and phase (least squares over the micro-batches, HC3
+covariance: ``perfmodel.linear.fit_line``) gives d_fixed = fixed_B - fixed_A, d_tok = per_token_A -
+per_token_B and n* = d_fixed / d_tok at each end (and on X itself, the reference), so the range is the two
+ends' n*. Each end's case, n* and 95 % interval come from the cost model's line breakeven
+(``perfmodel.breakeven``: the docs/contracts.md case table, Fieller's interval of d_fixed / d_tok): sampling
+noise of the traced micro-batches, not of the scaling. The scaling assumptions are not random; their two
+ends bracket them, so the range's interval (``range_ci``) runs from the lower bound of one end's interval to
+the upper bound of the other's.
 """
 
 from __future__ import annotations
@@ -26,9 +31,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from perfmodel.breakeven import _line_breakeven
 from perfmodel.devices import Device, device
-from perfmodel.kernel_diff import microbatch_parts
+from perfmodel.kernel_diff import diff, microbatch_parts
 from perfmodel.kernel_ops import open_ops
+from perfmodel.linear import fit_line
+from perfmodel.model import LEVEL, LineFit
 from tracing.outputs.errors import InputError
 
 ASSUMPTIONS = (
@@ -37,8 +47,10 @@ ASSUMPTIONS = (
     "other kernels (attention, elementwise, copies) lie between memory- and compute-bound: the range's ends",
     "host stall, residual and communication kernels are not scaled (host, interconnect: not in devices.toml)",
     "the slow end keeps each micro-batch at least as long as its host window (host-bound on a faster GPU)",
-    "n* from least-squares lines over the micro-batches' walls, without intervals (mxperf fit is the "
-    "statistical answer, and refuses overlapping windows)",
+    "n* from least-squares lines over the micro-batches' walls (tokens_per_microbatch), case and 95 % "
+    "interval as mxperf fit's line breakeven (HC3, Fieller): the interval is the micro-batches' noise, the "
+    "range's interval joins the two ends' intervals; no lack-of-fit or overlapping-window checks (mxperf fit "
+    "has them)",
 )
 
 
@@ -136,32 +148,58 @@ def scaled_microbatches(out: str | Path, src: Device, dst: Device) -> list[dict[
     return rows
 
 
-def _line(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
-    """(fixed s, per-token s) of a least-squares line of ``key`` (ns) on tokens; None under two sizes."""
-    pts = [(float(r["tokens"]), r[key] * 1e-9) for r in rows if r.get("tokens")]
-    if len({x for x, _ in pts}) < 2:
+def _line(rows: list[dict[str, Any]], key: str) -> LineFit | None:
+    """The HC3 line (s on tokens) of ``key`` (ns) over the micro-batches; None under two sizes."""
+    x = np.array([float(r["tokens"]) for r in rows if r.get("tokens")])
+    if len(set(x.tolist())) < 2:
         return None
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    return my - slope * mx, slope
+    y = np.array([r[key] * 1e-9 for r in rows if r.get("tokens")])
+    return fit_line(x, y, x)
 
 
-def _breakeven(la: tuple[float, float] | None, lb: tuple[float, float] | None) -> dict[str, Any]:
+def _num(v: Any) -> float | None:
+    return None if v is None or not np.isfinite(v) else float(v)
+
+
+def _breakeven(la: LineFit | None, lb: LineFit | None) -> dict[str, Any]:
+    """B against A (the baseline) at one end: the line breakeven's case, n* and 95 % intervals."""
     if la is None or lb is None:
-        return {"d_fixed_s": None, "d_tok_s": None, "tokens": None, "case": "fewer than two sizes"}
-    d_fixed, d_tok = lb[0] - la[0], la[1] - lb[1]
-    if d_tok > 0 and d_fixed > 0:
-        case, n = "faster_above", d_fixed / d_tok
-    elif d_tok > 0:
-        case, n = "always_faster", None
-    elif d_fixed < 0 and d_tok < 0:
-        case, n = "faster_below", d_fixed / d_tok
-    else:
-        case, n = "never_faster", None
-    return {"d_fixed_s": d_fixed, "d_tok_s": d_tok, "tokens": n, "case": case}
+        return {
+            "d_fixed_s": None,
+            "d_tok_s": None,
+            "tokens": None,
+            "case": "fewer than two sizes",
+            "ci": None,
+            "ci_reason": "a line needs micro-batches of two sizes on each side",
+        }
+    none = np.empty((0, 2))
+    be = _line_breakeven(la, lb, none, none, LEVEL)
+    reason = be.ci_reason
+    if be.case == "undetermined":
+        reason = "no interval: a size with one micro-batch leaves the HC3 covariance undefined"
+    return {
+        "d_fixed_s": float(be.d_fixed_s),
+        "d_tok_s": float(be.d_tok_s),
+        "d_fixed_ci": [_num(v) for v in be.d_fixed_ci],
+        "d_tok_ci": [_num(v) for v in be.d_tok_ci],
+        "tokens": _num(be.tokens),
+        "tokens_estimate": _num(be.tokens_estimate),
+        "case": be.case,
+        "ci": [_num(v) for v in be.ci],
+        "ci_method": be.ci_method,
+        "ci_reason": reason,
+    }
+
+
+def _range_ci(ends: list[dict[str, Any]]) -> list[float | None] | None:
+    """From the lowest lower bound to the highest upper bound of the ends that give n* (None for an end that
+    is unbounded); None when no end gives n*."""
+    cis = [e["ci"] for e in ends if e["tokens"] is not None and e["ci"] is not None]
+    if not cis:
+        return None
+    lo = None if any(c[0] is None for c in cis) else min(c[0] for c in cis)
+    hi = None if any(c[1] is None for c in cis) else max(c[1] for c in cis)
+    return [lo, hi]
 
 
 def what_if(a: str | Path, b: str | Path, dst: Device, src: Device | None = None) -> dict[str, Any]:
@@ -186,6 +224,7 @@ def what_if(a: str | Path, b: str | Path, dst: Device, src: Device | None = None
             row[end] = _breakeven(_line(rs[0], key), _line(rs[1], key))
         ns = [t for t in (row["fast"]["tokens"], row["slow"]["tokens"]) if t is not None]
         row["range_tokens"] = [min(ns), max(ns)] if ns else None
+        row["range_ci"] = _range_ci([row["fast"], row["slow"]])
         row["not_scaled_ms"] = {
             side: {
                 k: sum(r[k] for r in s) / len(s) / 1e6
@@ -217,6 +256,18 @@ def what_if(a: str | Path, b: str | Path, dst: Device, src: Device | None = None
     }
 
 
+def diff_document(
+    a: str | Path, b: str | Path, dst: Device | None = None, src: Device | None = None
+) -> dict[str, Any]:
+    """The ``mxperf diff A B --json`` document (``perfmodel.kernel_diff.diff``) and, with ``dst``, its
+    ``what_if`` on that device (checked first: a device it cannot scale to stops before the diff)."""
+    whatif = what_if(a, b, dst, src) if dst is not None else None
+    doc = diff(a, b)
+    if whatif is not None:
+        doc["what_if"] = whatif
+    return doc
+
+
 def render(doc: dict[str, Any]) -> list[str]:
     """Lines for ``mxperf diff --on``."""
     r = doc["ratios"]
@@ -229,20 +280,31 @@ def render(doc: dict[str, Any]) -> list[str]:
     def n(v: dict[str, Any]) -> str:
         return "-" if v["tokens"] is None else f"{v['tokens']:,.0f}"
 
+    def ci(c: list[float | None] | None) -> str:
+        if c is None or (c[0] is None and c[1] is None):
+            return "no interval"
+        lo = "-inf" if c[0] is None else f"{c[0]:,.0f}"
+        hi = "inf" if c[1] is None else f"{c[1]:,.0f}"
+        return f"95 % [{lo}, {hi}]"
+
     for p in doc["phases"]:
-        s, f, sl = p["source"], p["fast"], p["slow"]
+        s = p["source"]
         rng = p["range_tokens"]
-        rng_s = "none" if rng is None else f"{rng[0]:,.0f} to {rng[1]:,.0f} tokens"
+        rng_s = "none" if rng is None else f"{rng[0]:,.0f} to {rng[1]:,.0f} tokens, {ci(p['range_ci'])}"
         lines.append(
-            f"{p['phase']:<9} breakeven on {doc['source']} {n(s)} ({s['case']}); on {doc['target']}: {rng_s} "
-            f"(fast end {n(f)} {f['case']}, slow end {n(sl)} {sl['case']})"
+            f"{p['phase']:<9} breakeven on {doc['source']} {n(s)} ({s['case']}); on {doc['target']}: {rng_s}"
         )
         for end in ("source", "fast", "slow"):
             e = p[end]
-            if e["d_fixed_s"] is not None:
-                lines.append(
-                    f"    {end:<6} fixed {e['d_fixed_s'] * 1e3:+.3f} ms, saves {e['d_tok_s'] * 1e6:+.3f} us/token"
-                )
+            if e["d_fixed_s"] is None:
+                lines.append(f"    {end:<6} {e['case']}")
+                continue
+            tail = f"; n* {n(e)} {ci(e['ci'])}" if e["tokens"] is not None else ""
+            lines.append(
+                f"    {end:<6} {e['case']}: fixed {e['d_fixed_s'] * 1e3:+.3f} ms, saves "
+                f"{e['d_tok_s'] * 1e6:+.3f} us/token{tail}"
+                + (f" ({e['ci_reason']})" if e["ci_reason"] else "")
+            )
         ns = p["not_scaled_ms"]
         lines.append(
             "    not scaled (ms per micro-batch, A / B): "

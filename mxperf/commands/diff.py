@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--on",
         metavar="DEVICE",
-        help="what-if: the same traces on DEVICE (GPU-bound parts scaled by the bounds; breakeven range)",
+        help="what-if: the same traces on DEVICE (GPU-bound parts scaled by the bounds; breakeven range "
+        "with 95 %% intervals)",
     )
     p.add_argument("--device", metavar="NAME", help="the device the traces ran on (default: their gpu_names)")
     p.add_argument("--json", action="store_true", help="print the decomposition as one JSON line on stdout")
@@ -98,28 +99,24 @@ def render(doc: dict[str, Any], views: tuple[str, ...]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfmodel.kernel_diff import diff
+    from perfmodel.whatif import diff_document
 
-    whatif = None
+    dst = src = None
     if args.on:
         from perfmodel.devices import device
-        from perfmodel.whatif import what_if
 
         dst = device(args.on)
         src = device(args.device) if args.device else None
-        whatif = what_if(args.a, args.b, dst, src)
     elif args.device:
         raise InputError("--device names the traces' device for --on; give --on DEVICE too")
-    doc = diff(args.a, args.b)
-    if whatif is not None:
-        doc["what_if"] = whatif
+    doc = diff_document(args.a, args.b, dst, src)
     if args.json:
         print(json.dumps({"schema_version": store.SCHEMA_VERSION, **doc}, separators=(",", ":")))
     else:
         text = render(doc, tuple(args.by or VIEWS))
-        if whatif is not None:
+        if "what_if" in doc:
             from perfmodel.whatif import render as render_whatif
 
-            text += "\n" + "\n".join(render_whatif(whatif))
+            text += "\n" + "\n".join(render_whatif(doc["what_if"]))
         print(text)
     return 0
