@@ -38,6 +38,10 @@ PARAMS: dict[str, str] = {
     "df_a": "diff_a",
     "df_b": "diff_b",
     "df_by": "by",
+    "tl_trace": "trace",
+    "tl_rank": "rank",
+    "tl_jump": "jump",
+    "tl_window": "window",
 }
 _SLOT = "_share_link_slot"
 
@@ -47,6 +51,11 @@ def _done(key: str) -> str:
 
 
 def _parse(raw: str, like: Any) -> Any:
+    if isinstance(like, tuple):  # a range: "lo,hi"
+        parts = raw.split(",")
+        if len(parts) != len(like):
+            raise ValueError(raw)
+        return tuple(_parse(p, v) for p, v in zip(parts, like, strict=True))
     if isinstance(like, bool):
         return raw.lower() in ("1", "true", "yes", "on")
     if isinstance(like, int):
@@ -59,6 +68,8 @@ def _parse(raw: str, like: Any) -> Any:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, tuple | list):  # a range slider's (lo, hi); floats as repr: read back exactly
+        return ",".join(_text(v) for v in value)
     return str(value)
 
 
@@ -67,38 +78,53 @@ def restore(
     options: Iterable[Any] | None = None,
     like: Any = "",
     check: Callable[[Any], bool] | None = None,
+    text: Callable[[Any], str] = _text,
+    state: str | None = None,
 ) -> bool:
     """Put the URL's value for widget ``key`` into its state, the first time the widget is drawn in this
     session; ``options`` (or ``check``) say which values the widget offers -- another is ignored. ``like``
-    is a value of the widget's type (the URL holds text). True when a value was restored."""
+    is a value of the widget's type (the URL holds text; a tuple for a range slider); ``text`` writes an
+    option as the URL holds it (default: ``str``); ``state`` is the widget's session-state key when it is
+    not ``key`` (a widget keyed by what it shows, as Timeline's window per trace and rank). True when a
+    value was restored."""
     if st.session_state.get(_done(key)):
         return False
     st.session_state[_done(key)] = True
     raw = st.query_params.get(PARAMS[key])
     if raw is None:
         return False
-    try:
-        value = _parse(raw, like)
-    except ValueError:
-        return False
-    if options is not None:
+    value: Any = raw
+    if options is None:
+        try:
+            value = _parse(raw, like)
+        except ValueError:
+            return False
+    else:
         opts = list(options)
-        match = next((o for o in opts if o == value or _text(o) == raw), None)
+        match = next((o for o in opts if text(o) == raw), None)
+        if match is None:
+            try:
+                parsed = _parse(raw, like)
+            except ValueError:
+                return False
+            match = next((o for o in opts if o == parsed), None)
         if match is None:
             return False
         value = match
     if check is not None and not check(value):
         return False
-    st.session_state[key] = value
+    st.session_state[state or key] = value
     return True
 
 
-def keep(key: str) -> None:
-    """Write widget ``key``'s value into the URL query (and the link in the sidebar)."""
-    if key in st.session_state:
-        text = _text(st.session_state[key])
-        if st.query_params.get(PARAMS[key]) != text:
-            st.query_params[PARAMS[key]] = text
+def keep(key: str, text: Callable[[Any], str] = _text, state: str | None = None) -> None:
+    """Write widget ``key``'s value (held under ``state`` when given) into the URL query, as ``text`` writes
+    it, and the link in the sidebar."""
+    held = state or key
+    if held in st.session_state:
+        value = text(st.session_state[held])
+        if st.query_params.get(PARAMS[key]) != value:
+            st.query_params[PARAMS[key]] = value
     show_link()
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts_gpu, data, downloads, perfetto, timeline, timeline_boxes, ui
+from dashboards import charts_gpu, data, downloads, perfetto, share, timeline, timeline_boxes, ui
 from tracing.outputs import store
 
 st.title("Timeline")
@@ -38,12 +38,25 @@ default = (
     else rels[0]
 )
 c1, c2 = st.columns([3, 1])
-rel = c1.selectbox("Trace", rels, index=rels.index(default), key="tl_trace")
+share.restore("tl_trace", rels)
+rel = c1.selectbox(
+    "Trace",
+    rels,
+    index=0 if st.session_state.get("tl_trace") in rels else rels.index(default),
+    key="tl_trace",
+)
+share.keep("tl_trace")
 entry = ingests[rels.index(rel)]
 rank_files = ui.files(entry, f"{store.EVENTS_DIR}/rank-*.parquet")
-rank_file = c2.selectbox(
-    "Rank", rank_files, format_func=lambda f: f.split("/")[-1].removesuffix(".parquet"), key="tl_rank"
-)
+
+
+def _rank_name(f: str) -> str:
+    return f.split("/")[-1].removesuffix(".parquet")
+
+
+share.restore("tl_rank", rank_files, text=_rank_name)
+rank_file = c2.selectbox("Rank", rank_files, format_func=_rank_name, key="tl_rank")
+share.keep("tl_rank", text=_rank_name)
 path = data.resolve_inside(ui.runs_dir(), Path(entry.rel) / rank_file)
 stamp = data.file_stamp(ui.runs_dir(), entry, rank_file)
 tl, stalls = _timeline(str(path), stamp)
@@ -69,15 +82,19 @@ def _jump() -> None:
     st.session_state[key] = (max(0.0, (a - tl.first_ns) / 1e6), min(span_ms, (b - tl.first_ns) / 1e6))
 
 
+share.restore("tl_jump", list(windows))
 st.selectbox("Jump to (the whole trace, a step, or a slice)", list(windows), key="tl_jump", on_change=_jump)
+share.keep("tl_jump")
+share.restore("tl_window", like=(0.0, 0.0), check=lambda w: 0.0 <= w[0] < w[1] <= span_ms, state=key)
+st.session_state.setdefault(key, (0.0, span_ms))  # no value= below: a restored window draws without a warning
 lo_ms, hi_ms = st.slider(
     "Window (ms from the trace's first op)",
     0.0,
     span_ms,
-    (0.0, span_ms),
     step=max(span_ms / 2000, 0.001),
     key=key,
 )
+share.keep("tl_window", state=key)
 t0 = tl.first_ns + int(lo_ms * 1e6)
 t1 = max(tl.first_ns + int(hi_ms * 1e6), t0 + 1)
 boxes = timeline_boxes.boxes(tl, t0, t1)

@@ -44,3 +44,33 @@ def test_timeline_page_at_1280px(server: str, browser: object) -> None:
     )
     assert not wide, "the page scrolls sideways at 1280 px"
     tb._shot(browser, "timeline-1280", 1280)
+
+
+def test_a_timeline_link_restores_the_view_in_chromium(server: str, browser: object) -> None:
+    """Open a link with trace, rank, step and window: the page shows them, the address bar keeps the window
+    exactly (the slider does not snap it), and a reload draws the same chart."""
+    from urllib.parse import parse_qs, urlsplit
+
+    browser.set_window_size(1280, 1000)
+    query = "trace=ingest-2rank&rank=rank-1&window=100.5,300.25"
+    tb._open(browser, server, f"timeline?{query}", 1)
+    assert not tb._errors(browser)
+    picked = [
+        tb._labelled(browser, "stSelectbox", label)
+        .find_element("css selector", "input")
+        .get_attribute("value")
+        for label in ("Trace", "Rank")
+    ]
+    assert picked == ["ingest-2rank", "rank-1"], picked
+    title = tb._find(browser, ".js-plotly-plot .gtitle")[0].text
+    assert "ingest-2rank · events/rank-1.parquet: 100.5 – 300.2 ms" in title, title
+    thumbs = [e.text for e in tb._find(browser, '[data-testid="stSliderThumbValue"]')]
+    assert thumbs == ["100.50", "300.25"] or thumbs == ["100.5", "300.25"], thumbs
+    kept = parse_qs(urlsplit(browser.current_url).query)
+    assert kept["window"] == ["100.5,300.25"] and kept["trace"] == ["ingest-2rank"], browser.current_url
+    boxes = len(tb._find(browser, ".js-plotly-plot .bars path"))
+    browser.refresh()
+    tb._settle(browser, 1)
+    assert tb._find(browser, ".js-plotly-plot .gtitle")[0].text == title
+    assert len(tb._find(browser, ".js-plotly-plot .bars path")) == boxes
+    assert parse_qs(urlsplit(browser.current_url).query) == kept

@@ -115,3 +115,48 @@ def test_a_view_round_trips_through_its_url_in_chromium(server: str, browser: ob
     assert "What-if" in browser.find_element("css selector", '[data-testid="stMain"]').text  # the knob is on
     assert parse_qs(urlsplit(browser.current_url).query) == query
     tb._shot(browser, "share-restored-1600", 1600)
+
+
+# Elements of the main area that must lie whole inside the page; the columns of a row must not overlap.
+LAYOUT = """
+const w = window.innerWidth, out = [];
+const sel = '.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stMetric"], [data-testid="stAlert"],'
+  + ' [data-testid="stSelectbox"], [data-testid="stSlider"], [data-testid="stDownloadButton"], .st-key-answer-card';
+for (const el of document.querySelectorAll('[data-testid="stMain"] :is(' + sel + ')')) {
+  const r = el.getBoundingClientRect();
+  if (r.width && (r.left < -1 || r.right > w + 1)) out.push(`${el.dataset.testid || el.className}: ${r.left}-${r.right}`);
+}
+for (const row of document.querySelectorAll('[data-testid="stMain"] [data-testid="stHorizontalBlock"]')) {
+  const cols = [...row.children].map(c => c.getBoundingClientRect()).filter(r => r.width > 0);
+  for (const a of cols) for (const b of cols)
+    if (a !== b && a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+      out.push(`columns overlap: ${a.left}-${a.right} and ${b.left}-${b.right}`);
+}
+return {cut: out, scroll: document.documentElement.scrollWidth, inner: w,
+        mainScroll: document.querySelector('[data-testid="stMain"]').scrollWidth,
+        mainClient: document.querySelector('[data-testid="stMain"]').clientWidth};
+"""
+
+
+@pytest.mark.parametrize(("page", "charts"), [("overview", 0), ("kernels", 1), ("diff", 1), ("timeline", 1)])
+def test_the_newer_pages_fit_1600px(server: str, browser: object, page: str, charts: int) -> None:
+    """At 1600 px: nothing scrolls sideways, no chart / table / card / widget reaches past the page's edge, the
+    columns of a row do not overlap, no label or picked value is cut (test_dashboard_browser's check), and
+    Overview's answer card is on the first screen."""
+    _viewport(browser, 1600, 1000)
+    tb._open(browser, server, page, charts)
+    assert not tb._errors(browser)
+    browser.execute_script("window.scrollTo(0, 0);")
+    if page == "overview":
+        box = _card_box(browser)
+        assert box["top"] >= 0 and box["bottom"] <= 1000 and box["left"] >= 0 and box["right"] <= 1600, box
+        assert box["text"].strip()
+    layout = browser.execute_script(LAYOUT)
+    assert layout["scroll"] <= layout["inner"], f"{page}: the page scrolls sideways at 1600 px: {layout}"
+    assert layout["mainScroll"] <= layout["mainClient"] + 1, (
+        f"{page}: the main area scrolls sideways: {layout}"
+    )
+    assert not layout["cut"], f"{page}: past the edge or overlapping at 1600 px: {layout['cut']}"
+    cut = browser.execute_script(tb.CUT)
+    assert not cut, f"{page}: cut off at 1600 px: {cut}"
+    tb._shot(browser, f"{page}-1600-v3", 1600)

@@ -104,3 +104,62 @@ def test_the_custom_pair_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert again.sidebar.selectbox(key="pair_base").value == "run-tiny-dense-mxfp8"
     assert again.sidebar.selectbox(key="pair_other").value == "run-tiny-dense-bf16"
     assert not again.warning, [w.value for w in again.warning]
+
+
+def _timeline_view(at: AppTest) -> dict:
+    import json
+
+    slider = next(s for s in at.slider if str(s.key).startswith("tl_window_"))
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    return {
+        "trace": at.selectbox(key="tl_trace").value,
+        "rank": at.selectbox(key="tl_rank").value,
+        "jump": at.selectbox(key="tl_jump").value,
+        "window": tuple(slider.value),
+        "title": fig["layout"]["title"]["text"],
+        "boxes": [(t.get("name"), t.get("y"), t.get("base"), t.get("x")) for t in fig["data"]],
+    }
+
+
+def _timeline(at: AppTest) -> AppTest:
+    at.switch_page("views/timeline.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.warning, [w.value for w in at.warning]
+    return at
+
+
+def test_the_timeline_view_round_trips_through_its_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trace, rank, the step jumped to and the zoomed window: a new session on the link draws the same
+    chart (title and every box); the window's ends are read back exactly."""
+    if not (EXAMPLES / "ingest-2rank" / "events" / "rank-1.parquet").is_file():
+        pytest.skip("examples/runs lacks ingest-2rank")
+    at = _timeline(_app(monkeypatch))
+    at.selectbox(key="tl_trace").set_value("ingest-2rank").run()
+    at.selectbox(key="tl_rank").set_value("events/rank-1.parquet").run()
+    jump = at.selectbox(key="tl_jump")
+    jump.set_value(jump.options[min(2, len(jump.options) - 1)]).run()
+    slider = next(s for s in at.slider if str(s.key).startswith("tl_window_"))
+    lo, hi = slider.value
+    slider.set_value((lo + (hi - lo) * 0.25, lo + (hi - lo) * 0.5)).run()  # zoom into the step
+    assert not at.exception, [e.value for e in at.exception]
+    picked = _timeline_view(at)
+    query = dict(at.query_params)
+    assert query["trace"] == "ingest-2rank" and query["rank"] == "rank-1" and query["jump"] == picked["jump"]
+    assert tuple(float(v) for v in query["window"].split(",")) == picked["window"]
+
+    again = _timeline(_app(monkeypatch, query))  # a reload, or the link opened elsewhere
+    assert _timeline_view(again) == picked
+    assert dict(again.query_params) == query
+    code = [str(c.value) for c in again.sidebar.code]
+    assert len(code) == 1 and parse_qs(urlsplit(code[0]).query) == {k: [v] for k, v in query.items()}
+
+
+def test_a_timeline_link_the_trace_cannot_offer_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _timeline(
+        _app(monkeypatch, {"trace": "ingest-2rank", "rank": "rank-9", "window": "5,1e12", "jump": "nope"})
+    )
+    assert at.selectbox(key="tl_trace").value == "ingest-2rank"  # what the page offers is taken
+    assert at.selectbox(key="tl_rank").value == "events/rank-0.parquet"  # the rest falls back
+    slider = next(s for s in at.slider if str(s.key).startswith("tl_window_"))
+    assert slider.value[0] == 0.0 and slider.value[1] == slider.max
+    assert at.query_params["rank"] == "rank-0" and at.query_params["window"] == f"0.0,{slider.max!r}"
