@@ -61,10 +61,8 @@ def decode(
     rank: int | None = None,
     include_python: bool = False,
     progress: Callable[[int, int], None] | None = None,
-    bulk: bool = True,
 ) -> Decoded:
-    """Decode ``path`` (``fmt``: kineto | nsys) into ``work/raw.parquet``, a batch of rows at a time (``bulk``
-    False: an nsys export's tables are read row by row, the reference the bulk read is tested against)."""
+    """Decode ``path`` (``fmt``: kineto | nsys) into ``work/raw.parquet``, a batch of rows at a time."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -72,7 +70,7 @@ def decode(
     if fmt == "nsys":
         from tracing.ingest.nsys_stream import NsysDecoder
 
-        dec: Any = NsysDecoder(path, bulk=bulk, progress=progress)
+        dec: Any = NsysDecoder(path, progress=progress)
     else:
         from tracing.ingest.kineto_decode import KinetoDecoder
 
@@ -267,7 +265,6 @@ def in_engine(
     rank: int | None = None,
     include_python: bool = False,
     progress: Callable[[int, int], None] | None = None,
-    bulk: bool = True,
     events_path: str | os.PathLike[str] | None = None,
     temp_dir: str | None = None,
 ) -> Iterator[tuple[duckdb.DuckDBPyConnection, Decoded, Path]]:
@@ -279,9 +276,7 @@ def in_engine(
     from tracing.ingest import engine
 
     with tempfile.TemporaryDirectory(prefix=".engine-", dir=temp_dir) as work, engine.session(work) as con:
-        d = decode(
-            path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress, bulk=bulk
-        )
+        d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress)
         con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
         events = Path(events_path) if events_path is not None else Path(work) / "events.parquet"
         d.rows = write_events(con, d, events)
@@ -297,16 +292,14 @@ def load_events(
     *,
     rank: int | None = None,
     include_python: bool = False,
-    bulk: bool = True,
 ) -> Trace:
     """One Kineto file or nsys export as a :class:`Trace` with its event frame (the notebook API): the rows
     ``mxperf ingest`` writes (:func:`in_engine`), read back."""
-    with in_engine(path, fmt, rank=rank, include_python=include_python, bulk=bulk) as (_, d, events):
+    with in_engine(path, fmt, rank=rank, include_python=include_python) as (_, d, events):
         frame = store.read_table(events)
     return Trace(d.path, d.format, frame, rank=d.rank, meta=d.meta)
 
 
-def load_nsys_events(path: str | os.PathLike[str], *, rank: int | None = None, bulk: bool = True) -> Trace:
-    """Read one Nsight Systems SQLite export into a :class:`Trace` (one trace, possibly many processes);
-    ``bulk=False`` reads every table row by row (the reference for tests)."""
-    return load_events(path, "nsys", rank=rank, bulk=bulk)
+def load_nsys_events(path: str | os.PathLike[str], *, rank: int | None = None) -> Trace:
+    """Read one Nsight Systems SQLite export into a :class:`Trace` (one trace, possibly many processes)."""
+    return load_events(path, "nsys", rank=rank)

@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from tracing.ingest import sqlite_bulk
 from tracing.ingest.trace import report_rank
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
 RUNTIME_CLASS, DRIVER_CLASS = 0, 1
+BATCH_ROWS = 1 << 16  # event rows a batch (the decode's peak holds one)
 REQUIRED_TABLES = ("StringIds",)
 _GPU_TABLES = {
     schema.KERNEL: ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName", None),
@@ -158,10 +158,13 @@ class _Builder:
 @contextmanager
 def format_errors(path: Path) -> Iterator[None]:
     """SQLite errors and unexpected values inside an export become one-line ``TraceFormatError`` errors."""
+    import adbc_driver_manager
+
     try:
         yield
-    except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(path, f"SQLite error while reading ({exc})") from None
+    except (sqlite3.DatabaseError, adbc_driver_manager.Error) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceFormatError(path, f"SQLite error while reading ({first})") from None
     except TraceFormatError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:  # e.g. text where nsys writes integers
@@ -176,16 +179,47 @@ def open_builder(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]
     return _Builder(dict(con.execute("SELECT id, value FROM StringIds").fetchall()))
 
 
+def open_rows(path: Path) -> Any:
+    """The export opened read-only for its event rows: Arrow batches from ADBC's SQLite driver (no Python
+    object per value)."""
+    import adbc_driver_sqlite.dbapi as adbc
+
+    return adbc.connect(f"{path.resolve().as_uri()}?mode=ro")
+
+
+def _int(col: str, null: int | None = None) -> str:
+    """``col`` as an exact int64 (a REAL truncated like ``int()``), ``null`` where NULL; NULL where it is no
+    number (text, a blob, a NULL without ``null``, a REAL beyond int64): :func:`_rows` refuses those."""
+    when_null = f" WHEN 'null' THEN {null}" if null is not None else ""
+    return (
+        f"CASE typeof({col}) WHEN 'integer' THEN {col} WHEN 'real' THEN CASE WHEN abs({col}) < 9.2e18 "
+        f"THEN CAST({col} AS INTEGER) END{when_null} END"
+    )
+
+
 def _rows(
-    con: sqlite3.Connection, table: str, exprs: list[str], *, bulk: bool, blocked: bool, **kw: Any
+    path: Path, rows: Any, table: str, ints: list[str], *, text: str | None = None, where: str = ""
 ) -> Iterator[tuple[np.ndarray, list[str]]]:
-    """A SELECT's rows in rowid order: whole (in memory) or a block of rowids at a time (streaming)."""
-    if blocked:
-        yield from sqlite_bulk.select_blocks(con, table, exprs, bulk=bulk, **kw)
-        return
-    m, texts = sqlite_bulk.select(con, table, exprs, bulk=bulk, **kw)
-    if len(m):
-        yield m, texts
+    """``SELECT ints..., text FROM table AS n [WHERE where]`` in rowid order, ``BATCH_ROWS`` rows at a time, as
+    an int64 matrix and the text column; ``ints`` are :func:`_int` expressions (a NULL is a value that is no
+    integer: one line naming the table)."""
+    cur = rows.cursor()
+    try:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        kind = cur.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        order = " ORDER BY n.rowid" if kind and kind[0] == "table" else ""
+        cols = [*ints, *([text] if text is not None else [])]
+        cur.execute(f"SELECT {', '.join(cols)} FROM {table} AS n {'WHERE ' + where if where else ''}{order}")
+        k = len(ints)
+        for batch in cur.fetch_record_batch():
+            if batch.num_rows == 0:
+                continue
+            if any(batch.column(i).null_count for i in range(k)):
+                raise TraceFormatError(path, f"unexpected value in an nsys table ({table}: not an integer)")
+            m = np.column_stack([batch.column(i).to_numpy() for i in range(k)]).astype(np.int64, copy=False)
+            yield m, (batch.column(k).to_pylist() if text is not None else [])
+    finally:
+        cur.close()
 
 
 def _intern_ids(con: sqlite3.Connection, b: _Builder, table: str, expr: str, name_of: Any) -> None:
@@ -196,17 +230,11 @@ def _intern_ids(con: sqlite3.Connection, b: _Builder, table: str, expr: str, nam
 
 
 def read_parts(
-    path: Path,
-    con: sqlite3.Connection,
-    tables: dict[str, set[str]],
-    b: _Builder,
-    *,
-    bulk: bool,
-    blocked: bool,
+    path: Path, con: sqlite3.Connection, rows: Any, tables: dict[str, set[str]], b: _Builder
 ) -> Iterator[None]:
     """Add the export's events to ``b.parts`` -- GPU ops, runtime calls, driver calls, NVTX ranges, in that
-    order, each table in rowid order -- yielding after each part (``blocked``: at most
-    ``sqlite_bulk.BLOCK_ROWS`` rowids a part, so a consumer that takes the parts holds one block)."""
+    order, each table in rowid order -- yielding after each part of at most ``BATCH_ROWS`` rows (``rows``:
+    :func:`open_rows`; ``con`` answers the small queries)."""
     strings = b.strings
     namers = {
         schema.KERNEL: lambda i: strings.get(i, f"<string {i}>") if i != schema.NO_ID else "<unnamed kernel>",
@@ -220,12 +248,15 @@ def read_parts(
         _need(path, tables, table, (*_GPU_COLUMNS, name_col))
         _intern_ids(con, b, table, _nz(name_col), namers[kind])
         exprs = [
-            "start",
-            '"end"',
-            *map(_nz, ("deviceId", "streamId", "correlationId", "globalPid", name_col)),
-            *([_nz(bytes_col)] if bytes_col else []),
+            _int("start"),
+            _int('"end"'),
+            *(
+                _int(c, schema.NO_ID)
+                for c in ("deviceId", "streamId", "correlationId", "globalPid", name_col)
+            ),
+            *([_int(bytes_col, schema.NO_ID)] if bytes_col else []),
         ]
-        for m, _ in _rows(con, table, exprs, bulk=bulk, blocked=blocked):
+        for m, _ in _rows(path, rows, table, exprs):
             start, end = m[:, 0], m[:, 1]
             pid, _ = decode_global_tid(m[:, 5])
             b.add(
@@ -245,11 +276,15 @@ def read_parts(
         table = "CUPTI_ACTIVITY_KIND_RUNTIME"
         _need(path, tables, table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"))
         _intern_ids(con, b, table, _nz("nameId"), lambda i: strings.get(i, f"<string {i}>"))
-        exprs = ["start", '"end"', *map(_nz, ("globalTid", "correlationId", "nameId"))]
+        exprs = [
+            _int("start"),
+            _int('"end"'),
+            *(_int(c, schema.NO_ID) for c in ("globalTid", "correlationId", "nameId")),
+        ]
         # runtime (eventClass 0, or anything but 1) calls first, then driver calls: one pass per class
         for kind, cond in ((schema.RUNTIME, "<>"), (schema.DRIVER, "=")):
             where = f"{_nz('n.eventClass')} {cond} {DRIVER_CLASS}"
-            for m, _ in _rows(con, table, exprs, bulk=bulk, blocked=blocked, where=where):
+            for m, _ in _rows(path, rows, table, exprs, where=where):
                 pid, tid = decode_global_tid(m[:, 2])
                 b.add(
                     kind,
@@ -262,11 +297,11 @@ def read_parts(
                     correlation=m[:, 3],
                 )
                 yield
-    yield from _load_nvtx(path, con, tables, b, bulk, blocked)
+    yield from _load_nvtx(path, con, rows, tables, b)
 
 
 def _load_nvtx(
-    path: Path, con: sqlite3.Connection, tables: dict[str, set[str]], b: _Builder, bulk: bool, blocked: bool
+    path: Path, con: sqlite3.Connection, rows: Any, tables: dict[str, set[str]], b: _Builder
 ) -> Iterator[None]:
     if "NVTX_EVENTS" not in tables:
         return
@@ -293,22 +328,21 @@ def _load_nvtx(
         domain_code(int(d))
     # One pass over NVTX_EVENTS; the name is inline text, else the StringIds value of textId (a scalar
     # subquery: one row per event, evaluated only when text is NULL).
-    rows = _rows(
-        con,
+    read = _rows(
+        path,
+        rows,
         "NVTX_EVENTS",
         [
-            "n.start",
-            'n."end"',
-            _nz("n.globalTid"),
-            _nz("n.endGlobalTid" if has_end_tid else "NULL"),
-            "coalesce(n.domainId, 0)",
+            _int("n.start"),
+            _int('n."end"'),
+            _int("n.globalTid", schema.NO_ID),
+            _int("n.endGlobalTid", schema.NO_ID) if has_end_tid else str(schema.NO_ID),
+            _int("n.domainId", 0),
         ],
         text="coalesce(n.text, (SELECT s.value FROM StringIds s WHERE s.id = n.textId), '')",
         where=where,
-        bulk=bulk,
-        blocked=blocked,
     )
-    for m, names in rows:
+    for m, names in read:
         pid, tid = decode_global_tid(m[:, 2])
         end_g = m[:, 3]
         _, end_tid = decode_global_tid(np.where(end_g == schema.NO_ID, 0, end_g))

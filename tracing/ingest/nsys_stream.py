@@ -1,7 +1,7 @@
 """An Nsight Systems SQLite export read a block of rows at a time, for the bounded-memory ingest.
 
 The same reader as the in-memory path (``nsys.read_parts``, tables in the same order, each in rowid order,
-names and domains interned in the same order), with each table read ``sqlite_bulk.BLOCK_ROWS`` rowids at a
+names and domains interned in the same order), with each table read ``nsys.BATCH_ROWS`` rows at a
 time; ``tracing.streamed`` takes the rows as they come (as it takes a Kineto file's chunks). What only the
 whole table knows is kept small and applied afterwards: the emit_nvtx shape codes (one per distinct range
 name), the number of processes that ran GPU work (for the rank), and the export's metadata.
@@ -69,13 +69,12 @@ class NsysDecoder:
         self,
         path: str | Path,
         *,
-        bulk: bool = True,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.path = Path(path)
-        self.bulk = bulk
         self.progress = progress  # (bytes, file bytes), estimated from the event rows read so far
         self.con: sqlite3.Connection | None = None
+        self.rows: Any = None
         self.tables: dict[str, set[str]] = {}
         self.b = nsys._Builder({})
         self.columns = _Rows(self.b)
@@ -94,12 +93,11 @@ class NsysDecoder:
         self.con = nsys.open_readonly(self.path)
         try:
             with nsys.format_errors(self.path):
+                self.rows = nsys.open_rows(self.path)
                 self.tables = nsys._tables(self.con)
                 self.b = nsys.open_builder(self.path, self.con, self.tables)
                 self.columns.b = self.b
-                parts = nsys.read_parts(
-                    self.path, self.con, self.tables, self.b, bulk=self.bulk, blocked=True
-                )
+                parts = nsys.read_parts(self.path, self.con, self.rows, self.tables, self.b)
                 size, total, done = self.path.stat().st_size, self._event_rows(), 0
                 for _ in parts:
                     part = self.b.parts[-1]
@@ -138,6 +136,9 @@ class NsysDecoder:
             self.close()
 
     def close(self) -> None:
+        if self.rows is not None:
+            self.rows.close()
+            self.rows = None
         if self.con is not None:
             self.con.close()
             self.con = None
