@@ -8,8 +8,11 @@ evaluated **per step** at that step's own settings:
   tokens of each, so the packing and padding loss are the run's own) plus the fit's per-step cost; without
   ranges, ``num_microbatches`` equal micro-batches of ``update_tokens``; for another fitted phase,
   ``ceil(N / n)`` micro-batches of the run's ``tokens_per_microbatch``;
-- a measured phase: its median over the run folders' steps. When the run compared is one of those folders,
-  the row is **in-sample** (the prediction is that run's own median): shown, never counted in the error;
+  plus, for the update, the optimizer step (:mod:`perfmodel.step_optimizer`): a median over the run folders'
+  own steps, so that part of the update row is in-sample (the row's ``in_sample_part`` says so);
+- a measured phase: its median over the run folders' steps; generate fitted on prompt and generated tokens
+  (:mod:`perfmodel.step_generation`): at the step's own tokens. When the run compared is one of the folders
+  it came from, the row is **in-sample**: shown, never counted in the error;
 - a given phase (``--phase``, ``--other-phase``): the value given.
 
 Per (run, phase) and for the whole step (the sum of the predicted phases against the run's ``step_s``, else
@@ -29,6 +32,7 @@ import numpy as np
 
 from perfmodel.bootstrap import percentile_ci
 from perfmodel.model import LEVEL
+from perfmodel.step_generation import step_tokens
 
 MISS_PCT = 10.0  # a whole-step error beyond this (or a measured median outside the band) is said as a miss
 
@@ -55,6 +59,15 @@ def _step_setting(run: Any, row: Any, phase: str) -> tuple[float, float, tuple[f
     if big_n and n:
         return float(big_n), float(n), None
     return None
+
+
+def _tokens(run: Any) -> dict[Any, tuple[float, float]]:
+    """step -> (prompt + generated, generated) tokens of a run folder's steps."""
+    t = step_tokens(run.path)
+    return {
+        s: (float(p + g), float(g))
+        for s, p, g in zip(t["step"], t["prompt_tokens"], t["generated_tokens"], strict=True)
+    }
 
 
 def _row(run: Any, phase: str, prec: str, kind: str, pred: list, meas: list, reps: list, b: int) -> dict:
@@ -104,19 +117,26 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
                 continue
             covered.append(phase)
             pred, meas, reps = [], [], []
+            toks = _tokens(run) if getattr(term, "scaled", False) else {}
             for i, row in df.iterrows():
                 m = row.get(f"{phase}_s")
                 if m is None or not np.isfinite(m):
                     continue
+                gen = None
                 if term.fit is not None:
                     setting = _step_setting(run, row, phase)
                     if setting is None:
                         continue
                     big_n, n, pack = setting
+                elif toks:  # generation at the step's own prompt and generated tokens
+                    if row.get("step") not in toks:
+                        continue
+                    big_n, gen = toks[row.get("step")]
+                    n, pack = 1.0, None
                 else:
                     big_n, n, pack = 1.0, 1.0, None
-                p = term.point(big_n, n, pack)
-                r = st.phase_replicates(phase, big_n, n, b, pack) if b else np.zeros(0)
+                p = term.point(big_n, n, pack, gen)
+                r = st.phase_replicates(phase, big_n, n, b, pack, gen) if b else np.zeros(0)
                 pred.append(p)
                 meas.append(float(m))
                 reps.append(r)
@@ -126,9 +146,14 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
             if not pred:
                 continue
             kind = term.kind
-            if kind == "measured" and run.path in getattr(term, "runs", ()):
+            if kind in ("measured", "tokens") and run.path in getattr(term, "runs", ()):
                 kind = "in-sample"
             rows.append(_row(run, phase, prec, kind, pred, meas, reps, b))
+            outside = getattr(term, "outside", None)
+            if outside is not None and outside.seconds is not None and run.path in outside.runs:
+                rows[-1]["in_sample_part"] = (
+                    f"optimizer step {1e3 * outside.seconds:.1f} ms (this run's median)"
+                )
         if not covered:
             continue
         full = [
@@ -171,7 +196,8 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
         "skipped": skipped,
         "note": (
             "per step at the step's own micro-batches (update: the padded tokens of each micro-batch the run "
-            "ran); medians over steps; error = predicted / measured - 1; the band is the prediction's (fits' "
+            "ran, plus the optimizer step measured in the run folders: in-sample where it is the same run's); "
+            "medians over steps; error = predicted / measured - 1; the band is the prediction's (fits' "
             "and medians' bootstrap), not the runs' step-to-step noise; in-sample rows (a phase measured in "
             "the same run folders) are not counted in the median absolute error"
         ),
@@ -196,6 +222,10 @@ def validation_words(v: dict[str, Any] | None) -> str | None:
     return f"Validation: predicted vs the run folders' measured steps: {each}{mae_s}."
 
 
+def _kind(r: dict[str, Any]) -> str:
+    return f"{r['kind']}, {r['in_sample_part']} in-sample" if r.get("in_sample_part") else r["kind"]
+
+
 def validation_table(v: dict[str, Any] | None) -> list[str]:
     """Markdown rows of the predicted-vs-measured table (empty without one)."""
     if not v or not v.get("rows"):
@@ -209,7 +239,7 @@ def validation_table(v: dict[str, Any] | None) -> list[str]:
         err = f"{r['error_pct']:+.1f} %" if r["error_pct"] is not None else "-"
         inside = {True: "yes", False: "no", None: "-"}[r["inside"]]
         out.append(
-            f"| `{r['run']}` | {r['phase']} | {r['precision']} | {r['kind']} | {r['steps']} | "
+            f"| `{r['run']}` | {r['phase']} | {r['precision']} | {_kind(r)} | {r['steps']} | "
             f"{r['predicted_s']:.4g} | {band} | {r['measured_s']:.4g} | {err} | {inside} |"
         )
     return out
@@ -233,7 +263,7 @@ def validation_lines(v: dict[str, Any] | None) -> list[str]:
         band = f" [{r['predicted_ci'][0]:.3g}, {r['predicted_ci'][1]:.3g}]" if r["predicted_ci"] else ""
         err = f"{r['error_pct']:+.1f} %" if r["error_pct"] is not None else "-"
         out.append(
-            f"  {r['run']} {r['phase']:>8} {r['precision']:>6} ({r['kind']}): predicted {r['predicted_s']:.3g} s"
+            f"  {r['run']} {r['phase']:>8} {r['precision']:>6} ({_kind(r)}): predicted {r['predicted_s']:.3g} s"
             f"{band}, measured {r['measured_s']:.3g} s, {err}"
         )
     return out

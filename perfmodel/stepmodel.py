@@ -45,6 +45,8 @@ from perfmodel.fitted import PrecisionFit
 from perfmodel.inputs import RunFolder
 from perfmodel.model import LEVEL
 from perfmodel.recommend import NO_GLOBAL_BATCH, default_global_tokens, max_tokens_under_cap
+from perfmodel.step_generation import PHASE as GEN_PHASE
+from perfmodel.step_generation import GenerationFit, generation_fits
 from perfmodel.step_optimizer import PHASE as OUTSIDE_PHASE
 from perfmodel.step_optimizer import OptimizerTerm, optimizer_terms
 from perfmodel.step_validation import validate_runs
@@ -68,13 +70,27 @@ class PhaseTerm:
     at_global_tokens: float | None = None  # measured: the runs' tokens per step
     runs: tuple[str, ...] = ()  # measured: the run folders it is the median of
     outside: OptimizerTerm | None = None  # fitted update: its per-step time outside the micro-batches
+    gen: GenerationFit | None = None  # measured generate: prefill + decode fit (used, or why not)
 
     @property
     def outside_s(self) -> float:
         """Seconds added once per step besides the micro-batches (the optimizer step; 0 when absent)."""
         return float(self.outside.seconds or 0.0) if self.outside is not None else 0.0
 
-    def point(self, big_n: float, n: float, packing: Sequence[float] | None = None) -> float:
+    @property
+    def scaled(self) -> bool:
+        """A generate term fitted on prompt and generated tokens (scales with N)."""
+        return self.gen is not None and self.gen.used
+
+    def point(
+        self,
+        big_n: float,
+        n: float,
+        packing: Sequence[float] | None = None,
+        generated: float | None = None,
+    ) -> float:
+        if self.scaled:
+            return self.gen.seconds(big_n, generated)  # type: ignore[union-attr]
         if self.fit is None:
             return float(self.seconds)  # type: ignore[arg-type]
         curve, per_step = self.fit.wall.curve(), self.fit.per_step_s
@@ -91,9 +107,12 @@ class PhaseTerm:
                 out["source"] = f"{self.source}{sep}{self.outside.words()}"
         else:
             out["seconds"] = self.seconds
-            out["steps"] = len(self.samples) if self.kind == "measured" else None
+            out["steps"] = len(self.samples) if self.kind in ("measured", "tokens") else None
             out["at_global_tokens"] = self.at_global_tokens
-            out["scaled"] = False
+            out["scaled"] = self.scaled
+            if self.gen is not None:
+                out["generation_fit"] = self.gen.as_dict()
+                out["source"] = f"{self.source}; {self.gen.words()}"
         return out
 
 
@@ -117,19 +136,37 @@ class PrecisionStep:
         default_factory=dict
     )  # phase -> (curve, per_step) replicates or (B,) medians
 
-    def seconds(self, big_n: float, n: float, packing: Sequence[float] | None = None) -> float:
-        return float(sum(t.point(big_n, n, _pack(p, packing)) for p, t in self.terms.items()))
+    def seconds(
+        self,
+        big_n: float,
+        n: float,
+        packing: Sequence[float] | None = None,
+        generated: float | None = None,
+    ) -> float:
+        return float(sum(self.phase_seconds(big_n, n, packing, generated).values()))
 
     def phase_seconds(
-        self, big_n: float, n: float, packing: Sequence[float] | None = None
+        self,
+        big_n: float,
+        n: float,
+        packing: Sequence[float] | None = None,
+        generated: float | None = None,
     ) -> dict[str, float]:
-        return {p: t.point(big_n, n, _pack(p, packing)) for p, t in self.terms.items()}
+        return {p: t.point(big_n, n, _pack(p, packing), generated) for p, t in self.terms.items()}
 
     def phase_replicates(
-        self, phase: str, big_n: float, n: float, b: int, packing: Sequence[float] | None = None
+        self,
+        phase: str,
+        big_n: float,
+        n: float,
+        b: int,
+        packing: Sequence[float] | None = None,
+        generated: float | None = None,
     ) -> np.ndarray:
         """(b,) replicates of one phase's seconds per step (a given phase: its value b times)."""
         t = self.terms[phase]
+        if t.scaled:
+            return t.gen.replicates(self.boot[phase][:b], big_n, generated)  # type: ignore[union-attr]
         if t.fit is not None:
             curve, per_step = self.boot[phase]
             reps = _microbatched(curve.take(slice(0, b)), per_step[:b], big_n, n, _pack(phase, packing))
@@ -140,11 +177,16 @@ class PrecisionStep:
         return np.full(b, float(t.seconds))  # type: ignore[arg-type]
 
     def replicates(
-        self, big_n: float, n: float, b: int, packing: Sequence[float] | None = None
+        self,
+        big_n: float,
+        n: float,
+        b: int,
+        packing: Sequence[float] | None = None,
+        generated: float | None = None,
     ) -> np.ndarray:
         total = np.zeros(b)
         for phase in self.terms:
-            total += self.phase_replicates(phase, big_n, n, b, packing)
+            total += self.phase_replicates(phase, big_n, n, b, packing, generated)
         return total
 
     def sizes(self) -> list[float]:
@@ -174,6 +216,7 @@ class Setting:
     tokens_per_microbatch: float
     source: str
     packing: tuple[float, ...] | None = None  # the runs' update micro-batches of a typical step (padded)
+    generated_tokens: float | None = None  # --at N,n,G: tokens generated per step (else the runs' share)
 
 
 def typical_packing(runs: Sequence[RunFolder]) -> tuple[float, ...] | None:
@@ -224,26 +267,33 @@ def parse_phase_flags(items: Sequence[str]) -> tuple[dict[tuple[str, str], float
     return times, names
 
 
-def parse_at(items: Sequence[str]) -> list[tuple[int, int]]:
-    """``--at N,n`` values (several pairs: repeat the flag or separate pairs by ';')."""
-    out: list[tuple[int, int]] = []
+def parse_at(items: Sequence[str]) -> list[tuple[int, ...]]:
+    """``--at N,n[,G]`` values (several: repeat the flag or separate them by ';'); ``G``: tokens generated
+    per step (of the ``N``), for a generation term fitted on prompt and generated tokens."""
+    out: list[tuple[int, ...]] = []
     for item in items:
         for pair in str(item).split(";"):
             parts = [p.strip().replace("_", "") for p in pair.split(",")]
             try:
-                big_n, n = (int(float(p)) for p in parts)
-                ok = len(parts) == 2 and big_n > 0 and n > 0
+                vals = tuple(int(float(p)) for p in parts)
+                ok = len(parts) in (2, 3) and vals[0] > 0 and vals[1] > 0 and (len(vals) == 2 or vals[2] >= 0)
             except ValueError:
                 ok = False
             if not ok:
                 raise InputError(
-                    f"--at {pair!r}: expected N,n (tokens per step, tokens per micro-batch), both positive"
+                    f"--at {pair!r}: expected N,n (tokens per step, tokens per micro-batch), both positive, "
+                    "optionally ,G (tokens generated per step)"
                 )
+            big_n, n = vals[0], vals[1]
             if n > big_n:
                 raise InputError(
                     f"--at {pair!r}: {n:,} tokens per micro-batch exceed the {big_n:,} tokens of the step"
                 )
-            out.append((big_n, n))
+            if len(vals) == 3 and vals[2] > big_n:
+                raise InputError(
+                    f"--at {pair!r}: {vals[2]:,} generated tokens exceed the {big_n:,} tokens of the step"
+                )
+            out.append(vals)
     return out
 
 
@@ -309,6 +359,11 @@ def build_steps(
         for o in outside.values()
         if o.samples and o.reason  # measured, but withdrawn (one-sided)
     ]
+    gens = (
+        generation_fits(runs, model, models[0], precisions, seed, n_boot)
+        if any(p == GEN_PHASE for (_, p) in measured)
+        else {}
+    )
     steps: dict[str, PrecisionStep] = {}
     for prec in precisions:
         terms: dict[str, PhaseTerm] = {}
@@ -339,14 +394,16 @@ def build_steps(
                 )
             else:
                 secs, paths, tokens = measured[(prec, ph)]
+                gen = gens.get(prec) if ph == GEN_PHASE else None
                 terms[ph] = PhaseTerm(
                     ph,
-                    "measured",
+                    "tokens" if gen is not None and gen.used else "measured",
                     f"median over {len(secs)} steps of {', '.join(paths)}",
                     samples=tuple(sorted(secs)),
                     seconds=float(np.median(secs)),
                     at_global_tokens=float(np.median(tokens)) if tokens else None,
                     runs=tuple(paths),
+                    gen=gen,
                 )
         order = {p: i for i, p in enumerate(PHASE_ORDER)}
         terms = dict(sorted(terms.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
@@ -363,7 +420,9 @@ def _draw(steps: Mapping[str, PrecisionStep], seed: int, n_boot: int) -> None:
         fitted = any(t.fit is not None for t in st.terms.values())
         b = b if fitted else n_boot
         for phase, t in list(st.terms.items()):
-            if t.fit is not None:
+            if t.scaled and b:  # the generation fit's own bootstrap replicates of its three coefficients
+                st.boot[phase] = np.resize(t.gen.boot, (b, 3))  # type: ignore[union-attr]
+            elif t.fit is not None:
                 if b:
                     st.boot[phase] = (t.fit.wall.boot_curve(), np.asarray(t.fit.wall.per_step_boot(), float))
                 if t.outside is not None and t.outside.seconds is not None:  # its own stream: same draws
@@ -395,12 +454,16 @@ def compare_at(
     n: float,
     source: str = "",
     packing: Sequence[float] | None = None,
+    generated: float | None = None,
 ) -> dict[str, Any]:
     """Step seconds of both precisions at (N, n), the gain ``1 - low / base`` and where it comes from,
     with 95 % percentile intervals over the replicates (null with ``reason`` without replicates).
-    ``packing``: the update micro-batches the runs really packed (else ``ceil(N / n)``)."""
-    sb, sl = base.seconds(big_n, n, packing), low.seconds(big_n, n, packing)
-    pb, pl = base.phase_seconds(big_n, n, packing), low.phase_seconds(big_n, n, packing)
+    ``packing``: the update micro-batches the runs really packed (else ``ceil(N / n)``); ``generated``:
+    tokens generated per step (a fitted generation term; else the runs' generated share of ``N``)."""
+    g = generated
+    sb, sl = base.seconds(big_n, n, packing, g), low.seconds(big_n, n, packing, g)
+    pb, pl = base.phase_seconds(big_n, n, packing, g), low.phase_seconds(big_n, n, packing, g)
+    gens = {st.precision: st.terms[GEN_PHASE].gen for st in (base, low) if GEN_PHASE in st.terms}
     b = min(base.replicate_count()[0], low.replicate_count()[0])
     why = base.replicate_count()[1] or low.replicate_count()[1]
     if not b and not why:
@@ -421,6 +484,12 @@ def compare_at(
             else None
         ),
         "source": source,
+        "generation_tokens": {
+            p: dict(zip(("prompt", "generated"), f.tokens(big_n, g), strict=True))
+            for p, f in gens.items()
+            if f is not None and f.used
+        }
+        or None,
         "extrapolated": bool(sizes and not (sizes[0] <= n <= sizes[-1])),
         "measured_at_other_global_batch": sorted(
             {
@@ -445,7 +514,7 @@ def compare_at(
         "reason": why,
     }
     if b and sb > 0:
-        rb, rl = base.replicates(big_n, n, b, packing), low.replicates(big_n, n, b, packing)
+        rb, rl = base.replicates(big_n, n, b, packing, g), low.replicates(big_n, n, b, packing, g)
         out["per_precision"][base.precision]["step_ci"] = _ci(rb)
         out["per_precision"][low.precision]["step_ci"] = _ci(rl)
         ok = rb > 0
@@ -622,7 +691,7 @@ def step_models(
     baseline: str,
     runs: Sequence[RunFolder] = (),
     *,
-    at: Sequence[tuple[int, int]] = (),
+    at: Sequence[tuple[int, ...]] = (),
     global_tokens: int | None = None,
     mem_cap_bytes: float | None = None,
     phase_times: Mapping[tuple[str, str], float] | None = None,
@@ -671,7 +740,7 @@ def _comparison(
     base: PrecisionStep,
     low: PrecisionStep,
     runs: Sequence[RunFolder],
-    at: Sequence[tuple[int, int]],
+    at: Sequence[tuple[int, ...]],
     global_tokens: int | None,
     mem_cap_bytes: float | None,
     mb: Any,
@@ -712,7 +781,10 @@ def _comparison(
     if withheld:
         entry["reason"] = "no step prediction: no model fits " + "; ".join(withheld)
         return entry
-    settings = [Setting(float(big_n), float(n), "--at") for big_n, n in at]
+    settings = [
+        Setting(float(a[0]), float(a[1]), "--at", generated_tokens=float(a[2]) if len(a) > 2 else None)
+        for a in at
+    ]
     if not settings:  # the runs' own settings: median tokens per step, tokens per micro-batch
         seen: dict[tuple[int, int], list[RunFolder]] = {}
         for r in sorted(runs, key=lambda r: r.path):
@@ -724,7 +796,10 @@ def _comparison(
             src = f"the settings of {', '.join(r.path for r in rs)}"
             settings.append(Setting(float(big_n), float(n), src, typical_packing(rs)))
     entry["settings"] = [
-        compare_at(base, low, s.global_tokens, s.tokens_per_microbatch, s.source, s.packing) for s in settings
+        compare_at(
+            base, low, s.global_tokens, s.tokens_per_microbatch, s.source, s.packing, s.generated_tokens
+        )
+        for s in settings
     ]
     entry["validation"] = validate_runs({base.precision: base, low.precision: low}, runs, model)
     big_n, why = None, None

@@ -1,7 +1,7 @@
 """``mxperf fit``: fixed + per-token fits, breakeven against a baseline, host-stall share, step predictions.
 
     mxperf fit SWEEP_DIR [INGEST_DIR... RUN_DIR... FILE.csv...] -o OUT/ [--json] [--baseline bf16] [--force]
-               [--min-tokens N] [--global-batch N] [--at N,n]... [--mem-cap-bytes B] [--what-if k=v]...
+               [--min-tokens N] [--global-batch N] [--at N,n[,G]]... [--mem-cap-bytes B] [--what-if k=v]...
                [--other-phase k=s]... [--phase PHASE | --phase PRECISION:PHASE=SECONDS]...
 
 Writes OUT/fits.json, OUT/report.md and PNG plots (manifest kind "fit"), prints one verdict per comparison,
@@ -50,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--at",
         action="append",
         default=[],
-        metavar="N,n",
-        help="your settings: N tokens per step in micro-batches of n tokens; the step time per precision and "
-        "the gain with 95 %% intervals (repeatable; or several pairs separated by ';')",
+        metavar="N,n[,G]",
+        help="your settings: N tokens per step in micro-batches of n tokens (G of them generated: a generation "
+        "term fitted on prompt and generated tokens scales with it, else with the runs' share); the step "
+        "time per precision and the gain with 95 %% intervals (repeatable; or several separated by ';')",
     )
     parser.add_argument(
         "--mem-cap-bytes",

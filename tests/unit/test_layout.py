@@ -63,6 +63,7 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.stepmodel",
             "perfmodel.step_validation",
             "perfmodel.step_optimizer",
+            "perfmodel.step_generation",
             "perfmodel.step_whatifs",
             "perfmodel.next_measurements",
             "perfmodel.whatif",  # another device's breakeven: the line breakeven's Fieller intervals
