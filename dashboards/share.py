@@ -4,7 +4,7 @@ A widget that takes part has a query parameter (:data:`PARAMS`). Before it is dr
 URL's value into its session state -- once per session, and only a value the widget offers -- so opening or
 reloading a link shows the view it was copied from; after it is drawn, :func:`keep` writes its value back, so
 the address bar always holds the view. :func:`link_slot` / :func:`show_link` put the whole link in the
-sidebar in a code box whose copy button copies it ("copy link")."""
+sidebar's *Share this view* popover, in a code box whose copy button copies it ("copy link")."""
 
 from __future__ import annotations
 
@@ -144,12 +144,15 @@ def link(base: str | None = None) -> str:
 
 
 def link_slot() -> None:
-    """The place in the sidebar where the link goes (filled by :func:`show_link` as the page sets it)."""
-    st.sidebar.caption(
-        "**Share this view**: this link holds the picked outputs, fit, phase and knobs (the box's copy button "
-        "copies it; opening it restores the view)."
+    """The place in the sidebar where the link goes (filled by :func:`show_link` as the page sets it): in a
+    popover, so the code box's 1.5 MB syntax-highlighter script loads when it is opened, not with every page
+    (0.6 s of every page load in headless Chromium on 2 cores; benchmarks/RESULTS.md)."""
+    box = st.sidebar.popover("Share this view", icon=":material/link:", width="stretch")
+    box.caption(
+        "This link holds the picked outputs, fit, phase and knobs (the box's copy button copies it; opening it "
+        "restores the view). The address bar holds the same link."
     )
-    st.session_state[_SLOT] = st.sidebar.empty()
+    st.session_state[_SLOT] = box.empty()
     show_link()
 
 

@@ -77,13 +77,23 @@ def test_the_answer_card_is_above_the_fold_at_1280x800(
 
 
 def _sidebar_link(driver: object) -> str:
+    """Open the sidebar's *Share this view* popover and read the link in its code box (which has a copy
+    button); closes the popover again."""
+    from selenium.webdriver.common.keys import Keys
+
+    tb._wait_for(driver, '[data-testid="stSidebar"] [data-testid="stPopover"] button').click()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        code = tb._find(driver, '[data-testid="stSidebar"] [data-testid="stCode"] code')
+        code = tb._find(driver, '[data-testid="stPopoverBody"] [data-testid="stCode"] code')
         if code and "?" in code[0].text:
-            return code[0].text.strip()
+            link = code[0].text.strip()
+            assert tb._find(driver, '[data-testid="stPopoverBody"] [data-testid="stCode"] button'), (
+                "no copy button"
+            )
+            driver.find_element("css selector", "body").send_keys(Keys.ESCAPE)
+            return link
         time.sleep(0.2)
-    raise AssertionError("no link in the sidebar")
+    raise AssertionError("no link in the sidebar's Share this view")
 
 
 def test_a_view_round_trips_through_its_url_in_chromium(server: str, browser: object, runs: Path) -> None:
