@@ -116,9 +116,10 @@ def step_what_ifs(
         "reason": None,
     }
     b = min(base.replicate_count()[0], low.replicate_count()[0])
-    sb, sl = base.seconds(big_n, n, packing), low.seconds(big_n, n, packing)
-    rb = base.replicates(big_n, n, b, packing) if b else np.empty(0)
-    rl = low.replicates(big_n, n, b, packing) if b else np.empty(0)
+    g = setting.get("generated_tokens")  # --at N,n,G: the same generated tokens as the setting's gain
+    sb, sl = base.seconds(big_n, n, packing, g), low.seconds(big_n, n, packing, g)
+    rb = base.replicates(big_n, n, b, packing, g) if b else np.empty(0)
+    rl = low.replicates(big_n, n, b, packing, g) if b else np.empty(0)
     fitted = [ph for ph, t in low.terms.items() if t.fit is not None and base.terms.get(ph) is not None]
     if not fitted:
         out["reason"] = "no micro-batched phase is fitted for both precisions: nothing for a what-if to move"

@@ -484,6 +484,7 @@ def compare_at(
             else None
         ),
         "source": source,
+        "generated_tokens": generated,
         "generation_tokens": {
             p: dict(zip(("prompt", "generated"), f.tokens(big_n, g), strict=True))
             for p, f in gens.items()

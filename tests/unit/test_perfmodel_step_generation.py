@@ -161,6 +161,7 @@ def test_the_step_model_scales_generation_with_n_and_g(sweep, tmp_path) -> None:
         )
         assert s8g["generation_tokens"][prec] == {"prompt": 4000.0, "generated": 4000.0}
     assert s8g["gain_ci"][0] <= s8g["gain"] <= s8g["gain_ci"][1]
+    assert s8g["generated_tokens"] == 4000 and s4["generated_tokens"] is None
     # validation: generation at each step's own tokens, in-sample (the fit is of the same runs)
     rows = [r for r in sm["validation"]["rows"] if r["phase"] == "generate"]
     assert rows and all(r["kind"] == "in-sample" for r in rows)
