@@ -9,7 +9,9 @@ What each input can and cannot give:
   tokens_per_microbatch=N``): the micro-batches of *one* trace -> per-range times and host stall at one size.
   A breakeven needs at least two sizes per precision, so pass several labelled ingests together. Its
   ``kernels.parquet`` (kernel classes) also sizes the quantize work for ``--what-if weight_quant=per_step``.
-  An unlabelled ingest has no micro-batch table and is refused with the fix.
+  Its ``steps.parquet`` (traced steps, or a verl / NeMo RL metric log) is a per-precision phase source for the
+  step model (:mod:`perfmodel.ingest_steps`), with or without micro-batches. An ingest with neither is
+  refused with the fix.
 - **run directory** (kind ``run``): one step per row in ``metrics.parquet`` -> the per-step seconds of every
   phase (generate, logprob, update, sync, ...) of *its* precisions (generate and sync: the sampler's, the
   others: the learner's; :class:`RunFolder`), its model and its settings (tokens per step, per micro-batch)
@@ -31,12 +33,15 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.columns import conform_microbatches
+from perfmodel.ingest_steps import phase_sources
+from perfmodel.run_folder import SAMPLER_PHASES, RunFolder
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import read_manifest
 from tracing.outputs.precisions import PRECISION_IDS
 
 __all__ = [
+    "SAMPLER_PHASES",
     "FitInputs",
     "InputSummary",
     "RunFolder",
@@ -58,30 +63,6 @@ class InputSummary:
     gives: str
     cannot_give: str
     machine: str = "-"
-
-
-SAMPLER_PHASES = ("generate", "sync")  # a run's phases that run in (or for) the sampler's precision
-
-
-@dataclass
-class RunFolder:
-    """One ``mxperf run`` folder as the step model reads it: per-step seconds of each phase, the model and
-    precisions it ran, and its settings (median tokens per learner step, tokens per micro-batch)."""
-
-    path: str
-    model: str | None
-    learner: str | None
-    sampler: str | None
-    phases: dict[str, list[float]]  # phase -> seconds per step (NaN-free)
-    global_tokens: float | None
-    tokens_per_microbatch: float | None
-    steps: (
-        pd.DataFrame
-    )  # per step: step, num_microbatches, update_tokens, microbatch_tokens, step_s, <phase>_s
-
-    def precision_of(self, phase: str) -> str | None:
-        """The precision a phase of this run ran in: the sampler's for generate and sync, else the learner's."""
-        return self.sampler if phase in SAMPLER_PHASES else self.learner
 
 
 @dataclass
@@ -253,6 +234,23 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
         raise InputError(
             f"{path}: a '{kind}' directory has no micro-batch measurements; pass a sweep or ingest"
         )
+    if kind == "ingest":
+        sources, left_out = phase_sources(path, manifest)
+        inputs.runs.extend(sources)
+        inputs.notes.extend(left_out)
+        if sources and not mb_path.is_file():
+            for src in sources:
+                inputs.summaries.append(
+                    InputSummary(
+                        src.path,
+                        "ingest",
+                        0,
+                        f"per-step seconds of {', '.join(src.phases)} of "
+                        f"{src.model or 'an unnamed model'} in {src.learner} (its step table)",
+                        "micro-batch fits (no micro-batches in its traces)",
+                    )
+                )
+            return
     if not mb_path.is_file():
         if kind == "ingest":
             # mxperf ingest says per trace and phase why none were found (manifest: microbatch_notes)

@@ -95,6 +95,9 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
     for run in sorted(runs, key=lambda r: r.path):
         if (run.model or model) != model:
             continue
+        if getattr(run, "fit_source", False):
+            skipped.append(f"{run.path} (its micro-batches are in the fit: in-sample, not a validation)")
+            continue
         precs = {run.learner, run.sampler}
         if not precs <= set(steps):
             skipped.append(
@@ -108,6 +111,7 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
         per_step_pred: dict[int, float] = {}
         per_step_reps: dict[int, np.ndarray] = {}
         per_step_meas: dict[int, float] = {}
+        per_step_phases: dict[int, set[str]] = {}
         covered: list[str] = []
         for phase in phases:
             prec = run.precision_of(phase)
@@ -143,6 +147,7 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
                 per_step_pred[i] = per_step_pred.get(i, 0.0) + p
                 per_step_reps[i] = per_step_reps.get(i, np.zeros(b)) + r
                 per_step_meas[i] = per_step_meas.get(i, 0.0) + float(m)
+                per_step_phases.setdefault(i, set()).add(phase)
             if not pred:
                 continue
             kind = term.kind
@@ -156,11 +161,14 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
                 )
         if not covered:
             continue
-        full = [
-            i
-            for i in per_step_pred
-            if all(np.isfinite(df.at[i, f"{ph}_s"]) for ph in covered)  # every covered phase timed
-        ]
+        # a step is compared whole only where every phase of the step model was predicted at its settings
+        full = [i for i in per_step_pred if per_step_phases[i] >= set(covered)]
+        if per_step_pred and not full:
+            unknown = sorted(set(covered) - set.union(*per_step_phases.values()))
+            skipped.append(
+                f"{run.path} (whole step: {', '.join(unknown) or 'a phase'} cannot be predicted at its steps' "
+                "settings: micro-batch sizes or tokens not recorded)"
+            )
         whole = df["step_s"] if "step_s" in df.columns else None
         meas = [
             float(whole[i]) if whole is not None and np.isfinite(whole[i]) else per_step_meas[i] for i in full

@@ -25,6 +25,8 @@ STAGES: list[tuple[str, int, tuple[str, ...]]] = [
             "perfmodel.model",
             "perfmodel.bootstrap",
             "perfmodel.inputs",
+            "perfmodel.run_folder",
+            "perfmodel.ingest_steps",
             "perfmodel.columns",
             "perfmodel.design",
             "perfmodel.fitted",
