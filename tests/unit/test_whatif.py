@@ -128,3 +128,28 @@ def test_a_phase_within_noise_gives_no_breakeven_and_says_why() -> None:
     )
     lo, hi = lp["source"]["d_tok_ci"]
     assert lo < 0 < hi and lp["source"]["ci_reason"]
+
+
+def test_a_slow_end_that_is_todays_time_is_said(tmp_path) -> None:
+    import shutil
+
+    import pandas as pd
+
+    doc = what_if(A, B, device("gb200"), device("b200"))
+    # the simulated pair's host windows span each micro-batch: the slow end is the measured time
+    for r in scaled_microbatches(A, device("b200"), device("gb200")):
+        assert r["host_floor_is_wall"] == (r["wall_slow_ns"] == pytest.approx(r["wall_src_ns"], rel=0.01))
+    assert all(p["slow_end_is_today_share"] == 1.0 for p in doc["phases"])
+    assert any("the slow end is today's time" in n for n in doc["notes"])
+    # host windows of a tenth of the wall: the slow end is the scaled one, and nothing is said
+    pair = []
+    for src in (A, B):
+        dst = tmp_path / src.name
+        shutil.copytree(src, dst)
+        mb = pd.read_parquet(dst / "microbatches.parquet")
+        mb["host_seconds"] = mb["seconds"] * 0.1
+        mb.to_parquet(dst / "microbatches.parquet")
+        pair.append(dst)
+    short = what_if(*pair, device("gb200"), device("b200"))
+    assert all(p["slow_end_is_today_share"] == 0.0 for p in short["phases"])
+    assert not any("the slow end is today's time" in n for n in short["notes"])
