@@ -461,14 +461,18 @@ def _change_line(sm: dict[str, Any], low: str, base: str) -> str:
     notes = [e["memory_note"] for e in (rec.get("per_precision") or {}).values() if e.get("memory_note")]
     tail += ("; " + "; ".join(dict.fromkeys(notes))) if notes else ""
     if rec.get("precision"):
-        other = base if rec["precision"] == low else low
         cmp = rec["comparison"]
-        g = cmp["gain"] if rec["precision"] == low else -cmp["gain"]
-        ci = cmp["gain_ci"] if rec["precision"] == low else [-cmp["gain_ci"][1], -cmp["gain_ci"][0]]
+        g, ci = cmp["gain"], cmp["gain_ci"]  # 1 - t_low / t_base
+        if rec["precision"] == low:
+            vs = f"{g * 100:.1f} % less than {base} at that size [95 % CI {ci[0] * 100:.1f} to {ci[1] * 100:.1f} %]"
+        else:  # the baseline: the low precision's step is -g longer (not "-g less": the base is t_base, not t_low)
+            vs = (
+                f"{low} takes {-g * 100:.1f} % longer at that size "
+                f"[95 % CI {-ci[1] * 100:.1f} to {-ci[0] * 100:.1f} %]"
+            )
         return (
             f"What to change: use {rec['precision']} at {rec['tokens_per_microbatch']:,} tokens per micro-batch "
-            f"(global batch {rec['global_tokens']:,}{cap}): {rec['step_s']:.3g} s per step, {g * 100:.1f} % less than "
-            f"{other} at that size [95 % CI {ci[0] * 100:.1f} to {ci[1] * 100:.1f} %]{tail}."
+            f"(global batch {rec['global_tokens']:,}{cap}): {rec['step_s']:.3g} s per step, {vs}{tail}."
         )
     n = rec.get("tokens_per_microbatch")
     size = f"; the fastest measured size is {n:,} tokens per micro-batch" if n else ""
