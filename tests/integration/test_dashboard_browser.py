@@ -523,8 +523,14 @@ def test_breakeven_widgets_follow_the_picked_fit(
         n_box = _labelled(browser, "stSlider", "Global batch")
         shown_n = n_box.find_element("css selector", '[data-testid="stSliderThumbValue"]').text
         other = _labelled(browser, "stNumberInput", "Other phases").find_element("css selector", "input")
-        expected_other = [
-            sum((m.get("step") or {}).get("other_phases_s", {}).values()) for m in doc["models"]
+        expected_other = [  # the baseline's: shared other phases plus its own (fits.json step section)
+            sum(((m.get("step") or {}).get("other_phases_s") or {}).values())
+            + sum(
+                (
+                    ((m.get("step") or {}).get("other_phases_by_precision_s") or {}).get(m["baseline"]) or {}
+                ).values()
+            )
+            for m in doc["models"]
         ]
         shown_other = float(other.get_attribute("value"))  # the field shows two decimals
         assert int(shown_n.replace(",", "")) == doc["global_batch_tokens"], (rel, shown_n)
