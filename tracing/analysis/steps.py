@@ -206,6 +206,16 @@ def trace_step_phases(
 LAG_SHARE = 0.05  # a range "starts behind the GPU" when queued work runs past its start by > 5 % of its wall
 
 
+def _ns(column: Any) -> np.ndarray:
+    """An int64 ns column with nulls as -1, exact (epoch ns do not fit a float64's 53 bits)."""
+    import pyarrow as pa
+
+    filled = column.fill_null(-1)
+    if pa.types.is_floating(filled.type):
+        return np.nan_to_num(filled.to_numpy(), nan=-1).astype(np.int64)
+    return np.asarray(filled.to_numpy(), np.int64)
+
+
 def _device_windows(
     ranges: pa.Table,
     start: np.ndarray,
@@ -221,12 +231,7 @@ def _device_windows(
     lo, hi = start.astype(np.int64), end.astype(np.int64)
     if "queued_end_ns" not in ranges.column_names or "gpu_end_ns" not in ranges.column_names:
         return lo, hi
-    queued = ranges.column("queued_end_ns").to_numpy(zero_copy_only=False)
-    gpu_end = np.nan_to_num(
-        ranges.column("gpu_end_ns").to_numpy(zero_copy_only=False).astype(np.float64), nan=-1
-    )
-    queued = np.nan_to_num(queued.astype(np.float64), nan=-1).astype(np.int64)
-    gpu_end = gpu_end.astype(np.int64)
+    queued, gpu_end = _ns(ranges.column("queued_end_ns")), _ns(ranges.column("gpu_end_ns"))
     behind = queued - start > LAG_SHARE * (end - start)
     device = np.zeros(len(start), bool)
     for key in {(trace[k], int(pid[k])) for k in steps}:
