@@ -34,24 +34,27 @@ LABEL = "optimizer step"  # how the term is named in the step model's words
 def outside_microbatches(ranges: pd.DataFrame) -> dict[int, float]:
     """Per learner step, seconds of each ``update`` range not inside its ``update/microbatch`` children
     (``dur - sum(child dur)``, never below 0); steps without children are left out (nothing tells the
-    micro-batches apart from the rest)."""
+    micro-batches apart from the rest). Ranges of several traces or ranks (an ingest): matched within
+    each, and per step the slowest rank's."""
     need = {"range_id", "name", "dur_ns", "parent_id", "attrs"}
     if not need <= set(ranges.columns):
         return {}
+    keys = [c for c in ("trace", "rank") if c in ranges.columns]
     kids = ranges[ranges["name"] == CHILD]
-    inside = kids.groupby("parent_id")["dur_ns"].sum()
+    inside = kids.groupby([*keys, "parent_id"])["dur_ns"].sum().to_dict()
     out: dict[int, float] = {}
-    for rid, dur, raw in ranges.loc[ranges["name"] == PHASE, ["range_id", "dur_ns", "attrs"]].itertuples(
-        index=False
-    ):
-        if rid not in inside.index:
+    updates = ranges.loc[ranges["name"] == PHASE, [*keys, "range_id", "dur_ns", "attrs"]]
+    for row in updates.itertuples(index=False):
+        *key, rid, dur, raw = row
+        kid = inside.get((*key, rid) if keys else rid)
+        if kid is None:
             continue
         try:
             attrs = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
             step = int(attrs["step"])
         except (TypeError, ValueError, KeyError):
             continue
-        out[step] = max(float(dur) - float(inside[rid]), 0.0) * 1e-9
+        out[step] = max(out.get(step, 0.0), max(float(dur) - float(kid), 0.0) * 1e-9)
     return out
 
 

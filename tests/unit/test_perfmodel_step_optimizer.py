@@ -111,11 +111,16 @@ def _sm(paths: list[Path]) -> dict:
 
 
 def test_outside_is_the_update_range_minus_its_micro_batches() -> None:
-    got = outside_microbatches(_ranges(OUTSIDE["bf16"]))
+    r = _ranges(OUTSIDE["bf16"])
+    got = outside_microbatches(r)
     assert sorted(got) == list(range(len(MICRO)))
     assert [got[s] for s in sorted(got)] == pytest.approx(OUTSIDE["bf16"], abs=1e-9)
+    # two ranks with the same range ids (an ingest): matched within each rank, the slower rank's per step
+    slow = _ranges(tuple(o + 0.005 for o in OUTSIDE["bf16"]))
+    two = pd.concat([r.assign(rank=0), slow.assign(rank=1)], ignore_index=True)
+    got = outside_microbatches(two)
+    assert [got[s] for s in sorted(got)] == pytest.approx([o + 0.005 for o in OUTSIDE["bf16"]], abs=1e-9)
     # an update range without micro-batch ranges tells nothing apart: left out
-    r = _ranges(OUTSIDE["bf16"])
     assert outside_microbatches(r[r["name"] == "update"]) == {}
     assert outside_microbatches(r.drop(columns=["parent_id"])) == {}
 
