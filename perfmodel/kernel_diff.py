@@ -239,6 +239,16 @@ def diff(a: str | Path, b: str | Path) -> dict[str, Any]:
         "by_step": _by_step(sa, sb),
     }
     doc.update(_only(sa, sb))
+    cpu_only = [k for k, s in (("A", sa), ("B", sb)) if not s["kernels"]]
+    doc["notes"] = (
+        [
+            f"no GPU ops in {' and '.join(cpu_only)} (a CPU-only trace): its kernel and host-stall parts are 0 "
+            "and its whole time is in the residual, which there is CPU time, not GPU idle; a CPU run's "
+            "low-precision GEMMs are emulated, so the difference is the emulation's"
+        ]
+        if cpu_only
+        else []
+    )
     return doc
 
 

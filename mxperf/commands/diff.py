@@ -95,6 +95,7 @@ def render(doc: dict[str, Any], views: tuple[str, ...]) -> str:
                 )
             if len(rows) > 10:
                 lines.append(f"  ... and {len(rows) - 10} more (--json lists all)")
+    lines += [f"note: {n}" for n in doc.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -90,6 +90,7 @@ def test_hta_pair_diff_adds_up_to_the_measured_steps_to_the_ns(hta, capsys):
     # FP32 / TF32 micro-batches are left out by the ingest (no precision id), so nothing is matched by size
     assert doc["a"]["microbatches"] == doc["b"]["microbatches"] == 0
     assert doc["by_size"] == []
+    assert doc["notes"] == []  # GPU traces: nothing to say about CPU-only residuals
     assert [r["step"] for r in doc["by_step"]] == STEPS
     for r in doc["by_step"]:
         d = r["delta"]
@@ -220,6 +221,8 @@ def _annotations(events: list[dict]) -> dict[str, int]:
 def test_pipeline_cpu_traces_diff_adds_up_to_the_annotations(pipeline, capsys):
     doc = _diff(pipeline["a"], pipeline["b"], capsys)
     assert (doc["a"]["precision"], doc["b"]["precision"]) == ("bf16", "mxfp8")
+    # the residual of a CPU-only trace is CPU time, not GPU idle: said
+    assert len(doc["notes"]) == 1 and "no GPU ops in A and B (a CPU-only trace)" in doc["notes"][0]
     for key in ("a", "b"):
         raw = pipeline[f"raw_{key}"]
         # a CPU run: no GPU op in the trace, so no launch and no kernel part anywhere
