@@ -374,12 +374,12 @@ def analyze(
     global_tokens: int | None = None,
     mem_cap_bytes: float | None = None,
     knobs: Any = None,
-    at: list[tuple[int, int]] | None = None,
+    at: list[tuple[int, ...]] | None = None,
     phase_times: dict[tuple[str, str], float] | None = None,
     floors_setup: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """The fits.json document for validated inputs (see ``perfmodel.inputs.check_fittable``). ``at``: the
-    user's (tokens per step, tokens per micro-batch) pairs; ``phase_times``: (precision, phase) -> seconds
+    user's (tokens per step, tokens per micro-batch[, generated tokens]) settings; ``phase_times``: (precision, phase) -> seconds
     per step (``--phase P:X=S``); both for the whole-step model (:mod:`perfmodel.stepmodel`)."""
     from perfmodel.columns import FIT_COLUMNS, conform_microbatches
     from perfmodel.recommend import default_global_tokens
