@@ -228,6 +228,38 @@ def _only(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, list[dict[str, An
     return res
 
 
+def _terms(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase, the cost model's two terms of B - A split by part: each side's least-squares line of each
+    part over its micro-batches (ns against tokens), B's intercept and slope minus A's. A line is linear in
+    its data, so the parts' intercepts add up to the wall's (the fixed cost) and their slopes to its per-token
+    cost, exactly up to rounding. Needs two sizes on each side."""
+    import numpy as np
+
+    keys = ("wall_ns", *PARTS)
+    out = []
+    for phase in sorted({str(r["phase"]) for s in (sa, sb) for r in s["microbatches"]}):
+        lines = []
+        for s in (sa, sb):
+            rows = [r for r in s["microbatches"] if str(r["phase"]) == phase and r["tokens"] is not None]
+            x = np.array([float(r["tokens"]) for r in rows])
+            if len(set(x.tolist())) < 2:
+                break
+            design = np.column_stack([np.ones(len(x)), x])
+            y = np.array([[float(r[k]) for k in keys] for r in rows])
+            lines.append(np.linalg.lstsq(design, y, rcond=None)[0])  # rows: intercept, slope; a column a key
+        if len(lines) < 2:
+            continue
+        d = lines[1] - lines[0]
+        out.append(
+            {
+                "phase": phase,
+                "fixed_ns": {k: float(d[0, i]) for i, k in enumerate(keys)},
+                "per_token_ns": {k: float(d[1, i]) for i, k in enumerate(keys)},
+            }
+        )
+    return out
+
+
 def diff(a: str | Path, b: str | Path) -> dict[str, Any]:
     """The ``mxperf diff --json`` document: ``by_size``, ``by_phase``, ``by_step``, ``only_a`` / ``only_b``."""
     sa, sb = side(a), side(b)
@@ -237,6 +269,7 @@ def diff(a: str | Path, b: str | Path) -> dict[str, Any]:
         "by_size": _by_size(sa, sb),
         "by_phase": _by_phase(sa, sb),
         "by_step": _by_step(sa, sb),
+        "terms": _terms(sa, sb),
     }
     doc.update(_only(sa, sb))
     cpu_only = [k for k, s in (("A", sa), ("B", sb)) if not s["kernels"]]

@@ -83,6 +83,23 @@ def render(doc: dict[str, Any], views: tuple[str, ...]) -> str:
                 f"{r['step']:<5} {str(r['tokens_a']) + '/' + str(r['tokens_b']):>11} "
                 f"{_cells(r['delta'], True)}"
             )
+    if doc.get("terms"):
+        lines += [
+            "",
+            "the cost model's terms, B - A, split (least-squares lines over each side's micro-batches)",
+        ]
+        for t in doc["terms"]:
+            fx, pt = t["fixed_ns"], t["per_token_ns"]
+            lines.append(
+                f"{t['phase']:<9} fixed {fx['wall_ns'] / 1e6:+.3f} ms = GEMM {fx['gemm_ns'] / 1e6:+.3f} + casts "
+                f"{fx['quantize_ns'] / 1e6:+.3f} + other {fx['other_ns'] / 1e6:+.3f} + host stall "
+                f"{fx['host_stall_ns'] / 1e6:+.3f} + residual {fx['residual_ns'] / 1e6:+.3f}"
+            )
+            lines.append(
+                f"{'':<9} per token {pt['wall_ns'] / 1e3:+.4f} us = GEMM {pt['gemm_ns'] / 1e3:+.4f} + casts "
+                f"{pt['quantize_ns'] / 1e3:+.4f} + other {pt['other_ns'] / 1e3:+.4f} + host stall "
+                f"{pt['host_stall_ns'] / 1e3:+.4f} + residual {pt['residual_ns'] / 1e3:+.4f}"
+            )
     for key, label in (("only_a", "A"), ("only_b", "B")):
         rows = doc[key]
         if rows:

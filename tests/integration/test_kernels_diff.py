@@ -160,3 +160,30 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys, tmp_path):
     assert main([a.format(**names) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"mxperf {argv[0]}: error: ") and needle in err[0]
+
+
+def test_the_cost_models_terms_split_by_part_add_up(capsys):
+    import numpy as np
+
+    a, b = EXAMPLES / "ingest-verl-sim-bf16", EXAMPLES / "ingest-verl-sim-mxfp8"
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    doc = _json_line(capsys.readouterr().out)
+    terms = {t["phase"]: t for t in doc["terms"]}
+    assert set(terms) == {"logprob", "update"}
+    sides = [side(a)["microbatches"], side(b)["microbatches"]]
+    for phase, t in terms.items():
+        for term in ("fixed_ns", "per_token_ns"):
+            parts = sum(t[term][k] for k in PARTS)
+            assert parts == pytest.approx(t[term]["wall_ns"], rel=1e-9, abs=1e-6)
+        for key in ("wall_ns", *PARTS):  # each part's line, fitted independently per side
+            fits = []
+            for rows in sides:
+                mine = [r for r in rows if r["phase"] == phase]
+                fits.append(np.polyfit([r["tokens"] for r in mine], [r[key] for r in mine], 1))
+            slope, intercept = fits[1] - fits[0]
+            assert t["fixed_ns"][key] == pytest.approx(intercept, abs=1e-3 * max(1.0, abs(intercept)))
+            assert t["per_token_ns"][key] == pytest.approx(slope, abs=1e-6 * max(1.0, abs(slope)))
+    # MXFP8's added fixed cost on the update is its cast kernels; its per-token saving is the GEMMs'
+    upd = terms["update"]
+    assert upd["fixed_ns"]["quantize_ns"] == pytest.approx(upd["fixed_ns"]["wall_ns"], rel=0.01)
+    assert upd["per_token_ns"]["gemm_ns"] < upd["per_token_ns"]["wall_ns"] < 0
