@@ -81,6 +81,7 @@ class FitInputs:
     load_warnings: list[str] = field(
         default_factory=list
     )  # inputs measured on a machine busier than its cores
+    no_microbatches: list[str] = field(default_factory=list)  # ingests giving phase times only: why no fit
 
 
 def load_warning(path: Path | str, manifest: dict) -> str | None:
@@ -239,6 +240,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
         inputs.runs.extend(sources)
         inputs.notes.extend(left_out)
         if sources and not mb_path.is_file():
+            inputs.no_microbatches.append(_no_microbatches(path, manifest))
             for src in sources:
                 inputs.summaries.append(
                     InputSummary(
@@ -253,20 +255,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
             return
     if not mb_path.is_file():
         if kind == "ingest":
-            # mxperf ingest says per trace and phase why none were found (manifest: microbatch_notes)
-            labels = (manifest.get("config") or {}).get("labels")
-            labelled = (
-                f" is labelled ({', '.join(f'{k}={v}' for k, v in labels.items())}) but" if labels else ""
-            )
-            notes = manifest.get("traces") or []
-            why = [p for t in notes for n in t.get("microbatch_notes") or [] for p in n["problems"]]
-            why = why or ["no update / logprob / reward range with forward passes, no micro-batch ranges"]
-            raise InputError(
-                f"{path}: ingest directory{labelled} has no {store.MICROBATCHES}: no micro-batches were found in "
-                f"its traces ({'; '.join(why[:3])}); "
-                "labels fill what a trace cannot say (--label model=M,precision=P,tokens_per_microbatch=N); "
-                "capture settings: docs/tracing.md, 'Fit your own run'"
-            )
+            raise InputError(_no_microbatches(path, manifest))
         raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
     raw = store.read_table(mb_path)
     df = conform_microbatches(raw, str(mb_path), "sweep" if kind == "sweep" else "range", inputs.notes)
@@ -292,6 +281,22 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
     for prec, why in emulated_precisions(manifest, kind, df).items():
         inputs.emulated.setdefault(prec, why)
     inputs.summaries.append(InputSummary(str(path), kind, len(df), gives, cannot or "-", machine))
+
+
+def _no_microbatches(path: Path, manifest: dict) -> str:
+    """Why an ingest has no micro-batch table, with the fix (``mxperf ingest`` said it per trace and phase:
+    the manifest's ``microbatch_notes``)."""
+    labels = (manifest.get("config") or {}).get("labels")
+    labelled = f" is labelled ({', '.join(f'{k}={v}' for k, v in labels.items())}) but" if labels else ""
+    notes = manifest.get("traces") or []
+    why = [p for t in notes for n in t.get("microbatch_notes") or [] for p in n["problems"]]
+    why = why or ["no update / logprob / reward range with forward passes, no micro-batch ranges"]
+    return (
+        f"{path}: ingest directory{labelled} has no {store.MICROBATCHES}: no micro-batches were found in "
+        f"its traces ({'; '.join(why[:3])}); "
+        "labels fill what a trace cannot say (--label model=M,precision=P,tokens_per_microbatch=N); "
+        "capture settings: docs/tracing.md, 'Fit your own run'"
+    )
 
 
 def _traced_on(manifest: dict) -> str:
@@ -387,6 +392,12 @@ def load_inputs(paths: list[str | Path]) -> FitInputs:
                 f"{path}: expected a sweep/ingest/run directory, a .csv or a microbatches.parquet"
             )
     if not tables:
+        if inputs.no_microbatches:  # ingests that give phase times only: say why they give no fit
+            raise InputError(
+                "; ".join(inputs.no_microbatches)
+                + " (its step table gives phase times for the step model, not a micro-batch fit: add a sweep, "
+                "an ingest with micro-batches or a CSV)"
+            )
         raise InputError(
             "no micro-batch measurements among the inputs (a run directory alone cannot be fitted)"
         )
