@@ -4,7 +4,7 @@ timeline, and per micro-batch size and phase where micro-batches carry GPU numbe
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts_gpu, share, summaries, timeline, ui
+from dashboards import charts_gpu, data, share, summaries, timeline, ui
 from dashboards.data import OutputEntry
 from tracing.analysis import metrics as tm
 from tracing.outputs import store
@@ -64,6 +64,14 @@ share.keep("hs_other")
 shown = [ingests[rels.index(a_rel)]] + ([ingests[rels.index(b_rel)]] if b_rel != NONE else [])
 
 
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _timelines(root: str, rel: str, name: str, stamp: int, _events: pd.DataFrame) -> list[tm.DeviceTimeline]:
+    """A rank's per-device timelines, made once per events file (as ``ui.table`` reads it once): a page
+    load in a new session reuses them."""
+    del root, rel, name, stamp  # cache key only
+    return tm.device_timelines(_events)
+
+
 def _side(src: OutputEntry, key: str) -> pd.DataFrame | None:
     shares = None
     with ui.card(src.rel, src):
@@ -87,7 +95,8 @@ def _side(src: OutputEntry, key: str) -> pd.DataFrame | None:
 
         rank_file = st.selectbox("Rank", rank_files, format_func=_name, key=f"hs_rank_{key}")
         events = ui.table(src, rank_file)
-        timelines = tm.device_timelines(events)
+        root = ui.runs_dir()
+        timelines = _timelines(str(root), src.rel, rank_file, data.file_stamp(root, src, rank_file), events)
         if not timelines:
             st.info("No GPU ops in this rank's events: nothing to draw.")
             return None
