@@ -191,6 +191,22 @@ def percentile_ci(samples: np.ndarray, level: float = LEVEL) -> tuple[float, flo
     return (float(lo), float(hi))
 
 
+def interval(samples: np.ndarray, level: float = LEVEL) -> list[float] | None:
+    """:func:`percentile_ci` of the finite samples as ``[lo, hi]``; None when there are none."""
+    x = np.asarray(samples, float)
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return None
+    lo, hi = percentile_ci(x, level)
+    return [float(lo), float(hi)]
+
+
+def median_replicates(samples: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """``(n_boot,)`` bootstrap replicates of the median of ``samples`` (each resampled with replacement)."""
+    s = np.asarray(samples, float)
+    return np.median(s[rng.integers(0, len(s), size=(n_boot, len(s)))], axis=1)
+
+
 def covering_ci(samples: np.ndarray, estimate: float, level: float = LEVEL) -> tuple[float, float]:
     """Percentile interval widened, where needed, to hold the point estimate: a knee search can skew the
     replicates away from the estimate (a knee resting on one size), and an interval that excludes its own

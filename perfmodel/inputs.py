@@ -34,7 +34,7 @@ import pandas as pd
 
 from perfmodel.columns import conform_microbatches
 from perfmodel.ingest_steps import phase_sources
-from perfmodel.run_folder import SAMPLER_PHASES, RunFolder
+from perfmodel.run_folder import SAMPLER_PHASES, RunFolder, attrs_of, read_ranges
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import read_manifest
@@ -141,18 +141,14 @@ def _metrics(path: Path) -> pd.DataFrame:
 def _microbatch_tokens(path: Path) -> dict[int, tuple[int, ...]]:
     """Per learner step, the padded tokens of each update micro-batch in order (``update/microbatch``
     ranges of the run's ``ranges.parquet``: what the learner computed on); empty without that table."""
-    import json
 
-    rpath = path / store.RANGES
-    if not rpath.is_file():
-        return {}
-    ranges = store.read_table(rpath)
-    if "name" not in ranges.columns or "attrs" not in ranges.columns:
+    ranges = read_ranges(path)
+    if ranges is None:
         return {}
     out: dict[int, list[tuple[int, int]]] = {}
     for raw in ranges.loc[ranges["name"] == "update/microbatch", "attrs"]:
+        a = attrs_of(raw)
         try:
-            a = json.loads(raw) if isinstance(raw, str) else dict(raw)
             step, idx = int(a["step"]), int(a["microbatch"])
             tokens = int(a.get("padded_tokens") or a["tokens"])
         except (TypeError, ValueError, KeyError):

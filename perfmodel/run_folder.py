@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
+
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
 
 SAMPLER_PHASES = ("generate", "sync")  # a run's phases that run in (or for) the sampler's precision
 
@@ -29,3 +35,23 @@ class RunFolder:
     def precision_of(self, phase: str) -> str | None:
         """The precision a phase of this run ran in: the sampler's for generate and sync, else the learner's."""
         return self.sampler if phase in SAMPLER_PHASES else self.learner
+
+
+def read_ranges(path: str | Path) -> pd.DataFrame | None:
+    """A run folder's ``ranges.parquet`` (its range log), None when it has none or it cannot be read."""
+    rpath = Path(path) / store.RANGES
+    if not rpath.is_file():
+        return None
+    try:
+        ranges = store.read_table(rpath)
+    except InputError:
+        return None
+    return ranges if {"name", "attrs"} <= set(ranges.columns) else None
+
+
+def attrs_of(raw: Any) -> dict[str, Any]:
+    """A range's attributes (JSON text, or a mapping); empty when they cannot be read."""
+    try:
+        return json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+    except (TypeError, ValueError):
+        return {}

@@ -20,7 +20,6 @@ held would make the gain depend on that alone).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ import pandas as pd
 from perfmodel.bootstrap import draw
 from perfmodel.design import Response, unit_pattern_matrix
 from perfmodel.linear import fit_response
+from perfmodel.run_folder import attrs_of, read_ranges
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 
@@ -80,17 +80,13 @@ def step_tokens(path: str) -> pd.DataFrame:
 
 def _logprob_tokens(path: str) -> dict[int, float]:
     """Per step, the ``tokens`` of its ``logprob`` range (prompt + response tokens the learner scored)."""
-    rpath = Path(path) / store.RANGES
-    try:
-        r = store.read_table(rpath) if rpath.is_file() else None
-    except InputError:
-        r = None
-    if r is None or not {"name", "attrs"} <= set(r.columns):
+    r = read_ranges(path)
+    if r is None:
         return {}
     out: dict[int, float] = {}
     for raw in r.loc[r["name"] == "logprob", "attrs"]:
+        a = attrs_of(raw)
         try:
-            a = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
             out[int(a["step"])] = float(a["tokens"])
         except (TypeError, ValueError, KeyError):
             continue

@@ -14,17 +14,15 @@ term would move the gain by the term itself) and the comparison's notes say why.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tracing.outputs import store
-from tracing.outputs.errors import InputError
+from perfmodel.bootstrap import median_replicates
+from perfmodel.run_folder import attrs_of, read_ranges
 
 PHASE = "update"  # the micro-batched phase whose range holds the per-step work
 CHILD = "update/microbatch"
@@ -50,8 +48,7 @@ def outside_microbatches(ranges: pd.DataFrame) -> dict[int, float]:
         if kid is None:
             continue
         try:
-            attrs = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
-            step = int(attrs["step"])
+            step = int(attrs_of(raw)["step"])
         except (TypeError, ValueError, KeyError):
             continue
         out[step] = max(out.get(step, 0.0), max(float(dur) - float(kid), 0.0) * 1e-9)
@@ -60,13 +57,8 @@ def outside_microbatches(ranges: pd.DataFrame) -> dict[int, float]:
 
 def run_outside(path: str) -> dict[int, float]:
     """:func:`outside_microbatches` of a run folder's ``ranges.parquet``; empty when it has none."""
-    rpath = Path(path) / store.RANGES
-    if not rpath.is_file():
-        return {}
-    try:
-        return outside_microbatches(store.read_table(rpath))
-    except InputError:
-        return {}
+    ranges = read_ranges(path)
+    return {} if ranges is None else outside_microbatches(ranges)
 
 
 @dataclass(frozen=True)
@@ -106,8 +98,7 @@ class OptimizerTerm:
 
     def draw(self, rng: np.random.Generator, b: int) -> np.ndarray:
         """(b,) bootstrap replicates of the median over the steps."""
-        s = np.asarray(self.samples, float)
-        return np.median(s[rng.integers(0, len(s), size=(b, len(s)))], axis=1)
+        return median_replicates(np.asarray(self.samples, float), rng, b)
 
 
 def optimizer_terms(

@@ -30,18 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.bootstrap import percentile_ci
-from perfmodel.model import LEVEL
+from perfmodel.bootstrap import interval as _ci
 from perfmodel.step_generation import step_tokens
 
 MISS_PCT = 10.0  # a whole-step error beyond this (or a measured median outside the band) is said as a miss
-
-
-def _ci(x: np.ndarray) -> list[float] | None:
-    if not len(x):
-        return None
-    lo, hi = percentile_ci(x, LEVEL)
-    return [float(lo), float(hi)] if np.isfinite(lo) and np.isfinite(hi) else None
 
 
 def _step_setting(run: Any, row: Any, phase: str) -> tuple[float, float, tuple[float, ...] | None] | None:

@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.bootstrap import percentile_ci
+from perfmodel.bootstrap import interval as _ci
 from perfmodel.bounds import cast_floor
 from perfmodel.hoststall import _zero_size, host_stall_share
-from perfmodel.model import LEVEL
 from perfmodel.steplevel import per_step_difference
 from perfmodel.stepmodel import _pack
 
@@ -41,15 +40,6 @@ WHAT_IFS = {
     "host_overhead_removed": "host overhead removed (CUDA graphs: the added host stall gone)",
     "cast_kernels_fused": "cast kernels fused (the added GPU time beyond the cast-traffic floor gone)",
 }
-
-
-def _ci(x: np.ndarray) -> list[float] | None:
-    x = np.asarray(x, float)
-    x = x[np.isfinite(x)]
-    if not len(x):
-        return None
-    lo, hi = percentile_ci(x, LEVEL)
-    return [float(lo), float(hi)] if np.isfinite(lo) and np.isfinite(hi) else None
 
 
 def _phase_parts(base_fit: Any, low_fit: Any, b: int) -> dict[str, Any]:

@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.bootstrap import percentile_ci
+from perfmodel.bootstrap import interval as _ci
+from perfmodel.bootstrap import median_replicates, percentile_ci
 from perfmodel.fitted import PrecisionFit
 from perfmodel.inputs import RunFolder
 from perfmodel.model import LEVEL
@@ -435,16 +436,7 @@ def _draw(steps: Mapping[str, PrecisionStep], seed: int, n_boot: int) -> None:
                     if b:
                         st.boot[f"{phase}:outside"] = reps[:b]
             elif t.kind == "measured" and b:
-                s = np.asarray(t.samples, float)
-                idx = rng.integers(0, len(s), size=(b, len(s)))
-                st.boot[phase] = np.median(s[idx], axis=1)
-
-
-def _ci(x: np.ndarray) -> list[float] | None:
-    if not len(x):
-        return None
-    lo, hi = percentile_ci(x, LEVEL)
-    return [float(lo), float(hi)] if np.isfinite(lo) and np.isfinite(hi) else None
+                st.boot[phase] = median_replicates(np.asarray(t.samples, float), rng, b)
 
 
 def compare_at(
