@@ -238,12 +238,13 @@ def _terms(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
     keys = ("wall_ns", *PARTS)
     out = []
     for phase in sorted({str(r["phase"]) for s in (sa, sb) for r in s["microbatches"]}):
-        lines = []
+        lines, sizes = [], []
         for s in (sa, sb):
             rows = [r for r in s["microbatches"] if str(r["phase"]) == phase and r["tokens"] is not None]
             x = np.array([float(r["tokens"]) for r in rows])
             if len(set(x.tolist())) < 2:
                 break
+            sizes.append(len(set(x.tolist())))
             design = np.column_stack([np.ones(len(x)), x])
             y = np.array([[float(r[k]) for k in keys] for r in rows])
             lines.append(np.linalg.lstsq(design, y, rcond=None)[0])  # rows: intercept, slope; a column a key
@@ -253,6 +254,7 @@ def _terms(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 "phase": phase,
+                "sizes": sizes,  # distinct micro-batch sizes per side: two make a line with no check of fit
                 "fixed_ns": {k: float(d[0, i]) for i, k in enumerate(keys)},
                 "per_token_ns": {k: float(d[1, i]) for i, k in enumerate(keys)},
             }

@@ -100,6 +100,14 @@ def render(doc: dict[str, Any], views: tuple[str, ...]) -> str:
                 f"{pt['quantize_ns'] / 1e3:+.4f} + other {pt['other_ns'] / 1e3:+.4f} + host stall "
                 f"{pt['host_stall_ns'] / 1e3:+.4f} + residual {pt['residual_ns'] / 1e3:+.4f}"
             )
+            few = (
+                "; two sizes: the lines pass through them, nothing checks the fit"
+                if min(t["sizes"]) < 3
+                else ""
+            )
+            lines.append(
+                f"{'':<9} (sizes A / B: {t['sizes'][0]} / {t['sizes'][1]}; no interval: see mxperf fit{few})"
+            )
     for key, label in (("only_a", "A"), ("only_b", "B")):
         rows = doc[key]
         if rows:

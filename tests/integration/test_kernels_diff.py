@@ -170,6 +170,7 @@ def test_the_cost_models_terms_split_by_part_add_up(capsys):
     doc = _json_line(capsys.readouterr().out)
     terms = {t["phase"]: t for t in doc["terms"]}
     assert set(terms) == {"logprob", "update"}
+    assert all(t["sizes"] == [8, 8] for t in terms.values())  # distinct sizes per side, shown with the terms
     sides = [side(a)["microbatches"], side(b)["microbatches"]]
     for phase, t in terms.items():
         for term in ("fixed_ns", "per_token_ns"):
