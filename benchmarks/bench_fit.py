@@ -31,8 +31,8 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np
 import pandas as pd
 
-from perfmodel.fitting import fit_cost_model
-from perfmodel.simulate import KNEE, PAPER_LIKE, Truth, simulate_sweep
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.simulate import KNEE, PAPER_LIKE, Truth, simulate_sweep
 
 SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 ATTENTION = {

@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from dashboards import answer, data, ui
-from perfmodel import results
+from perfmodel.report import results
 from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 

@@ -259,7 +259,7 @@ def step_crossing_words(
     """The step-level crossing for a global batch N, only where the fit's case has one.
 
     Without what-ifs, fits.json's ``step.step_breakeven`` entry for N (the same number ``mxperf fit``
-    prints, with its interval) when there is one; else ``computed`` (``perfmodel.step.step_breakeven``) only
+    prints, with its interval) when there is one; else ``computed`` (``perfmodel.step.costs.step_breakeven``) only
     when the micro-batch case is faster_above / faster_below. A crossing outside the measured sizes is
     flagged as extrapolated; one above N is no micro-batch size of this global batch."""
     low, base = entry.get("precision", "low precision"), entry.get("baseline", "bf16")
@@ -322,7 +322,7 @@ def fit_label(fit_rel: str, entry: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class FitLine:
-    """One precision's fitted line from ``fits.json``, shaped for ``perfmodel.step`` (which reads
+    """One precision's fitted line from ``fits.json``, shaped for ``perfmodel.step.costs`` (which reads
     ``precision``, ``fixed_s``, ``per_token_s``, ``per_step_s`` and ``per_step_significant``), so the
     dashboard's what-ifs use the cost model's own rules."""
 
@@ -418,9 +418,9 @@ def sources_table(entry: Mapping[str, Any]) -> pd.DataFrame | None:
 def validation_misses(doc: dict[str, Any], rels: Sequence[str] = ()) -> list[str]:
     """One warning per step model whose prediction misses its run folders' measured steps (fits.json
     ``step_model[].validation.misses``: a whole step off by more than 10 % or outside its band), in the words
-    ``mxperf fit`` prints (perfmodel.step_validation.validation_words). With ``rels``, only models whose
+    ``mxperf fit`` prints (perfmodel.step.validation.validation_words). With ``rels``, only models whose
     misses name one of those run folders."""
-    from perfmodel.step_validation import validation_words
+    from perfmodel.step.validation import validation_words
 
     out = []
     for sm in doc.get("step_model") or []:

@@ -1,7 +1,7 @@
 """Loading for the Kernels and Diff pages: the documents of ``mxperf kernels --json`` / ``mxperf diff --json``,
 cached on the ingest's files' modification times, once every file they read is found inside RUNS_DIR.
 
-Made by the CLI's functions (``perfmodel.kernel_summary.document``, ``perfmodel.kernel_diff.diff``).
+Made by the CLI's functions (``perfmodel.kernels.summary.document``, ``perfmodel.kernels.diff.diff``).
 
 The perfmodel functions read an ingest folder by path (DuckDB over its Parquet tables), so the confinement
 ``dashboards.data`` gives every other read is checked here first: a file or ``events/`` table that resolves
@@ -59,8 +59,8 @@ def _message(exc: Exception, *folders: tuple[Path, data.OutputEntry]) -> str:
 @st.cache_resource(max_entries=32, show_spinner="Reading the ingest's kernels…")
 def _kernels(path: str, top: int, device_id: str | None, stamp: tuple[int, ...]) -> dict[str, Any]:
     del stamp  # cache key only
-    from perfmodel.devices import device
-    from perfmodel.kernel_summary import document
+    from perfmodel.kernels.devices import device
+    from perfmodel.kernels.summary import document
 
     return document(path, top=top, dev=device(device_id) if device_id else None)
 
@@ -77,7 +77,7 @@ def kernels_doc(entry: data.OutputEntry, top: int, device_id: str | None) -> dic
 @st.cache_resource(max_entries=16, show_spinner="Decomposing the difference…")
 def _diff(a: str, b: str, stamps: tuple[tuple[int, ...], tuple[int, ...]]) -> dict[str, Any]:
     del stamps
-    from perfmodel.kernel_diff import diff
+    from perfmodel.kernels.diff import diff
 
     return diff(a, b)
 
@@ -109,7 +109,7 @@ def show(frame: Any, name: str, key: str) -> None:
 
 
 def device_ids() -> list[str]:
-    from perfmodel.devices import load_devices
+    from perfmodel.kernels.devices import load_devices
 
     return [d.id for d in load_devices()]
 
@@ -117,21 +117,21 @@ def device_ids() -> list[str]:
 def device_name(device_id: str) -> str:
     if device_id == NO_DEVICE:
         return "(none: no roofline)"
-    from perfmodel.devices import device
+    from perfmodel.kernels.devices import device
 
     return f"{device(device_id).name} ({device_id})"
 
 
 def trace_device(entry: data.OutputEntry) -> str | None:
-    """The device of ``perfmodel.devices`` the ingest's traces name (``gpu_names``), as ``mxperf diff --on``
-    takes it (``perfmodel.whatif.source_device``); None when none maps."""
+    """The device of ``perfmodel.kernels.devices`` the ingest's traces name (``gpu_names``), as ``mxperf diff --on``
+    takes it (``perfmodel.breakeven.whatif.source_device``); None when none maps."""
     base = ingest_folder(entry)
     traces = entry.manifest.get("traces")
     if not isinstance(traces, list) or not all(
         isinstance(t, dict) and isinstance(t.get("gpu_names") or [], list) for t in traces
     ):
         return None  # a manifest of another shape names no device (source_device expects this one)
-    from perfmodel.whatif import source_device
+    from perfmodel.breakeven.whatif import source_device
 
     dev = source_device(base)
     return dev.id if dev is not None else None

@@ -1,5 +1,5 @@
 """Tables of the Kernels and Diff pages, made from the documents ``mxperf kernels --json`` and ``mxperf diff
---json`` print (``perfmodel.kernel_summary.document``, ``perfmodel.kernel_diff.diff``).
+--json`` print (``perfmodel.kernels.summary.document``, ``perfmodel.kernels.diff.diff``).
 
 Pure functions (no Streamlit, no files): each column is one field of the document in a display unit -- ns
 divided by 1e6 (ms) or 1e3 (us), a share times 100 (%) -- never a number of their own, so a page's number is

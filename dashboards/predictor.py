@@ -15,8 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts_fit, data, fitsview, share, ui
-from perfmodel import model as pm
-from perfmodel import step, step_interval
+from perfmodel.fitting import model as pm
+from perfmodel.step import costs as step
+from perfmodel.step import interval as step_interval
 from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 
@@ -34,7 +35,7 @@ def predicted_step_card(
     fits = chosen["fits"]
     with ui.card("Predicted step time"):
         st.caption(
-            "step(N, n) = (N / n) x fixed + N x per_token (+ per-step cost) + other phases (perfmodel.step). n can "
+            "step(N, n) = (N / n) x fixed + N x per_token (+ per-step cost) + other phases (perfmodel.step.costs). n can "
             "never exceed N (a step holds at least one micro-batch). The difference carries the fits' 95 % interval; "
             "what-ifs change the low precision only and are scenarios (no interval)."
         )
@@ -218,7 +219,7 @@ def predicted_step_card(
 
 
 OTHER_PHASES_RULE = (
-    "mxperf fit's rule (perfmodel.stepmodel.other_phase_seconds: per phase the median over every step of the "
+    "mxperf fit's rule (perfmodel.step.model.other_phase_seconds: per phase the median over every step of the "
     "run folders, warm-up step included, summed)"
 )
 
@@ -227,8 +228,8 @@ def pair_other_phases(pair: Any, chosen: dict[str, Any]) -> dict[str, float]:
     """Per precision, seconds per step of the phases besides the fitted one in the sidebar pair's run folders,
     computed by the function ``mxperf fit`` uses for its step model (:data:`OTHER_PHASES_RULE`), so the page
     and fits.json never give two numbers for one run. Raises ValueError when a side is not a run folder."""
-    from perfmodel.inputs import read_run_folder
-    from perfmodel.stepmodel import other_phase_seconds
+    from perfmodel.inputs.load import read_run_folder
+    from perfmodel.step.model import other_phase_seconds
 
     base, low = chosen["baseline"], chosen["precision"]
     if any(e.kind != "run" for e in (pair.baseline, pair.other)):

@@ -41,8 +41,8 @@ class Tables(TraceTables):
         """The ``mxperf kernels --parquet`` table (a row per kernel class and per kernel, the ``top`` longest;
         0 = all; columns in docs/contracts.md); ``.attrs`` holds ``busy_ns``, ``ops``, ``op_ns`` and the
         micro-batches per phase."""
-        from perfmodel.kernel_summary import summarize
-        from perfmodel.kernel_tables import META_KEYS, summary_table
+        from perfmodel.kernels.summary import summarize
+        from perfmodel.kernels.tables import META_KEYS, summary_table
 
         if top < 0:
             raise InputError(f"top={top}: must be >= 0 (0 gives every kernel)")
@@ -57,8 +57,8 @@ class Tables(TraceTables):
         """``other`` minus this ingest (this one is A, the baseline): the ``mxperf diff A B --json`` document
         (``by_size``, ``by_phase``, ``by_step``, ``only_a``, ``only_b``); with ``on``, its ``what_if`` on that
         device (``device``: the traces' own, when their ``gpu_names`` do not say)."""
-        from perfmodel.devices import device as named
-        from perfmodel.whatif import diff_document
+        from perfmodel.breakeven.whatif import diff_document
+        from perfmodel.kernels.devices import device as named
 
         a = self._ingest("diff()")
         b = other.path if isinstance(other, TraceTables) else Path(other)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from perfmodel.inputs import FitInputs, InputSummary, check_fittable, conform_microbatches, load_inputs
-from perfmodel.results import analyze
+from perfmodel.inputs.load import FitInputs, InputSummary, check_fittable, conform_microbatches, load_inputs
+from perfmodel.report.results import analyze
 
 
 def fit(

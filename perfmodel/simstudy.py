@@ -1,7 +1,7 @@
 """Simulations with known truth for the fit's guards: does a stated interval cover the truth, and is any
 claim confidently wrong?
 
-Each :class:`Scenario` makes a micro-batch table from a seed (``perfmodel.simulate`` plus the faults real
+Each :class:`Scenario` makes a micro-batch table from a seed (``perfmodel.inputs.simulate`` plus the faults real
 inputs have: outliers, two sizes, a host/GPU knee, one unit per precision, overlapping micro-batch
 windows, heavy-tailed noise). :func:`run` fits it many times (``perfmodel.fit``, the whole fits.json path)
 and scores every fit against the truth (:func:`score`):
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.simulate import (
+from perfmodel.inputs.simulate import (
     DEFAULT_SIZES,
     KNEE,
     PAPER_LIKE,
@@ -199,7 +199,7 @@ def true_answer(truth: Mapping[str, Truth], baseline: str = "bf16", low: str = "
 
 
 def true_share(truth: Mapping[str, Truth], baseline: str = "bf16", low: str = "mxfp8") -> float:
-    """Host-stall share of the added fixed cost at n -> 0 (``perfmodel.simulate`` stall and wall)."""
+    """Host-stall share of the added fixed cost at n -> 0 (``perfmodel.inputs.simulate`` stall and wall)."""
 
     def at_zero(t: Truth) -> tuple[float, float]:
         host = t.host_fixed_s if t.host_fixed_s is not None else -math.inf

@@ -152,9 +152,9 @@ def _sweep(root: Path, name: str = "sweep-tiny-dense") -> Path:
 
 
 def _fit(root: Path, sweep: Path, run: Path, name: str = "fit-tiny-dense") -> Path:
-    """fits.json made by the cost model itself (``perfmodel.results.analyze``, as ``mxperf fit`` does)."""
-    from perfmodel.inputs import load_inputs
-    from perfmodel.results import analyze
+    """fits.json made by the cost model itself (``perfmodel.report.results.analyze``, as ``mxperf fit`` does)."""
+    from perfmodel.inputs.load import load_inputs
+    from perfmodel.report.results import analyze
 
     doc = analyze(load_inputs([sweep, run]), n_boot=50, seed=0)  # the run gives the other phases' seconds
     with OutputDir(root / name, kind="fit", config={"inputs": [str(sweep), str(run)]}) as od:
@@ -326,12 +326,12 @@ def ingest_unmapped(root: Path, name: str = "ingest-unmapped") -> Path:
 
 
 def knee_fit(root: Path) -> Path:
-    """A sweep simulated by the cost model's own simulator with a host/GPU knee (``perfmodel.simulate.KNEE``:
+    """A sweep simulated by the cost model's own simulator with a host/GPU knee (``perfmodel.inputs.simulate.KNEE``:
     launch-bound small micro-batches; wall times cross at 4,250 tokens) and its fit, as ``mxperf fit`` makes
     them: the data chooses the knee ('parts') model, GPU-busy breakeven and measured crossing are present."""
-    from perfmodel.inputs import load_inputs
-    from perfmodel.results import analyze
-    from perfmodel.simulate import KNEE, simulate_sweep
+    from perfmodel.inputs.load import load_inputs
+    from perfmodel.inputs.simulate import KNEE, simulate_sweep
+    from perfmodel.report.results import analyze
 
     mb = simulate_sweep(
         KNEE, rng=np.random.default_rng(0), repeats=3, sizes=(512, 1024, 2048, 4096, 8192, 16384)

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import answer_view, charts_fit, data, fitsview, predictor, share, ui
-from perfmodel import model as pm
-from perfmodel import results
+from perfmodel.fitting import model as pm
+from perfmodel.report import results
 from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 

@@ -3,7 +3,7 @@ micro-batch size, per phase and per step.
 
 GEMM kernels, casts / quantize kernels, other kernels, host stall and the residual, with launches added;
 kernels found on one side only. Every number is a field of ``mxperf diff A B --json``
-(``perfmodel.kernel_diff.diff``, the same function)."""
+(``perfmodel.kernels.diff.diff``, the same function)."""
 
 import streamlit as st
 
@@ -11,7 +11,7 @@ from dashboards import charts_kernels, compare, kernel_load, kernel_tables, shar
 
 st.title("Diff")
 st.caption(
-    "B - A from `perfmodel.kernel_diff.diff`, the function `mxperf diff A B --json` prints (rules in "
+    "B - A from `perfmodel.kernels.diff.diff`, the function `mxperf diff A B --json` prints (rules in "
     "docs/kernels.md). Per micro-batch, exactly: wall = GEMM + casts / quantize + other kernels + host stall + "
     "residual (the GPU idle time the host did not cause, minus kernel time overlapping other kernels: never "
     "hidden); per phase and per step the measured time (`steps.parquet`) adds the time outside micro-batch "
@@ -93,12 +93,12 @@ with ui.card(f"B - A: {b_rel} - {a_rel}", key="diff-card"):
             f"df_fig_{view}",
         )
         kernel_load.show(frame, f"diff-{a_rel}-{b_rel}-by-{view}", f"df_{view}")
-        from perfmodel.kernel_diff import check_closed
+        from perfmodel.kernels.diff import check_closed
 
         worst = max(abs(check_closed(r)) for r in doc[f"by_{view}"])
         st.caption(
             "Each row: B - A = the parts to its right (largest gap over these rows "
-            f"{worst / 1e6:.6f} ms, float rounding; `perfmodel.kernel_diff.check_closed`)."
+            f"{worst / 1e6:.6f} ms, float rounding; `perfmodel.kernels.diff.check_closed`)."
         )
 
     for key, side, rel in (("only_a", "A", a_rel), ("only_b", "B", b_rel)):

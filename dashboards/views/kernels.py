@@ -12,8 +12,8 @@ from tracing.outputs.errors import MxperfError
 st.title("Kernels")
 st.caption(
     "The document `mxperf kernels OUT --top K [--device D] --json` prints, made by the same function "
-    "(`perfmodel.kernel_summary.document`: `perfmodel.kernel_summary`, `perfmodel.roofline`, "
-    "`perfmodel.kernel_comm`; rules in docs/kernels.md). Share of GPU busy = a kernel's summed time over the "
+    "(`perfmodel.kernels.summary.document`: `perfmodel.kernels.summary`, `perfmodel.kernels.roofline`, "
+    "`perfmodel.kernels.comm`; rules in docs/kernels.md). Share of GPU busy = a kernel's summed time over the "
     "busy union of the trace's GPUs (`devices.parquet`): kernels on concurrent streams can add up to more than "
     "100 %. Per micro-batch = the time of the phase's micro-batches over their count."
 )
@@ -58,13 +58,13 @@ device_id = c3.selectbox(
     dev_opts,
     key="kn_device",
     format_func=kernel_load.device_name,
-    help="Peaks and bandwidth from perfmodel/devices.toml (each with its source). Starts at the GPU the "
+    help="Peaks and bandwidth from perfmodel/kernels/devices.toml (each with its source). Starts at the GPU the "
     "trace names (gpu_names) when it is a known device.",
 )
 share.keep("kn_device")
 if found is None:
     st.caption(
-        "The trace names no device of perfmodel/devices.toml (`gpu_names`): pick one for the roofline."
+        "The trace names no device of perfmodel/kernels/devices.toml (`gpu_names`): pick one for the roofline."
     )
 
 doc = None  # stays None when the card below shows why the folder cannot be read
@@ -99,7 +99,7 @@ with ui.card(f"{rel}: kernel classes", entry, key="kernels-classes"):
 
     if "communication" in doc:
         comm = doc["communication"]
-        st.markdown("**Communication per step and rank** (collective kernels, `perfmodel.kernel_comm`)")
+        st.markdown("**Communication per step and rank** (collective kernels, `perfmodel.kernels.comm`)")
         st.caption(
             f"Collective kernels {comm['comm_ns'] / 1e6:,.3f} ms in all"
             + (
@@ -120,7 +120,7 @@ if doc is not None and "roofline" in doc:
         roof = doc["roofline"]
         dev = roof["device"]
         st.caption(
-            f"On {dev['name']} (peak dense FLOP/s and HBM bandwidth with their sources: perfmodel/devices.toml). "
+            f"On {dev['name']} (peak dense FLOP/s and HBM bandwidth with their sources: perfmodel/kernels/devices.toml). "
             "Per GEMM kernel, launching op and input shapes (top "
             f"{'all' if top == 0 else top} by time): FLOPs = 2BMNK, bytes = each operand read once and the "
             "output written once, achieved = FLOPs / mean duration; compute-bound when FLOP per byte >= "

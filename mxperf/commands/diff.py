@@ -2,7 +2,7 @@
 quantize / cast kernels, other kernels, host stall and an explicit residual.
 
 Per micro-batch size, per phase and per step; launches counted; kernels found on one side only named. The
-parts add up to the measured difference exactly (``perfmodel.kernel_diff``). ``--json`` prints one JSON line.
+parts add up to the measured difference exactly (``perfmodel.kernels.diff``). ``--json`` prints one JSON line.
 """
 
 from __future__ import annotations
@@ -125,11 +125,11 @@ def render(doc: dict[str, Any], views: tuple[str, ...]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfmodel.whatif import diff_document
+    from perfmodel.breakeven.whatif import diff_document
 
     dst = src = None
     if args.on:
-        from perfmodel.devices import device
+        from perfmodel.kernels.devices import device
 
         dst = device(args.on)
         src = device(args.device) if args.device else None
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = render(doc, tuple(args.by or VIEWS))
         if "what_if" in doc:
-            from perfmodel.whatif import render as render_whatif
+            from perfmodel.breakeven.whatif import render as render_whatif
 
             text += "\n" + "\n".join(render_whatif(doc["what_if"]))
         print(text)

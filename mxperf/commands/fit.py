@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument("--device", metavar="NAME", help="with --model-shape: the terms next to its floors")
-    add_bounds_arguments(parser)  # --model-shape (mxperf.commands.kernels, perfmodel.bounds)
+    add_bounds_arguments(parser)  # --model-shape (mxperf.commands.kernels, perfmodel.kernels.bounds)
 
 
 def _other_phases(items: list[str]) -> dict[str, float]:
@@ -123,7 +123,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
-    from perfmodel import plots
+    from perfmodel.report import plots
 
     written: dict[str, dict[str, str]] = {}
     for e in doc["models"]:
@@ -148,14 +148,14 @@ def _write_plots(doc: dict, out: Path) -> dict[str, dict[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from mxperf.commands.kernels import bounds_lines, bounds_setup
-    from perfmodel.headline import setting_words
-    from perfmodel.inputs import check_fittable, load_inputs
-    from perfmodel.report import render_report
-    from perfmodel.results import analyze
-    from perfmodel.step import parse_what_if
-    from perfmodel.step_validation import validation_lines
-    from perfmodel.step_whatifs import what_if_lines
-    from perfmodel.stepmodel import parse_at, parse_phase_flags
+    from perfmodel.inputs.load import check_fittable, load_inputs
+    from perfmodel.report.headline import setting_words
+    from perfmodel.report.markdown import render_report
+    from perfmodel.report.results import analyze
+    from perfmodel.step.costs import parse_what_if
+    from perfmodel.step.model import parse_at, parse_phase_flags
+    from perfmodel.step.validation import validation_lines
+    from perfmodel.step.whatifs import what_if_lines
     from tracing.outputs import store
     from tracing.outputs.manifest import OutputDir
 

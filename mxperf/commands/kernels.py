@@ -3,8 +3,8 @@
 Per kernel and per class: count, total time, share of GPU busy, time per phase and per micro-batch on average,
 the GEMM shapes the trace recorded; ``--device`` adds the roofline of every GEMM with shapes (FLOPs, bytes,
 achieved FLOP/s, fraction of the device's peak, compute- or memory-bound; figures and sources in
-``perfmodel/devices.toml``). ``--json`` prints one JSON line; ``--parquet FILE`` writes the class and kernel
-rows as one flat table (``perfmodel.kernel_tables``; columns in docs/contracts.md).
+``perfmodel/kernels/devices.toml``). ``--json`` prints one JSON line; ``--parquet FILE`` writes the class and kernel
+rows as one flat table (``perfmodel.kernels.tables``; columns in docs/contracts.md).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def check_parquet_target(path: Path, ingest: Path, force: bool) -> None:
 
 
 def add_bounds_arguments(p: argparse.ArgumentParser, *, with_fit: bool = False) -> None:
-    """``--model-shape`` (and for ``kernels`` ``--fit``): the physical floors of ``perfmodel.bounds``."""
+    """``--model-shape`` (and for ``kernels`` ``--fit``): the physical floors of ``perfmodel.kernels.bounds``."""
     p.add_argument(
         "--model-shape",
         metavar="SPEC",
@@ -78,15 +78,15 @@ def bounds_setup(args: argparse.Namespace) -> tuple[Any, Any] | None:
         return None
     if not getattr(args, "device", None):
         raise InputError("--model-shape needs --device (the peaks and bandwidth of the floors)")
-    from perfmodel.bounds import model_shape
-    from perfmodel.devices import device
+    from perfmodel.kernels.bounds import model_shape
+    from perfmodel.kernels.devices import device
 
     return device(args.device), model_shape(spec)
 
 
 def bounds_lines(fits_doc: dict[str, Any], setup: tuple[Any, Any]) -> list[str]:
-    """The fitted terms of a fits.json document next to the floors: one line each (``perfmodel.bounds``)."""
-    from perfmodel.bounds import explain_fits
+    """The fitted terms of a fits.json document next to the floors: one line each (``perfmodel.kernels.bounds``)."""
+    from perfmodel.kernels.bounds import explain_fits
 
     return [line for e in explain_fits(fits_doc, *setup) for line in e["lines"]]
 
@@ -124,12 +124,12 @@ def render(doc: dict[str, Any]) -> str:
         for s in r.get("shapes", []):
             lines.append(f"    {s['op']} {s['shapes']} x{s['count']}")
     if "communication" in doc:
-        from perfmodel.kernel_comm import render as render_comm
+        from perfmodel.kernels.comm import render as render_comm
 
         lines += render_comm(doc["communication"])
     if "roofline" in doc:
         dev = doc["roofline"]["device"]
-        lines += ["", f"GEMM roofline on {dev['name']} (peaks and sources: perfmodel/devices.toml)"]
+        lines += ["", f"GEMM roofline on {dev['name']} (peaks and sources: perfmodel/kernels/devices.toml)"]
         lines.append(
             f"{'op':<14} {'B x M x N x K':<24} {'prec':<6} {'count':>6} {'mean us':>9} {'GFLOP':>9} {'MB':>8} "
             f"{'TFLOP/s':>8} {'% peak':>7} {'bound':<8} {'floor us':>9}"
@@ -154,9 +154,9 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def _bounds(args: argparse.Namespace, setup: tuple[Any, Any]) -> dict[str, Any]:
-    from perfmodel.bounds import ASSUMPTIONS, as_dict, microbatch_floors
-    from perfmodel.kernel_diff import microbatch_parts
-    from perfmodel.kernel_ops import open_ops
+    from perfmodel.kernels.bounds import ASSUMPTIONS, as_dict, microbatch_floors
+    from perfmodel.kernels.diff import microbatch_parts
+    from perfmodel.kernels.ops import open_ops
 
     dev, shape = setup
     with open_ops(args.out) as con:
@@ -176,7 +176,7 @@ def _bounds(args: argparse.Namespace, setup: tuple[Any, Any]) -> dict[str, Any]:
             "no per-micro-batch floors (label the ingest)"
         )
     if args.fit is not None:
-        from perfmodel.bounds import explain_fits
+        from perfmodel.kernels.bounds import explain_fits
 
         path = args.fit / store.FITS if args.fit.is_dir() else args.fit
         try:
@@ -231,10 +231,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--force replaces the file of --parquet; give --parquet FILE too")
     dev = None
     if args.device:
-        from perfmodel.devices import device
+        from perfmodel.kernels.devices import device
 
         dev = device(args.device)
-    from perfmodel.kernel_summary import document
+    from perfmodel.kernels.summary import document
 
     doc = document(args.out, top=args.top, dev=dev)
     setup = bounds_setup(args)
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     if setup is not None:
         doc["bounds"] = _bounds(args, setup)
     if args.parquet is not None:
-        from perfmodel.kernel_tables import write_summary
+        from perfmodel.kernels.tables import write_summary
 
         write_summary(doc, args.parquet, source=args.out)
         print(f"wrote {args.parquet}", file=sys.stderr)

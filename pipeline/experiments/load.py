@@ -1,7 +1,7 @@
 """Machine load around a sweep or run (issue 33 item 7): load average and CPU count at the start and the end.
 
 Written to the manifest's ``load`` field, so that a fit can say when its timings came from a machine busier
-than its cores (``perfmodel.inputs``: the verdict warns)."""
+than its cores (``perfmodel.inputs.load``: the verdict warns)."""
 
 from __future__ import annotations
 

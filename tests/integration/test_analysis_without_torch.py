@@ -36,7 +36,7 @@ def test_ingest_fit_and_dashboard_modules_work_without_torch(tmp_path: Path) -> 
     trace = DATA_DIR / "real" / "hta_sampled_2rank" / "rank-0.json.gz"
     csv = DATA_DIR / "perfmodel" / "sim_no_stall.csv"
     code = (
-        "from mxperf.cli import main; import dashboards.data, dashboards.charts, perfmodel.fitting, tracing; "
+        "from mxperf.cli import main; import dashboards.data, dashboards.charts, perfmodel.fitting.fit_all, tracing; "
         f"rc1 = main(['ingest', {str(trace)!r}, '-o', {str(tmp_path / 'ing')!r}, '--json']); "
         f"rc2 = main(['fit', {str(csv)!r}, '-o', {str(tmp_path / 'fit')!r}, '--json']); "
         "assert 'torch' not in sys.modules; "

@@ -99,8 +99,8 @@ def test_breakeven_other_phases_from_the_pair_use_mxperf_fits_rule_warm_up_inclu
     function mxperf fit uses (every step, warm-up included), and its caption says which steps."""
     import shutil
 
-    from perfmodel.inputs import read_run_folder
-    from perfmodel.stepmodel import other_phase_seconds
+    from perfmodel.inputs.load import read_run_folder
+    from perfmodel.step.model import other_phase_seconds
 
     names = ("fit-tiny-dense", "run-tiny-dense-bf16", "run-tiny-dense-mxfp8")
     _examples(*names)
@@ -157,11 +157,11 @@ def test_a_folder_linked_from_outside_is_said_skipped_once_on_runs(
 def test_a_missed_step_prediction_is_a_visible_warning_on_breakeven_and_step_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """fits.json's step validation (perfmodel.step_validation) says the prediction misses a run by -55 %:
+    """fits.json's step validation (perfmodel.step.validation) says the prediction misses a run by -55 %:
     Breakeven (under the answer) and Step time (its run is in the sidebar pair) warn in mxperf fit's words."""
     import shutil
 
-    from perfmodel.step_validation import validation_words
+    from perfmodel.step.validation import validation_words
 
     names = ("fit-tiny-dense", "run-tiny-dense-bf16", "run-tiny-dense-mxfp8")
     _examples(*names)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mxperf.cli import main
-from perfmodel.results import load_fits
-from perfmodel.simulate import simulate_sweep
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.report.results import load_fits
 from tracing.outputs import store
 from tracing.outputs.manifest import OutputDir, read_manifest
 
@@ -206,7 +206,7 @@ def test_extra_columns_are_ignored_with_a_note(tmp_path: Path, capsys) -> None:
 
 
 def _knee_table():
-    from perfmodel.simulate import KNEE
+    from perfmodel.inputs.simulate import KNEE
 
     return simulate_sweep(KNEE, rng=__import__("numpy").random.default_rng(4), stall_per_token_s=0.0)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mxperf.cli import main
-from perfmodel.inputs import load_inputs
+from perfmodel.inputs.load import load_inputs
 
 TRACE = Path(__file__).resolve().parent.parent / "data" / "real" / "hta_a100_ddp_rank0_hostbound.json.gz"
 

@@ -13,7 +13,7 @@ import pytest
 import synthetic_traces as st
 
 from mxperf.cli import main
-from perfmodel.kernel_diff import PARTS, check_closed, side
+from perfmodel.kernels.diff import PARTS, check_closed, side
 from tracing.outputs import store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +144,7 @@ def test_diff_on_the_example_pair_adds_up(capsys):
         (["kernels", "{trace}"], "a file"),
         (["kernels", "{fit}"], "'fit' folder"),
         (["kernels", "{missing}"], "no such folder"),
-        (["kernels", "{ingest}", "--device", "a100"], "not in perfmodel/devices.toml"),
+        (["kernels", "{ingest}", "--device", "a100"], "not in perfmodel/kernels/devices.toml"),
         (["kernels", "{ingest}", "--top", "-1"], "--top -1"),
         (["diff", "{ingest}", "{metrics}"], "no event tables"),
     ],

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from mxperf.cli import main
-from perfmodel.kernel_diff import PARTS, check_closed, side
+from perfmodel.kernels.diff import PARTS, check_closed, side
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "real"

@@ -1,4 +1,4 @@
-"""perfmodel.bounds: the floors (GEMMs at peak, MXFP8 casts at HBM bandwidth) against hand arithmetic, the
+"""perfmodel.kernels.bounds: the floors (GEMMs at peak, MXFP8 casts at HBM bandwidth) against hand arithmetic, the
 Qwen3-8B shapes against its model card, the fitted terms set next to them, and the CLI that shows them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mxperf.cli import main
-from perfmodel.bounds import (
+from perfmodel.kernels.bounds import (
     KNOWN,
     MX8,
     explain,
@@ -18,7 +18,7 @@ from perfmodel.bounds import (
     gemm_floor_microbatch_s,
     model_shape,
 )
-from perfmodel.devices import device
+from perfmodel.kernels.devices import device
 from tracing.outputs.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,9 +154,9 @@ def test_fit_prints_the_terms_next_to_the_floors(tmp_path: Path, capsys) -> None
 
 
 def test_the_paper_scale_check_in_the_docs_is_computed() -> None:
-    """docs/cost-model.md's Qwen3-8B / B200 table is python -m perfmodel.bounds' output, and the ranges its
+    """docs/cost-model.md's Qwen3-8B / B200 table is python -m perfmodel.kernels.bounds' output, and the ranges its
     text draws from it are the table's."""
-    from perfmodel.bounds import paper_check, paper_check_markdown
+    from perfmodel.kernels.bounds import paper_check, paper_check_markdown
 
     doc = (ROOT / "docs" / "cost-model.md").read_text()
     b200 = device("b200")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboards import fitsview
-from perfmodel import step
+from perfmodel.step import costs as step
 
 
 def _entry(case: str, tokens: float | None = None, ci=(None, None), **extra) -> dict:

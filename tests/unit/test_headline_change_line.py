@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from perfmodel.headline import _change_line
+from perfmodel.report.headline import _change_line
 
 
 def _sm(t_base: float, t_low: float, ci: list[float]) -> dict:

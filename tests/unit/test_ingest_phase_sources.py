@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.ingest_steps import phase_sources
-from perfmodel.inputs import load_inputs
-from perfmodel.results import analyze
+from perfmodel.inputs.ingest_steps import phase_sources
+from perfmodel.inputs.load import load_inputs
+from perfmodel.report.results import analyze
 from tracing.outputs import schema, store
 
 ROOT = Path(__file__).resolve().parents[2]

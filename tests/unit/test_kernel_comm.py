@@ -1,4 +1,4 @@
-"""perfmodel.kernel_comm / ``mxperf kernels``' communication table: per rank and step, time in collective
+"""perfmodel.kernels.comm / ``mxperf kernels``' communication table: per rank and step, time in collective
 kernels and the part of it that compute kernels on other streams hide, checked against an independent sweep
 over the ingest's raw event tables."""
 

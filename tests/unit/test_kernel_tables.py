@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mxperf.cli import main
-from perfmodel.kernel_tables import FIXED_COLUMNS
+from perfmodel.kernels.tables import FIXED_COLUMNS
 from tracing.outputs import store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import synthetic_traces as st
 
-from perfmodel.columns import conform_microbatches
+from perfmodel.inputs.columns import conform_microbatches
 from tracing.analysis import attribution
 from tracing.analysis.microbatches import find_microbatches
 from tracing.ingest.detect import load_trace
@@ -69,7 +69,7 @@ def test_gpu_bound_without_syncs_takes_the_device_completion_interval(tmp_path):
     note = next(n for n in found.notes if n["phase"] == "update")
     assert any("behind the host" in p and "seconds_basis = device" in p for p in note["problems"])
     # the fit takes these rows: their seconds hold no wait for earlier work
-    from perfmodel.fitting import overlap_reason
+    from perfmodel.fitting.fit_all import overlap_reason
 
     assert overlap_reason(conform_microbatches(found.table, "t", "range")) is None
     assert overlap_reason(conform_microbatches(found.table.assign(seconds_basis="host"), "t", "range"))

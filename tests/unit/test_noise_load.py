@@ -9,9 +9,9 @@ import pytest
 
 from mxperf.commands.demo import DEMO_SIZES, demo_global_batch
 from mxperf.commands.sweep import _ints
-from perfmodel.inputs import load_inputs
-from perfmodel.results import analyze
-from perfmodel.simulate import simulate_sweep
+from perfmodel.inputs.load import load_inputs
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.report.results import analyze
 from pipeline.experiments.load import exceeded, load_sample, record
 from pipeline.learner.grpo import pack_microbatches
 from tracing.outputs import store

@@ -14,7 +14,7 @@ import pytest
 import mxperf
 import tracing
 from mxperf.cli import main
-from perfmodel.kernel_diff import PARTS
+from perfmodel.kernels.diff import PARTS
 from tracing.outputs.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

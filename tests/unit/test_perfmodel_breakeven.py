@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.breakeven import classify_case, fieller_interval, find_breakeven
-from perfmodel.fitting import fit_cost_model
-from perfmodel.simulate import simulate_sweep
+from perfmodel.breakeven.solve import classify_case, fieller_interval, find_breakeven
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.simulate import simulate_sweep
 
 SIZES = np.array([256, 512, 1024, 2048, 4096, 8192])
 BASE = (0.010, 4e-6)

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.breakeven import find_breakeven
-from perfmodel.fitting import fit_cost_model
-from perfmodel.simulate import KNEE, PAPER_LIKE, Truth, as_truth, simulate_sweep, true_crossings
+from perfmodel.breakeven.solve import find_breakeven
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.simulate import KNEE, PAPER_LIKE, Truth, as_truth, simulate_sweep, true_crossings
 
 PER_STEP = {"bf16": Truth(0.010, 4e-6, 0.002), "mxfp8": Truth(0.013, 2e-6, 0.005, per_step_s=0.03)}
 SCENARIOS = {

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.crossing import _flips, measured_crossing
-from perfmodel.fitting import fit_cost_model
-from perfmodel.simulate import PAPER_LIKE, simulate_sweep
+from perfmodel.breakeven.crossing import _flips, measured_crossing
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.simulate import PAPER_LIKE, simulate_sweep
 
 
 def _pair(df: pd.DataFrame):

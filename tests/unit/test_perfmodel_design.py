@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfmodel.columns import conform_microbatches
-from perfmodel.design import UNIT_REPEAT, UNIT_ROW, UNIT_STEP, build_design, restrict
-from perfmodel.simulate import simulate_sweep
+from perfmodel.fitting.design import UNIT_REPEAT, UNIT_ROW, UNIT_STEP, build_design, restrict
+from perfmodel.inputs.columns import conform_microbatches
+from perfmodel.inputs.simulate import simulate_sweep
 
 
 def _design(df: pd.DataFrame, prec: str = "bf16"):

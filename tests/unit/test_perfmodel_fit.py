@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel import bootstrap
-from perfmodel.design import UNIT_ROW, UNIT_STEP, build_design
-from perfmodel.fitting import fit_basis, fit_cost_model, fit_line
-from perfmodel.linear import fit_linear
-from perfmodel.lof import lack_of_fit
-from perfmodel.model import fit_band, predict_microbatch_seconds
-from perfmodel.simulate import PAPER_LIKE, simulate_sweep
+from perfmodel.fitting import bootstrap
+from perfmodel.fitting.design import UNIT_ROW, UNIT_STEP, build_design
+from perfmodel.fitting.fit_all import fit_basis, fit_cost_model, fit_line
+from perfmodel.fitting.linear import fit_linear
+from perfmodel.fitting.lof import lack_of_fit
+from perfmodel.fitting.model import fit_band, predict_microbatch_seconds
+from perfmodel.inputs.simulate import PAPER_LIKE, simulate_sweep
 
 
 def test_noiseless_line_is_recovered_exactly() -> None:
@@ -97,7 +97,7 @@ def test_bootstrap_keeps_every_size_and_matches_the_cr3_spread() -> None:
             "repeat": np.tile(np.arange(20), 4),
         }
     )
-    from perfmodel.columns import conform_microbatches
+    from perfmodel.inputs.columns import conform_microbatches
 
     d = build_design(conform_microbatches(df, "t", "csv"))
     assert d.strata is not None  # 20 units per size: resampled within sizes
@@ -134,7 +134,7 @@ def _underfilled() -> pd.DataFrame:
 
 
 def test_under_filled_small_sizes_reject_the_line_and_a_knee_model_takes_over() -> None:
-    from perfmodel.columns import conform_microbatches
+    from perfmodel.inputs.columns import conform_microbatches
 
     d = build_design(conform_microbatches(_underfilled(), "t", "csv"))
     draws = bootstrap.draw(d.n_units, d.strata, 200, np.random.default_rng(0))
@@ -160,7 +160,7 @@ def test_straight_line_data_is_not_flagged() -> None:
             "repeat": np.tile(range(4), 4),
         }
     )
-    from perfmodel.columns import conform_microbatches
+    from perfmodel.inputs.columns import conform_microbatches
 
     d = build_design(conform_microbatches(df, "t", "csv"))
     fit = fit_linear(d, "seconds")

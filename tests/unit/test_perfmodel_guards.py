@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from perfmodel.api import fit
-from perfmodel.inputs import load_inputs
-from perfmodel.report import render_report
-from perfmodel.results import analyze
+from perfmodel.inputs.load import load_inputs
+from perfmodel.inputs.simulate import PAPER_LIKE, simulate_sweep
+from perfmodel.report.markdown import render_report
+from perfmodel.report.results import analyze
 from perfmodel.simstudy import SCENARIOS, run, summarize
-from perfmodel.simulate import PAPER_LIKE, simulate_sweep
 from tracing.outputs import store
 from tracing.outputs.manifest import OutputDir
 
@@ -49,7 +49,7 @@ def test_two_outliers_are_left_out_named_and_do_not_change_the_answer() -> None:
 
 def test_a_clean_sweep_loses_no_micro_batch_and_a_per_step_cost_on_the_last_one_is_kept() -> None:
     assert all(not f["outliers"] for f in _entry(simulate_sweep(PAPER_LIKE))["fits"].values())
-    from perfmodel.simulate import Truth
+    from perfmodel.inputs.simulate import Truth
 
     truth = {"bf16": Truth(0.010, 4e-6, 0.002), "mxfp8": Truth(0.013, 2e-6, 0.005, per_step_s=0.03)}
     df = simulate_sweep(
@@ -143,7 +143,7 @@ def test_no_recommendation_inside_the_breakeven_interval_or_without_a_case() -> 
 
 
 def load_inputs_from(df: pd.DataFrame):
-    from perfmodel.inputs import FitInputs
+    from perfmodel.inputs.load import FitInputs
 
     return FitInputs(df)
 
@@ -155,7 +155,7 @@ def _sweep_dir(path, df: pd.DataFrame, **manifest) -> None:
 
 
 def test_emulation_is_said_in_the_verdict_the_answer_the_report_and_the_plot_titles(tmp_path) -> None:
-    from perfmodel import plots
+    from perfmodel.report import plots
 
     learners = {
         "bf16": {"learner_device": "cpu", "gemm_backend": "bf16"},
@@ -215,8 +215,8 @@ def test_simulated_scenarios_at_a_few_seeds_are_never_confidently_wrong() -> Non
 
 
 def test_the_paired_cross_check_is_said_in_words_and_never_at_zero_tokens() -> None:
-    from perfmodel.headline import _paired_words
-    from perfmodel.paired import PairedBreakeven
+    from perfmodel.breakeven.paired import PairedBreakeven
+    from perfmodel.report.headline import _paired_words
 
     def paired(case: str, tokens: float | None) -> PairedBreakeven:
         return PairedBreakeven(3, case, tokens, (None, None), "", 0.0, (0.0, 0.0), 0.0, (0.0, 0.0), "")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.fitting import fit_cost_model
-from perfmodel.hoststall import host_stall_share
-from perfmodel.simulate import KNEE, simulate_sweep
+from perfmodel.breakeven.hoststall import host_stall_share
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.simulate import KNEE, simulate_sweep
 
 
 def _pair(df, n_boot: int = 500):

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.columns import FIT_COLUMNS, sum_sq_lengths
-from perfmodel.inputs import check_fittable, load_inputs, read_csv_table
-from perfmodel.simulate import simulate_sweep
+from perfmodel.inputs.columns import FIT_COLUMNS, sum_sq_lengths
+from perfmodel.inputs.load import check_fittable, load_inputs, read_csv_table
+from perfmodel.inputs.simulate import simulate_sweep
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import OutputDir

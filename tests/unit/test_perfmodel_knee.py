@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.breakeven import find_breakeven
-from perfmodel.breakeven_curves import crossing_roots, pick_root
-from perfmodel.crossing import measured_crossing
-from perfmodel.fitting import fit_cost_model
-from perfmodel.model import Curve
-from perfmodel.simulate import KNEE, Truth, simulate_sweep, true_crossings
+from perfmodel.breakeven.crossing import measured_crossing
+from perfmodel.breakeven.curves import crossing_roots, pick_root
+from perfmodel.breakeven.solve import find_breakeven
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.fitting.model import Curve
+from perfmodel.inputs.simulate import KNEE, Truth, simulate_sweep, true_crossings
 
 TRUE_N = true_crossings(KNEE["bf16"], KNEE["mxfp8"])[-1]  # 4,250 tokens
 
@@ -124,7 +124,7 @@ def test_a_knee_inside_dynamic_steps_is_found_within_steps_not_hidden_in_their_m
 
 
 def test_a_straight_line_inside_dynamic_steps_is_kept() -> None:
-    from perfmodel.simulate import PAPER_LIKE
+    from perfmodel.inputs.simulate import PAPER_LIKE
 
     base, low = _pair(_traced_steps(PAPER_LIKE, seed=4))
     assert base.wall.line_ok and low.wall.line_ok
@@ -133,7 +133,7 @@ def test_a_straight_line_inside_dynamic_steps_is_kept() -> None:
 
 
 def test_the_global_batch_of_dynamic_steps_is_the_tokens_of_a_step() -> None:
-    from perfmodel.recommend import default_global_tokens
+    from perfmodel.step.recommend import default_global_tokens
 
     df = _traced_steps(KNEE, seed=5)
     per_step = df.groupby(["precision", "step"])["num_tokens"].sum()

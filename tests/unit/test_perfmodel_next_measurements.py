@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.inputs import FitInputs
-from perfmodel.results import analyze
-from perfmodel.simulate import PAPER_LIKE, simulate_sweep
+from perfmodel.inputs.load import FitInputs
+from perfmodel.inputs.simulate import PAPER_LIKE, simulate_sweep
+from perfmodel.report.results import analyze
 
 SIZES = (512, 1024, 2048, 4096, 8192)
 AT = [(65_536, 2_048)]

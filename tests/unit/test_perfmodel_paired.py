@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfmodel.breakeven import find_breakeven
-from perfmodel.fitting import fit_cost_model
-from perfmodel.paired import paired_breakeven
-from perfmodel.simulate import simulate_sweep
+from perfmodel.breakeven.paired import paired_breakeven
+from perfmodel.breakeven.solve import find_breakeven
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.simulate import simulate_sweep
 
 
 def _pair(df: pd.DataFrame):

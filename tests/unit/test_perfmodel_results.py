@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.inputs import FitInputs
-from perfmodel.report import render_report
-from perfmodel.results import analyze, entries_frame, load_fits
-from perfmodel.simulate import simulate_sweep
+from perfmodel.inputs.load import FitInputs
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.report.markdown import render_report
+from perfmodel.report.results import analyze, entries_frame, load_fits
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 
@@ -128,8 +128,8 @@ CASES = [
 
 @pytest.mark.parametrize(("low", "case", "n_star"), CASES)
 def test_the_case_table_on_simulations_with_known_truth(low, case, n_star) -> None:
-    from perfmodel.breakeven import find_breakeven
-    from perfmodel.fitting import fit_cost_model
+    from perfmodel.breakeven.solve import find_breakeven
+    from perfmodel.fitting.fit_all import fit_cost_model
 
     right = covered = 0
     for seed in range(5):
@@ -155,7 +155,7 @@ def test_the_case_table_on_simulations_with_known_truth(low, case, n_star) -> No
 
 
 def test_a_rejected_model_withholds_n_star_and_the_verdict_names_the_misfit_and_the_crossing() -> None:
-    from perfmodel.simulate import KNEE
+    from perfmodel.inputs.simulate import KNEE
 
     mb = simulate_sweep(
         KNEE, sizes=(512, 2048, 4096, 8192), rng=np.random.default_rng(13), stall_per_token_s=0.0
@@ -183,7 +183,7 @@ def _doc_of(entry: dict) -> dict:
 
 def test_the_notebook_entry_stays_callable_after_the_fitting_module_is_imported() -> None:
     import perfmodel
-    import perfmodel.fitting  # once, a submodule named "fit" shadowed the function
+    import perfmodel.fitting.fit_all  # once, a submodule named "fit" shadowed the function
 
     mb = simulate_sweep(rng=np.random.default_rng(6), sizes=(512, 1024, 2048, 4096), repeats=2)
     first = perfmodel.fit(mb, n_boot=20)
@@ -212,7 +212,7 @@ def test_faster_at_every_size_is_claimed_only_when_both_differences_are_signific
 
 
 def test_a_bootstrap_interval_always_holds_its_own_estimate() -> None:
-    from perfmodel.bootstrap import covering_ci
+    from perfmodel.fitting.bootstrap import covering_ci
 
     skewed = np.linspace(2.0, 3.0, 101)  # replicates all above the estimate (a knee resting on one size)
     assert covering_ci(skewed, 1.0) == (1.0, pytest.approx(2.975))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.fitting import fit_cost_model
-from perfmodel.model import Curve
-from perfmodel.recommend import max_tokens_under_cap, recommend
-from perfmodel.simulate import simulate_sweep
-from perfmodel.step import (
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.fitting.model import Curve
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.step.costs import (
     StepCost,
     WhatIf,
     parse_what_if,
@@ -17,6 +16,7 @@ from perfmodel.step import (
     step_costs,
     weight_quant_seconds,
 )
+from perfmodel.step.recommend import max_tokens_under_cap, recommend
 from tracing.outputs.errors import InputError
 
 
@@ -50,7 +50,7 @@ def test_a_knee_curve_replaces_the_line_in_the_step_time() -> None:
 
 
 def cost_line(fixed: float, per_token: float, per_step_s: float = 0.0):
-    from perfmodel.steplevel import StepLine
+    from perfmodel.step.section import StepLine
 
     return StepLine("bf16", fixed, per_token, per_step_s)
 
@@ -99,7 +99,7 @@ def test_weight_quant_per_step_moves_fixed_cost_out_of_the_micro_batch(fits) -> 
 
 
 def test_weight_quant_is_not_moved_twice_when_the_fit_finds_it_per_step_already() -> None:
-    from perfmodel.steplevel import StepLine
+    from perfmodel.step.section import StepLine
 
     base = StepLine("bf16", 0.010, 4e-6, 0.0)
     low = StepLine("mxfp8", 0.013, 2e-6, 0.03, per_step_significant=True)
@@ -117,7 +117,7 @@ def test_weight_quant_is_not_moved_twice_when_the_fit_finds_it_per_step_already(
 
 
 def test_fixed_scale_also_scales_the_added_per_step_cost() -> None:
-    from perfmodel.steplevel import StepLine
+    from perfmodel.step.section import StepLine
 
     lines = {"bf16": StepLine("bf16", 0.010, 4e-6, 0.002), "mxfp8": StepLine("mxfp8", 0.013, 2e-6, 0.032)}
     costs = step_costs(lines, "bf16", knobs=WhatIf(fixed_scale=0.5))

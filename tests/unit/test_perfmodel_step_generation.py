@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.inputs import load_inputs
-from perfmodel.results import analyze
-from perfmodel.simulate import simulate_sweep
-from perfmodel.step_generation import MIN_STEPS, fit_generation, step_tokens
-from perfmodel.stepmodel import parse_at
+from perfmodel.inputs.load import load_inputs
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.report.results import analyze
+from perfmodel.step.generation import MIN_STEPS, fit_generation, step_tokens
+from perfmodel.step.model import parse_at
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import OutputDir

@@ -1,11 +1,11 @@
-"""perfmodel.step_interval: the step-time difference's 95 % interval (covers the truth), n <= N, honest words."""
+"""perfmodel.step.interval: the step-time difference's 95 % interval (covers the truth), n <= N, honest words."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from perfmodel import step_interval as si
+from perfmodel.step import interval as si
 
 
 def _fit(

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.inputs import load_inputs
-from perfmodel.report import render_report
-from perfmodel.results import analyze
-from perfmodel.simulate import simulate_sweep
-from perfmodel.step_optimizer import outside_microbatches
+from perfmodel.inputs.load import load_inputs
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.report.markdown import render_report
+from perfmodel.report.results import analyze
+from perfmodel.step.optimizer import outside_microbatches
 from tracing.outputs import store
 from tracing.outputs.manifest import OutputDir
 

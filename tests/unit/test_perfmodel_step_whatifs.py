@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.bounds import KNOWN, cast_floor
-from perfmodel.devices import device
-from perfmodel.inputs import FitInputs
-from perfmodel.results import analyze
+from perfmodel.inputs.load import FitInputs
+from perfmodel.inputs.simulate import PAPER_LIKE, Truth, simulate_sweep
+from perfmodel.kernels.bounds import KNOWN, cast_floor
+from perfmodel.kernels.devices import device
+from perfmodel.report.results import analyze
 from perfmodel.simstudy import _covers
-from perfmodel.simulate import PAPER_LIKE, Truth, simulate_sweep
 
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
 # mxfp8 adds 15 ms per micro-batch, 4 ms of it host stall (11 ms GPU-side), saves 2 us per token
@@ -83,7 +83,7 @@ def test_without_device_the_weight_cast_is_a_range_from_no_cast_to_all_added_fix
 
 
 def test_with_device_and_model_the_weight_cast_is_its_physical_floor_also_for_the_what_if_knob() -> None:
-    from perfmodel.step import WhatIf
+    from perfmodel.step.costs import WhatIf
 
     q, _ = cast_floor(SETUP, "update", "bf16", "mxfp8")
     assert q == pytest.approx(3.527e-3, rel=1e-3)  # docs/cost-model.md's Qwen3-8B / B200 table

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from mxperf.cli import main
-from perfmodel.fitting import fit_cost_model
-from perfmodel.inputs import FitInputs, load_inputs
-from perfmodel.results import analyze
-from perfmodel.simulate import simulate_sweep
-from perfmodel.stepmodel import build_steps, compare_at, parse_at, parse_phase_flags
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.load import FitInputs, load_inputs
+from perfmodel.inputs.simulate import simulate_sweep
+from perfmodel.report.results import analyze
+from perfmodel.step.model import build_steps, compare_at, parse_at, parse_phase_flags
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import OutputDir
@@ -145,7 +145,7 @@ def test_a_mixed_run_gives_generate_to_its_sampler_and_update_to_its_learner(tmp
 
 
 def _read_run(path: Path) -> list:
-    from perfmodel.inputs import read_run_folder
+    from perfmodel.inputs.load import read_run_folder
     from tracing.outputs.manifest import read_manifest
 
     return [read_run_folder(path, read_manifest(path))]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.breakeven import find_breakeven
-from perfmodel.fitting import fit_cost_model
-from perfmodel.inputs import FitInputs
-from perfmodel.results import analyze
-from perfmodel.simulate import Truth, simulate_sweep
+from perfmodel.breakeven.solve import find_breakeven
+from perfmodel.fitting.fit_all import fit_cost_model
+from perfmodel.inputs.load import FitInputs
+from perfmodel.inputs.simulate import Truth, simulate_sweep
+from perfmodel.report.results import analyze
 
 # The example: MXFP8 saves 2 us/token and adds 3 ms per micro-batch plus 30 ms once per step (a
 # weight cast cached across micro-batches): n* = 3 ms / 2 us = 1,500 tokens.
@@ -100,7 +100,7 @@ def test_step_breakeven_is_withheld_when_the_step_times_do_not_differ_significan
 
 
 def test_weight_quant_what_if_does_not_move_a_cost_the_fit_already_finds_per_step() -> None:
-    from perfmodel.step import WhatIf
+    from perfmodel.step.costs import WhatIf
 
     df = simulate_sweep(PER_STEP, rng=np.random.default_rng(23), global_tokens=16384)
     doc = analyze(FitInputs(df), n_boot=100, knobs=WhatIf(weight_quant="per_step"))

@@ -1,4 +1,4 @@
-"""perfmodel.roofline and perfmodel.devices: FLOPs and bytes of GEMM shapes recorded in a real trace, checked
+"""perfmodel.kernels.roofline and perfmodel.kernels.devices: FLOPs and bytes of GEMM shapes recorded in a real trace, checked
 against hand arithmetic; the device table's figures all carry a source; the roofline's bound and floor."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from perfmodel.devices import FIGURES, device, load_devices
-from perfmodel.roofline import Gemm, bound, gemm_dims
+from perfmodel.kernels.devices import FIGURES, device, load_devices
+from perfmodel.kernels.roofline import Gemm, bound, gemm_dims
 from tracing.outputs.errors import InputError
 
 # (op, shapes as recorded in tests/data/real/hta_sampled_2rank/rank-0.json.gz, B, M, N, K, bias elements)

@@ -1,4 +1,4 @@
-"""perfmodel.whatif / ``mxperf diff --on``: the same traces on another device, each part scaled by the bounds'
+"""perfmodel.breakeven.whatif / ``mxperf diff --on``: the same traces on another device, each part scaled by the bounds'
 ratio (checked by hand on the simulated verl pair), host and communication kept, the breakeven range."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mxperf.cli import main
-from perfmodel.devices import device
-from perfmodel.whatif import scaled_microbatches, source_device, what_if
+from perfmodel.breakeven.whatif import scaled_microbatches, source_device, what_if
+from perfmodel.kernels.devices import device
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "runs"

@@ -71,7 +71,7 @@ SIZES_HELP = {
 # per window (pid, lo, hi arrays): of the GPU ops its process launched in [lo, hi], the first start, the last
 # end (-1 when none) and their busy union (ns); and the end of the GPU work launched before lo (-1: none)
 GpuWork = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
-OVERLAP_SHARE = 0.05  # of a host window: more is material (the fit's rule, perfmodel.fitting)
+OVERLAP_SHARE = 0.05  # of a host window: more is material (the fit's rule, perfmodel.fitting.fit_all)
 
 
 @dataclass

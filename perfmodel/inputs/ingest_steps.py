@@ -1,0 +1,99 @@
+"""An ingest folder's step table (``steps.parquet``: traces' step ranges, verl / NeMo RL metric logs) as phase
+sources of the step model: per precision, the seconds per step of each phase, like a run folder's.
+
+Whose precision and model a trace's steps are: its labels (``--label`` at ingest, or the metric log's), else the
+precision its GEMM kernels show (``precision_evidence`` in the manifest); a trace with neither is left out, and
+said so. Several ranks of one precision: per step and phase, the slowest rank's seconds (a step waits for it). A
+phase that is zero in every step was not captured (a trace of the learner alone has no ``generate``): it is
+left to other sources rather than predicted as free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.inputs.run_folder import RunFolder
+from tracing.outputs import store
+
+STEP_COLUMNS = ("trace", "step", "phase", "seconds")
+
+
+def _trace_labels(manifest: dict) -> dict[str, tuple[str | None, str | None, str]]:
+    """Per trace path: (precision, model, where the precision comes from)."""
+    common = (manifest.get("config") or {}).get("labels") or {}
+    out = {}
+    for t in manifest.get("traces") or []:
+        own = {**common, **(t.get("labels") or {})}
+        evidence = t.get("precision_evidence") or {}
+        if own.get("precision"):
+            prec, why = str(own["precision"]), "label"
+        elif evidence.get("precision"):
+            prec, why = str(evidence["precision"]), f"its GEMM kernels ({evidence.get('reason', 'found')})"
+        else:
+            prec, why = None, ""
+        out[str(t.get("path"))] = (prec, str(own["model"]) if own.get("model") else None, why)
+    return out
+
+
+def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str]]:
+    """The ingest's steps as one :class:`RunFolder` per (precision, model) and notes on what was left out."""
+    spath = path / store.STEPS
+    if not spath.is_file():
+        return [], []
+    steps = store.read_table(spath)
+    if steps.empty or not set(STEP_COLUMNS) <= set(steps.columns):
+        return [], []
+    labels = _trace_labels(manifest)
+    notes: list[str] = []
+    keyed = []
+    for trace, rows in steps.groupby("trace", sort=True):
+        prec, model, _ = labels.get(str(trace), (None, None, ""))
+        if prec is None:
+            notes.append(
+                f"{path}: the steps of {trace} are not a phase source: its precision is unknown (no "
+                "precision label, no low- or high-precision GEMMs recognised); ingest it with --label "
+                "precision=ID"
+            )
+            continue
+        keyed.append(rows.assign(precision=prec, model=model or ""))
+    if not keyed:
+        return [], notes
+    table = pd.concat(keyed, ignore_index=True)
+    sources = []
+    for (prec, model), rows in table.groupby(["precision", "model"], sort=True):
+        per_step = rows.groupby(["step", "phase"])["seconds"].max().unstack("phase").sort_index()
+        per_step = per_step.apply(pd.to_numeric, errors="coerce")
+        seen = [p for p in per_step.columns if per_step[p].fillna(0).gt(0).any()]
+        missing = sorted(set(per_step.columns) - set(seen))
+        if missing:
+            notes.append(
+                f"{path} ({prec}): {', '.join(missing)} not captured (zero in every step): left to other sources"
+            )
+        phases = {str(p): [float(v) for v in per_step[p].dropna()] for p in seen}
+        frame = pd.DataFrame(
+            {
+                "step": per_step.index.astype(float),
+                "microbatch_tokens": [None] * len(per_step),
+                "step_s": per_step[seen].sum(axis=1, min_count=1).to_numpy(float) if seen else np.nan,
+                "num_microbatches": np.nan,
+                "update_tokens": np.nan,
+                **{f"{p}_s": per_step[p].to_numpy(float) for p in seen},
+            }
+        )
+        sources.append(
+            RunFolder(
+                path=f"{path} ({prec})" if table["precision"].nunique() > 1 else str(path),
+                model=str(model) or None,
+                learner=str(prec),
+                sampler=str(prec),
+                phases={p: v for p, v in phases.items() if v},
+                global_tokens=None,
+                tokens_per_microbatch=None,
+                steps=frame,
+                fit_source=(path / store.MICROBATCHES).is_file(),
+            )
+        )
+    return sources, notes

@@ -1,0 +1,232 @@
+"""Generation per precision as prefill + per-generated-token decode cost, fitted on the run folders' steps, so
+the step model's generate term scales with the batch and the response lengths (issue 33 item 1).
+
+Per step of the run folders whose sampler ran precision ``p`` (pooled, sorted paths)::
+
+    generate_s = fixed + prefill * prompt_tokens + decode * generated_tokens
+
+``generated_tokens``: the step's ``response_tokens`` (metrics.parquet); ``prompt_tokens``: a
+``prompt_tokens`` column, else the step's ``logprob`` range ``tokens`` (prompt + response, ranges.parquet)
+minus its generated tokens. OLS with every step its own unit (:func:`perfmodel.fitting.linear.fit_response`: HC3
+covariance, calibrated bootstrap replicates of the three coefficients). At ``N`` tokens per step with ``G``
+generated (``G`` default: ``N`` times the runs' median generated share), prompt tokens are ``N - G``.
+
+The fit is used only when the data support it; otherwise the step model keeps the measured median (not
+scaled) and says why: fewer than ``MIN_STEPS`` steps, prompt and generated tokens that do not move apart
+(collinear), a bootstrap that cannot refit, or a prefill or decode cost whose 95 % interval is not above
+zero. When one precision of a comparison has no usable fit, neither uses one (one side scaling and the other
+held would make the gain depend on that alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.fitting.bootstrap import draw
+from perfmodel.fitting.design import Response, unit_pattern_matrix
+from perfmodel.fitting.linear import fit_response
+from perfmodel.inputs.run_folder import attrs_of, read_ranges
+from tracing.outputs import store
+from tracing.outputs.errors import InputError
+
+PHASE = "generate"
+MIN_STEPS = 8  # three coefficients and at least five degrees of freedom
+_NAMES = ("fixed", "per_token", "per_generated_token")  # per_token: the prefill cost per prompt token
+
+
+def step_tokens(path: str) -> pd.DataFrame:
+    """Per step of a run folder: ``step``, ``prompt_tokens``, ``generated_tokens``, ``generate_s`` (rows
+    where any is missing left out); empty when the folder does not record them."""
+    cols = ["step", "prompt_tokens", "generated_tokens", "generate_s"]
+    empty = pd.DataFrame(columns=cols, dtype=float)
+    mpath = Path(path) / store.METRICS
+    try:
+        m = store.read_table(mpath) if mpath.is_file() else None
+    except InputError:
+        m = None
+    if m is None or "generate_s" not in m.columns or "response_tokens" not in m.columns:
+        return empty
+    step = pd.to_numeric(m.get("step", pd.Series(range(len(m)), index=m.index)), errors="coerce")
+    gen = pd.to_numeric(m["response_tokens"], errors="coerce")
+    if "prompt_tokens" in m.columns:
+        prompt = pd.to_numeric(m["prompt_tokens"], errors="coerce")
+    else:
+        total = _logprob_tokens(path)
+        prompt = pd.Series(
+            [total.get(int(s), np.nan) if pd.notna(s) else np.nan for s in step], index=m.index
+        )
+        prompt = prompt - gen
+    out = pd.DataFrame(
+        {
+            "step": step,
+            "prompt_tokens": prompt,
+            "generated_tokens": gen,
+            "generate_s": pd.to_numeric(m["generate_s"], errors="coerce"),
+        }
+    )
+    ok = (
+        np.isfinite(out.to_numpy(float)).all(axis=1)
+        & (out["prompt_tokens"] >= 0)
+        & (out["generated_tokens"] >= 0)
+    )
+    return out[ok].reset_index(drop=True)
+
+
+def _logprob_tokens(path: str) -> dict[int, float]:
+    """Per step, the ``tokens`` of its ``logprob`` range (prompt + response tokens the learner scored)."""
+    r = read_ranges(path)
+    if r is None:
+        return {}
+    out: dict[int, float] = {}
+    for raw in r.loc[r["name"] == "logprob", "attrs"]:
+        a = attrs_of(raw)
+        try:
+            out[int(a["step"])] = float(a["tokens"])
+        except (TypeError, ValueError, KeyError):
+            continue
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationFit:
+    """One precision's generation fit (``reason`` None: used) over ``steps`` steps of ``runs``."""
+
+    precision: str
+    steps: int = 0
+    runs: tuple[str, ...] = ()
+    beta: tuple[float, float, float] | None = None  # fixed, prefill per prompt token, decode per token
+    ci: tuple[tuple[float, float], ...] | None = None  # 95 % interval of each coefficient
+    boot: np.ndarray = field(default_factory=lambda: np.empty((0, 3)))  # (B, 3) replicates
+    generated_share: float | None = None  # median generated / (prompt + generated) over the steps
+    reason: str | None = None
+
+    @property
+    def used(self) -> bool:
+        return self.reason is None and self.beta is not None
+
+    def tokens(self, big_n: float, generated: float | None) -> tuple[float, float]:
+        """(prompt, generated) tokens at ``N`` tokens per step."""
+        g = float(generated) if generated is not None else big_n * float(self.generated_share or 0.0)
+        return max(big_n - g, 0.0), g
+
+    def seconds(self, big_n: float, generated: float | None = None) -> float:
+        p, g = self.tokens(big_n, generated)
+        f, a, d = self.beta  # type: ignore[misc]
+        return float(f + a * p + d * g)
+
+    def replicates(self, boot: np.ndarray, big_n: float, generated: float | None = None) -> np.ndarray:
+        p, g = self.tokens(big_n, generated)
+        return boot @ np.array([1.0, p, g])
+
+    def as_dict(self) -> dict[str, Any]:
+        coef = dict(
+            zip(("fixed_s", "prefill_per_token_s", "decode_per_token_s"), self.beta or (), strict=False)
+        )
+        ci = dict(
+            zip(("fixed_ci", "prefill_per_token_ci", "decode_per_token_ci"), self.ci or (), strict=False)
+        )
+        return {
+            "used": self.used,
+            "model": "fixed + prefill_per_token * prompt_tokens + decode_per_token * generated_tokens",
+            **{k: float(v) for k, v in coef.items()},
+            **{k: [float(v[0]), float(v[1])] for k, v in ci.items()},
+            "steps": self.steps,
+            "runs": list(self.runs),
+            "generated_share": self.generated_share,
+            "reason": self.reason,
+        }
+
+    def words(self) -> str:
+        if self.used:
+            f, a, d = self.beta  # type: ignore[misc]
+            return (
+                f"fit over {self.steps} steps of {', '.join(self.runs)}: {1e3 * f:.3g} ms + {1e6 * a:.3g} us per "
+                f"prompt token + {1e6 * d:.3g} us per generated token (scaled to N; generated share "
+                f"{self.generated_share:.2f} unless given)"
+            )
+        return f"held at the measured median, not scaled with N: {self.reason}"
+
+
+def _ols(table: pd.DataFrame, seed: int, n_boot: int) -> tuple[Any, str | None]:
+    """The OLS of generate_s on [1, prompt, generated], or why it cannot be used."""
+    k = len(table)
+    x = np.column_stack([np.ones(k), table["prompt_tokens"], table["generated_tokens"]]).astype(float)
+    y = table["generate_s"].to_numpy(float)
+    unit = np.arange(k)
+    resp = Response(
+        unit_pattern_matrix(unit, unit, np.ones(k), k, k), unit_pattern_matrix(unit, unit, y, k, k), y * y, k
+    )
+    draws = draw(k, None, n_boot, np.random.default_rng([seed, 33, 7])) if n_boot else None
+    fit = fit_response(x, _NAMES, resp, draws)
+    if fit is None or fit.names != _NAMES:
+        return None, (
+            "prompt and generated tokens do not move apart across the steps (collinear with each other or "
+            "constant): prefill and decode costs cannot be told apart"
+        )
+    if fit.boot_note or not len(fit.boot):
+        return None, f"no bootstrap of the fit ({fit.boot_note or 'no replicates asked for'})"
+    return fit, None
+
+
+def fit_generation(precision: str, runs: Sequence[Any], seed: int = 0, n_boot: int = 1000) -> GenerationFit:
+    """The generation fit of ``precision`` over the steps of ``runs`` (its sampler's run folders)."""
+    paths = [r.path for r in sorted(runs, key=lambda r: r.path)]
+    tables = [step_tokens(p) for p in paths]
+    used = tuple(p for p, t in zip(paths, tables, strict=True) if len(t))
+    table = pd.concat([t for t in tables if len(t)], ignore_index=True) if used else pd.DataFrame()
+    steps = len(table)
+    if not steps:
+        return GenerationFit(
+            precision,
+            reason="no run folder records per-step prompt and generated tokens (metrics response_tokens and "
+            "logprob ranges' tokens)",
+        )
+    total = table["prompt_tokens"] + table["generated_tokens"]
+    share = float(np.median(table["generated_tokens"] / total.where(total > 0)))
+    if steps < MIN_STEPS:
+        why = f"{steps} steps are too few for a fixed, a prefill and a decode cost (at least {MIN_STEPS})"
+        return GenerationFit(precision, steps, used, generated_share=share, reason=why)
+    fit, why = _ols(table, seed, n_boot)
+    if fit is None:
+        return GenerationFit(precision, steps, used, generated_share=share, reason=why)
+    beta = (fit.coef("fixed"), fit.coef("per_token"), fit.coef("per_generated_token"))
+    ci = tuple(fit.ci(n) for n in _NAMES)
+    unresolved = [
+        f"{label} per token 95 % CI [{lo:.3g}, {hi:.3g}] s"
+        for label, (lo, hi) in zip(("prefill", "decode"), ci[1:], strict=True)
+        if not lo > 0
+    ]
+    why = (
+        f"the {steps} steps do not resolve a positive cost ({'; '.join(unresolved)})" if unresolved else None
+    )
+    return GenerationFit(precision, steps, used, beta, ci, np.asarray(fit.boot, float), share, why)
+
+
+def generation_fits(
+    runs: Sequence[Any], model: str, default_model: str, precisions: Sequence[str], seed: int, n_boot: int
+) -> dict[str, GenerationFit]:
+    """Per precision its fit over the run folders of ``model`` whose sampler ran it; when one precision has
+    no usable fit, none is used (each keeps its coefficients and says why)."""
+    out = {
+        p: fit_generation(
+            p, [r for r in runs if (r.model or default_model) == model and r.sampler == p], seed, n_boot
+        )
+        for p in precisions
+    }
+    unusable = [p for p in precisions if not out[p].used]
+    if unusable and len(unusable) < len(precisions):
+        why = (
+            f"no usable generation fit for {', '.join(unusable)} "
+            f"({'; '.join(str(out[p].reason) for p in unusable)}): every precision held at its measured median"
+        )
+        out = {
+            p: GenerationFit(p, f.steps, f.runs, f.beta, f.ci, f.boot, f.generated_share, f.reason or why)
+            for p, f in out.items()
+        }
+    return out
