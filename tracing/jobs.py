@@ -64,6 +64,7 @@ class FileResult:
     meta: dict[str, Any] = field(default_factory=dict)
     gpu_reason: str = ""
     mismatch: pa.Table | None = None  # a metric log's mismatch metrics (schema.MISMATCH_COLUMNS)
+    step_tokens: pa.Table | None = None  # a metric log's token counts per step (schema.STEP_TOKEN_COLUMNS)
     microbatches: MicrobatchResult | None = None  # detected / explicit micro-batches and their notes
     timelines: list[metrics.DeviceTimeline] = field(default_factory=list)  # busy / stall intervals
     # set when the worker staged its large tables (tracing.staged): those tables are then empty here
@@ -332,7 +333,7 @@ def ingest_file(
 
 
 def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:
-    """A verl / NeMo RL metric log: no events; per-step phase seconds and mismatch metrics."""
+    """A verl / NeMo RL metric log: no events; per-step phase seconds, mismatch metrics and token counts."""
     import pyarrow as pa
 
     log = load_metric_log(path)
@@ -353,6 +354,7 @@ def _ingest_metric_log(path: str, phase_map: PhaseMap) -> FileResult:
         meta={**meta, "phase_keys": got.phase_keys, "notes": list(got.notes)},
         gpu_reason="a metric log: per-step timers, no GPU events",
         mismatch=got.mismatch,
+        step_tokens=got.tokens,
     )
 
 

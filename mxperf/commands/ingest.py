@@ -23,7 +23,7 @@ from mxperf.commands.ingest_args import add_arguments
 from tracing.analysis.crossrank import cross_rank_tables
 from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
-from tracing.ingest.metric_logs import METRIC_LOG
+from tracing.ingest.metric_logs import METRIC_LOG, TOKEN_FIELDS
 from tracing.ingest.rangelog import is_run_dir, run_config
 from tracing.jobs import FileResult, combine_microbatches, ingest_many, share_devices
 from tracing.outputs import schema, store
@@ -314,11 +314,12 @@ def _write(out: Path, results: list[FileResult], microbatches: pa.Table | None) 
 
 
 def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> list[str]:
-    """``mismatch.parquet`` from the metric logs among ``results`` (each row with its log's precision label);
-    returns summary lines: per log, its framework, seconds per phase over its steps, and what it cannot say."""
+    """``mismatch.parquet`` (each row with its log's precision label) and ``step_tokens.parquet`` from the
+    metric logs among ``results``; returns summary lines: per log, its framework, seconds per phase over its
+    steps, its token counts, and what it cannot say."""
     import pyarrow as pa
 
-    tables, lines = [], []
+    tables, token_tables, lines = [], [], []
     for r in results:
         if r.format != METRIC_LOG:
             continue
@@ -326,6 +327,8 @@ def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> lis
         if r.mismatch is not None and len(r.mismatch):
             data = {c: r.mismatch.column(c) for c in r.mismatch.column_names}
             tables.append(schema.make_table({**data, "precision": precision}, schema.MISMATCH_COLUMNS))
+        if r.step_tokens is not None and len(r.step_tokens):
+            token_tables.append(schema.conform_table(r.step_tokens, schema.STEP_TOKEN_COLUMNS, "step_tokens"))
         per_phase = _phase_sums(r.steps)
         shown = ", ".join(f"{p} {s:.1f} s" for p, s in per_phase.items()) or "no phase timers"
         num_steps = len(set(r.steps.column("step").to_pylist()))
@@ -334,9 +337,22 @@ def _write_metric_logs(out: Path, results: list[FileResult], cli: Labels) -> lis
             f"{r.path}: {r.meta.get('framework')} metric log ({precision or 'no precision label'}): {num_steps} "
             f"steps with timers ({shown}); mismatch metrics: {', '.join(metrics[:6]) or 'none'}"
             + (" ..." if len(metrics) > 6 else "")
+            + f"; {_token_summary(r.step_tokens)}"
         )
         lines += [f"{r.path}: {note}" for note in r.meta.get("notes", [])]
     if tables:
         table = schema.conform_table(pa.concat_tables(tables), schema.MISMATCH_COLUMNS, "mismatch")
         store.write_table(table, out / store.MISMATCH)
+    if token_tables:
+        store.write_table(pa.concat_tables(token_tables), out / store.STEP_TOKENS)
     return lines
+
+
+def _token_summary(tokens: pa.Table | None) -> str:
+    """How many steps give each token count (``step_tokens.parquet``), or that the log gives none."""
+    if tokens is None or not len(tokens):
+        return "no token counts"
+    given = [
+        f"{name.replace('_', ' ')} {len(tokens) - tokens.column(name).null_count}" for name in TOKEN_FIELDS
+    ]
+    return f"steps with token counts: {', '.join(given)}"

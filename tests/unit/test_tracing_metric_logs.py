@@ -1,4 +1,4 @@
-"""verl / NeMo RL metric logs -> per-step phase seconds (steps.parquet shape) and mismatch metrics.
+"""verl / NeMo RL metric logs -> per-step phase seconds (steps.parquet shape), mismatch metrics and token counts.
 
 Fixtures in tests/data/metric_logs/ use the keys the frameworks' sources log (README there says which file
 and commit); their timers are built so every phase and "other" has a known value.
@@ -17,7 +17,7 @@ from mxperf.cli import main
 from tracing.analysis.logged_steps import METRIC_LOG_PID, logged_step_tables
 from tracing.analysis.phases import default_phase_map, load_phase_map
 from tracing.ingest.detect import detect_format, expand_inputs, load_trace
-from tracing.ingest.metric_logs import METRIC_LOG, load_metric_log
+from tracing.ingest.metric_logs import METRIC_LOG, StepTokens, load_metric_log, step_tokens
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 
@@ -166,6 +166,14 @@ def test_user_phase_map_decides_the_timers_too(tmp_path):
             r"line 1: timing_s/gen = -2.0 s is a negative duration",
         ),
         ('{"step": 1, "data": [1, 2]}\n', r"line 1: 'data' is not an object"),
+        (
+            '{"step": 1, "data": {"timing_s/gen": 1.0, "perf/total_num_tokens": "lots"}}\n',
+            r"line 1: perf/total_num_tokens = 'lots' is not a number",
+        ),
+        (
+            '{"step": 1, "data": {"timing_s/gen": 1.0, "response_length/mean": -3.0}}\n',
+            r"line 1: response_length/mean = -3.0 is a negative token or sequence count",
+        ),
         ("[1, 2]\n", r"line 1: a JSON list, not an object"),
         ("\n\n", r"empty metric log"),
         (
@@ -190,6 +198,11 @@ def test_bad_json_lines_log_is_one_line_naming_file_and_line(tmp_path, text, mes
         ),
         ('{"train/gen_kl_error": {"1": 0.1}, "timing/train/generation": {"1": ', r"line 1: not JSON"),
         ('{"train/loss": {"1": 0.1}}', r"its first tag: no verl .* key in any step"),
+        (
+            '{"timing/train/generation": {"1": 2.0}, "train/mean_gen_tokens_per_sample": {"1": [400]}}',
+            r"tag 'train/mean_gen_tokens_per_sample' step 1: train/mean_gen_tokens_per_sample = \[400\] is not a "
+            "number",
+        ),
     ],
 )
 def test_bad_nemo_rl_metrics_json_names_file_and_tag(tmp_path, text, message):
@@ -251,3 +264,114 @@ def test_ingest_of_a_truncated_log_is_one_line_and_writes_nothing(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cut.jsonl: line 5: not JSON" in err[0]
     assert not (out / store.STEPS).exists() and not (out / store.MISMATCH).exists()
+
+
+def _tokens(path: Path) -> dict[int, tuple[int | None, int | None, int | None]]:
+    t = logged_step_tables(load_metric_log(path)).tokens
+    assert list(t.columns) == list(schema.STEP_TOKEN_COLUMNS)
+    return {
+        int(r.step): tuple(
+            None if pd.isna(v) else int(v) for v in (r.prompt_tokens, r.generated_tokens, r.sequences)
+        )
+        for r in t.itertuples()
+    }
+
+
+def test_verl_token_counts_are_its_own_totals():
+    # 64 sequences, prompt_length/mean 120.5, response_length/mean 311, 312, 313 (README)
+    assert _tokens(VERL_BF16) == {
+        1: (7712, 19904, 64),
+        2: (7712, 19968, 64),
+        3: (7712, 20032, 64),
+    }
+    log = load_metric_log(VERL_MXFP8)
+    counts, notes = step_tokens(log)
+    assert counts[1] == StepTokens(prompt_tokens=7712, generated_tokens=19552, sequences=64) and not notes
+    for step, c in counts.items():  # generated = the tokens timing_per_token_ms/gen divided timing_s/gen by
+        v = log.steps[step]
+        assert c.generated_tokens == pytest.approx(v["timing_s/gen"] * 1000 / v["timing_per_token_ms/gen"])
+        assert c.prompt_tokens + c.generated_tokens == v["perf/total_num_tokens"]
+
+
+def test_nemo_rl_token_counts_agree_with_its_total_num_tokens():
+    # 32 samples (total_turns / avg_turns_per_sample), mean_prompt_length 95.5, mean_gen_tokens 402.25 ...
+    assert _tokens(NEMO) == {1: (3056, 12872, 32), 2: (3056, 13136, 32), 3: (3056, 12736, 32)}
+    log = load_metric_log(NEMO)
+    counts, _ = step_tokens(log)
+    for step, c in counts.items():  # single turn: no environment tokens in train/total_num_tokens
+        assert c.prompt_tokens + c.generated_tokens == log.steps[step]["train/total_num_tokens"]
+
+
+def _write_lines(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps({"step": i + 1, "data": r}) + "\n" for i, r in enumerate(rows)))
+    return path
+
+
+def test_verl_without_perf_total_takes_it_from_update_actor_per_token(tmp_path):
+    row = {"timing_s/gen": 8.0, "timing_per_token_ms/gen": 8000 / 1000, "timing_s/update_actor": 3.0}
+    row |= {
+        "timing_per_token_ms/update_actor": 3000 / 1300,
+        "prompt_length/mean": 37.5,
+        "response_length/mean": 125.0,
+    }
+    p = _write_lines(tmp_path / "old.jsonl", [row])
+    assert _tokens(p) == {1: (300, 1000, 8)}  # (300 + 1000) / (37.5 + 125) = 8 sequences
+
+
+def test_what_the_log_does_not_count_is_null_never_invented(tmp_path):
+    timers = {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0, "timing_s/step": 6.0}
+    none = _write_lines(tmp_path / "timers.jsonl", [timers, timers])
+    got = logged_step_tables(load_metric_log(none))
+    assert got.tokens.empty and list(got.tokens.columns) == list(schema.STEP_TOKEN_COLUMNS)
+    assert not any("token" in n for n in got.notes)
+    # generated tokens only (no total, no per-token time of a prompt + response timer): the rest null
+    gen_only = _write_lines(tmp_path / "gen.jsonl", [{**timers, "timing_per_token_ms/gen": 3.0}])
+    assert _tokens(gen_only) == {1: (None, 1000, None)}
+    # NeMo RL without its rollout metrics: no counts
+    doc = {k: v for k, v in json.loads(NEMO.read_text()).items() if not k.startswith("train/")}
+    (tmp_path / "metrics.json").write_text(json.dumps(doc))
+    assert _tokens(tmp_path / "metrics.json") == {}
+
+
+def test_a_derived_count_that_is_not_whole_is_left_unknown_with_a_note(tmp_path):
+    row = {"timing_s/gen": 11.0, "timing_per_token_ms/gen": 0.031, "perf/total_num_tokens": 400100}
+    row |= {"prompt_length/mean": 120.5, "response_length/mean": 311.0}
+    p = _write_lines(tmp_path / "odd.jsonl", [row])
+    got = logged_step_tables(load_metric_log(p))
+    assert _tokens(p) == {}  # 354838.7 generated tokens: neither they nor total - them are counts
+    assert [n for n in got.notes if "whole" in n] == [
+        "step(s) 1: prompt tokens from the logged keys is not a whole number >= 0 (45261.3 at step 1): left unknown",
+        "step(s) 1: generated tokens from the logged keys is not a whole number >= 0 (354839 at step 1): left "
+        "unknown",
+        "step(s) 1: sequences from the logged keys is not a whole number >= 0 (927.231 at step 1): left unknown",
+    ]
+
+
+def test_ingest_writes_step_tokens_only_for_logs_that_give_them(tmp_path, capsys):
+    timers = _write_lines(tmp_path / "timers.jsonl", [{"timing_s/gen": 3.0, "timing_s/step": 4.0}])
+    out = tmp_path / "out"
+    assert main(["ingest", str(VERL_BF16), str(timers), "-o", str(out), "--label", "precision=bf16"]) == 0
+    err = capsys.readouterr().err
+    tokens = store.read_table(out / store.STEP_TOKENS)
+    assert set(tokens["trace"]) == {str(VERL_BF16)} and tokens["generated_tokens"].tolist() == [
+        19904,
+        19968,
+        20032,
+    ]
+    assert "steps with token counts: prompt tokens 3, generated tokens 3, sequences 3" in err
+    assert f"{timers}: verl metric log (bf16): 1 steps with timers" in err and "; no token counts" in err
+    out2 = tmp_path / "out2"
+    assert main(["ingest", str(timers), "-o", str(out2)]) == 0
+    assert not (out2 / store.STEP_TOKENS).exists()
+
+
+def test_ingest_of_a_malformed_token_count_is_one_line_exit_2(tmp_path, capsys):
+    p = tmp_path / "bad.jsonl"
+    lines = VERL_BF16.read_text().splitlines()
+    lines[2] = lines[2].replace('"perf/total_num_tokens":27680', '"perf/total_num_tokens":"27,680"')
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert main(["ingest", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"mxperf ingest: error: {p}: line 3: perf/total_num_tokens = '27,680' is not a number"]
+    assert not (out / store.STEP_TOKENS).exists()

@@ -1,6 +1,8 @@
 """A framework's metric log -> the per-step tables a trace gives: seconds per (step, phase) in the shape of
 ``steps.parquet`` (``schema.STEP_COLUMNS``), and the logged mismatch metrics (``schema.MISMATCH_COLUMNS``).
 
+Its token counts per step (``schema.STEP_TOKEN_COLUMNS``) come from :func:`metric_logs.step_tokens`.
+
 Phase seconds: each timer that wraps a part of the step (not one nested inside another timer, not the step's
 own total) goes to the phase the phase map gives its name -- the same map as trace ranges, since verl's
 timers are its NVTX ranges (``timing_s/update_actor`` -> update; NeMo RL ``timing/train/policy_training`` ->
@@ -18,7 +20,7 @@ from typing import Any
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.steps import PHASES as STEP_PHASE_NAMES
 from tracing.analysis.steps import STEP_PHASES
-from tracing.ingest.metric_logs import MetricLog
+from tracing.ingest.metric_logs import TOKEN_FIELDS, MetricLog, step_tokens
 from tracing.outputs import schema
 
 METRIC_LOG_PID = -1  # steps.parquet's pid for rows of a metric log: its timers belong to no one process
@@ -33,6 +35,7 @@ class LoggedSteps:
     mismatch: Any  # MISMATCH_COLUMNS, likewise
     phase_keys: dict[str, list[str]]  # step phase -> the logged timer keys summed into it
     notes: tuple[str, ...]
+    tokens: Any = None  # STEP_TOKEN_COLUMNS, likewise; no rows when the log gives no count
 
 
 def logged_step_tables(
@@ -41,7 +44,8 @@ def logged_step_tables(
     """Both tables of ``log`` as pandas frames (phase map: the default one); ``precision`` (a label) goes into
     the mismatch rows."""
     got = logged_tables(log, phase_map, precision)
-    return replace(got, steps=schema.to_frame(got.steps), mismatch=schema.to_frame(got.mismatch))
+    frames = {k: schema.to_frame(getattr(got, k)) for k in ("steps", "mismatch", "tokens")}
+    return replace(got, **frames)
 
 
 def logged_tables(
@@ -66,7 +70,9 @@ def logged_tables(
             f"step(s) {shown}: the phases add up to more than the step total (overlapping timers, e.g. "
             f"asynchronous generation); 'other' clipped to 0"
         )
-    return LoggedSteps(steps, _mismatch_rows(log, precision), phase_keys, tuple(notes))
+    tokens, token_notes = _token_rows(log)
+    notes += token_notes
+    return LoggedSteps(steps, _mismatch_rows(log, precision), phase_keys, tuple(notes), tokens)
 
 
 def _classify_timers(
@@ -128,3 +134,14 @@ def _mismatch_rows(log: MetricLog, precision: str | None) -> Any:
     names = ("trace", "framework", "precision", "step", "metric", "key", "value")
     cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
     return schema.make_table({**{k: [] for k in names}, **cols}, schema.MISMATCH_COLUMNS, "mismatch")
+
+
+def _token_rows(log: MetricLog) -> tuple[Any, tuple[str, ...]]:
+    counts, notes = step_tokens(log)
+    data: dict[str, Any] = {
+        "trace": log.path,
+        "framework": log.framework,
+        "step": list(counts),
+        **{f: [getattr(c, f) for c in counts.values()] for f in TOKEN_FIELDS},
+    }
+    return schema.make_table(data, schema.STEP_TOKEN_COLUMNS, "step_tokens"), notes

@@ -10,8 +10,23 @@ Layouts read (the files the frameworks' own loggers write; keys as their sources
   the TensorBoard logs (``logger.tensorboard_enabled``), as its own test suites do.
 
 The keys each framework logs (:data:`FRAMEWORKS`) decide which file is which; a file with none of them, a
-line that is not JSON (truncated), a line without a step, or a timer that is not a number is an
-:class:`InputError` naming the file and the line.
+line that is not JSON (truncated), a line without a step, or a timer or token key that is not a number (or is
+negative) is an :class:`InputError` naming the file and the line.
+
+Token counts of each step's generation batch (:func:`step_tokens`), from the keys the frameworks log:
+
+- verl (metric_utils.py): ``perf/total_num_tokens`` is the batch's prompt + response tokens (its attention
+  masks); ``timing_per_token_ms/gen`` = ``timing_s/gen`` * 1000 / response tokens, so generated tokens =
+  ``timing_s/gen`` * 1000 / ``timing_per_token_ms/gen`` (without the total, prompt + response tokens come
+  the same way from ``update_actor``, ``ref``, ``values``, ``adv`` or ``update_critic``, which divide by
+  them); prompt tokens = total - generated; sequences = total / (``prompt_length/mean`` +
+  ``response_length/mean``), the two means being over the same sequences.
+- NeMo RL (grpo.py, experience/rollouts.py): sequences = ``train/total_turns`` /
+  ``train/avg_turns_per_sample``; generated tokens = sequences * ``train/mean_gen_tokens_per_sample``;
+  prompt tokens = sequences * ``train/mean_prompt_length``.
+
+A derived count is kept only when it is a whole number within the rounding of the logged values (float32 in
+TensorBoard, float32 means in verl); otherwise, like a count whose keys are missing, it is None (and noted).
 """
 
 from __future__ import annotations
@@ -43,6 +58,7 @@ class FrameworkKeys:
     not_seconds: re.Pattern[str]  # keys under the timing prefix that are not durations
     mismatch: dict[str, str]  # logged key -> metric name (mxperf's name where the formula is the same)
     mismatch_prefix: str  # every key under it is a mismatch metric, named without the prefix
+    token_keys: frozenset[str]  # counts and lengths the token counts come from (numbers >= 0)
 
     def timer(self, key: str) -> str | None:
         """The timer name of a timing key (``timing_s/gen`` -> ``gen``), None for any other key."""
@@ -60,6 +76,9 @@ class FrameworkKeys:
             return key[len(self.mismatch_prefix) :]
         return None
 
+
+# verl timers whose timing_per_token_ms divides by the batch's prompt + response tokens (metric_utils.py).
+_VERL_ALL_TOKEN_TIMERS = ("update_actor", "ref", "values", "adv", "update_critic")
 
 FRAMEWORKS: dict[str, FrameworkKeys] = {
     # verl-project/verl 1dda039: verl/trainer/ppo/metric_utils.py compute_timing_metrics ("timing_s/" + every
@@ -83,6 +102,11 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
             "rollout_corr/k3_kl": "kl_k3",
         },
         mismatch_prefix="rollout_corr/",
+        # metric_utils.py compute_data_metrics / compute_timing_metrics / compute_throughout_metrics.
+        token_keys=frozenset(
+            {"perf/total_num_tokens", "prompt_length/mean", "response_length/mean"}
+            | {f"timing_per_token_ms/{n}" for n in ("gen", *_VERL_ALL_TOKEN_TIMERS)}
+        ),
     ),
     # NVIDIA-NeMo/RL 7ea279a: nemo_rl/algorithms/grpo.py logs Timer labels under "timing/train" (sum per
     # step; "total_step_time" wraps the step) and the loss function's metrics under "train"
@@ -114,6 +138,15 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
             )
         },
         mismatch_prefix="",
+        # grpo.py grpo_train's "train" metrics; rollouts.py run_multi_turn_rollout's rollout_metrics.
+        token_keys=frozenset(
+            {
+                "train/total_turns",
+                "train/avg_turns_per_sample",
+                "train/mean_gen_tokens_per_sample",
+                "train/mean_prompt_length",
+            }
+        ),
     ),
 }
 
@@ -251,13 +284,19 @@ def _numbers(p: Path, where: str, data: dict[str, Any]) -> dict[str, float]:
     """The numeric values of ``data``; a timer or mismatch key with another value is an error."""
     out: dict[str, float] = {}
     for key, value in data.items():
-        known = [fw for fw in FRAMEWORKS.values() if fw.timer(key) is not None or fw.mismatch_metric(key)]
+        known = [
+            fw
+            for fw in FRAMEWORKS.values()
+            if fw.timer(key) is not None or fw.mismatch_metric(key) or key in fw.token_keys
+        ]
         if value is None:
             out[key] = math.nan  # verl's orjson writes NaN as null
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
             if known and any(fw.timer(key) is not None for fw in known) and number < 0:
                 raise InputError(f"{p}: {where}: {key} = {value!r} s is a negative duration")
+            if any(key in fw.token_keys for fw in known) and number < 0:
+                raise InputError(f"{p}: {where}: {key} = {value!r} is a negative token or sequence count")
             out[key] = number
         elif known:
             raise InputError(f"{p}: {where}: {key} = {value!r} is not a number")
@@ -284,3 +323,82 @@ def _framework_of(p: Path, steps: dict[int, dict[str, float]], first: str) -> st
     if len(winners) > 1:
         raise InputError(f"{p}: as many verl as NeMo RL keys; cannot tell which framework wrote it")
     return winners[0]
+
+
+TOKEN_FIELDS = ("prompt_tokens", "generated_tokens", "sequences")
+_ROUNDING = 2.0**-21  # relative: a few float32 ulps (TensorBoard scalars, torch float32 means)
+
+
+@dataclass(frozen=True)
+class StepTokens:
+    """One step's generation batch as the log gives it; None where it does not say."""
+
+    prompt_tokens: int | None
+    generated_tokens: int | None
+    sequences: int | None
+
+
+def step_tokens(log: MetricLog) -> tuple[dict[int, StepTokens], tuple[str, ...]]:
+    """Per step that gives any count, its :class:`StepTokens`; and notes on derived counts left out."""
+    derive = _verl_counts if log.framework == "verl" else _nemo_rl_counts
+    out: dict[int, StepTokens] = {}
+    odd: dict[str, list[tuple[int, float]]] = {}
+    for step in sorted(log.steps):
+        counts: dict[str, int | None] = {}
+        for name, raw in zip(TOKEN_FIELDS, derive(log.steps[step]), strict=True):
+            counts[name] = _whole(raw)
+            if raw is not None and counts[name] is None:
+                odd.setdefault(name, []).append((step, raw))
+        if any(v is not None for v in counts.values()):
+            out[step] = StepTokens(**counts)
+    notes = tuple(
+        f"step(s) {', '.join(str(s) for s, _ in got[:5])}{' ...' if len(got) > 5 else ''}: "
+        f"{name.replace('_', ' ')} from the logged keys is not a whole number >= 0 ({got[0][1]:.6g} at step "
+        f"{got[0][0]}): left unknown"
+        for name, got in odd.items()
+    )
+    return out, notes
+
+
+def _whole(x: float | None) -> int | None:
+    """``x`` as a whole number >= 0 when it is one within the rounding of logged values, else None."""
+    if x is None or not math.isfinite(x) or x < -0.5:
+        return None
+    n = round(x)
+    return n if abs(x - n) <= 0.01 + _ROUNDING * abs(x) else None
+
+
+def _finite(values: dict[str, float], key: str) -> float | None:
+    v = values.get(key)
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _verl_per_token(values: dict[str, float], timer: str) -> float | None:
+    """The tokens verl divided ``timing_s/<timer>`` by: seconds * 1000 / ``timing_per_token_ms/<timer>``."""
+    seconds = _finite(values, f"timing_s/{timer}")
+    ms = _finite(values, f"timing_per_token_ms/{timer}")
+    return seconds * 1000.0 / ms if seconds and ms else None
+
+
+def _verl_counts(values: dict[str, float]) -> tuple[float | None, float | None, float | None]:
+    generated = _verl_per_token(values, "gen")
+    total = _finite(values, "perf/total_num_tokens")
+    for timer in _VERL_ALL_TOKEN_TIMERS:
+        total = total if total is not None else _verl_per_token(values, timer)
+    prompt = total - generated if total is not None and generated is not None else None
+    pm, rm = _finite(values, "prompt_length/mean"), _finite(values, "response_length/mean")
+    per_sequence = pm + rm if pm is not None and rm is not None else None
+    sequences = total / per_sequence if total is not None and per_sequence else None
+    return prompt, generated, sequences
+
+
+def _nemo_rl_counts(values: dict[str, float]) -> tuple[float | None, float | None, float | None]:
+    turns, per = _finite(values, "train/total_turns"), _finite(values, "train/avg_turns_per_sample")
+    sequences = turns / per if turns is not None and per else None
+    gen = _finite(values, "train/mean_gen_tokens_per_sample")
+    prompt = _finite(values, "train/mean_prompt_length")
+    return (
+        sequences * prompt if sequences is not None and prompt is not None else None,
+        sequences * gen if sequences is not None and gen is not None else None,
+        sequences,
+    )

@@ -15,6 +15,7 @@ Tables (one module, so producers and readers cannot drift apart):
 - ``KERNEL_COLUMNS``: one row per (trace, device, kernel name): count, total time, class.
 - ``STEP_COLUMNS``: seconds per (trace, rank, process, step, phase) from a trace's step and phase ranges.
 - ``MISMATCH_COLUMNS``: sampler/learner mismatch metrics per step, as a verl / NeMo RL metric log has them.
+- ``STEP_TOKEN_COLUMNS``: each step's generation batch (prompt / generated tokens, sequences) from such a log.
 - ``MICROBATCH_COLUMNS``: the shared micro-batch contract read by ``perfmodel`` (sweeps and ingests, v2).
 - ``RANGE_LOG_COLUMNS``: mxperf's own range log (``tracing.capture.ranges``), as a run writes it.
 """
@@ -218,6 +219,17 @@ MISMATCH_COLUMNS: dict[str, str] = {
     "metric": "string",
     "key": "string",  # the key as logged (rollout_corr/kl, train/token_mult_prob_error)
     "value": "float64",
+}
+
+# step_tokens.parquet (ingest of a metric log that gives them), one row per (log, step) with any count:
+# tracing.ingest.metric_logs.step_tokens; null = the log does not say.
+STEP_TOKEN_COLUMNS: dict[str, str] = {
+    "trace": "string",  # the metric log
+    "framework": "string",  # verl | nemo_rl
+    "step": "int64",
+    "prompt_tokens": "Int64",  # over the step's sequences
+    "generated_tokens": "Int64",  # response tokens over the step's sequences
+    "sequences": "Int64",  # sequences generated (prompts x samples per prompt)
 }
 
 # Column -> dtype of the range log (times are int64 ns, monotonic clock of the writing process).

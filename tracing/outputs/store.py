@@ -10,7 +10,7 @@ Output directory layout (docs/contracts.md, "Output directories"):
               trace/rank-<r>.json.gz trace/capture-rank-<r>.json [trace/sampler/*.pt.trace.json.gz]
     sweep/    manifest.json microbatches.parquet (+ the run files)
     ingest/   manifest.json events/rank-<r>.parquet devices.parquet streams.parquet ranges.parquet
-              kernels.parquet steps.parquet [microbatches.parquet] [mismatch.parquet]
+              kernels.parquet steps.parquet [microbatches.parquet] [mismatch.parquet] [step_tokens.parquet]
     fit/      manifest.json fits.json report.md *.png
     demo/     manifest.json sweep/ fit/ consistency/ (each an output of its own)
 
@@ -123,6 +123,7 @@ CONSISTENCY = "consistency.parquet"
 STREAMS = "streams.parquet"  # ingest: HTA-style idle breakdown per (device, stream)
 STEPS = "steps.parquet"  # ingest: seconds per (rank, process, step, phase)
 MISMATCH = "mismatch.parquet"  # ingest of a metric log: sampler/learner mismatch metrics per step
+STEP_TOKENS = "step_tokens.parquet"  # ingest of a metric log: per step prompt / generated tokens, sequences
 STRAGGLERS = "stragglers.parquet"  # ingest of several ranks: the slowest rank of each step
 RANK_SPREAD = "rank_spread.parquet"  # ingest of several ranks: busy / host stall spread per device index
 
