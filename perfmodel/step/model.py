@@ -2,11 +2,19 @@
 
 One step of precision ``p`` over ``N`` tokens in micro-batches of ``n`` tokens::
 
-    step_p(N, n) = sum over phases X of  t_p,X(N, n)
+    step_p(N, n) = sum over phases X of  t_p,X(N, n)                      (a colocated sampler, the default)
+                 = max(t_p,generate, sum of the learner's t_p,X) + t_p,sync  (a separate sampler)
     t_p,X(N, n)  = (k - 1) * mb_p,X(n) + mb_p,X(N - (k - 1) n) + per_step_p,X,   k = ceil(N / n)
                    (a micro-batched phase with a fit: update, logprob, ...; the last micro-batch holds the rest)
                    + opt_p for the update: its time outside the micro-batches (optimizer step), once per step
     t_p,X        = the phase's measured seconds per step                        (any other phase)
+
+The placement (:mod:`perfmodel.step.overlap`: which phases overlap, and the sources read) is
+``--placement``, else ``separate`` where an input is an async trainer's metric log
+(:mod:`perfmodel.inputs.placement`), else ``colocated``; one rule serves the point estimates, every replicate
+(the max per replicate), the breakeven scan, the recommendation and the validation. Such a log's generate
+phase is the trainer's wait for the sampler, not the generation time: with a separate sampler the max needs
+the latter, so a generate term measured there stops the answer and the reason names the fix.
 
 Every term is the precision's own: a fitted phase from that precision's micro-batch fit (the model the data
 chose: a line or a knee curve, plus its per-step cost); another phase from, in order, ``--phase p:X=S``,
@@ -49,6 +57,9 @@ from perfmodel.step.generation import PHASE as GEN_PHASE
 from perfmodel.step.generation import GenerationFit, generation_fits
 from perfmodel.step.optimizer import PHASE as OUTSIDE_PHASE
 from perfmodel.step.optimizer import OptimizerTerm, optimizer_terms
+from perfmodel.step.overlap import COLOCATED, SEPARATE, Placement, choose, combine, overlap_entry
+from perfmodel.step.overlap import gain_by_phase as _gain_by_phase
+from perfmodel.step.overlap import learner_weight as _learner_weight
 from perfmodel.step.recommend import NO_GLOBAL_BATCH, default_global_tokens, max_tokens_under_cap
 from perfmodel.step.validation import validate_runs
 from tracing.outputs.errors import InputError
@@ -136,6 +147,7 @@ class PrecisionStep:
     boot: dict[str, Any] = field(
         default_factory=dict
     )  # phase -> (curve, per_step) replicates or (B,) medians
+    placement: str = COLOCATED  # how the phases add up (perfmodel.step.overlap)
 
     def seconds(
         self,
@@ -144,7 +156,13 @@ class PrecisionStep:
         packing: Sequence[float] | None = None,
         generated: float | None = None,
     ) -> float:
-        return float(sum(self.phase_seconds(big_n, n, packing, generated).values()))
+        return float(combine(self.phase_seconds(big_n, n, packing, generated), self.placement))
+
+    def learner_weight(
+        self, big_n: float, n: float, packing: Sequence[float] | None = None, generated: float | None = None
+    ) -> float:
+        """How much of a change of the learner's phases reaches the step at (N, n): 1, 1/2 or 0."""
+        return _learner_weight(self.phase_seconds(big_n, n, packing, generated), self.placement)
 
     def phase_seconds(
         self,
@@ -185,10 +203,21 @@ class PrecisionStep:
         packing: Sequence[float] | None = None,
         generated: float | None = None,
     ) -> np.ndarray:
-        total = np.zeros(b)
-        for phase in self.terms:
-            total += self.phase_replicates(phase, big_n, n, b, packing, generated)
-        return total
+        """(b,) replicates of the step: the placement's rule per replicate."""
+        return self.combine_replicates(self.phases_replicates(big_n, n, b, packing, generated), b)
+
+    def phases_replicates(
+        self,
+        big_n: float,
+        n: float,
+        b: int,
+        packing: Sequence[float] | None = None,
+        generated: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        return {ph: self.phase_replicates(ph, big_n, n, b, packing, generated) for ph in self.terms}
+
+    def combine_replicates(self, phases: dict[str, np.ndarray], b: int) -> np.ndarray:
+        return np.zeros(b) + combine(phases, self.placement)
 
     def sizes(self) -> list[float]:
         return sorted({float(s) for t in self.terms.values() if t.fit is not None for s in t.fit.sizes})
@@ -500,14 +529,17 @@ def compare_at(
         },
         "diff_s": sl - sb,
         "gain": 1.0 - sl / sb if sb > 0 else None,
-        "gain_by_phase": {ph: (pb[ph] - pl[ph]) / sb for ph in pb} if sb > 0 else None,
+        "gain_by_phase": _gain_by_phase(pb, pl, sb, base.placement) if sb > 0 else None,
+        "overlap": overlap_entry(pb, pl, None, (base.precision, low.precision), base.placement),
         "diff_ci": None,
         "gain_ci": None,
         "significant": None,
         "reason": why,
     }
     if b and sb > 0:
-        rb, rl = base.replicates(big_n, n, b, packing, g), low.replicates(big_n, n, b, packing, g)
+        per = {st.precision: st.phases_replicates(big_n, n, b, packing, g) for st in (base, low)}
+        rb, rl = (st.combine_replicates(per[st.precision], b) for st in (base, low))
+        out["overlap"] = overlap_entry(pb, pl, per, (base.precision, low.precision), base.placement)
         out["per_precision"][base.precision]["step_ci"] = _ci(rb)
         out["per_precision"][low.precision]["step_ci"] = _ci(rl)
         ok = rb > 0
@@ -554,6 +586,12 @@ def step_breakeven(
         return out
     ns = np.unique(np.concatenate([np.geomspace(lo_n, hi_n, SCAN_POINTS), [s for s in sizes if s <= hi_n]]))
     d = np.array([low.seconds(big_n, n) - base.seconds(big_n, n) for n in ns])
+    if base.placement == SEPARATE and not np.any(d):
+        out["reason"] = (
+            "the steps take equally long at every size: generation is the longer side in both precisions and "
+            "the same in both, so the micro-batch size does not move the step"
+        )
+        return out
     root, case = _root(ns, d)
     out["case"], out["tokens"] = case, root
     out["extrapolated"] = bool(root is not None and sizes and not (sizes[0] <= root <= sizes[-1]))
@@ -692,11 +730,14 @@ def step_models(
     microbatches: Any = None,
     seed: int = 0,
     n_boot: int = 1000,
+    placement: str | None = None,
+    separate_sampler: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One whole-step comparison per (model, low precision): the terms of each precision's step, the gain at
     the user's settings (``at``, else the run folders' settings), the whole-step breakeven and the
     recommendation at the global batch (``global_tokens``, else the first setting's, else the data's
-    ``global_tokens``; none: no recommendation and why)."""
+    ``global_tokens``; none: no recommendation and why). ``placement``: ``--placement`` (None: from the
+    inputs, ``separate_sampler``: source path -> why it ran with a separate sampler, else colocated)."""
     phase_times = dict(phase_times or {})
     other_phases = dict(other_phases or {})
     models = sorted({m for m, _, _ in fits})
@@ -712,6 +753,11 @@ def step_models(
             steps, notes = build_steps(
                 model, pair, [baseline, low], runs, phase_times, other_phases, models, seed, n_boot
             )
+            evidence = _evidence(runs, model, models, (baseline, low), separate_sampler or {})
+            chosen, said = choose(placement, evidence)
+            for st in steps.values():
+                st.placement = chosen.name
+            notes = [*notes, *said]
             out.append(
                 _comparison(
                     model,
@@ -723,9 +769,47 @@ def step_models(
                     mem_cap_bytes,
                     microbatches,
                     notes,
+                    chosen,
+                    evidence,
                 )
             )
     return out
+
+
+def _evidence(
+    runs: Sequence[RunFolder],
+    model: str,
+    models: Sequence[str],
+    precisions: Sequence[str],
+    separate_sampler: Mapping[str, str],
+) -> dict[str, str]:
+    """Source -> why it ran with a separate sampler, for the sources of this comparison."""
+    return {
+        r.path: separate_sampler[r.path]
+        for r in runs
+        if r.path in separate_sampler and (r.model or models[0]) == model and r.learner in precisions
+    }
+
+
+def _wait_as_generate(base: PrecisionStep, low: PrecisionStep, evidence: Mapping[str, str]) -> str | None:
+    """Why the max rule cannot be applied: a generate term measured where the generate phase is the
+    trainer's wait for the sampler (an async trainer's log), or None."""
+    said = [
+        (st.precision, t)
+        for st in (base, low)
+        if (t := st.terms.get(GEN_PHASE)) is not None and t.kind in ("measured", "tokens")
+        and any(r in evidence for r in t.runs)
+    ]  # fmt: skip
+    if not said:
+        return None
+    where = "; ".join(f"{p}: {', '.join(r for r in t.runs if r in evidence)}" for p, t in said)
+    fix = ", ".join(f"--phase {p}:generate=SECONDS" for p, _ in said)
+    return (
+        f"with a separate sampler the step is max(generate, learner) + sync, but the generate phase of "
+        f"{where} is an async trainer's wait for the sampler, not the generation time; give the generation "
+        f"time ({fix}, e.g. from a colocated run or the sampler's own timers), or --placement colocated to add "
+        "the measured waits as they are (exact at those runs' own settings)"
+    )
 
 
 def _comparison(
@@ -738,11 +822,15 @@ def _comparison(
     mem_cap_bytes: float | None,
     mb: Any,
     notes: list[str],
+    placement: Placement | None = None,
+    evidence: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    placement = placement or Placement()
     entry: dict[str, Any] = {
         "model": model,
         "baseline": base.precision,
         "precision": low.precision,
+        "placement": placement.as_dict(),
         "phases": {st.precision: {ph: t.as_dict() for ph, t in st.terms.items()} for st in (base, low)},
         "not_in_step": [p for p in CORE_PHASES if p not in base.terms and p not in low.terms],
         "notes": notes,
@@ -765,6 +853,11 @@ def _comparison(
         fix = ", ".join(f"--phase {p}:{ph}=SECONDS" for ph, p in other.items())
         entry["reason"] = f"the two steps hold different phases: {said}; give the other precision's ({fix})"
         return entry
+    if placement.name == SEPARATE and (why := _wait_as_generate(base, low, evidence or {})):
+        entry["reason"] = why
+        return entry
+    if placement.name == SEPARATE and GEN_PHASE not in base.terms:
+        entry["notes"] = [*notes, "separate sampler, but the step has no generate phase: nothing overlaps"]
     withheld = [
         f"{ph} of {st.precision}: {t.fit.wall.note or 'no model fits'}"
         for st in (base, low)
