@@ -37,7 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--samples-per-prompt", type=int, default=4, help="GRPO group size n")
-    p.add_argument("--max-new-tokens", type=int, default=5)
+    p.add_argument(
+        "--max-new-tokens",
+        default="5",
+        help="default: 5. Cap on each response's new tokens: N, or LO:HI to draw each step's cap uniformly "
+        "from LO..HI with --seed (responses still end at end-of-sequence; metrics.parquet records each "
+        "step's max_new_tokens, prompt_tokens and response_tokens, the manifest's step_shapes the draws)",
+    )
+    p.add_argument(
+        "--max-digits",
+        default="2",
+        help="most digits of the task's numbers: N (each number has 1..N), or LO:HI to draw each step's N "
+        "from LO..HI with --seed, so prompt lengths vary by step (tokenizer and warm start cover 1..HI)",
+    )
     p.add_argument(
         "--tokens-per-microbatch", type=int, default=128, help="padded token budget per micro-batch"
     )
@@ -61,7 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.device import resolve_device
+    from pipeline.experiments.settings import int_range
 
+    new_low, new_high = int_range("max_new_tokens", args.max_new_tokens)
+    digits_low, digits_high = int_range("max_digits", args.max_digits)
     device = device_settings(args)
     from pipeline.experiments.loop import SyncCheckFailedError
     from pipeline.experiments.run import execute_run
@@ -79,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         prompts_per_step=args.prompts_per_step,
         samples_per_prompt=args.samples_per_prompt,
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=new_high,
+        max_new_tokens_low=new_low if new_low < new_high else None,
+        max_digits=digits_high,
+        max_digits_low=digits_low if digits_low < digits_high else None,
         tokens_per_microbatch=args.tokens_per_microbatch,
         lr=args.lr,
         compute_dtype=args.compute_dtype,

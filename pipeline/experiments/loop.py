@@ -84,18 +84,19 @@ class RLLoop:
             rows = self._check(-1, []) if self.check_sync != "off" else []
         return rows
 
-    def _generate(self, step: int) -> tuple[list[Any], list[Rollout]]:
+    def _generate(self, step: int) -> tuple[list[Any], list[Rollout], SamplingParams]:
         problems, prompts = self.s.step_prompts(step)
         params = self.s.sampling_params(step)
         if not self.async_mode:
-            return problems, self.s.sampler.generate(prompts, params)
+            return problems, self.s.sampler.generate(prompts, params), params
         if self._pending is None:
-            self._pending = (problems, self.s.sampler.submit(prompts, params))
-        problems, fut = self._pending
+            self._pending = (problems, self.s.sampler.submit(prompts, params), params)
+        problems, fut, params = self._pending
         rollouts = fut.result()
         next_problems, next_prompts = self.s.step_prompts(step + 1)
-        self._pending = (next_problems, self.s.sampler.submit(next_prompts, self.s.sampling_params(step + 1)))
-        return problems, rollouts
+        next_params = self.s.sampling_params(step + 1)
+        self._pending = (next_problems, self.s.sampler.submit(next_prompts, next_params), next_params)
+        return problems, rollouts, params
 
     def _push(self, version: int) -> None:
         if version == 0 and self.s.sampler.weight_version >= 0:
@@ -115,7 +116,7 @@ class RLLoop:
         t0 = time.monotonic_ns()
         with rl.range("step", step=step):
             with rl.range("generate", step=step) as g:
-                problems, rollouts = self._generate(step)
+                problems, rollouts, params = self._generate(step)
                 g["sequences"] = len(rollouts)
             rewards = [
                 s.task.reward(p, s.tokenizer.decode(r.response_ids))
@@ -159,7 +160,10 @@ class RLLoop:
             "sync_payload_bytes": int(self.syncer.last.payload_bytes) if self.syncer.last else 0,
             "reward_mean": float(torch.tensor(rewards).mean()),
             "exact_match": float(sum(r == 1.0 for r in rewards) / len(rewards)),
-            "response_tokens": int(rm.sum()),
+            "max_new_tokens": params.max_new_tokens,  # the step's cap (drawn when the run gives a range)
+            "prompt_tokens": sum(len(r.prompt_ids) for r in rollouts),  # every sequence's prompt, as scored
+            "response_tokens": int(rm.sum()),  # tokens the sampler generated (end-of-sequence included)
+            "longest_response_tokens": max(len(r.response_ids) for r in rollouts),  # the batch's decode steps
             **mm,
             **{k: v for k, v in stats.items()},
             "checks_run": len(check_rows),

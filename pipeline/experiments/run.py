@@ -1,9 +1,11 @@
 """``mxperf run``: an instrumented GRPO run written to a run directory (docs/contracts.md, "Output directories").
 
     manifest.json               kind run, status running -> complete | failed | interrupted, config, machine,
-                                learner_device / sampler_device, the learner's GEMM backend
+                                learner_device / sampler_device, the learner's GEMM backend, step_shapes
+                                (per step the drawn max new tokens and max digits)
     tokenizer.json              the run's tokenizer
-    metrics.parquet             one row per step: seconds per phase, reward, mismatch metrics, check cost
+    metrics.parquet             one row per step: seconds per phase, reward, mismatch metrics, check cost,
+                                max_new_tokens, prompt_tokens, response_tokens, longest_response_tokens
     ranges.parquet              the host range log (step, generate, logprob, update, update/microbatch,
                                 sync, sync/check)
     sync_checks.parquet         one row per (step, invariant); step -1 is the initial push
@@ -107,6 +109,7 @@ def execute_run(
                     engines=engines,
                     learner_device=engines["learner_device"],
                     sampler_device=engines["sampler_device"],
+                    step_shapes=cfg.step_shapes(),
                 )
                 loop = _make_loop(session, check_sync, strict, loop_factory)
                 checks.extend(loop.initial_sync())

@@ -1,13 +1,18 @@
 """Everything one RL run needs, built from a :class:`RunConfig`: task, tokenizer, (warm-started) model,
 learner, sampler, the range log, and the fixed evaluation batch.
 
-``RunConfig`` validates itself (unknown ids, budget, grid fraction) and raises ``InputError`` with the fix,
-so the CLI fails in one line before any work starts.
+``RunConfig`` validates itself (unknown ids, budget, grid fraction, context) and raises ``InputError`` with
+the fix, so the CLI fails in one line before any work starts.
+
+Step shapes. A range (``max_new_tokens_low``..``max_new_tokens``, ``max_digits_low``..``max_digits``) makes
+each step draw its cap on new tokens, or the most digits of its numbers, uniformly from the range; a draw
+depends only on (what, seed, step), so a rerun, async mode's look-ahead and every engine see the same shapes.
 """
 
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +41,8 @@ class RunConfig(ExperimentSettings):
     steps: int = 3
     prompts_per_step: int = 8
     samples_per_prompt: int = 4
-    max_new_tokens: int = 5
+    max_new_tokens: int = 5  # the cap on new tokens (the top of the range when max_new_tokens_low is set)
+    max_new_tokens_low: int | None = None  # set: each step draws its cap from low..max_new_tokens
     temperature: float = 1.0
     top_p: float = 1.0
     tokens_per_microbatch: int = 128
@@ -44,6 +50,7 @@ class RunConfig(ExperimentSettings):
     tis_cap: float | None = 2.0
     min_digits: int = 1
     max_digits: int = 2
+    max_digits_low: int | None = None  # set: each step draws its numbers' most digits from low..max_digits
     eval_prompts: int = 16
     async_mode: bool = False
     sampler_engine: str = "native"  # native | vllm (pipeline.engines.factory)
@@ -78,6 +85,7 @@ class RunConfig(ExperimentSettings):
             raise InputError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.min_digits > self.max_digits:
             raise InputError(f"--min-digits {self.min_digits} is above --max-digits {self.max_digits}")
+        self._check_ranges()
         longest = self.max_sequence_tokens
         if self.tokens_per_microbatch < longest:
             raise InputError(
@@ -85,14 +93,75 @@ class RunConfig(ExperimentSettings):
                 f"(up to {longest} tokens: prompt + {self.max_new_tokens} new); use at least {longest}"
             )
 
+    def _check_ranges(self) -> None:
+        """Step-shape ranges, the task's digit limit and the model's context (InputError naming the flag)."""
+        for name, low, high in (
+            ("max_new_tokens", self.max_new_tokens_low, self.max_new_tokens),
+            ("max_digits", self.max_digits_low, self.max_digits),
+        ):
+            if low is not None:
+                at_least(1, **{name: low})
+                if low > high:
+                    raise InputError(f"--{name.replace('_', '-')} {low}:{high}: LO {low} is above HI {high}")
+        if self.max_digits_low is not None and self.max_digits_low < self.min_digits:
+            raise InputError(
+                f"--max-digits {self.max_digits_low}:{self.max_digits}: "
+                f"LO is below --min-digits {self.min_digits}"
+            )
+        try:
+            AdditionTask(self.min_digits, self.max_digits)
+        except ValueError as exc:
+            raise InputError(
+                f"--max-digits {self.max_digits}: the task allows 1..12 digits ({exc})"
+            ) from None
+        context = int(get_preset(self.model).config_kwargs.get("max_position_embeddings", 0))
+        prompt = self.max_sequence_tokens - self.max_new_tokens
+        if context and self.max_sequence_tokens > context:
+            raise InputError(
+                f"--max-new-tokens {self.max_new_tokens}: a prompt of up to {prompt} tokens plus "
+                f"{self.max_new_tokens} new ones is longer than {self.model}'s context of {context} "
+                f"positions; use at most {context - prompt}"
+            )
+
     @property
     def task(self) -> AdditionTask:
+        """The task the tokenizer, the warm start and the evaluation batch cover (every step's digits)."""
         return AdditionTask(self.min_digits, self.max_digits)
+
+    def step_max_new_tokens(self, step: int) -> int:
+        """The cap on new tokens of ``step`` (drawn when a range is set)."""
+        low = self.max_new_tokens if self.max_new_tokens_low is None else self.max_new_tokens_low
+        return draw_step_value("max_new_tokens", self.seed, step, low, self.max_new_tokens)
+
+    def step_max_digits(self, step: int) -> int:
+        """The most digits of ``step``'s numbers (drawn when a range is set)."""
+        low = self.max_digits if self.max_digits_low is None else self.max_digits_low
+        return draw_step_value("max_digits", self.seed, step, low, self.max_digits)
+
+    def step_shapes(self) -> dict[str, Any]:
+        """What the manifest records: per shape its range and the value each step drew."""
+        return {
+            "max_new_tokens": {
+                "range": [self.max_new_tokens_low or self.max_new_tokens, self.max_new_tokens],
+                "drawn": [self.step_max_new_tokens(t) for t in range(self.steps)],
+            },
+            "max_digits": {
+                "range": [self.max_digits_low or self.max_digits, self.max_digits],
+                "drawn": [self.step_max_digits(t) for t in range(self.steps)],
+            },
+        }
 
     @property
     def max_sequence_tokens(self) -> int:
         """Upper bound of prompt + response tokens (digits are one token each: see pipeline.model.tokenizer)."""
         return 2 * self.max_digits + 2 + self.max_new_tokens
+
+
+def draw_step_value(what: str, seed: int, step: int, low: int, high: int) -> int:
+    """A uniform draw from ``low..high`` fixed by (what, seed, step) alone (``low`` when they are equal)."""
+    if low == high:
+        return low
+    return random.Random(f"mxperf/{what}/{seed}/{step}").randint(low, high)
 
 
 def build_tokenizer(task: AdditionTask) -> TaskTokenizer:
@@ -178,15 +247,19 @@ class Session:
         return info
 
     def step_prompts(self, step: int) -> tuple[list[Problem], list[list[int]]]:
-        """The step's problems, each repeated ``samples_per_prompt`` times (contiguous GRPO groups)."""
+        """The step's problems, each repeated ``samples_per_prompt`` times (contiguous GRPO groups); with a
+        digit range, its numbers have ``min_digits`` up to the step's drawn digits."""
         n = self.cfg.samples_per_prompt
-        base = self.task.problems(self.cfg.prompts_per_step, seed=self.cfg.seed * 1_000_003 + step)
+        task = self.task
+        if self.cfg.max_digits_low is not None:
+            task = AdditionTask(self.cfg.min_digits, self.cfg.step_max_digits(step))
+        base = task.problems(self.cfg.prompts_per_step, seed=self.cfg.seed * 1_000_003 + step)
         problems = [p for p in base for _ in range(n)]
         return problems, [self.tokenizer.encode(p.prompt) for p in problems]
 
     def sampling_params(self, step: int) -> SamplingParams:
         return SamplingParams(
-            max_new_tokens=self.cfg.max_new_tokens,
+            max_new_tokens=self.cfg.step_max_new_tokens(step),
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
             seed=self.cfg.seed * 7919 + step,

@@ -35,6 +35,24 @@ def positive(**values: Any) -> None:
             raise InputError(f"{_flag(name)} must be a finite number > 0, got {v!r}")
 
 
+def int_range(name: str, text: str) -> tuple[int, int]:
+    """``N`` or ``LO:HI`` (integers >= 1, LO <= HI) as ``(lo, hi)``; ``N`` is ``(N, N)``."""
+    parts = str(text).strip().split(":")
+    shape = f"{_flag(name)} must be N or LO:HI (integers >= 1), got {text!r}"
+    if len(parts) > 2:
+        raise InputError(shape)
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise InputError(shape) from None
+    lo, hi = values[0], values[-1]
+    if min(lo, hi) < 1:
+        raise InputError(shape)
+    if lo > hi:
+        raise InputError(f"{_flag(name)} {text}: LO {lo} is above HI {hi} (write LO:HI with LO <= HI)")
+    return lo, hi
+
+
 def one_of(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise InputError(f"unknown {_flag(name)} {value!r}; choose one of {', '.join(choices)}")
