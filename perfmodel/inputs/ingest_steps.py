@@ -6,6 +6,10 @@ precision its GEMM kernels show (``precision_evidence`` in the manifest); a trac
 said so. Several ranks of one precision: per step and phase, the slowest rank's seconds (a step waits for it). A
 phase that is zero in every step was not captured (a trace of the learner alone has no ``generate``): it is
 left to other sources rather than predicted as free.
+
+A metric log's token counts (``step_tokens.parquet``) go with its own generate seconds, step by step, as the
+source's ``generation`` rows (prompt and generated tokens, ``generate_s``) for the generation fit
+(:mod:`perfmodel.step.generation`); steps without both counts or without a generate time are left out.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from perfmodel.inputs.run_folder import RunFolder
 from tracing.outputs import store
 
 STEP_COLUMNS = ("trace", "step", "phase", "seconds")
+GENERATION_COLUMNS = ["step", "prompt_tokens", "generated_tokens", "generate_s"]
 
 
 def _trace_labels(manifest: dict) -> dict[str, tuple[str | None, str | None, str]]:
@@ -62,6 +67,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     if not keyed:
         return [], notes
     table = pd.concat(keyed, ignore_index=True)
+    tokens = _step_tokens(path)
     sources = []
     for (prec, model), rows in table.groupby(["precision", "model"], sort=True):
         per_step = rows.groupby(["step", "phase"])["seconds"].max().unstack("phase").sort_index()
@@ -94,6 +100,30 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
                 tokens_per_microbatch=None,
                 steps=frame,
                 fit_source=(path / store.MICROBATCHES).is_file(),
+                generation=_generation_rows(rows, tokens),
             )
         )
     return sources, notes
+
+
+def _step_tokens(path: Path) -> pd.DataFrame | None:
+    """The ingest's ``step_tokens.parquet`` (metric logs' token counts), None when it has none."""
+    tpath = path / store.STEP_TOKENS
+    if not tpath.is_file():
+        return None
+    tokens = store.read_table(tpath)
+    return tokens if len(tokens) else None
+
+
+def _generation_rows(steps: pd.DataFrame, tokens: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per (log, step) of ``steps``' traces: its prompt and generated tokens and its own generate seconds;
+    None when no trace of them has token counts."""
+    if tokens is None:
+        return None
+    gen = steps[steps["phase"] == "generate"].groupby(["trace", "step"], as_index=False)["seconds"].max()
+    both = tokens.merge(gen.rename(columns={"seconds": "generate_s"}), on=["trace", "step"])
+    both = both.dropna(subset=["prompt_tokens", "generated_tokens", "generate_s"])
+    if both.empty:
+        return None
+    both = both.sort_values(["trace", "step"], kind="stable")
+    return both[GENERATION_COLUMNS].astype(float).reset_index(drop=True)

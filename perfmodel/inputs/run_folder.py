@@ -31,6 +31,9 @@ class RunFolder:
         pd.DataFrame
     )  # per step: step, num_microbatches, update_tokens, microbatch_tokens, step_s, <phase>_s
     fit_source: bool = False  # its micro-batches are in the fit too: comparing it with the fit is in-sample
+    # per step of its own token counts (an ingest's metric logs): step, prompt_tokens, generated_tokens,
+    # generate_s; None: a run folder's metrics.parquet says (perfmodel.step.generation.step_tokens)
+    generation: pd.DataFrame | None = None
 
     def precision_of(self, phase: str) -> str | None:
         """The precision a phase of this run ran in: the sampler's for generate and sync, else the learner's."""

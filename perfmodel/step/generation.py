@@ -1,15 +1,17 @@
-"""Generation per precision as prefill + per-generated-token decode cost, fitted on the run folders' steps, so
-the step model's generate term scales with the batch and the response lengths (issue 33 item 1).
+"""Generation per precision as prefill + per-generated-token decode cost, fitted on the sources' steps, so the
+step model's generate term scales with the batch and the response lengths (issue 33 item 1).
 
-Per step of the run folders whose sampler ran precision ``p`` (pooled, sorted paths)::
+Per step of the run folders and metric-log ingests whose sampler ran precision ``p`` (pooled, sorted paths)::
 
     generate_s = fixed + prefill * prompt_tokens + decode * generated_tokens
 
 ``generated_tokens``: the step's ``response_tokens`` (metrics.parquet); ``prompt_tokens``: a
 ``prompt_tokens`` column, else the step's ``logprob`` range ``tokens`` (prompt + response, ranges.parquet)
-minus its generated tokens. OLS with every step its own unit (:func:`perfmodel.fitting.linear.fit_response`: HC3
-covariance, calibrated bootstrap replicates of the three coefficients). At ``N`` tokens per step with ``G``
-generated (``G`` default: ``N`` times the runs' median generated share), prompt tokens are ``N - G``.
+minus its generated tokens. An ingest of a verl / NeMo RL metric log gives both from the log's own counts
+(``step_tokens.parquet``), with the log's generate seconds (:mod:`perfmodel.inputs.ingest_steps`). OLS with
+every step its own unit (:func:`perfmodel.fitting.linear.fit_response`: HC3 covariance, calibrated bootstrap
+replicates of the three coefficients). At ``N`` tokens per step with ``G`` generated (``G`` default: ``N``
+times the runs' median generated share), prompt tokens are ``N - G``.
 
 The fit is used only when the data support it; otherwise the step model keeps the measured median (not
 scaled) and says why: fewer than ``MIN_STEPS`` steps, prompt and generated tokens that do not move apart
@@ -70,6 +72,18 @@ def step_tokens(path: str) -> pd.DataFrame:
             "generate_s": pd.to_numeric(m["generate_s"], errors="coerce"),
         }
     )
+    return _usable(out)
+
+
+def run_step_tokens(run: Any) -> pd.DataFrame:
+    """:func:`step_tokens` of a source: the rows it carries (``generation``: an ingest's metric logs), else
+    its run folder's."""
+    rows = getattr(run, "generation", None)
+    return _usable(rows) if rows is not None else step_tokens(run.path)
+
+
+def _usable(out: pd.DataFrame) -> pd.DataFrame:
+    """The rows with every number finite and no negative token count."""
     ok = (
         np.isfinite(out.to_numpy(float)).all(axis=1)
         & (out["prompt_tokens"] >= 0)
@@ -176,16 +190,17 @@ def _ols(table: pd.DataFrame, seed: int, n_boot: int) -> tuple[Any, str | None]:
 
 def fit_generation(precision: str, runs: Sequence[Any], seed: int = 0, n_boot: int = 1000) -> GenerationFit:
     """The generation fit of ``precision`` over the steps of ``runs`` (its sampler's run folders)."""
-    paths = [r.path for r in sorted(runs, key=lambda r: r.path)]
-    tables = [step_tokens(p) for p in paths]
-    used = tuple(p for p, t in zip(paths, tables, strict=True) if len(t))
+    ordered = sorted(runs, key=lambda r: r.path)
+    tables = [run_step_tokens(r) for r in ordered]
+    used = tuple(r.path for r, t in zip(ordered, tables, strict=True) if len(t))
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if used else pd.DataFrame()
     steps = len(table)
     if not steps:
         return GenerationFit(
             precision,
-            reason="no run folder records per-step prompt and generated tokens (metrics response_tokens and "
-            "logprob ranges' tokens)",
+            reason="no run folder or metric log records per-step prompt and generated tokens (metrics "
+            "response_tokens and logprob ranges' tokens; a verl / NeMo RL log's token counts, "
+            "step_tokens.parquet)",
         )
     total = table["prompt_tokens"] + table["generated_tokens"]
     share = float(np.median(table["generated_tokens"] / total.where(total > 0)))

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.fitting.bootstrap import interval as _ci
-from perfmodel.step.generation import step_tokens
+from perfmodel.step.generation import run_step_tokens
 
 MISS_PCT = 10.0  # a whole-step error beyond this (or a measured median outside the band) is said as a miss
 
@@ -54,8 +54,9 @@ def _step_setting(run: Any, row: Any, phase: str) -> tuple[float, float, tuple[f
 
 
 def _tokens(run: Any) -> dict[Any, tuple[float, float]]:
-    """step -> (prompt + generated, generated) tokens of a run folder's steps."""
-    t = step_tokens(run.path)
+    """step -> (prompt + generated, generated) tokens of a source's steps (a step that several of its logs
+    share is left out: its tokens are not one step's)."""
+    t = run_step_tokens(run).drop_duplicates("step", keep=False)
     return {
         s: (float(p + g), float(g))
         for s, p, g in zip(t["step"], t["prompt_tokens"], t["generated_tokens"], strict=True)
