@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -439,3 +440,129 @@ def validation_misses(doc: dict[str, Any], rels: Sequence[str] = ()) -> list[str
             label = f"{sm.get('model', '?')}: {sm.get('precision', '?')} vs {sm.get('baseline', '?')}"
             out.append(f"{label}: {words}")
     return out
+
+
+def step_model_of(doc: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """fits.json's ``step_model`` comparison of a ``models[]`` entry's model, baseline and precision, else None."""
+    for sm in doc.get("step_model") or []:
+        if isinstance(sm, dict) and all(
+            sm.get(k) == entry.get(k) for k in ("model", "baseline", "precision")
+        ):
+            return sm
+    return None
+
+
+def run_label(path: str, runs_dir: Path | None = None, rels: Sequence[str] = ()) -> str:
+    """A run folder as fits.json names it (the path given to ``mxperf fit``), relative to the runs directory
+    where it can be: an absolute path inside ``runs_dir``, or a path ending in the name of one of its outputs
+    (``rels``; the longest wins); else as given. An ingest's `` (precision)`` suffix is kept."""
+    text = str(path)
+    base, suffix = text, ""
+    if m := re.fullmatch(r"(.+?)( \([^()/]+\))", text):
+        base, suffix = m[1], m[2]
+    base = base.rstrip("/")
+    if runs_dir is not None and Path(base).is_absolute():
+        try:
+            rel = Path(base).relative_to(runs_dir).as_posix()
+            if rel != ".":
+                return rel + suffix
+        except ValueError:
+            pass
+    tails = [r for r in rels if base == r or base.endswith(f"/{r}")]
+    return (max(tails, key=len) if tails else base) + suffix
+
+
+def validation_source(row: Mapping[str, Any]) -> str:
+    """A row's kind as report.md's ``source`` column says it (the in-sample part of a fitted row added)."""
+    part = row.get("in_sample_part")
+    return f"{row['kind']}, {part} in-sample" if part else str(row["kind"])
+
+
+def _band(ci: Sequence[float] | None) -> str:
+    return f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "none"
+
+
+VALIDATION_COLUMNS = [
+    "run",
+    "phase",
+    "precision",
+    "source",
+    "steps",
+    "predicted s",
+    "95 % band s",
+    "measured s",
+    "error %",
+    "inside",
+]
+
+
+def validation_frame(
+    v: Mapping[str, Any] | None, runs_dir: Path | None = None, rels: Sequence[str] = ()
+) -> pd.DataFrame:
+    """fits.json's predicted-vs-measured rows (``step_model[].validation.rows``) as a table, one row each and in
+    their order, numbers as written (seconds, error in %): nothing is recomputed. Empty without rows."""
+    rows = [
+        {
+            "run": run_label(r["run"], runs_dir, rels),
+            "phase": r["phase"],
+            "precision": r["precision"],
+            "source": validation_source(r),
+            "steps": int(r["steps"]),
+            "predicted s": float(r["predicted_s"]),
+            "95 % band s": _band(r.get("predicted_ci")),
+            "measured s": float(r["measured_s"]),
+            "error %": np.nan if r.get("error_pct") is None else float(r["error_pct"]),
+            "inside": {True: "yes", False: "no"}.get(r.get("inside"), "no band"),
+        }
+        for r in (v or {}).get("rows") or []
+    ]
+    return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+def validation_numbers(
+    v: Mapping[str, Any] | None, runs_dir: Path | None = None, rels: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The rows of :func:`validation_frame` for a download: the band as two numbers (``band_lo_s``,
+    ``band_hi_s``, NaN without one), fits.json's field names, ``inside`` as written (true / false / null)."""
+    out = []
+    for r in (v or {}).get("rows") or []:
+        lo, hi = ([*(r.get("predicted_ci") or []), None, None])[:2]
+        out.append(
+            {
+                "run": run_label(r["run"], runs_dir, rels),
+                "run_in_fits_json": r["run"],
+                "phase": r["phase"],
+                "precision": r["precision"],
+                "kind": r["kind"],
+                "in_sample_part": r.get("in_sample_part"),
+                "steps": int(r["steps"]),
+                "predicted_s": float(r["predicted_s"]),
+                "band_lo_s": np.nan if lo is None else float(lo),
+                "band_hi_s": np.nan if hi is None else float(hi),
+                "measured_s": float(r["measured_s"]),
+                "error_pct": np.nan if r.get("error_pct") is None else float(r["error_pct"]),
+                "inside": r.get("inside"),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def no_validation_words(doc: Mapping[str, Any], entry: Mapping[str, Any]) -> str | None:
+    """Why fits.json has no predicted-vs-measured table for an entry's step comparison and how to get one;
+    None when it has one."""
+    sm = step_model_of(doc, entry)
+    if sm is not None and ((sm.get("validation") or {}).get("rows")):
+        return None
+    how = (
+        "`mxperf fit SWEEP RUN...` compares its step prediction with the run folders given after the sweep "
+        f"(`mxperf run` outputs or ingested metric logs of {entry.get('model', '?')}, in "
+        f"{entry.get('baseline', '?')} and {entry.get('precision', '?')}; not the traces its micro-batches "
+        "came from, which would be in-sample)"
+    )
+    if "step_model" not in doc:
+        return f"No predicted-vs-measured step table: this fits.json has no step model (an older mxperf fit). {how}."
+    if sm is None:
+        return f"No predicted-vs-measured step table: fits.json's step model has no comparison for this entry. {how}."
+    if sm.get("reason"):
+        return f"No predicted-vs-measured step table: no step prediction ({sm['reason']}). {how}."
+    return f"No predicted-vs-measured step table: mxperf fit was given no run folder it could compare. {how}."

@@ -1,5 +1,5 @@
-"""The Breakeven page's step-level cards: predicted step time over (N, n) with its interval and what-ifs, and
-a fit's prediction against the runs of its model.
+"""The Breakeven page's step-level cards: predicted step time over (N, n) with its interval and what-ifs, fits.json's
+predicted-vs-measured step table (as written), and a fit's micro-batch prediction against its model's runs.
 
 Streamlit rendering only; the numbers come from ``perfmodel`` (``step``, ``step_interval``, ``Curve``) and ``dashboards.fitsview``.
 """
@@ -18,6 +18,7 @@ from dashboards import charts_fit, data, fitsview, share, ui
 from perfmodel.fitting import model as pm
 from perfmodel.step import costs as step
 from perfmodel.step import interval as step_interval
+from perfmodel.step.validation import validation_words
 from tracing.outputs import store
 from tracing.outputs.errors import MxperfError
 
@@ -274,15 +275,79 @@ def with_other_phases(
     )
 
 
+VALIDATION_FORMAT = {
+    "predicted s": st.column_config.NumberColumn("predicted s", format="%.4g"),
+    "measured s": st.column_config.NumberColumn("measured s", format="%.4g"),
+    "error %": st.column_config.NumberColumn("error %", format="%+.1f"),
+}
+
+
+def validation_card(doc: dict[str, Any], chosen: dict[str, Any]) -> None:
+    """fits.json's predicted-vs-measured step table for the entry's step comparison (the rows and numbers of
+    report.md, ``perfmodel.step.validation``), or why there is none and how to get one."""
+    with ui.card(
+        f"{chosen['model']}: predicted vs measured step (run folders, fits.json)", key="be_validation"
+    ):
+        missing = fitsview.no_validation_words(doc, chosen)
+        if missing:
+            st.info(missing)
+            return
+        v = (fitsview.step_model_of(doc, chosen) or {}).get("validation") or {}
+        words = validation_words(v)
+        mae = v.get("median_abs_error_pct")
+        st.markdown(
+            words
+            or (
+                f"Median absolute error {mae:.1f} % over {v['counted_rows']} rows."
+                if mae is not None
+                else "No row counted in the median absolute error (every row is in-sample)."
+            )
+        )
+        st.caption(
+            "The table `mxperf fit` wrote (fits.json `step_model[].validation`, the same as report.md): per run "
+            "folder given to it, each phase and the whole step, medians over steps of the step model's prediction "
+            "at each step's own settings and of the measured seconds; error = predicted / measured - 1. The median "
+            "absolute error counts the fitted-phase and whole-step rows only: in-sample rows (a phase predicted "
+            "from the same run folder's own steps, so no test of the model) are shown but not counted; a fitted row "
+            "says which part of it is in-sample. "
+            "The 95 % band is the prediction's (the fits' and medians' bootstrap), not the runs' step-to-step "
+            "noise, so `inside` is a strict test."
+        )
+        root, rels = ui.runs_dir(), [e.rel for e in ui.entries()]
+        st.dataframe(
+            fitsview.validation_frame(v, root, rels), hide_index=True, column_config=VALIDATION_FORMAT
+        )
+        ui.download_table(
+            fitsview.validation_numbers(v, root, rels),
+            f"predicted-vs-measured-step-{chosen['model']}-{chosen['precision']}",
+            "be_validation",
+        )
+        left_out = [
+            f"{fitsview.run_label(r['run'], root, rels)} {r['precision']}: {', '.join(r['not_in_step_model'])}"
+            for r in v["rows"]
+            if r.get("not_in_step_model")
+        ]
+        if left_out:
+            st.caption(
+                "Measured in the whole step but in no term of the step model: " + "; ".join(left_out) + "."
+            )
+        for note in v.get("skipped") or []:
+            st.caption(f"Not compared: {note}")
+
+
 def measured_vs_predicted_card(chosen: dict[str, Any]) -> None:
     """Each run of the model: its per-step micro-batch seconds against the fit's prediction for them."""
     base_id, low_id = chosen["baseline"], chosen["precision"]
     fits = chosen["fits"]
-    with ui.card("Measured vs predicted (runs of this model)"):
+    with ui.card("Measured vs predicted micro-batches (runs of this model)"):
         st.caption(
             f"Each run's per-step {chosen['phase']} micro-batch seconds against the fit's prediction for the same number "
             "of micro-batches and tokens (medians over steps). The band is the fitted mean's 95 % interval; a run's "
-            "own noise and machine are not in it (fits.json inputs say where the fit was measured)."
+            "own noise and machine are not in it (fits.json inputs say where the fit was measured). Computed here "
+            "from the fitted lines, for every run of the model under the runs directory, whether or not it was "
+            "given to mxperf fit: the micro-batches only (no per-step or optimizer cost, no other phase). The step "
+            "model's own comparison, whole phases and steps of the run folders given to mxperf fit, is the "
+            "predicted-vs-measured step table above."
         )
         runs = [e for e in ui.usable("run", chosen["model"]) if e.learner in (base_id, low_id)]
         withheld = fitsview.unusable(chosen)

@@ -1,5 +1,5 @@
-"""Breakeven: time per micro-batch vs tokens, fitted lines with 95 % bands, n*, the measured crossing, two fits
-overlaid, step-time predictions with their interval, and the fit's prediction against measured runs."""
+"""Breakeven: micro-batch time vs tokens, fitted lines with 95 % bands, n*, the measured crossing, two fits overlaid,
+step-time predictions with their interval, fits.json's predicted-vs-measured step table, micro-batches vs runs."""
 
 import numpy as np
 import pandas as pd
@@ -227,4 +227,5 @@ with ui.card(f"{chosen['model']} / {chosen['phase']}: time per micro-batch ({bas
             st.json(rest, expanded=False)
 
 predictor.predicted_step_card(doc, chosen, sizes, top, f"{fit_dir.rel}: {entry_label}")
+predictor.validation_card(doc, chosen)
 predictor.measured_vs_predicted_card(chosen)
