@@ -3,6 +3,7 @@
     mxperf fit SWEEP_DIR [INGEST_DIR... RUN_DIR... FILE.csv...] -o OUT/ [--json] [--baseline bf16] [--force]
                [--min-tokens N] [--global-batch N] [--at N,n[,G]]... [--mem-cap-bytes B] [--what-if k=v]...
                [--other-phase k=s]... [--phase PHASE | --phase PRECISION:PHASE=SECONDS]...
+               [--placement colocated|separate]
 
 Writes OUT/fits.json, OUT/report.md and PNG plots (manifest kind "fit"), prints one verdict per comparison,
 and with ``--json`` ends stdout with the fits.json document on one line. Inputs are validated before the
@@ -85,6 +86,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of a phase in the step model, e.g. mxfp8:generate=1.2 (repeatable)",
     )
     parser.add_argument(
+        "--placement",
+        default=None,
+        metavar="colocated|separate",
+        help="how the step's phases add up. colocated: sampler and learner share the GPUs (hybrid engine, "
+        "verl's default), step = sum of the phases. separate: the sampler has its own GPUs and generates the "
+        "next batch while the learner works (verl one-step-off-policy, NeMo RL async GRPO, disaggregated "
+        "vLLM), step = max(generate, learner phases) + sync. Default: separate where an input is an async "
+        "trainer's metric log, else colocated; the output names the placement and where it came from",
+    )
+    parser.add_argument(
         "--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)"
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -108,6 +119,7 @@ def _other_phases(items: list[str]) -> dict[str, float]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    from perfmodel.step.overlap import parse_placement
     from tracing.outputs.errors import InputError
     from tracing.outputs.placement import check_target
 
@@ -119,6 +131,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError("--global-batch must be a positive number of tokens")
     if args.mem_cap_bytes is not None and args.mem_cap_bytes <= 0:
         raise InputError("--mem-cap-bytes must be positive")
+    parse_placement(args.placement)
     check_target(args.out, kind="fit", force=args.force, inputs=args.inputs)
 
 
@@ -186,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         knobs=knobs,
         at=at,
         floors_setup=bounds,
+        placement=args.placement,
     )
     config = {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")

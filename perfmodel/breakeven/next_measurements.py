@@ -16,7 +16,9 @@ gradient of
 
 The expected width is today's interval width times ``sqrt(var_new / var_now)`` (both from this model, so its
 scale cancels). Candidates: the measured sizes and one step beyond each end (half the smallest, twice the
-largest, at most ``N`` and the memory cap). A knee model is approximated by its straight line here.
+largest, at most ``N`` and the memory cap). A knee model is approximated by its straight line here. With a
+separate sampler each precision's gradient is scaled by how much of a change of its learner's phases reaches
+the step there (1 where the learner is the longer side, 0 where generation is, 1/2 at a tie).
 """
 
 from __future__ import annotations
@@ -126,6 +128,15 @@ def next_measurements(
         ci = s.get("diff_ci")
         width_now = (ci[1] - ci[0]) if ci else None
         what = f"the step-time difference at {big_n:,.0f} tokens per step, {n:,.0f} per micro-batch"
+    at_n = n_star if target == "breakeven" else n
+    weight = {p.precision: p.learner_weight(big_n, at_n) for p in (base, low)}
+    if not any(weight.values()):
+        out["reason"] = (
+            "generation is the longer side in both precisions (separate sampler): more micro-batch sizes do not "
+            "narrow the answer; measure more generation steps"
+        )
+        return out
+    grad = {key: g * weight[key[0]] for key, g in grad.items()}
 
     def var(extra: Mapping[float, int]) -> float:
         return float(sum(g @ lines[key].cov(extra) @ g for key, g in grad.items()))

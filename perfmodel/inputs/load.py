@@ -10,8 +10,9 @@ What each input can and cannot give:
   A breakeven needs at least two sizes per precision, so pass several labelled ingests together. Its
   ``kernels.parquet`` (kernel classes) also sizes the quantize work for ``--what-if weight_quant=per_step``.
   Its ``steps.parquet`` (traced steps, or a verl / NeMo RL metric log) is a per-precision phase source for the
-  step model (:mod:`perfmodel.inputs.ingest_steps`), with or without micro-batches. An ingest with neither is
-  refused with the fix.
+  step model (:mod:`perfmodel.inputs.ingest_steps`), with or without micro-batches; a metric log of an async
+  trainer says its steps ran with a separate sampler (:mod:`perfmodel.inputs.placement`). An ingest with
+  neither is refused with the fix.
 - **run directory** (kind ``run``): one step per row in ``metrics.parquet`` -> the per-step seconds of every
   phase (generate, logprob, update, sync, ...) of *its* precisions (generate and sync: the sampler's, the
   others: the learner's; :class:`RunFolder`), its model and its settings (tokens per step, per micro-batch)
@@ -34,6 +35,7 @@ import pandas as pd
 
 from perfmodel.inputs.columns import conform_microbatches
 from perfmodel.inputs.ingest_steps import phase_sources
+from perfmodel.inputs.placement import separate_sampler_logs
 from perfmodel.inputs.run_folder import SAMPLER_PHASES, RunFolder, attrs_of, read_ranges
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
@@ -78,6 +80,7 @@ class FitInputs:
     emulated: dict[str, str] = field(default_factory=dict)  # precision -> how its GEMMs were emulated
     runs: list[RunFolder] = field(default_factory=list)  # run folders: per-precision phase times
     phase_times: dict[tuple[str, str], float] = field(default_factory=dict)  # (precision, phase) -> s
+    separate_sampler: dict[str, str] = field(default_factory=dict)  # phase source path -> why (placement)
     load_warnings: list[str] = field(
         default_factory=list
     )  # inputs measured on a machine busier than its cores
@@ -234,6 +237,10 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
     if kind == "ingest":
         sources, left_out = phase_sources(path, manifest)
         inputs.runs.extend(sources)
+        async_logs = separate_sampler_logs(manifest)
+        inputs.separate_sampler.update(
+            {s.path: async_logs[s.learner] for s in sources if s.learner in async_logs}
+        )
         inputs.notes.extend(left_out)
         if sources and not mb_path.is_file():
             inputs.no_microbatches.append(_no_microbatches(path, manifest))

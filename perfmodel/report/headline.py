@@ -14,6 +14,7 @@ from perfmodel.breakeven.crossing import Crossing
 from perfmodel.breakeven.hoststall import HostStallShare
 from perfmodel.breakeven.paired import PairedBreakeven
 from perfmodel.breakeven.solve import Breakeven
+from perfmodel.step.overlap import COLOCATED, binding_words, formula
 from perfmodel.step.validation import validation_words
 
 
@@ -354,9 +355,11 @@ def step_answer(sm: dict[str, Any]) -> list[str]:
     if sm.get("reason"):
         why = f"no answer: {sm['reason']}"
         return [f"{head}: {why}.", "Breakeven: none (no step model).", "What to change: nothing can be said."]
-    cover = " + ".join(next(iter(sm["phases"].values())))
+    cover = f"step = {formula(list(next(iter(sm['phases'].values()))), _placement(sm))}"
+    if _placement(sm) != COLOCATED:
+        cover += f": separate sampler ({(sm.get('placement') or {}).get('source')})"
     missing = sm.get("not_in_step") or []
-    cover = f"step = {cover}" + (f"; not given: {', '.join(missing)}" if missing else "")
+    cover += f"; not given: {', '.join(missing)}" if missing else ""
     settings = sm.get("settings") or []
     rec = sm.get("recommendation") or {}
     if settings:
@@ -377,7 +380,7 @@ def step_answer(sm: dict[str, Any]) -> list[str]:
         line1 = (
             f"{head} {where}: {gain_words(s, low, base)}; {pp[base]['step_s']:.3g} s vs {pp[low]['step_s']:.3g} s"
             f" [{cover}]"
-            + _where_from(s)
+            + _where_from(s, base, low)
             + (" Extrapolated: n is outside the measured sizes." if s.get("extrapolated") else "")
         )
         if s.get("measured_at_other_global_batch"):
@@ -409,15 +412,22 @@ def _what_if_change(sm: dict[str, Any], low: str) -> str:
     return " What would change the answer: " + "; ".join(what_if_words(w, low) for w in ws) + "."
 
 
-def _where_from(s: dict[str, Any]) -> str:
-    """'; from generate +5.0 pts, update -1.2 pts' -- each phase's share of the gain (of the baseline step)."""
+def _placement(sm: dict[str, Any]) -> str:
+    return (sm.get("placement") or {}).get("name") or COLOCATED
+
+
+def _where_from(s: dict[str, Any], base: str, low: str) -> str:
+    """'; gain by phase: generate +5.0 pts, update -1.2 pts' -- each phase's share of the gain (of the
+    baseline step); with a separate sampler, which side is the longer one."""
     g = s.get("gain_by_phase") or {}
     parts = [
         f"{ph} {v * 100:+.1f} pts"
         for ph, v in sorted(g.items(), key=lambda kv: -abs(kv[1]))
         if abs(v) >= 5e-4
     ]
-    return f"; gain by phase: {', '.join(parts)}." if parts else "."
+    sides = binding_words(s.get("overlap"), base, low)
+    said = f"; gain by phase: {', '.join(parts)}" if parts else ""
+    return said + (f" ({sides})." if sides and said else f"; {sides}." if sides else ".")
 
 
 def _breakeven_line(sm: dict[str, Any], low: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from perfmodel.fitting.outliers import describe
 from perfmodel.report.results import entry_stem
+from perfmodel.step.overlap import COLOCATED, DEFAULT_SOURCE, SEPARATE, formula
 from perfmodel.step.validation import validation_table, validation_words
 from perfmodel.step.whatifs import what_if_lines
 
@@ -316,6 +317,13 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
     return out
 
 
+def _placement_line(sm: dict[str, Any], phases: list[str]) -> str:
+    """'Placement: separate sampler, step = max(generate, update) + sync (--placement).'"""
+    pl = sm.get("placement") or {"name": COLOCATED, "source": DEFAULT_SOURCE}
+    who = "separate sampler" if pl["name"] == SEPARATE else "colocated sampler"
+    return f"Placement: {who}, step = {formula(phases, pl['name'])} ({pl['source']})."
+
+
 def _step_table(steps: list[dict[str, Any]]) -> list[str]:
     """Per comparison and setting: each precision's seconds per phase and per step (95 % CI), and the gain."""
     out: list[str] = []
@@ -333,6 +341,8 @@ def _step_table(steps: list[dict[str, Any]]) -> list[str]:
         phases = list(next(iter(sm["phases"].values())))
         out += [
             f"### {sm['model']}: step time per precision (seconds)",
+            "",
+            _placement_line(sm, phases),
             "",
             "| N | n | micro-batches | precision | "
             + " | ".join(phases)

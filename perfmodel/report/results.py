@@ -377,10 +377,12 @@ def analyze(
     at: list[tuple[int, ...]] | None = None,
     phase_times: dict[tuple[str, str], float] | None = None,
     floors_setup: tuple[Any, Any] | None = None,
+    placement: str | None = None,
 ) -> dict[str, Any]:
     """The fits.json document for validated inputs (see ``perfmodel.inputs.load.check_fittable``). ``at``: the
     user's (tokens per step, tokens per micro-batch[, generated tokens]) settings; ``phase_times``: (precision, phase) -> seconds
-    per step (``--phase P:X=S``); both for the whole-step model (:mod:`perfmodel.step.model`)."""
+    per step (``--phase P:X=S``); ``placement``: ``--placement`` (None: from the inputs, else colocated); all
+    for the whole-step model (:mod:`perfmodel.step.model`)."""
     from perfmodel.inputs.columns import FIT_COLUMNS, conform_microbatches
     from perfmodel.step.recommend import default_global_tokens
 
@@ -416,6 +418,8 @@ def analyze(
         microbatches=mb,
         seed=seed,
         n_boot=n_boot,
+        placement=placement,
+        separate_sampler=inputs.separate_sampler,
     )
     load = "; ".join(inputs.load_warnings)
     for sm in steps:

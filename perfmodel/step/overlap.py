@@ -226,8 +226,8 @@ _SIDE = {"sampler": "the sampler", "learner": "the learner", "tie": "neither (a 
 
 def choose(flag: str | None, evidence: Mapping[str, str]) -> tuple[Placement, list[str]]:
     """The placement of one comparison: ``--placement``, else ``separate`` where an input says so
-    (``evidence``: source -> why), else the default; and notes where the flag overrides an input."""
-    said = "; ".join(f"{src}: {why}" for src, why in sorted(evidence.items()))
+    (``evidence``: source -> why, the why naming the file), else the default; and notes where the flag overrides an input."""
+    said = "; ".join(sorted(set(evidence.values())))
     if flag is not None:
         notes = [f"--placement {flag} used, though {said}"] if said and flag == COLOCATED else []
         return Placement(flag, "--placement"), notes

@@ -15,8 +15,10 @@ evaluated **per step** at that step's own settings:
   it came from, the row is **in-sample**: shown, never counted in the error;
 - a given phase (``--phase``, ``--other-phase``): the value given.
 
-Per (run, phase) and for the whole step (the sum of the predicted phases against the run's ``step_s``, else
-the sum of its measured phases), the median over steps of the predicted and of the measured seconds, the error
+Per (run, phase) and for the whole step (the predicted phases combined by the comparison's placement,
+:func:`perfmodel.step.overlap.combine`: their sum, or with a separate sampler the max of generation and the
+learner's phases plus sync, per step and per replicate; against the run's ``step_s``, else its measured
+phases combined the same way), the median over steps of the predicted and of the measured seconds, the error
 ``predicted / measured - 1`` and the 95 % band of the predicted median over the step model's replicates (the
 fits' bootstrap and the medians' bootstrap; the runs' own step-to-step noise is not in it, so ``inside`` is a
 strict test). ``median_abs_error_pct`` is the median of ``|error|`` over the out-of-sample rows (fitted
@@ -32,6 +34,7 @@ import numpy as np
 
 from perfmodel.fitting.bootstrap import interval as _ci
 from perfmodel.step.generation import run_step_tokens
+from perfmodel.step.overlap import COLOCATED, combine
 
 MISS_PCT = 10.0  # a whole-step error beyond this (or a measured median outside the band) is said as a miss
 
@@ -101,10 +104,10 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
         phases = [c[:-2] for c in df.columns if c.endswith("_s") and c != "step_s"]
         counts = [steps[p].replicate_count()[0] for p in precs]
         b = min(counts) if counts else 0
-        per_step_pred: dict[int, float] = {}
-        per_step_reps: dict[int, np.ndarray] = {}
-        per_step_meas: dict[int, float] = {}
-        per_step_phases: dict[int, set[str]] = {}
+        placement = getattr(steps[run.learner], "placement", COLOCATED)
+        per_step_pred: dict[int, dict[str, float]] = {}
+        per_step_reps: dict[int, dict[str, np.ndarray]] = {}
+        per_step_meas: dict[int, dict[str, float]] = {}
         covered: list[str] = []
         for phase in phases:
             prec = run.precision_of(phase)
@@ -137,10 +140,9 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
                 pred.append(p)
                 meas.append(float(m))
                 reps.append(r)
-                per_step_pred[i] = per_step_pred.get(i, 0.0) + p
-                per_step_reps[i] = per_step_reps.get(i, np.zeros(b)) + r
-                per_step_meas[i] = per_step_meas.get(i, 0.0) + float(m)
-                per_step_phases.setdefault(i, set()).add(phase)
+                per_step_pred.setdefault(i, {})[phase] = p
+                per_step_reps.setdefault(i, {})[phase] = r
+                per_step_meas.setdefault(i, {})[phase] = float(m)
             if not pred:
                 continue
             kind = term.kind
@@ -155,23 +157,25 @@ def validate_runs(steps: Mapping[str, Any], runs: Sequence[Any], model: str) -> 
         if not covered:
             continue
         # a step is compared whole only where every phase of the step model was predicted at its settings
-        full = [i for i in per_step_pred if per_step_phases[i] >= set(covered)]
+        full = [i for i in per_step_pred if set(per_step_pred[i]) >= set(covered)]
         if per_step_pred and not full:
-            unknown = sorted(set(covered) - set.union(*per_step_phases.values()))
+            unknown = sorted(set(covered) - set.union(*(set(v) for v in per_step_pred.values())))
             skipped.append(
                 f"{run.path} (whole step: {', '.join(unknown) or 'a phase'} cannot be predicted at its steps' "
                 "settings: micro-batch sizes or tokens not recorded)"
             )
         whole = df["step_s"] if "step_s" in df.columns else None
         meas = [
-            float(whole[i]) if whole is not None and np.isfinite(whole[i]) else per_step_meas[i] for i in full
+            float(whole[i])
+            if whole is not None and np.isfinite(whole[i])
+            else float(combine(per_step_meas[i], placement))
+            for i in full
         ]
         if full:
             step_prec = run.learner if run.learner == run.sampler else f"{run.learner}/{run.sampler}"
-            row = _row(
-                run, "step", step_prec, "step", [per_step_pred[i] for i in full], meas,
-                [per_step_reps[i] for i in full], b,
-            )  # fmt: skip
+            pred = [float(combine(per_step_pred[i], placement)) for i in full]
+            reps = [np.zeros(b) + combine(per_step_reps[i], placement) for i in full]
+            row = _row(run, "step", step_prec, "step", pred, meas, reps, b)
             row["not_in_step_model"] = [ph for ph in phases if ph not in covered]
             rows.append(row)
     if not rows:

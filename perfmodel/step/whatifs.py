@@ -17,6 +17,10 @@ all of its part of the added fixed cost moved), each end with its interval. When
 low precision's added cost once per step (its per-step cost significantly above the baseline's), weights are
 cast once per step already and the weight-cast what-if moves nothing.
 
+The seconds moved out of the phases reach the step by the comparison's placement
+(:func:`perfmodel.step.overlap.reduction`): all of them with a colocated sampler; with a separate one, the
+step is recomputed as max(generation, learner) + sync, so a learner that is not the longer side saves nothing.
+
 Intervals: the same bootstrap replicates as the step model (:mod:`perfmodel.step.model`): the fits'
 replicates of ``d_fixed`` and ``d_stall`` (one set of draws serves wall and host stall of a precision) move
 each replicate of the step; the gain ``1 - step_low' / step_base`` and its percentile interval.
@@ -33,6 +37,7 @@ from perfmodel.breakeven.hoststall import _zero_size, host_stall_share
 from perfmodel.fitting.bootstrap import interval as _ci
 from perfmodel.kernels.bounds import cast_floor
 from perfmodel.step.model import _pack
+from perfmodel.step.overlap import COLOCATED, reduction
 from perfmodel.step.section import per_step_difference
 
 WHAT_IFS = {
@@ -109,7 +114,9 @@ def step_what_ifs(
     g = setting.get("generated_tokens")  # --at N,n,G: the same generated tokens as the setting's gain
     sb, sl = base.seconds(big_n, n, packing, g), low.seconds(big_n, n, packing, g)
     rb = base.replicates(big_n, n, b, packing, g) if b else np.empty(0)
-    rl = low.replicates(big_n, n, b, packing, g) if b else np.empty(0)
+    per_low = low.phases_replicates(big_n, n, b, packing, g) if b else {}
+    rl = low.combine_replicates(per_low, b) if b else np.empty(0)
+    pl = low.phase_seconds(big_n, n, packing, g)
     fitted = [ph for ph, t in low.terms.items() if t.fit is not None and base.terms.get(ph) is not None]
     if not fitted:
         out["reason"] = "no micro-batched phase is fitted for both precisions: nothing for a what-if to move"
@@ -126,8 +133,14 @@ def step_what_ifs(
 
     def moved(per_phase: Mapping[str, tuple[float, np.ndarray, float, np.ndarray]]) -> dict[str, Any]:
         """per phase (m, m_b, a, a_b) -> the gain with the step's seconds saved."""
-        saved = sum(ks[ph] * m - a for ph, (m, _, a, _) in per_phase.items())
-        saved_b = sum(ks[ph] * mb - ab for ph, (_, mb, _, ab) in per_phase.items()) * np.ones(b)
+        if low.placement == COLOCATED:
+            saved = sum(ks[ph] * m - a for ph, (m, _, a, _) in per_phase.items())
+            saved_b = sum(ks[ph] * mb - ab for ph, (_, mb, _, ab) in per_phase.items()) * np.ones(b)
+        else:
+            cuts = {ph: ks[ph] * m - a for ph, (m, _, a, _) in per_phase.items()}
+            cuts_b = {ph: ks[ph] * mb - ab for ph, (_, mb, _, ab) in per_phase.items()}
+            saved = reduction(pl, cuts, low.placement)
+            saved_b = np.zeros(b) + (reduction(per_low, cuts_b, low.placement) if b else 0.0)
         res = _gain(sb, sl, rb, rl, float(saved), saved_b)
         res["moved_per_microbatch_s"] = {ph: float(m) for ph, (m, _, _, _) in per_phase.items()}
         return res

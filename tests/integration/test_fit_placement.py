@@ -1,0 +1,112 @@
+"""The placement from the inputs: ``mxperf ingest`` of a verl one-step-off-policy metric log (its
+``timing_s/generate_async`` timer), then ``mxperf fit``: separate, named with the log; the log's generate
+phase is the trainer's wait, so the max rule asks for the generation time; ``--placement`` overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mxperf.cli import main
+from perfmodel.inputs.simulate import simulate_sweep
+from tracing.outputs import store
+from tracing.outputs.manifest import OutputDir
+
+GEN = {"bf16": 4.0, "mxfp8": 3.0}  # generation (generate_async); the learner: 1 s logprob + the update
+LEARNER_S = 1.0 + 2.5
+AT = "65536,4096"
+
+
+def _log(path: Path, prec: str) -> Path:
+    """verl one-step-off-policy FileLogger lines: gen is the wait for the generation launched a step ago."""
+    lines = []
+    for step in range(1, 13):
+        g = GEN[prec] * (1 + 0.01 * ((step % 5) - 2))
+        timers = {
+            "timing_s/gen": max(0.0, g - LEARNER_S),
+            "timing_s/generate_async": g,
+            "timing_s/sync_rollout_weights": 0.3,
+            "timing_s/old_log_prob": 1.0,
+            "timing_s/update_actor": 2.5,
+            "timing_s/step": max(g, LEARNER_S) + 0.3,
+        }
+        lines.append(json.dumps({"step": step, "data": timers}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> list[str]:
+    d = tmp_path_factory.mktemp("placement")
+    sweep = d / "sweep"
+    with OutputDir(sweep, kind="sweep", command=["test"]) as od:
+        store.write_table(
+            simulate_sweep(sizes=(256, 512, 1024, 2048, 4096), repeats=3), od.path / store.MICROBATCHES
+        )
+    out = [str(sweep)]
+    for prec in GEN:
+        log = _log(d / "logs" / f"{prec}.jsonl", prec)
+        ingest = d / f"ingest-{prec}"
+        assert main(["ingest", str(log), "-o", str(ingest), "--label", f"model=sim,precision={prec}"]) == 0
+        out.append(str(ingest))
+    return out
+
+
+def _fit(tmp_path: Path, inputs: list[str], *extra: str) -> tuple[dict, list[str]]:
+    argv = ["fit", *inputs, "-o", str(tmp_path / "fit"), "--bootstrap", "200", "--json", "--at", AT, *extra]
+    assert main(argv) == 0
+    return json.loads((tmp_path / "fit" / store.FITS).read_text()), (
+        tmp_path / "fit" / store.REPORT
+    ).read_text().splitlines()
+
+
+def test_an_async_trainers_log_says_separate_and_its_wait_is_not_taken_for_generation(
+    inputs, tmp_path
+) -> None:
+    doc, _ = _fit(tmp_path, inputs)
+    sm = doc["step_model"][0]
+    assert sm["placement"]["name"] == "separate"
+    assert sm["placement"]["source"].startswith("the inputs: ")
+    assert (
+        "bf16.jsonl: verl one-step-off-policy trainer (timer timing_s/generate_async)"
+        in sm["placement"]["source"]
+    )
+    assert sm["settings"] == [] and "an async trainer's wait for the sampler" in sm["reason"]
+    assert "--phase bf16:generate=SECONDS, --phase mxfp8:generate=SECONDS" in sm["reason"]
+    assert (
+        ": no answer: with a separate sampler the step is max(generate, learner) + sync" in doc["answer"][0]
+    )
+
+
+def test_given_the_generation_time_the_max_rule_answers(inputs, tmp_path) -> None:
+    times = ["--phase", "bf16:generate=4.0", "--phase", "mxfp8:generate=3.0"]
+    doc, report = _fit(tmp_path, inputs, *times)
+    sm = doc["step_model"][0]
+    (s,) = sm["settings"]
+    pp = s["per_precision"]
+    for p in GEN:  # max(generate, logprob + update) + sync, the update from the sweep's fit
+        ph = pp[p]["phases_s"]
+        assert pp[p]["step_s"] == pytest.approx(
+            max(ph["generate"], ph["logprob"] + ph["update"]) + ph["sync"]
+        )
+        assert pp[p]["step_s"] == pytest.approx(GEN[p] + 0.3, rel=0.01)
+    assert s["gain_by_phase"]["logprob"] == 0.0 and s["gain_by_phase"]["update"] == 0.0
+    assert "step = max(generate, logprob + update) + sync: separate sampler (the inputs: " in doc["answer"][0]
+    assert any(
+        line.startswith("Placement: separate sampler, step = max(generate, logprob + update) + sync")
+        for line in report
+    )
+
+
+def test_placement_colocated_adds_the_logged_phases_and_says_what_it_overrode(inputs, tmp_path) -> None:
+    doc, report = _fit(tmp_path, inputs, "--placement", "colocated")
+    sm = doc["step_model"][0]
+    assert sm["placement"] == {"name": "colocated", "source": "--placement"}
+    s = sm["settings"][0]
+    for p in GEN:
+        assert s["per_precision"][p]["step_s"] == sum(s["per_precision"][p]["phases_s"].values())
+    assert any(n.startswith("--placement colocated used, though ") for n in doc["notes"])
+    assert "Placement: colocated sampler, step = generate + logprob + update + sync (--placement)." in report
