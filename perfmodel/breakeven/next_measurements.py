@@ -132,8 +132,8 @@ def next_measurements(
     weight = {p.precision: p.learner_weight(big_n, at_n) for p in (base, low)}
     if not any(weight.values()):
         out["reason"] = (
-            "generation is the longer side in both precisions (separate sampler): more micro-batch sizes do not "
-            "narrow the answer; measure more generation steps"
+            "generation is the longer side in both precisions there (separate sampler, point estimates): more "
+            "micro-batch sizes do not narrow the answer; measure more generation steps"
         )
         return out
     grad = {key: g * weight[key[0]] for key, g in grad.items()}

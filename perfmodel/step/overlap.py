@@ -215,6 +215,7 @@ def binding_words(overlap: Mapping[str, Any] | None, base: str, low: str) -> str
         if (x := pp[p].get("sampler_longer_share")) is not None and UNSURE[0] < x < UNSURE[1]
     ]
     if unsure:
+        said = "at the point estimates " + said
         said += "; which side is longer is uncertain for " + ", ".join(
             f"{p} (the sampler in {100 * pp[p]['sampler_longer_share']:.0f} % of replicates)" for p in unsure
         )

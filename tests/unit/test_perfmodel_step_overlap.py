@@ -17,6 +17,7 @@ from perfmodel.inputs.placement import separate_sampler_logs
 from perfmodel.inputs.simulate import PAPER_LIKE, simulate_sweep
 from perfmodel.step import overlap
 from perfmodel.step.model import step_models
+from perfmodel.step.whatifs import answer_what_ifs
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import OutputDir
@@ -129,6 +130,23 @@ def test_the_interval_covers_the_truth_across_seeds(fits) -> None:
         for lo, hi in [_answer(fits, GEN_BINDS, seed=seed, placement="separate")["settings"][0]["gain_ci"]]
     ]
     assert sum(inside) >= 17, sum(inside)
+
+
+def test_what_ifs_on_a_hidden_learner_move_nothing(fits) -> None:
+    sm = _answer(fits, GEN_BINDS, placement="separate")
+    wi = answer_what_ifs(sm, *sm.pop("_steps"))
+    gain = sm["settings"][0]["gain"]
+    ends = [
+        e
+        for w in wi["what_ifs"]
+        for e in ([w] if w["kind"] == "estimate" else list((w.get("range") or {}).values())[:2])
+    ]
+    assert ends and all(e["gain"] == pytest.approx(gain, abs=1e-12) for e in ends)
+    assert not any(w["changes_answer"] for w in wi["what_ifs"])
+    colocated = _answer(fits, GEN_BINDS)
+    cw = answer_what_ifs(colocated, *colocated.pop("_steps"))
+    host = next(w for w in cw["what_ifs"] if w["name"] == "host_overhead_removed")
+    assert host["gain"] > colocated["settings"][0]["gain"] + 0.01  # adding the phases, the saving shows
 
 
 def test_the_max_is_taken_per_replicate_not_of_the_medians(fits) -> None:
