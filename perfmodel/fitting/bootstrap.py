@@ -202,9 +202,17 @@ def interval(samples: np.ndarray, level: float = LEVEL) -> list[float] | None:
 
 
 def median_replicates(samples: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    """``(n_boot,)`` bootstrap replicates of the median of ``samples`` (each resampled with replacement)."""
+    """``(n_boot,)`` bootstrap replicates of the median of ``samples`` (each resampled with replacement),
+    expanded about the sample median by :func:`calibrate` with ``k - 1`` degrees of freedom, as the fits' are
+    (with 24 steps the plain replicates' 95 % interval covered the true median 89 % of the time), and kept
+    within the samples' range (with 5 steps, [min, max] is already the median's distribution-free interval)."""
     s = np.asarray(samples, float)
-    return np.median(s[rng.integers(0, len(s), size=(n_boot, len(s)))], axis=1)
+    reps = np.median(s[rng.integers(0, len(s), size=(n_boot, len(s)))], axis=1)
+    k = len(s)
+    if k < 2:
+        return reps
+    wide = calibrate(reps, np.median(s), float(np.sqrt(k / (k - 1.0))), k - 1.0)
+    return np.clip(wide, s.min(), s.max())
 
 
 def covering_ci(samples: np.ndarray, estimate: float, level: float = LEVEL) -> tuple[float, float]:

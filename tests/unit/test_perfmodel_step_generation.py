@@ -131,10 +131,27 @@ def test_too_few_collinear_or_unresolved_steps_are_said_not_fitted(tmp_path) -> 
     assert not few.used and "too few" in few.reason and few.beta is None
     col = fit_generation("bf16", [_R(_run(tmp_path / "col", "bf16", collinear=True), "bf16")])
     assert not col.used and "collinear" in col.reason
-    flat = fit_generation("bf16", [_R(_run(tmp_path / "flat", "bf16", flat=True), "bf16")], n_boot=200)
-    assert not flat.used and "do not resolve a positive cost" in flat.reason
+    flat = fit_generation(
+        "bf16", [_R(_run(tmp_path / "flat", "bf16", flat=True, seed=1), "bf16")], n_boot=200
+    )
+    assert not flat.used and "do not resolve a positive decode cost" in flat.reason
     none = fit_generation("bf16", [_R(tmp_path / "nothing", "bf16")])
     assert not none.used and "records per-step prompt and generated tokens" in none.reason
+
+
+def test_an_unresolved_prefill_is_dropped_and_said(tmp_path) -> None:
+    """Generate time that does not depend on the prompt (a sampler prefilling each distinct prompt once): the
+    fit is fixed + decode, the prefill column 0, and the note says prompt lengths are not scaled."""
+    _, gen = _tokens(24, 3)
+    path = _run(tmp_path / "noprefill", "bf16", seed=3, prompt_column=True)
+    m = store.read_table(path / store.METRICS)
+    m["generate_s"] = (0.5 + 2.0e-3 * gen) * (1 + 0.01 * np.random.default_rng(9).standard_normal(24))
+    store.write_table(m, path / store.METRICS)
+    fit = fit_generation("bf16", [_R(path, "bf16")], n_boot=400)
+    assert fit.used and fit.beta[1] == 0.0 and "no positive prefill cost resolved" in fit.note
+    lo, hi = fit.ci[2]
+    assert lo <= 2.0e-3 <= hi and fit.ci[0][0] <= 0.5 <= fit.ci[0][1]
+    assert (fit.boot[:, 1] == 0).all() and "not scaled with prompt length" in fit.words()
 
 
 def _sm(paths: list[Path], **kw) -> dict:
