@@ -7,6 +7,11 @@ said so. Several ranks of one precision: per step and phase, the slowest rank's 
 phase that is zero in every step was not captured (a trace of the learner alone has no ``generate``): it is
 left to other sources rather than predicted as free.
 
+An async trainer's wait for its separate sampler (phase ``generate_wait``,
+:mod:`tracing.analysis.logged_steps`) is kept apart from ``generate``: the step model takes no term from it,
+and a step's ``step_s`` is its phases but a generation that ran beside it. A log whose ``generate`` holds
+such a wait (the ``phase_keys`` of its manifest say so) is read as that wait only, and said so.
+
 A metric log's token counts (``step_tokens.parquet``) go with its own generate seconds, step by step, as the
 source's ``generation`` rows (prompt and generated tokens, ``generate_s``) for the generation fit
 (:mod:`perfmodel.step.generation`); steps without both counts or without a generate time are left out.
@@ -20,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.run_folder import RunFolder
+from tracing.ingest.metric_logs import FRAMEWORKS, SAMPLER_WAIT
 from tracing.outputs import store
 
 STEP_COLUMNS = ("trace", "step", "phase", "seconds")
@@ -53,6 +59,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
         return [], []
     labels = _trace_labels(manifest)
     notes: list[str] = []
+    steps = _waits_apart(path, steps, manifest, notes)
     keyed = []
     for trace, rows in steps.groupby("trace", sort=True):
         prec, model, _ = labels.get(str(trace), (None, None, ""))
@@ -72,7 +79,8 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     for (prec, model), rows in table.groupby(["precision", "model"], sort=True):
         per_step = rows.groupby(["step", "phase"])["seconds"].max().unstack("phase").sort_index()
         per_step = per_step.apply(pd.to_numeric, errors="coerce")
-        seen = [p for p in per_step.columns if per_step[p].fillna(0).gt(0).any()]
+        # a zero wait is measured (the learner was the longer side), not a phase the source did not capture
+        seen = [p for p in per_step.columns if p == SAMPLER_WAIT or per_step[p].fillna(0).gt(0).any()]
         missing = sorted(set(per_step.columns) - set(seen))
         if missing:
             notes.append(
@@ -83,7 +91,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
             {
                 "step": per_step.index.astype(float),
                 "microbatch_tokens": [None] * len(per_step),
-                "step_s": per_step[seen].sum(axis=1, min_count=1).to_numpy(float) if seen else np.nan,
+                "step_s": _step_seconds(per_step, seen),
                 "num_microbatches": np.nan,
                 "update_tokens": np.nan,
                 **{f"{p}_s": per_step[p].to_numpy(float) for p in seen},
@@ -104,6 +112,36 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
             )
         )
     return sources, notes
+
+
+def _step_seconds(per_step: pd.DataFrame, seen: list[str]) -> np.ndarray | float:
+    """Seconds of each step: its phases, but a generation that ran beside it (a log with a wait for it)."""
+    beside = SAMPLER_WAIT in per_step.columns
+    inside = [p for p in seen if not (beside and p == "generate")]
+    return per_step[inside].sum(axis=1, min_count=1).to_numpy(float) if inside else np.nan
+
+
+def _waits_apart(path: Path, steps: pd.DataFrame, manifest: dict, notes: list[str]) -> pd.DataFrame:
+    """``steps`` with the generate rows of a metric log whose generate timers include the trainer's wait
+    for the sampler (manifest ``phase_keys``) read as that wait: its generation time is unknown."""
+    for t in manifest.get("traces") or []:
+        fw = FRAMEWORKS.get(str(t.get("framework")))
+        keys = [str(k) for k in ((t.get("phase_keys") or {}).get("generate") or [])]
+        if fw is None or not keys:
+            continue
+        names = {str(fw.timer(k)): k for k in keys}
+        waits = fw.sampler_waits(names)
+        if not waits:
+            continue
+        trace = str(t.get("path"))
+        hit = (steps["trace"] == trace) & (steps["phase"] == "generate")
+        steps = steps.assign(phase=steps["phase"].where(~hit, SAMPLER_WAIT))
+        notes.append(
+            f"{path}: the generate phase of {trace} ({', '.join(keys)}) holds the trainer's wait for the "
+            f"sampler ({', '.join(names[w] for w in sorted(waits))}): read as {SAMPLER_WAIT}, the generation "
+            "time unknown; ingest the log again (mxperf ingest keeps the wait apart)"
+        )
+    return steps
 
 
 def _step_tokens(path: Path) -> pd.DataFrame | None:

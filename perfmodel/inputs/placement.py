@@ -14,7 +14,9 @@ Signals (read at verl-project/verl 1dda039b9c63 and NVIDIA-NeMo/RL 7ea279abfbeb)
 Not a signal: verl's fully-async trainer (``timing_s/param_sync``) runs on-policy, with nothing overlapping,
 at ``staleness_threshold: 0`` and ``trigger_parameter_sync_step: 1``, and its log does not say which;
 ``mxperf run --async`` may share one device between sampler and learner. Give ``--placement`` for those.
-In both signalled logs the generate phase is the trainer's wait for the sampler, not the generation time.
+What their timers measure: verl's ``generate_async`` is the generation (phase ``generate``), its ``gen`` the
+trainer's wait for it (``generate_wait``); NeMo RL's ``exposed_generation`` is the wait (``generate_wait``)
+and the generation time is not logged (:mod:`tracing.analysis.logged_steps`).
 """
 
 from __future__ import annotations

@@ -284,6 +284,8 @@ def _step_lines(e: dict[str, Any]) -> list[str]:
             + (f"; {sb['reason']}" if sb.get("reason") else "")
             + ")."
         )
+    if step.get("note"):
+        out.append(f"- Step level: {step['note']}.")
     other = step.get("other_phases_s") or {}
     if other:
         out.append(

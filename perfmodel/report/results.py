@@ -399,7 +399,7 @@ def analyze(
             entry = _compare(group[baseline], group[prec], mb)
             entry["emulated"] = {p: inputs.emulated[p] for p in (baseline, prec) if p in inputs.emulated}
             entry["step"] = step_section(
-                group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs, floors_setup
+                group, baseline, prec, inputs, g, global_tokens, mem_cap_bytes, knobs, floors_setup, placement
             )
             _gate(entry, baseline, prec)
             parts = entry.pop("_parts")

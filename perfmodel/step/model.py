@@ -12,9 +12,10 @@ One step of precision ``p`` over ``N`` tokens in micro-batches of ``n`` tokens::
 The placement (:mod:`perfmodel.step.overlap`: which phases overlap, and the sources read) is
 ``--placement``, else ``separate`` where an input is an async trainer's metric log
 (:mod:`perfmodel.inputs.placement`), else ``colocated``; one rule serves the point estimates, every replicate
-(the max per replicate), the breakeven scan, the recommendation and the validation. Such a log's generate
-phase is the trainer's wait for the sampler, not the generation time: with a separate sampler the max needs
-the latter, so a generate term measured there stops the answer and the reason names the fix.
+(the max per replicate), the breakeven scan, the recommendation and the validation. Such a log's wait for
+the sampler (phase ``generate_wait``) is no term: the max accounts for it. Where a source of the sampler's
+precision logs that wait but no generation time (NeMo RL async) and nothing else gives generate, a separate
+step stops the answer and the reason names the fix (``--phase P:generate=S``).
 
 Every term is the precision's own: a fitted phase from that precision's micro-batch fit (the model the data
 chose: a line or a knee curve, plus its per-step cost); another phase from, in order, ``--phase p:X=S``,
@@ -57,7 +58,7 @@ from perfmodel.step.generation import PHASE as GEN_PHASE
 from perfmodel.step.generation import GenerationFit, generation_fits
 from perfmodel.step.optimizer import PHASE as OUTSIDE_PHASE
 from perfmodel.step.optimizer import OptimizerTerm, optimizer_terms
-from perfmodel.step.overlap import COLOCATED, SEPARATE, Placement, choose, combine, overlap_entry
+from perfmodel.step.overlap import COLOCATED, NOT_TERMS, SEPARATE, Placement, choose, combine, overlap_entry
 from perfmodel.step.overlap import gain_by_phase as _gain_by_phase
 from perfmodel.step.overlap import learner_weight as _learner_weight
 from perfmodel.step.recommend import NO_GLOBAL_BATCH, default_global_tokens, max_tokens_under_cap
@@ -360,7 +361,7 @@ def _measured(
             continue
         for phase, secs in r.phases.items():
             prec = r.precision_of(phase)
-            if prec is None:
+            if prec is None or phase in NOT_TERMS:
                 continue
             s, paths, tokens = out.setdefault((prec, phase), ([], [], []))
             s.extend(secs)
@@ -412,6 +413,12 @@ def build_steps(
                 )
         phases = {ph for (p, ph) in measured if p == prec} | set(other_phases)
         phases |= {ph for (p, ph) in phase_times if p == prec}
+        notes += [
+            f"{ph} given but not used: the trainer's wait for a separate sampler is no term of the step (the "
+            "max of generate and the learner holds it); give generate"
+            for ph in sorted(phases & NOT_TERMS)
+        ]
+        phases -= NOT_TERMS
         for ph in sorted(phases - set(fitted)):
             if (prec, ph) in phase_times:
                 terms[ph] = PhaseTerm(ph, "given", f"--phase {prec}:{ph}", seconds=phase_times[(prec, ph)])
@@ -753,8 +760,9 @@ def step_models(
             steps, notes = build_steps(
                 model, pair, [baseline, low], runs, phase_times, other_phases, models, seed, n_boot
             )
-            evidence = _evidence(runs, model, models, (baseline, low), separate_sampler or {})
-            chosen, said = choose(placement, evidence)
+            chosen, said = comparison_placement(
+                runs, model, models, (baseline, low), placement, separate_sampler or {}
+            )
             for st in steps.values():
                 st.placement = chosen.name
             notes = [*notes, *said]
@@ -770,10 +778,23 @@ def step_models(
                     microbatches,
                     notes,
                     chosen,
-                    evidence,
+                    _waits_only(runs, model, models, steps),
                 )
             )
     return out
+
+
+def comparison_placement(
+    runs: Sequence[RunFolder],
+    model: str,
+    models: Sequence[str],
+    precisions: Sequence[str],
+    flag: str | None,
+    separate_sampler: Mapping[str, str],
+) -> tuple[Placement, list[str]]:
+    """The placement of one comparison (``--placement``, else the inputs of these precisions, else the
+    default) and notes where the flag overrides an input."""
+    return choose(flag, _evidence(runs, model, models, precisions, separate_sampler))
 
 
 def _evidence(
@@ -791,25 +812,32 @@ def _evidence(
     }
 
 
-def _wait_as_generate(base: PrecisionStep, low: PrecisionStep, evidence: Mapping[str, str]) -> str | None:
-    """Why the max rule cannot be applied: a generate term measured where the generate phase is the
-    trainer's wait for the sampler (an async trainer's log), or None."""
-    said = [
-        (st.precision, t)
-        for st in (base, low)
-        if (t := st.terms.get(GEN_PHASE)) is not None and t.kind in ("measured", "tokens")
-        and any(r in evidence for r in t.runs)
-    ]  # fmt: skip
-    if not said:
-        return None
-    where = "; ".join(f"{p}: {', '.join(r for r in t.runs if r in evidence)}" for p, t in said)
-    fix = ", ".join(f"--phase {p}:generate=SECONDS" for p, _ in said)
-    return (
-        f"with a separate sampler the step is max(generate, learner) + sync, but the generate phase of "
-        f"{where} is an async trainer's wait for the sampler, not the generation time; give the generation "
-        f"time ({fix}, e.g. from a colocated run or the sampler's own timers), or --placement colocated to add "
-        "the measured waits as they are (exact at those runs' own settings)"
+def _waits_only(
+    runs: Sequence[RunFolder], model: str, models: Sequence[str], steps: Mapping[str, PrecisionStep]
+) -> dict[str, list[str]]:
+    """Precision -> its sources that log the trainer's wait for a separate sampler but no generation time,
+    for a precision whose step has no generate term."""
+    out: dict[str, list[str]] = {}
+    for r in sorted(runs, key=lambda r: r.path):
+        prec = r.precision_of(GEN_PHASE)
+        if (r.model or models[0]) != model or prec not in steps or GEN_PHASE in steps[prec].terms:
+            continue
+        if NOT_TERMS & set(r.phases) and GEN_PHASE not in r.phases:
+            out.setdefault(str(prec), []).append(r.path)
+    return out
+
+
+def _no_generation(waits: Mapping[str, list[str]], placement: str) -> str:
+    """Why a step whose sampler's sources log only the trainer's wait has no generate term, and the fix."""
+    where = "; ".join(f"{p}: {', '.join(paths)}" for p, paths in sorted(waits.items()))
+    fix = ", ".join(f"--phase {p}:generate=SECONDS" for p in sorted(waits))
+    said = (
+        f"{where} log(s) the trainer's wait for the sampler, not the generation time; give the generation "
+        f"time ({fix}, e.g. from a colocated run or the sampler's own timers)"
     )
+    if placement == SEPARATE:
+        return f"with a separate sampler the step is max(generate, learner) + sync, but {said}"
+    return f"generate is not in the step: {said}"
 
 
 def _comparison(
@@ -823,7 +851,7 @@ def _comparison(
     mb: Any,
     notes: list[str],
     placement: Placement | None = None,
-    evidence: Mapping[str, str] | None = None,
+    waits: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     placement = placement or Placement()
     entry: dict[str, Any] = {
@@ -853,9 +881,11 @@ def _comparison(
         fix = ", ".join(f"--phase {p}:{ph}=SECONDS" for ph, p in other.items())
         entry["reason"] = f"the two steps hold different phases: {said}; give the other precision's ({fix})"
         return entry
-    if placement.name == SEPARATE and (why := _wait_as_generate(base, low, evidence or {})):
-        entry["reason"] = why
+    if waits and placement.name == SEPARATE:
+        entry["reason"] = _no_generation(waits, placement.name)
         return entry
+    if waits:
+        entry["notes"] = [*notes, _no_generation(waits, placement.name)]
     if placement.name == SEPARATE and GEN_PHASE not in base.terms:
         entry["notes"] = [*notes, "separate sampler, but the step has no generate phase: nothing overlaps"]
     withheld = [

@@ -8,6 +8,8 @@ Placements (``mxperf fit --placement``)::
                 sampler side = generate
                 learner side = every other phase (reference, logprob, update, reward, other, ...)
                 serial side  = sync and eval (neither side works while they run)
+    no side      = generate_wait: an async trainer's wait for its sampler, max(0, generate - learner), which
+                   the max already holds; never a term of the step (:data:`NOT_TERMS`)
 
 ``colocated`` is a hybrid engine (verl's default trainer, NeMo RL with ``colocated.enabled: true``):
 sampler and learner share the GPUs, so generate, logprob, update and sync run in turn. ``separate`` is a
@@ -16,10 +18,11 @@ trainers schedule it (read at verl-project/verl 1dda039b9c63 and NVIDIA-NeMo/RL 
 
 - verl one-step-off-policy (``verl/experimental/one_step_off_policy/ray_trainer.py``, ``fit_step`` and
   ``_fit_generate``): wait for the generation launched one step earlier (timer ``gen``), sync the weights
-  (``sync_rollout_weights``), launch the next generation (``generate_async``), then reward, ``old_log_prob``,
-  ref, critic and ``update_actor`` on the learner's GPUs. Generation k starts when the learner starts on
-  batch k - 1, so the wait is ``max(0, G - L)`` and ``step = wait + sync + L = max(G, L) + sync``; its
-  README states the same ("one-step-overlap async: step ~ wait_prev_gen + old_log_prob + update_actor").
+  (``sync_rollout_weights``), launch the next generation (``_async_gen_next_batch``, whose timer
+  ``generate_async`` holds the awaited generation), then reward, ``old_log_prob``, ref, critic and
+  ``update_actor`` on the learner's GPUs. Generation k starts when the learner starts on batch k - 1, so the
+  wait is ``max(0, G - L)`` and ``step = wait + sync + L = max(G, L) + sync``; its README states the same
+  ("one-step-overlap async: step ~ wait_prev_gen + old_log_prob + update_actor").
 - verl fully-async (``verl/experimental/fully_async_policy``, README and ``fully_async_trainer.py``):
   Rollouter and Trainer on separate resources; the trainer waits on the sample queue (``gen``), trains,
   then ``param_sync`` with the rollouter paused (partial rollout: sleep / resume). With
@@ -50,12 +53,14 @@ from typing import Any
 
 import numpy as np
 
+from tracing.ingest.metric_logs import SAMPLER_WAIT
 from tracing.outputs.errors import InputError
 
 COLOCATED, SEPARATE = "colocated", "separate"
 PLACEMENTS = (COLOCATED, SEPARATE)
 SAMPLER_SIDE = frozenset({"generate"})
 SERIAL_SIDE = frozenset({"sync", "eval"})
+NOT_TERMS = frozenset({SAMPLER_WAIT})  # measured, but inside max(sampler, learner): never added
 DEFAULT_SOURCE = (
     "default: a colocated sampler (hybrid engine: phases run one after another); --placement separate for a "
     "sampler on its own GPUs"

@@ -4,6 +4,12 @@ Each precision's step cost comes from the model the data chose for it (a line, o
 fitted per-step cost and the other phases; a precision without a model that fits withholds the
 recommendation (:mod:`perfmodel.step.recommend`). The what-if knobs act on the term that holds the cost
 (:mod:`perfmodel.step.costs`).
+
+The other phases are added as a sum only where the step's placement is colocated (the placement of the
+whole-step comparison, :func:`perfmodel.step.model.comparison_placement`). With a separate sampler the step
+is max(generate, learner) + sync (:mod:`perfmodel.step.overlap`), which a sum of constants cannot carry: the
+section leaves the other phases out (the fitted phase alone) and its ``note`` says so; ``step_model[]`` has
+the whole step.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from perfmodel.fitting.model import LEVEL, t_quantile
 from perfmodel.inputs.load import FitInputs
 from perfmodel.kernels.bounds import cast_floor
 from perfmodel.step.costs import StepCost, WhatIf, step_breakeven, step_costs, weight_quant_seconds
-from perfmodel.step.model import other_phase_seconds
+from perfmodel.step.model import comparison_placement, other_phase_seconds
+from perfmodel.step.overlap import SEPARATE, Placement
 from perfmodel.step.recommend import (
     NO_GLOBAL_BATCH,
     default_global_tokens,
@@ -100,6 +107,21 @@ def _cost_entry(c: StepCost) -> dict[str, Any]:
     }
 
 
+def _other_phases(
+    placement: Placement, model: str, precisions: list[str], inputs: FitInputs, phase: str
+) -> tuple[dict[str, dict[str, float]], dict[str, float], str | None]:
+    """The phases added to the fitted one (each precision's own, the shared ``--other-phase``) and a note:
+    all of them when colocated, none with a separate sampler (they do not add up as a sum)."""
+    if placement.name != SEPARATE:
+        own = other_phase_seconds(model, precisions, inputs.runs, {}, inputs.phase_times, phase)
+        return own, dict(inputs.other_phases_s), None
+    note = (
+        f"separate sampler ({placement.source}): the step is max(generate, learner) + sync, not a sum, so "
+        f"the other phases are left out here: this section is {phase} alone; step_model[] has the whole step"
+    )
+    return {p: {} for p in precisions}, {}, note
+
+
 def step_section(
     group: dict[str, PrecisionFit],
     baseline: str,
@@ -110,7 +132,10 @@ def step_section(
     mem_cap: float | None,
     knobs: WhatIf | None,
     floors_setup: tuple[Any, Any] | None = None,
+    placement: str | None = None,
 ) -> dict[str, Any]:
+    """The section for one fitted phase and low precision; ``placement``: ``--placement`` (None: from the
+    inputs, as the whole-step comparison decides it)."""
     knobs = knobs or WhatIf()
     base = group[baseline]
     n_global = int(global_tokens) if global_tokens else default_global_tokens(mb)
@@ -120,14 +145,17 @@ def step_section(
     curves = {p: f.wall.curve() for p, f in group.items() if f.wall.model in ("knee", "parts")}
     withheld = {p: f.wall.note for p, f in group.items() if f.wall.model is None}
     model, phase = base.model, base.phase
-    own = other_phase_seconds(
-        model, list(group), inputs.runs, {}, inputs.phase_times, phase
-    )  # each precision's own phase times (--other-phase: shared, below)
-    costs = step_costs(lines, baseline, inputs.other_phases_s, curves=curves, other_by_precision=own)
+    chosen, _ = comparison_placement(
+        inputs.runs, model, [model], (baseline, low), placement, inputs.separate_sampler
+    )
+    own, shared, note = _other_phases(chosen, model, list(group), inputs, phase)
+    costs = step_costs(lines, baseline, shared, curves=curves, other_by_precision=own)
     d_step, d_step_ci = per_step_difference(base.wall, group[low].wall)
     batches = sorted(set(global_batches(mb)) | ({n_global} if n_global else set()))
     section: dict[str, Any] = {
-        "other_phases_s": inputs.other_phases_s,  # the same for every precision (--other-phase)
+        "placement": chosen.as_dict(),
+        "note": note,
+        "other_phases_s": shared,  # the same for every precision (--other-phase)
         "other_phases_by_precision_s": own,
         "recommendation": (
             recommend(costs, memory, n_global, sizes, mem_cap, withheld)
@@ -155,7 +183,7 @@ def step_section(
                 wq[p], sources[p] = weight_quant_seconds(
                     lines[baseline], line, knobs, inputs.kernels, inputs.kernel_microbatches, floor, floor_src
                 )
-        adj = step_costs(lines, baseline, inputs.other_phases_s, knobs, wq, curves, own)
+        adj = step_costs(lines, baseline, shared, knobs, wq, curves, own)
         section["what_if"] = {
             "knobs": asdict(knobs),
             "weight_quant_s": wq if knobs.weight_quant == "per_step" else None,

@@ -9,6 +9,11 @@ timers are its NVTX ranges (``timing_s/update_actor`` -> update; NeMo RL ``timin
 update) -- summed per phase. ``other`` is the step total (``timing_s/step``, ``timing/train/total_step_time``)
 minus those phases, clipped at zero, as for traces; reward timers count in ``other`` there too. What the log
 cannot say stays NaN, never 0: a phase none of its timers maps to, ``other`` of a step without its total.
+
+An async trainer's wait for its separate sampler (:meth:`FrameworkKeys.sampler_waits`: verl one-step-off's
+``gen`` beside its ``generate_async``, NeMo RL's ``exposed_generation``) is phase ``generate_wait``, not
+``generate``. Then ``generate`` (verl's ``generate_async``) runs beside the step, so ``other`` is the total
+minus every phase but it; the rows of ``generate_wait`` are there only for a log that has such a timer.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.steps import PHASES as STEP_PHASE_NAMES
 from tracing.analysis.steps import STEP_PHASES
-from tracing.ingest.metric_logs import TOKEN_FIELDS, MetricLog, step_tokens
+from tracing.ingest.metric_logs import SAMPLER_WAIT, TOKEN_FIELDS, MetricLog, step_tokens
 from tracing.outputs import schema
 
 METRIC_LOG_PID = -1  # steps.parquet's pid for rows of a metric log: its timers belong to no one process
@@ -60,6 +65,14 @@ def logged_tables(
             f"no step total ({log.keys.timing_prefix}{log.keys.step_total}): 'other' is unknown (NaN)"
         )
     missing = [p for p in STEP_PHASE_NAMES if not phase_keys.get(p)]
+    if phase_keys.get(SAMPLER_WAIT):
+        waits = ", ".join(phase_keys[SAMPLER_WAIT])
+        gen = ", ".join(phase_keys.get("generate", []))
+        said = (
+            f"generate ({gen}) runs beside the step" if gen else "no generation time is logged (generate NaN)"
+        )
+        notes.append(f"{said}; the trainer's wait for the sampler ({waits}) is phase {SAMPLER_WAIT}")
+        missing = [p for p in missing if p != "generate"]
     if phase_keys and missing:
         notes.append(f"no timer of phase {', '.join(missing)}: NaN, not 0")
     if skipped:
@@ -81,9 +94,11 @@ def _classify_timers(
     fw = log.keys
     phase_keys: dict[str, list[str]] = {}
     total_key, skipped = None, set()
-    for key in sorted({k for values in log.steps.values() for k in values}):
+    keys = sorted({k for values in log.steps.values() for k in values})
+    timers = {t for k in keys if (t := fw.timer(k)) is not None}
+    for key in keys:
         name = fw.timer(key)
-        if name is None or fw.nested.search(name):
+        if name is None or fw.nested_in(name, timers):
             continue
         if name == fw.step_total:
             total_key = key
@@ -93,6 +108,14 @@ def _classify_timers(
             phase_keys.setdefault(phase, []).append(key)
         else:
             skipped.add(key)
+    generation = {str(fw.timer(k)): k for k in phase_keys.get("generate", [])}
+    waits = fw.sampler_waits(generation)
+    if waits:
+        phase_keys[SAMPLER_WAIT] = [generation[t] for t in sorted(waits)]
+        kept = [k for t, k in generation.items() if t not in waits]
+        phase_keys.pop("generate")
+        if kept:
+            phase_keys["generate"] = kept
     return phase_keys, total_key, skipped
 
 
@@ -101,22 +124,26 @@ def _step_rows(
 ) -> tuple[Any, list[int]]:
     rows, overlap = [], []
     timer_keys = {k for keys in phase_keys.values() for k in keys} | ({total_key} if total_key else set())
+    waited = SAMPLER_WAIT in phase_keys  # then generate runs beside the step, the wait inside it
+    phases = (*STEP_PHASE_NAMES, SAMPLER_WAIT) if waited else STEP_PHASE_NAMES
     for step in sorted(log.steps):
         values = log.steps[step]
         if not timer_keys & values.keys():
             continue  # a step that logged no timer (verl's validation before training, at step 0)
         seconds: dict[str, float] = {}
-        for phase in STEP_PHASE_NAMES:
+        for phase in phases:
             keys = phase_keys.get(phase)
             # A timer missing at a step did not run there (verl marks update_weights only when it syncs).
             seconds[phase] = sum(values.get(k, 0.0) for k in keys) if keys else math.nan
         total = values.get(total_key, math.nan) if total_key else math.nan
         # Time of an unmeasured phase (NaN), if it had any, is inside another timer or in "other".
-        other = total - sum(v for v in seconds.values() if not math.isnan(v))
+        inside = [v for p, v in seconds.items() if not math.isnan(v) and not (waited and p == "generate")]
+        other = total - sum(inside)
         if not math.isnan(other) and other < -_OVERLAP_TOLERANCE * total:
             overlap.append(step)
         seconds["other"] = max(other, 0.0) if not math.isnan(other) else math.nan
-        rows += [(log.path, step, phase, seconds[phase]) for phase in STEP_PHASES]
+        order = (*STEP_PHASES[:1], SAMPLER_WAIT, *STEP_PHASES[1:]) if waited else STEP_PHASES
+        rows += [(log.path, step, phase, seconds[phase]) for phase in order]
     names = ("trace", "step", "phase", "seconds")
     cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
     data = {"trace": [], "step": [], "phase": [], "seconds": [], **cols, "rank": None, "pid": METRIC_LOG_PID}

@@ -35,6 +35,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from typing import Any
 from tracing.outputs.errors import InputError
 
 METRIC_LOG = "metric_log"  # the format name (tracing.ingest.detect)
+SAMPLER_WAIT = "generate_wait"  # the phase of an async trainer's wait for its separate sampler
 _SNIFF_BYTES = 1 << 16
 _JSON_LINE_START = re.compile(rb'^\s*\{\s*"(?:step|_step)"\s*:\s*-?\d')  # verl FileLogger / flat lines
 _TAG_STEP_START = re.compile(rb'^\s*\{\s*"[^"]*"\s*:\s*\{\s*"\d+"\s*:')  # NeMo RL {"tag": {"1": ...}}
@@ -59,6 +61,9 @@ class FrameworkKeys:
     mismatch: dict[str, str]  # logged key -> metric name (mxperf's name where the formula is the same)
     mismatch_prefix: str  # every key under it is a mismatch metric, named without the prefix
     token_keys: frozenset[str]  # counts and lengths the token counts come from (numbers >= 0)
+    waits: frozenset[str] = frozenset()  # timers that are the trainer's wait for a separate sampler
+    beside_step: str = ""  # the timer of a generation that runs beside the step (overlapping the learner)
+    inside_where: tuple[tuple[str, str], ...] = ()  # (timer, outer): inside outer where both are logged
 
     def timer(self, key: str) -> str | None:
         """The timer name of a timing key (``timing_s/gen`` -> ``gen``), None for any other key."""
@@ -68,6 +73,19 @@ class FrameworkKeys:
         while name.startswith(self.timing_prefix):  # verl's fully-async trainer times "timing_s/param_sync"
             name = name[len(self.timing_prefix) :]
         return None if self.not_seconds.search(name) else name
+
+    def nested_in(self, name: str, timers: Collection[str]) -> bool:
+        """Whether timer ``name`` runs inside another logged timer, given the log's ``timers`` (names)."""
+        if self.nested.search(name):
+            return True
+        return any(name == inner and outer in timers for inner, outer in self.inside_where)
+
+    def sampler_waits(self, generation: Collection[str]) -> frozenset[str]:
+        """Of a log's generation timers (names), those that are the trainer's wait for a separate sampler:
+        the framework's :attr:`waits`, and in a log that times the generation beside the step
+        (:attr:`beside_step`) every other one."""
+        beside = bool(self.beside_step) and self.beside_step in generation
+        return frozenset(t for t in generation if t in self.waits or (beside and t != self.beside_step))
 
     def mismatch_metric(self, key: str) -> str | None:
         if key in self.mismatch:
@@ -107,6 +125,13 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
             {"perf/total_num_tokens", "prompt_length/mean", "response_length/mean"}
             | {f"timing_per_token_ms/{n}" for n in ("gen", *_VERL_ALL_TOKEN_TIMERS)}
         ),
+        # verl/experimental/one_step_off_policy/ray_trainer.py: _async_gen_next_batch times the awaited
+        # generation of the next batch ("generate_async"; it runs while the learner works on the current
+        # one) and fit_step's _fit_generate logs it with "gen", the main loop's wait for that generation.
+        beside_step="generate_async",
+        # separation/ray_trainer.py _fit_update_weights times "update_weights"; the one-step-off trainer calls
+        # it inside its "sync_rollout_weights" timer.
+        inside_where=(("update_weights", "sync_rollout_weights"),),
     ),
     # NVIDIA-NeMo/RL 7ea279a: nemo_rl/algorithms/grpo.py logs Timer labels under "timing/train" (sum per
     # step; "total_step_time" wraps the step) and the loss function's metrics under "train"
@@ -147,6 +172,10 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
                 "train/mean_prompt_length",
             }
         ),
+        # grpo.py async_grpo_train (and async PPO, the single controller): "exposed_generation" times the
+        # trainer's wait for the replay buffer and for pending generation before the refit; the collector's
+        # generation time is not logged.
+        waits=frozenset({"exposed_generation"}),
     ),
 }
 
