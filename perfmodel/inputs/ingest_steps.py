@@ -104,7 +104,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
                 learner=str(prec),
                 sampler=str(prec),
                 phases={p: v for p, v in phases.items() if v},
-                global_tokens=None,
+                global_tokens=_tokens_per_step(rows, tokens),
                 tokens_per_microbatch=None,
                 steps=frame,
                 fit_source=(path / store.MICROBATCHES).is_file(),
@@ -151,6 +151,17 @@ def _step_tokens(path: Path) -> pd.DataFrame | None:
         return None
     tokens = store.read_table(tpath)
     return tokens if len(tokens) else None
+
+
+def _tokens_per_step(steps: pd.DataFrame, tokens: pd.DataFrame | None) -> float | None:
+    """The median prompt + generated tokens per step of ``steps``' logs (their own counts: the learner's
+    tokens per step), None when they have none."""
+    if tokens is None:
+        return None
+    keys = steps[["trace", "step"]].drop_duplicates()
+    t = tokens.merge(keys, on=["trace", "step"])
+    total = pd.to_numeric(t["prompt_tokens"] + t["generated_tokens"], errors="coerce").dropna()
+    return float(total.median()) if len(total) else None
 
 
 def _generation_rows(steps: pd.DataFrame, tokens: pd.DataFrame | None) -> pd.DataFrame | None:

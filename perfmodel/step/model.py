@@ -716,6 +716,16 @@ def recommend_step(
 CORE_PHASES = ("generate", "logprob", "update", "sync")
 
 
+def _logged_global_tokens(runs: Sequence[RunFolder], model: str) -> tuple[float, str] | None:
+    """The median tokens per step of the sources that log it without a micro-batch size (metric logs'
+    token counts) and where that came from; None without any."""
+    rs = [r for r in runs if (r.model or model) == model and r.global_tokens and not r.tokens_per_microbatch]
+    if not rs:
+        return None
+    big_n = float(np.median([r.global_tokens for r in rs]))
+    return round(big_n), f"the tokens per step the logs of {', '.join(sorted(r.path for r in rs))} count"
+
+
 def _data_global_tokens(mb: Any, model: str) -> float | None:
     """Tokens per step the data record (``global_tokens``, or traced steps), never guessed from the sizes."""
     if mb is None or mb.empty:
@@ -923,6 +933,8 @@ def _comparison(
         big_n, entry["global_tokens_source"] = float(global_tokens), "--global-batch"
     elif settings:
         big_n, entry["global_tokens_source"] = settings[0].global_tokens, settings[0].source
+    elif (g := _logged_global_tokens(runs, model)) is not None:
+        big_n, entry["global_tokens_source"] = g
     elif (g := _data_global_tokens(mb, model)) is not None:
         big_n, entry["global_tokens_source"] = g, "the micro-batch table (global_tokens or traced steps)"
     else:

@@ -136,3 +136,19 @@ def test_a_log_without_token_counts_keeps_the_measured_median_and_says_why(sweep
             f"median over {STEPS} steps of {folder}; held at the measured median, not scaled with N: {reason}"
         )
         assert line in report
+
+
+def test_without_at_the_global_batch_is_the_logs_own_tokens_per_step(sweep, tmp_path) -> None:
+    """No --at, no --global-batch: N is the median prompt + generated tokens per step the logs count, and the
+    answer names it; never invented."""
+    ingests = [_ingest(tmp_path, p) for p in ("bf16", "mxfp8")]
+    out = tmp_path / "fit-no-at"
+    assert main(["fit", str(sweep), *map(str, ingests), "-o", str(out), "--bootstrap", "200"]) == 0
+    sm = json.loads((out / store.FITS).read_text())["step_model"][0]
+    per_log = []
+    for prec in ("bf16", "mxfp8"):
+        lines = (tmp_path / "logs" / f"{prec}.jsonl").read_text().splitlines()
+        per_log.append(float(np.median([json.loads(x)["data"]["perf/total_num_tokens"] for x in lines])))
+    assert sm["global_tokens"] == round(float(np.median(per_log)))
+    assert "the tokens per step the logs of" in sm["global_tokens_source"]
+    assert sm["recommendation"]["global_tokens"] == sm["global_tokens"]
