@@ -13,8 +13,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dashboards import compare
+
 PHASE_COLORS: dict[str, str] = {
     "generate": "#4C78A8",
+    "generate_wait": "#9ECAE9",
     "logprob": "#72B7B2",
     "update": "#F58518",
     "sync": "#B279A2",
@@ -63,14 +66,28 @@ def step_time_median_bars(stats: Mapping[str, pd.DataFrame], phases: Sequence[st
     """One stacked bar per output: median seconds per phase; the whisker on top is the quartile range of
     the whole step (``stats``: label -> ``compare.phase_stats`` table)."""
     labels = list(stats)
+    beside = {lbl: compare.overlapped(stats[lbl]) for lbl in labels}
     fig = go.Figure()
     for phase in phases:
         if not any(phase in stats[lbl].index for lbl in labels):
             continue
+        ys = [float(stats[lbl]["median_s"].get(phase, 0.0)) for lbl in labels]
+        if phase == compare.OVERLAPPED and any(beside.values()):  # beside the step: apart, not stacked
+            fig.add_scatter(
+                name=compare.OVERLAPPED_LABEL,
+                x=labels,
+                y=[y if beside[lbl] else None for lbl, y in zip(labels, ys, strict=True)],
+                mode="markers",
+                marker={"color": PHASE_COLORS.get(phase), "size": 14, "symbol": "diamond-wide-open"},
+                hovertemplate=f"{compare.OVERLAPPED_LABEL}: median %{{y:.3g}} s<extra>%{{x}}</extra>",
+            )
+            ys = [0.0 if beside[lbl] else y for lbl, y in zip(labels, ys, strict=True)]
+            if not any(ys):
+                continue
         fig.add_bar(
             name=phase,
             x=labels,
-            y=[float(stats[lbl]["median_s"].get(phase, 0.0)) for lbl in labels],
+            y=ys,
             marker_color=PHASE_COLORS.get(phase),
             hovertemplate=f"{phase}: median %{{y:.3g}} s<extra>%{{x}}</extra>",
         )
@@ -110,12 +127,30 @@ def step_time_per_step_bars(
     the medians) is drawn faded and labelled."""
     labels = list(tables)
     fig = make_subplots(rows=1, cols=max(1, len(labels)), shared_yaxes=True, subplot_titles=labels)
+    legend: set[str] = set()  # one legend entry per series, from the first panel that has it
     for col, label in enumerate(labels, start=1):
         wide = tables[label].pivot_table(index="step", columns="phase", values="seconds", aggfunc="sum")
+        totals = compare.step_totals(tables[label]).reindex(wide.index)
         first = (warmup or {}).get(label)
         opacity = [0.35 if s == first else 1.0 for s in wide.index]
         for phase in phases:
             if phase not in wide:
+                continue
+            if phase == compare.OVERLAPPED and compare.overlapped(tables[label]):  # beside the step: apart
+                fig.add_scatter(
+                    name=compare.OVERLAPPED_LABEL,
+                    x=wide.index.to_numpy(),
+                    y=wide[phase].to_numpy(),
+                    mode="lines+markers",
+                    line={"color": PHASE_COLORS.get(phase), "dash": "dot"},
+                    marker={"symbol": "diamond-wide-open", "size": 10},
+                    legendgroup=compare.OVERLAPPED_LABEL,
+                    showlegend=compare.OVERLAPPED_LABEL not in legend,
+                    row=1,
+                    col=col,
+                    hovertemplate=f"step %{{x}} {compare.OVERLAPPED_LABEL}: %{{y:.3g}} s<extra>{label}</extra>",
+                )
+                legend.add(compare.OVERLAPPED_LABEL)
                 continue
             fig.add_bar(
                 name=phase,
@@ -123,15 +158,16 @@ def step_time_per_step_bars(
                 y=wide[phase].to_numpy(),
                 marker={"color": PHASE_COLORS.get(phase), "opacity": opacity},
                 legendgroup=phase,
-                showlegend=col == 1,
+                showlegend=phase not in legend,
                 row=1,
                 col=col,
                 hovertemplate=f"step %{{x}} {phase}: %{{y:.3g}} s<extra>{label}</extra>",
             )
+            legend.add(phase)
         if first is not None and first in wide.index:
             fig.add_annotation(
                 x=first,
-                y=float(wide.loc[first].sum()),
+                y=float(totals.loc[first]),
                 text="warm-up<br>(not in medians)",
                 showarrow=False,
                 yshift=18,

@@ -8,6 +8,8 @@ What a page says in words comes from here, so it is tested without Streamlit:
   (``sync_check_s``), which a run times inside its sync;
 * :func:`sync_check_cost` -- the sync checks' cost per step, the one number Step time and Weight sync show;
 * :func:`phase_stats` -- median, quartiles and the number of steps per phase, the warm-up step left out;
+* :func:`step_totals` -- each step's seconds: the logged step time where a table has it (phase ``step``), else
+  its phases summed, less the generation an async trainer ran beside the step (:func:`overlapped`);
 * :func:`phase_change_words` / :func:`change_table` -- the relative change of each phase's median against
   the baseline, with the spread (IQR) and step counts behind it, flagged when the quartile ranges overlap.
 """
@@ -22,11 +24,16 @@ import pandas as pd
 
 from dashboards.data import OutputEntry
 from tracing.analysis.steps import PHASES, STEP_PHASES
+from tracing.ingest.metric_logs import SAMPLER_WAIT
 
 BASELINE = "bf16"
 SYNC_CHECKS = "sync checks"
-# Phases as the dashboard shows them: the run's sync split into the transfer and its checks.
-SHOWN_PHASES: tuple[str, ...] = (*PHASES, SYNC_CHECKS, "other")
+# Phases as the dashboard shows them: the run's sync split into the transfer and its checks; an async
+# trainer's wait for its separate sampler (generate_wait, metric-log ingests) after the generation.
+SHOWN_PHASES: tuple[str, ...] = (PHASES[0], SAMPLER_WAIT, *PHASES[1:], SYNC_CHECKS, "other")
+OVERLAPPED = "generate"  # with a generate_wait phase: the generation that ran beside the step, not in it
+OVERLAPPED_LABEL = "generate (overlapped, not in step)"
+LOGGED_STEP = "step"  # a phase row holding the step's logged whole-step seconds, where a table has one
 _PREFERRED_LOW: tuple[str, ...] = ("mxfp8", "mxfp8-te212", "mxfp8-floor", "fp8-block128", "fp8-rowwise")
 WITHIN_SPREAD = "within spread"
 
@@ -111,16 +118,14 @@ def warmup_step(table: pd.DataFrame) -> int | None:
 
 
 def phase_stats(table: pd.DataFrame, skip_first: bool = True) -> pd.DataFrame:
-    """Per phase (plus ``step`` = their sum per step): ``median_s``, ``q1_s``, ``q3_s``, ``n_steps``.
+    """Per phase (plus ``step``: :func:`step_totals`, else their sum): ``median_s``, ``q1_s``, ``q3_s``, ``n_steps``.
 
     The warm-up step (:func:`warmup_step`) is left out when ``skip_first``."""
     first = warmup_step(table) if skip_first else None
     if first is not None:
         table = table[table["step"] != first]
-    phases = [p for p in SHOWN_PHASES if p in set(table["phase"])] or list(STEP_PHASES)
-    wide = table.pivot_table(index="step", columns="phase", values="seconds", aggfunc="sum")
-    wide = wide.reindex(columns=phases).fillna(0.0)
-    wide["step"] = wide.sum(axis=1)
+    wide = _wide(table)
+    wide["step"] = step_totals(table).reindex(wide.index)
     return pd.DataFrame(
         {
             "median_s": wide.median(),
@@ -129,6 +134,57 @@ def phase_stats(table: pd.DataFrame, skip_first: bool = True) -> pd.DataFrame:
             "n_steps": len(wide),
         }
     )
+
+
+def _wide(table: pd.DataFrame) -> pd.DataFrame:
+    """Step x shown phase seconds (0 where a step lacks a phase); a generation no step logged is left out."""
+    phases = [p for p in SHOWN_PHASES if p in set(table["phase"])] or list(STEP_PHASES)
+    if overlapped(table) and table.loc[table["phase"] == OVERLAPPED, "seconds"].isna().all():
+        phases = [p for p in phases if p != OVERLAPPED]  # NeMo RL async: no generation time logged
+    wide = table.pivot_table(index="step", columns="phase", values="seconds", aggfunc="sum")
+    return wide.reindex(columns=phases).fillna(0.0)
+
+
+def overlapped(table: pd.DataFrame) -> bool:
+    """Whether ``table`` (long ``step, phase, seconds``, or a :func:`phase_stats` table) is an async trainer's:
+    it has the trainer's wait for its sampler (``generate_wait``), so its ``generate`` ran beside the step."""
+    return SAMPLER_WAIT in (set(table["phase"]) if "phase" in table.columns else set(table.index))
+
+
+def step_totals(table: pd.DataFrame) -> pd.Series:
+    """Seconds per step (indexed by step) of a long ``step, phase, seconds`` table, by one rule: the logged
+    whole-step time where the table has it (phase ``step``); otherwise the sum of its phases, leaving out the
+    generation that ran beside the step (``generate``) when a ``generate_wait`` phase exists. A metric-log
+    ingest's ``other`` is its logged step time less the phases in the step, so there the sum is that time."""
+    wide = _wide(table)
+    total = wide.drop(columns=[OVERLAPPED] if overlapped(table) else [], errors="ignore").sum(axis=1)
+    logged = table[table["phase"] == LOGGED_STEP]
+    if len(logged):
+        by_step = pd.to_numeric(logged.set_index("step")["seconds"], errors="coerce").dropna()
+        total = by_step.combine_first(total)
+    return total.rename("seconds")
+
+
+def step_total_words(table: pd.DataFrame) -> str | None:
+    """How :func:`step_totals` got ``table``'s step, for a caption; None for a plain (colocated) table."""
+    if (table["phase"] == LOGGED_STEP).any():
+        return "step = the logged whole-step time."
+    if not overlapped(table):
+        return None
+    other = table.loc[table["phase"] == "other", "seconds"]
+    head = (
+        "step = the logged step time (the trainer's wait for the sampler, generate_wait, plus the phases in "
+        "the step; 'other' is what the log's step time leaves)"
+        if other.notna().any()
+        else "step = the phases in the step plus the wait for the sampler (generate_wait; the log has no step time)"
+    )
+    gen = table.loc[table["phase"] == OVERLAPPED, "seconds"]
+    tail = (
+        "; generate ran beside the step (overlapped with the learner) and is drawn apart, not added."
+        if gen.notna().any()
+        else "; the log has no generation time."
+    )
+    return head + tail
 
 
 SYNC_CHECK_RULE = (
@@ -259,9 +315,10 @@ def change_table(base: pd.DataFrame, other: pd.DataFrame, base_label: str, other
     ``other`` are :func:`phase_stats` tables. Text for the page; :func:`change_numbers` for downloads."""
     keys = _change_keys(base, other)
     change = relative_change(base["median_s"].reindex(keys), other["median_s"].reindex(keys))
+    beside = any(overlapped(s) for s in (base, other))
     return pd.DataFrame(
         {
-            "phase": keys,
+            "phase": [OVERLAPPED_LABEL if beside and k == OVERLAPPED else k for k in keys],
             f"{base_label} s, median [IQR] (n={_steps(base)})": [_cell(base, k) for k in keys],
             f"{other_label} s, median [IQR] (n={_steps(other)})": [_cell(other, k) for k in keys],
             "change": [_pct(change[k]) if np.isfinite(change[k]) else "n/a" for k in keys],

@@ -49,6 +49,8 @@ def _side(entry: OutputEntry, label: str, key: str) -> tuple[pd.DataFrame, pd.Da
             help=f"IQR {step['q1_s']:.3g} – {step['q3_s']:.3g} s over n = {int(step['n_steps'])} steps",
         )
         st.caption(f"IQR {step['q1_s']:.3g} – {step['q3_s']:.3g} s · n = {int(step['n_steps'])} steps")
+        if words := compare.step_total_words(table):  # an async trainer's log: what the step total is
+            st.caption(words)
         if entry.kind == "run":
             tps = compare.tokens_per_second(ui.table(entry, store.METRICS, required=False))
             if tps and "update_tokens_per_s" in tps:
