@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.columns import conform_microbatches
+from perfmodel.inputs.hardware import hardware_of
 from perfmodel.inputs.ingest_steps import phase_sources
 from perfmodel.inputs.placement import separate_sampler_logs
 from perfmodel.inputs.run_folder import SAMPLER_PHASES, RunFolder, attrs_of, read_ranges
@@ -85,6 +86,8 @@ class FitInputs:
         default_factory=list
     )  # inputs measured on a machine busier than its cores
     no_microbatches: list[str] = field(default_factory=list)  # ingests giving phase times only: why no fit
+    fit_hardware: dict[str, str | None] = field(default_factory=dict)  # micro-batch input -> its device
+    phase_hardware: dict[str, str | None] = field(default_factory=dict)  # phase source -> its device
 
 
 def load_warning(path: Path | str, manifest: dict) -> str | None:
@@ -212,6 +215,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
     if kind == "run":
         run = read_run_folder(path, manifest)
         inputs.runs.append(run)
+        inputs.phase_hardware[run.path] = hardware_of(manifest, kind)
         precs = (
             run.learner
             if run.learner == run.sampler
@@ -237,6 +241,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
     if kind == "ingest":
         sources, left_out = phase_sources(path, manifest)
         inputs.runs.extend(sources)
+        inputs.phase_hardware.update({s.path: hardware_of(manifest, kind) for s in sources})
         async_logs = separate_sampler_logs(manifest)
         inputs.separate_sampler.update(
             {s.path: async_logs[s.learner] for s in sources if s.learner in async_logs}
@@ -262,6 +267,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
         raise InputError(f"{path}: sweep directory has no {store.MICROBATCHES}")
     raw = store.read_table(mb_path)
     df = conform_microbatches(raw, str(mb_path), "sweep" if kind == "sweep" else "range", inputs.notes)
+    inputs.fit_hardware[str(path)] = hardware_of(manifest, kind)
     tables.append(df)
     stall = df["host_stall_seconds"].notna().any()
     sizes = df["tokens_per_microbatch"].nunique()

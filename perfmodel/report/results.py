@@ -42,6 +42,7 @@ from perfmodel.fitting.bootstrap import covering_ci
 from perfmodel.fitting.fit_all import fit_cost_model
 from perfmodel.fitting.fitted import BasisFit, LinearFit, PrecisionFit
 from perfmodel.fitting.lof import implausible
+from perfmodel.inputs.hardware import hardware_warning
 from perfmodel.inputs.load import FitInputs
 from perfmodel.report.headline import answer, step_answer, verdict
 from perfmodel.step.model import check_runs, memory_cap_tokens, step_models
@@ -422,6 +423,7 @@ def analyze(
         separate_sampler=inputs.separate_sampler,
     )
     load = "; ".join(inputs.load_warnings)
+    hardware = hardware_warning(inputs.fit_hardware, inputs.phase_hardware) if steps else None
     for sm in steps:
         pair = sm.pop("_steps")
         sm["what_ifs"] = answer_what_ifs(sm, *pair, floors_setup)
@@ -431,6 +433,8 @@ def analyze(
         sm["answer"] = step_answer(sm)
         if load:  # timings from a machine busier than its cores: said in the answer's first line
             sm["answer"][0] += f" Warning: {load}."
+        if hardware:  # phase times from other (or unrecorded) hardware than the fits'
+            sm["answer"][0] += f" Warning: {hardware}."
     if load:
         for entry in entries:
             entry["verdict"] += f" Warning: {load}."
@@ -448,6 +452,7 @@ def analyze(
             "notes": list(dict.fromkeys(inputs.notes + [n for st in steps for n in st["notes"]])),
             "step_model": steps,
             "load_warnings": list(inputs.load_warnings),
+            "hardware_warning": hardware,
         }
     )
 
