@@ -158,7 +158,7 @@ def test_phase_times_from_logs_that_do_not_say_their_hardware_are_warned_about(s
     """A sweep measured on this machine plus verl logs (no hardware recorded): the answer's first line warns
     that the step adds them as if measured on one machine; fits.json keeps the sentence."""
     ingests = [_ingest(tmp_path, p) for p in ("bf16", "mxfp8")]
-    sm, report = _fit(tmp_path, sweep, ingests)
+    sm, _ = _fit(tmp_path, sweep, ingests)
     doc = json.loads((tmp_path / "fit" / store.FITS).read_text())
     assert "do not record their hardware" in doc["hardware_warning"]
     assert doc["hardware_warning"] in sm["answer"][0] and "measured on CPU" in sm["answer"][0]
