@@ -42,7 +42,8 @@ def one_model(model: str, steps: int, root: Path) -> dict[str, Any]:
     t0, load0 = time.monotonic(), os.getloadavg()[0]
     sweep = root / f"sweep-{model}"
     _run(["sweep", "--model", model, "--precisions", "bf16,mxfp8", "--tokens-per-microbatch", SIZES,
-          "--seq-len", SEQ_LEN, "--repeats", "3", "--threads", "1", "-o", str(sweep)])  # fmt: skip
+          "--seq-len", SEQ_LEN, "--pretrain-steps", "300", "--repeats", "3", "--threads", "1",
+          "-o", str(sweep)])  # fmt: skip
     runs = []
     for p in ("bf16", "mxfp8"):
         r = root / f"run-{model}-{p}"

@@ -9,6 +9,8 @@ step, identified by two global batch sizes), so the sweep must vary only n and t
   floor(G / L) sequences, so two global batches share their data. Each size n re-splits the *same* batch into
   micro-batches of floor(n / L) sequences: tokens per step are constant per global batch and the loss is the
   same token mean for every split (``pipeline.learner.grpo``).
+- **The runs' model.** ``pretrain_steps`` > 0 times the cached warm start ``mxperf run`` trains from instead
+  of a random init (an MoE routes tokens by its weights, so its cost per micro-batch depends on them).
 - **Warm-up discarded.** Each (size, global batch, precision) runs ``warmup`` update steps first that are not
   recorded (allocator growth, lazy init, quantizer compilation on a GPU).
 - **Interleaved.** Within a repeat, sizes are visited in a seeded shuffled order and, for each size, every
@@ -143,11 +145,26 @@ def fixed_batch(cfg: SweepConfig) -> GRPOBatch:
     )
 
 
+def initial_model(cfg: SweepConfig) -> Any:
+    """The weights the sweep times: a random init, or with ``pretrain_steps`` the cached warm start ``mxperf
+    run`` trains from (its default 1-2 digit task: the same cache entry). An MoE's routing follows the
+    weights, so its time per micro-batch does too (tiny-moe, CPU: random init ~20 % slower)."""
+    preset = get_preset(cfg.model)
+    if cfg.pretrain_steps <= 0:
+        return build_model(preset, cfg.seed)
+    from pipeline.model.pretrain import PretrainConfig, warm_start
+
+    task = AdditionTask(1, 2)
+    cfg_pre = PretrainConfig(steps=cfg.pretrain_steps, seed=cfg.seed)
+    model, _ = warm_start(preset, task, build_tokenizer(task), cfg_pre, device=cfg.torch_device)
+    return model
+
+
 def make_learners(cfg: SweepConfig, ranges: RangeLog) -> dict[str, Any]:
     """One learner per precision, all from the same initial weights (built once, copied)."""
     from pipeline.learner.engine import HFLearner
 
-    base = build_model(get_preset(cfg.model), cfg.seed)
+    base = initial_model(cfg)
     return {
         p: HFLearner(copy.deepcopy(base), p, config=GRPOConfig(), ranges=ranges, **cfg.learner_options())
         for p in cfg.precisions

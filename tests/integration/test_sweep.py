@@ -225,3 +225,32 @@ def test_neither_precision_always_runs_first(sweep_dir):
     firsts = [json.loads(a)["precision"] for a in steps["attrs"]][::2]  # the first of each cell's pair
     assert set(firsts) == {"bf16", "mxfp8"}
     assert all(a != b for a, b in itertools.pairwise(firsts))  # alternating cell by cell
+
+
+def test_pretrain_steps_time_the_warm_start_runs_train_from(tmp_path, monkeypatch):
+    """--pretrain-steps N: the sweep's learners start from mxperf run's cached warm start (same cache entry:
+    the default 1-2 digit task), not from the random init; 0 keeps the random init."""
+    import torch
+
+    from pipeline.experiments.session import build_tokenizer
+    from pipeline.experiments.sweep import initial_model
+    from pipeline.model.presets import build_model, get_preset
+    from pipeline.model.pretrain import PretrainConfig, warm_start
+    from pipeline.model.task import AdditionTask
+
+    monkeypatch.setenv("MXPERF_CACHE", str(tmp_path / "cache"))
+    preset, task = get_preset("tiny-dense"), AdditionTask(1, 2)
+    warm, meta = warm_start(preset, task, build_tokenizer(task), PretrainConfig(steps=2, seed=0))
+    assert not meta["cached"]
+    cfg = {"model": "tiny-dense", "sizes": (64,), "seq_len": 16}
+    got = initial_model(SweepConfig(**cfg, pretrain_steps=2)).state_dict()
+    rand = build_model(preset, 0).state_dict()
+    same = initial_model(SweepConfig(**cfg, pretrain_steps=0)).state_dict()
+    assert list(got) == list(warm.state_dict()) == list(rand) == list(same)
+    assert all(torch.equal(got[k], warm.state_dict()[k]) for k in got)
+    assert any(not torch.equal(got[k], rand[k]) for k in got)
+    assert all(torch.equal(same[k], rand[k]) for k in got)
+    out = tmp_path / "sweep"
+    flags = ["--tokens-per-microbatch", "64", "--seq-len", "16", "--repeats", "1", "--precisions", "bf16"]
+    assert main(["sweep", *flags, "--pretrain-steps", "2", "-o", str(out)]) == 0
+    assert read_manifest(out)["config"]["pretrain_steps"] == 2
