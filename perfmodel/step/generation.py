@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from perfmodel.fitting.bootstrap import draw
+from perfmodel.fitting.bootstrap import draw, percentile_ci
 from perfmodel.fitting.design import Response, unit_pattern_matrix
 from perfmodel.fitting.linear import fit_response
 from perfmodel.fitting.model import LEVEL, t_quantile
@@ -245,7 +245,7 @@ def fit_generation(precision: str, runs: Sequence[Any], seed: int = 0, n_boot: i
     if fit is None:
         return GenerationFit(precision, steps, used, generated_share=share, reason=why)
     boot = _cr3_replicates(fit)
-    ci = tuple(_pct(boot[:, j]) for j in range(3))
+    ci = tuple(percentile_ci(boot[:, j]) for j in range(3))
     beta = (fit.coef("fixed"), fit.coef("per_token"), fit.coef("per_generated_token"))
     if not ci[2][0] > 0:
         why = f"the {steps} steps do not resolve a positive decode cost (95 % CI [{ci[2][0]:.3g}, {ci[2][1]:.3g}] s)"
@@ -254,7 +254,7 @@ def fit_generation(precision: str, runs: Sequence[Any], seed: int = 0, n_boot: i
         return GenerationFit(precision, steps, used, beta, ci, boot, share)
     reduced, _ = _ols(table, seed, n_boot, prefill=False)
     r_boot = _cr3_replicates(reduced) if reduced is not None else None
-    if r_boot is None or not _pct(r_boot[:, 1])[0] > 0:
+    if r_boot is None or not percentile_ci(r_boot[:, 1])[0] > 0:
         why = f"the {steps} steps do not resolve a positive decode cost without the prefill term"
         return GenerationFit(precision, steps, used, beta, ci, boot, share, why)
     note = (
@@ -263,13 +263,8 @@ def fit_generation(precision: str, runs: Sequence[Any], seed: int = 0, n_boot: i
     )
     r3 = np.column_stack([r_boot[:, 0], np.zeros(len(r_boot)), r_boot[:, 1]])
     r_beta = (reduced.coef("fixed"), 0.0, reduced.coef("per_token"))
-    r_ci = (_pct(r3[:, 0]), ci[1], _pct(r3[:, 2]))
+    r_ci = (percentile_ci(r3[:, 0]), ci[1], percentile_ci(r3[:, 2]))
     return GenerationFit(precision, steps, used, r_beta, r_ci, r3, share, note=note)
-
-
-def _pct(x: np.ndarray) -> tuple[float, float]:
-    lo, hi = np.percentile(x, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
-    return float(lo), float(hi)
 
 
 def generation_fits(
