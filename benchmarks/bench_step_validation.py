@@ -2,11 +2,11 @@
 predicted-vs-measured table (fits.json ``step_model[].validation``), per model and overall.
 
 Usage: ``python benchmarks/bench_step_validation.py [--models tiny-dense,tiny-moe] [--steps 8] [--rounds 1]
-[--keep DIR]``. Each round runs, per model, the sweep (both precisions interleaved per size and repeat) and
-one run per precision (learner and sampler in that precision) back to back, then fits them together. Prints
-the table (the error of every out-of-sample row: fitted phases and whole steps; in-sample rows are shown,
-marked, never counted), the 1-minute load average at the start and end of each round next to the CPU count,
-and a final JSON line. No peer: the truth is the runs' own measured steps.
+[--chunks 3] [--keep DIR]``. Each round runs, per model, the sweep (both precisions interleaved per size and
+repeat) as ``--chunks`` sweeps with one run per precision (learner and sampler in that precision) between
+them, then fits them together. Prints the table (the error of every out-of-sample row: fitted phases and
+whole steps; in-sample rows are shown, marked, never counted), the 1-minute load average at the start and end
+of each round next to the CPU count, and a final JSON line. No peer: the truth is the runs' own measured steps.
 """
 
 from __future__ import annotations
@@ -37,20 +37,34 @@ def _run(args: list[str]) -> None:
         raise SystemExit(f"mxperf {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
 
 
-def one_model(model: str, steps: int, root: Path) -> dict[str, Any]:
-    """Sweep, two runs and the fit of one model; the validation block of its step model, with timings."""
+def one_model(model: str, steps: int, root: Path, chunks: int = 3) -> dict[str, Any]:
+    """Sweeps, two runs and the fit of one model; the validation block of its step model, with timings.
+
+    The sweep's repeats run as ``chunks`` sweeps of one repeat each, the two runs between them (sweep, run
+    bf16, sweep, run mxfp8, sweep, ...): a shared machine drifts by tens of percent over minutes, and the
+    prediction and the truth then see the same drift; the fit pools the sweeps (each its own units)."""
     t0, load0 = time.monotonic(), os.getloadavg()[0]
-    sweep = root / f"sweep-{model}"
-    _run(["sweep", "--model", model, "--precisions", "bf16,mxfp8", "--tokens-per-microbatch", SIZES,
-          "--seq-len", SEQ_LEN, "--pretrain-steps", "300", "--repeats", "3", "--threads", "1",
-          "-o", str(sweep)])  # fmt: skip
+    sweeps: list[str] = []
+
+    def sweep(repeats: int) -> None:
+        out = root / f"sweep-{model}-{len(sweeps)}"
+        _run(["sweep", "--model", model, "--precisions", "bf16,mxfp8", "--tokens-per-microbatch", SIZES,
+              "--seq-len", SEQ_LEN, "--pretrain-steps", "300", "--repeats", str(repeats), "--threads", "1",
+              "-o", str(out)])  # fmt: skip
+        sweeps.append(str(out))
+
     runs = []
+    per_chunk = max(1, 3 // chunks)
     for p in ("bf16", "mxfp8"):
+        if chunks > len(runs):
+            sweep(per_chunk)
         r = root / f"run-{model}-{p}"
         _run(["run", "--model", model, "--learner", p, "--sampler", p, "--steps", str(steps), "-o", str(r)])
         runs.append(str(r))
+    while len(sweeps) < chunks:
+        sweep(per_chunk)
     fit = root / f"fit-{model}"
-    _run(["fit", str(sweep), *runs, "-o", str(fit)])
+    _run(["fit", *sweeps, *runs, "-o", str(fit)])
     doc = json.loads((fit / "fits.json").read_text())
     entries = [e for e in doc.get("step_model") or [] if e.get("model") == model]
     v = entries[0].get("validation") if entries else None
@@ -94,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument(
+        "--chunks",
+        type=int,
+        default=3,
+        help="sweeps of one repeat each, the runs between them (1: one sweep first)",
+    )
+    ap.add_argument(
         "--keep", type=Path, default=None, help="keep the folders here (default: a temporary one)"
     )
     a = ap.parse_args(argv)
@@ -101,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for k in range(a.rounds):
         for model in a.models.split(","):
-            res = one_model(model, a.steps, root / f"round-{k}")
+            res = one_model(model, a.steps, root / f"round-{k}", a.chunks)
             res["round"] = k
             results.append(res)
             print(f"round {k} {model}: {res['seconds']:.0f} s, 1-min load {res['load'][0]} -> {res['load'][1]} "
