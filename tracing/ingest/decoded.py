@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 BATCH_ROWS = 1 << 17  # rows per raw row group and per events row group
+# the raw file holds integers and codes, read once: lz4 without dictionary pages (2.4x faster to write, smaller)
+RAW_PARQUET = {"compression": "lz4", "use_dictionary": False}
 INT_COLUMNS = tuple(c for c, t in schema.EVENT_COLUMNS.items() if t == "int64")
 CODE_COLUMNS = ("kind", "name", "domain", "shapes")
 _LAUNCH_CODES = ", ".join(str(KIND_CODE[k]) for k in schema.LAUNCH_KINDS)
@@ -81,12 +83,12 @@ def decode(
         for part in _parts(dec):
             table = _raw_table(part, rows)
             if writer is None:
-                writer = pq.ParquetWriter(raw, table.schema, compression="lz4")
+                writer = pq.ParquetWriter(raw, table.schema, **RAW_PARQUET)
             writer.write_table(table)
             rows += table.num_rows
         if writer is None:
             table = _raw_table(_empty(), 0)
-            writer = pq.ParquetWriter(raw, table.schema, compression="lz4")
+            writer = pq.ParquetWriter(raw, table.schema, **RAW_PARQUET)
             writer.write_table(table)
     finally:
         if writer is not None:

@@ -41,8 +41,11 @@ def us_text_to_ns(value: Any) -> int:
     return int((d * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
-_US_TEXT = [re.compile(rf"(?:-?[0-9]{{1,15}}\.[0-9]{{{d}}}\n)*") for d in range(4)]  # <= 1e15 us: fits
-_MAX_US_INT = np.iinfo(np.int64).max // 1000
+# epoch microseconds have 16 digits; int64 ns ends at ~9.2e15 us, so a 16-digit value may not fit: the parse
+# saturates at int64's bounds, and such a batch goes value by value (which says which value does not fit)
+_US_TEXT = [re.compile(rf"(?:-?[0-9]{{1,16}}\.[0-9]{{{d}}}\n)*") for d in range(4)]
+_INT64 = np.iinfo(np.int64)
+_MAX_US_INT = _INT64.max // 1000
 
 
 def us_values_to_ns(values: list[Any]) -> np.ndarray:
@@ -68,8 +71,13 @@ def us_values_to_ns(values: list[Any]) -> np.ndarray:
             text = ""
         if text and _US_TEXT[decimals].fullmatch(text) is not None:
             out = np.fromstring(text.replace(".", ""), dtype=np.int64, sep="\n")
-            if len(out) == len(values):  # a value holding a newline would add a line
-                return out if decimals == 3 else out * 10 ** (3 - decimals)
+            scale = 10 ** (3 - decimals)
+            if (
+                len(out) == len(values)  # a value holding a newline would add a line
+                and out.max() < _INT64.max // scale
+                and out.min() > _INT64.min // scale
+            ):
+                return out * scale
     return np.array(
         [
             t * 1000 if t.__class__ is int else int(t[:-4] + t[-3:]) if t[-4:-3] == "." else us_text_to_ns(t)
