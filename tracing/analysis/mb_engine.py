@@ -74,13 +74,22 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
     host = f"""(e.kind = '{schema.CPU_OP}' or e.kind in ({_LAUNCH_KINDS})
         or (e.kind = '{schema.RANGE}' and coalesce(n.op_range, false)))"""
     try:
+        # items in (pid, start, row) order by one parallel sort; i = the item's position in its process, read
+        # from the rowid (insertion order) rather than a per-process window, which sorts each process alone
         con.execute(
-            f"""create or replace table host_items as
-            select e.pid, row_number() over (partition by e.pid order by e.start_ns, e.row) - 1 as i, e.tid,
-              e.start_ns as start, e.start_ns + e.dur_ns as "end", n.code,
+            f"""create or replace temp table host_sorted as
+            select e.pid, e.tid, e.start_ns as start, e.start_ns + e.dur_ns as "end", n.code,
               coalesce(s.code, 0) as shape, e.kind in ({_LAUNCH_KINDS}) as is_call
             from events e join signal_names n on e.name = n.name left join signal_shapes s on e.shapes = s.shape
-            where {host} order by e.pid, e.start_ns, e.row;
+            where {host} order by e.pid, e.start_ns, e.row"""
+        )
+        firsts = con.sql("select pid, min(rowid) from host_sorted group by pid").fetchall()
+        first = " ".join(f"when {int(p)} then {int(f)}" for p, f in firsts)
+        con.execute(
+            f"""create or replace table host_items as
+            select pid, rowid - {f"case pid {first} end" if firsts else "0"} as i, tid, start, "end", code, shape,
+              is_call from host_sorted;
+            drop table host_sorted;
             create or replace table launch_items as
             with unlaunched as (  -- ops whose launch the trace lacks (queued before the capture began)
               select pid, start_ns as u_start, max(end_ns) over (partition by pid order by start_ns, row
