@@ -183,11 +183,14 @@ select pid, bs, be, coalesce(sum(be - bs) over (partition by pid order by bs
 """
 
 
-def _covered(name: str, column: str) -> str:
-    """C(t) at each range's ``column``: covered time of ``name``'s intervals before t."""
-    return f"""(select q.range_id, coalesce(u.before + greatest(least(q.t, u.be) - u.bs, 0), 0) as c
-    from (select range_id, pid, {column} as t from range_window) q
-    asof left join {name}_cover u on q.pid = u.pid and u.bs <= q.t)"""
+def _covered(name: str) -> str:
+    """C(window end) - C(start) per range: ``name``'s covered time inside each range's window, both edges read
+    in one as-of join."""
+    return f"""(select q.range_id, sum(q.sign * coalesce(u.before + greatest(least(q.t, u.be) - u.bs, 0), 0))::bigint
+      as c
+    from (select range_id, pid, window_end_ns as t, 1 as sign from range_window
+          union all select range_id, pid, start_ns, -1 from range_window) q
+    asof left join {name}_cover u on q.pid = u.pid and u.bs <= q.t group by q.range_id)"""
 
 
 TABLE_SQL = f"""
@@ -197,11 +200,9 @@ select w.range_id, w.window_end_ns - w.start_ns as time_ns,
   coalesce(wi.n, 0) as window_ops, coalesce(wi.busy, 0) as window_busy_ns,
   coalesce(wi.last - wi.first, 0) as window_span_ns,
   case when wi.n > 0 then wi.last end as gpu_end_ns,
-  bh.c - bl.c as busy_in_window_ns, sh.c - sl.c as host_stall_ns
+  b.c as busy_in_window_ns, s.c as host_stall_ns
 from range_window w left join thread_ops th using (range_id) left join window_ops wi using (range_id)
-  join {_covered("busy", "window_end_ns")} bh using (range_id) join {_covered("busy", "start_ns")} bl using (range_id)
-  join {_covered("stall", "window_end_ns")} sh using (range_id)
-  join {_covered("stall", "start_ns")} sl using (range_id)
+  join {_covered("busy")} b using (range_id) join {_covered("stall")} s using (range_id)
 order by w.range_id
 """
 
