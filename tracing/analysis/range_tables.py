@@ -143,8 +143,8 @@ from events where kind = 'range'
 def _attribution_sql(by_thread: bool) -> str:
     """Per range, the ops launched in it by the rule: n, busy (|union|), first start, last end.
 
-    In a group's (launch start, row) order a range's ops are one slice [lo, hi): both ends come from as-of joins
-    on a unique (launch start, position) key, and the slice's positions are matched to the ops by equality."""
+    In a group's (launch start, row) order a range's ops are one slice [lo, hi): both ends come from one as-of
+    join on a unique (launch start, position) key, and the slice's positions are matched to the ops by equality."""
     keys = "pid, tid" if by_thread else "pid"
     op_on = "o.pid = g.pid and o.launch_tid = g.tid" if by_thread else "o.pid = g.pid"
     r_on = "r.pid = g.pid and r.tid = g.tid" if by_thread else "r.pid = g.pid"
@@ -157,9 +157,11 @@ o as (select *, ((t::hugeint + {OFFSET}) << 40) + pos as k from n),
 q as (select r.range_id, g.gid, (r.start_ns::hugeint + {OFFSET}) << 40 as ks,
         (r.end_ns::hugeint + {OFFSET} + 1) << 40 as ke
       from ranges r join g on {r_on}),
-lo as (select q.range_id, q.gid, coalesce(o.pos + 1, 0) as lo from q asof left join o on q.gid = o.gid and o.k < q.ks),
-hi as (select q.range_id, coalesce(o.pos + 1, 0) as hi from q asof left join o on q.gid = o.gid and o.k < q.ke),
-p as (select range_id, gid, unnest(range(lo, hi)) as pos from lo join hi using (range_id) where hi > lo),
+x as (select range_id, gid, ks as k, false as is_end from q union all select range_id, gid, ke, true from q),
+b as (select x.range_id, x.gid, max(coalesce(o.pos + 1, 0)) filter (where not x.is_end) as lo,
+        max(coalesce(o.pos + 1, 0)) filter (where x.is_end) as hi
+      from x asof left join o on x.gid = o.gid and o.k < x.k group by x.range_id, x.gid),
+p as (select range_id, gid, unnest(range(lo, hi)) as pos from b where hi > lo),
 j as (select p.range_id, o.s, o.e from p join o on o.gid = p.gid and o.pos = p.pos),
 w as (select range_id, s, e, max(e) over (partition by range_id order by s, e
       rows between unbounded preceding and 1 preceding) as pr from j)
