@@ -28,6 +28,7 @@ MXPERF = str(Path(sys.executable).with_name("mxperf"))
 # 1-2 digit sum and its answer) and micro-batch sizes around theirs (128 tokens, 2-3 micro-batches a step)
 SIZES = "32,64,128,256"
 SEQ_LEN = "8"
+REPEATS = 3  # the sweep's repeats in all, shared out over its chunks
 
 
 def _run(args: list[str]) -> None:
@@ -40,13 +41,15 @@ def _run(args: list[str]) -> None:
 def one_model(model: str, steps: int, root: Path, chunks: int = 3) -> dict[str, Any]:
     """Sweeps, two runs and the fit of one model; the validation block of its step model, with timings.
 
-    The sweep's repeats run as ``chunks`` sweeps of one repeat each, the two runs between them (sweep, run
+    The sweep's ``REPEATS`` repeats run as ``chunks`` sweeps sharing them, the two runs between them (sweep, run
     bf16, sweep, run mxfp8, sweep, ...): a shared machine drifts by tens of percent over minutes, and the
     prediction and the truth then see the same drift; the fit pools the sweeps (each its own units)."""
     t0, load0 = time.monotonic(), os.getloadavg()[0]
     sweeps: list[str] = []
 
-    def sweep(repeats: int) -> None:
+    def sweep() -> None:
+        k = len(sweeps)  # chunk k's share of REPEATS (at least one)
+        repeats = max(1, REPEATS // chunks + (k < REPEATS % chunks))
         out = root / f"sweep-{model}-{len(sweeps)}"
         _run(["sweep", "--model", model, "--precisions", "bf16,mxfp8", "--tokens-per-microbatch", SIZES,
               "--seq-len", SEQ_LEN, "--pretrain-steps", "300", "--repeats", str(repeats), "--threads", "1",
@@ -54,15 +57,14 @@ def one_model(model: str, steps: int, root: Path, chunks: int = 3) -> dict[str, 
         sweeps.append(str(out))
 
     runs = []
-    per_chunk = max(1, 3 // chunks)
     for p in ("bf16", "mxfp8"):
         if chunks > len(runs):
-            sweep(per_chunk)
+            sweep()
         r = root / f"run-{model}-{p}"
         _run(["run", "--model", model, "--learner", p, "--sampler", p, "--steps", str(steps), "-o", str(r)])
         runs.append(str(r))
     while len(sweeps) < chunks:
-        sweep(per_chunk)
+        sweep()
     fit = root / f"fit-{model}"
     _run(["fit", *sweeps, *runs, "-o", str(fit)])
     doc = json.loads((fit / "fits.json").read_text())
@@ -111,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         "--chunks",
         type=int,
         default=3,
-        help="sweeps of one repeat each, the runs between them (1: one sweep first)",
+        help="sweeps sharing the 3 repeats, the runs between them (1: one sweep first)",
     )
     ap.add_argument(
         "--keep", type=Path, default=None, help="keep the folders here (default: a temporary one)"
     )
     a = ap.parse_args(argv)
+    if a.chunks < 1:
+        ap.error("--chunks must be >= 1")
     root = a.keep or Path(tempfile.mkdtemp(prefix="mxperf-stepval-"))
     results = []
     for k in range(a.rounds):
