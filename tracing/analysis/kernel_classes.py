@@ -81,12 +81,17 @@ class PatternRow:
     commit: str
     note: str
     examples: tuple[PatternExample, ...]
-    pattern: re.Pattern[str] = field(repr=False, compare=False)  # :attr:`regex`, searched in lowered names
 
     @property
     def regex(self) -> str:
         """The row as one regex (its tokens as alternatives, each bounded by :func:`token_regex`)."""
         return "|".join(token_regex(t) for t in self.tokens)
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """:attr:`regex` compiled (on first use: an ingest compiles only the rows it tries), searched in
+        lowered names."""
+        return re.compile(self.regex)
 
 
 def token_regex(token: str) -> str:
@@ -128,8 +133,9 @@ def _check_token(row_id: str, token: str) -> None:
         raise ValueError(f"kernel pattern {row_id!r}: token {token!r} {problem}")
 
 
-def load_patterns(path: str | Path = PATTERNS_PATH) -> tuple[PatternRow, ...]:
-    """The rows of a kernel-pattern table (``kernel_patterns.toml``), checked."""
+def load_patterns(path: str | Path = PATTERNS_PATH, *, compile_rows: bool = True) -> tuple[PatternRow, ...]:
+    """The rows of a kernel-pattern table (``kernel_patterns.toml``), checked (``compile_rows``: each row's
+    regex compiles, else a ValueError naming the row and token)."""
     data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     rows: list[PatternRow] = []
     seen: set[str] = set()
@@ -173,17 +179,19 @@ def load_patterns(path: str | Path = PATTERNS_PATH) -> tuple[PatternRow, ...]:
                 commit=str(raw.get("commit", "")),
                 note=str(raw.get("note", "")),
                 examples=examples,
-                pattern=_compiled(row_id, tokens),
             )
         )
+        if compile_rows:
+            _compile(rows[-1])
     return tuple(rows)
 
 
-def _compiled(row_id: str, tokens: tuple[str, ...]) -> re.Pattern[str]:
+def _compile(row: PatternRow) -> None:
     try:
-        return re.compile("|".join(token_regex(t) for t in tokens))
+        row.pattern  # noqa: B018 (compiled and kept)
     except re.error:
-        for t in tokens:
+        row_id = row.id
+        for t in row.tokens:
             try:
                 re.compile(token_regex(t))
             except re.error as exc:
@@ -191,7 +199,8 @@ def _compiled(row_id: str, tokens: tuple[str, ...]) -> re.Pattern[str]:
         raise
 
 
-PATTERNS: tuple[PatternRow, ...] = load_patterns()
+# the shipped table, its rows compiled when first tried (tests/unit/test_kernel_patterns.py compiles them all)
+PATTERNS: tuple[PatternRow, ...] = load_patterns(compile_rows=False)
 
 
 def _class_rules(rows: Iterable[PatternRow]) -> tuple[tuple[str, str], ...]:
@@ -218,14 +227,19 @@ class KernelClassifier:
     search is ~4x slower on long C++ names and ~5x slower to compile). Results are memoized per name.
     """
 
-    rules: tuple[tuple[str, re.Pattern[str]], ...]
+    rules: tuple[tuple[str, str, int], ...]  # (class, regex, re flags)
     _memo: dict[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    @functools.cached_property
+    def _patterns(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        """The rules compiled, on first use (~20 ms: a trace without kernels never pays it)."""
+        return tuple((cls, re.compile(p, flags)) for cls, p, flags in self.rules)
 
     def classify(self, name: str) -> str:
         cls = self._memo.get(name)
         if cls is None:
             lowered = name.lower()
-            cls = next((c for c, pattern in self.rules if pattern.search(lowered)), "other")
+            cls = next((c for c, pattern in self._patterns if pattern.search(lowered)), "other")
             if len(self._memo) >= _MEMO_MAX:
                 self._memo.clear()
             self._memo[name] = cls
@@ -245,12 +259,16 @@ class KernelClassifier:
 
 _MEMO_MAX = 100_000
 
-DEFAULT = KernelClassifier(tuple((cls, re.compile(p)) for cls, p in DEFAULT_RULES))
+DEFAULT = KernelClassifier(tuple((cls, p, 0) for cls, p in DEFAULT_RULES))
 
 
 def with_rules(extra: Iterable[tuple[str, str]]) -> KernelClassifier:
-    """A classifier whose ``extra`` (class, case-insensitive regex) rules are tried before the defaults."""
-    return KernelClassifier(tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in extra) + DEFAULT.rules)
+    """A classifier whose ``extra`` (class, case-insensitive regex) rules are tried before the defaults
+    (each compiled here: a bad regex raises ``re.error`` at once)."""
+    mine = tuple((cls, p, int(re.IGNORECASE)) for cls, p in extra)
+    for _, p, flags in mine:
+        re.compile(p, flags)
+    return KernelClassifier(mine + DEFAULT.rules)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -258,8 +276,9 @@ def match_row(name: str) -> PatternRow | None:
     """The first ``kernel_patterns.toml`` row that matches ``name`` (None: no row; the class is
     ``other``). ``DEFAULT.classify(name)`` is this row's class; precision detection reads its
     ``precision``."""
+    cls = DEFAULT.classify(name)  # the first matching row's class: only that class's rows are tried
     lowered = name.lower()
-    return next((row for row in PATTERNS if row.pattern.search(lowered)), None)
+    return next((r for r in PATTERNS if r.kernel_class == cls and r.pattern.search(lowered)), None)
 
 
 def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:

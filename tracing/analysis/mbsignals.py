@@ -237,7 +237,7 @@ def make_process(
         tid=host["tid"],
         start=host["start"],
         end=host["end"],
-        code=np.asarray(host["code"]),  # any int type (a streamed window's: int32)
+        code=np.asarray(host["code"]),  # any int type
         shape=np.maximum(np.asarray(host["shape"]), 0),
         is_launch_call=np.asarray(host["is_call"], bool),
         l_tid=lau["l_tid"],

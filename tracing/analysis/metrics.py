@@ -66,13 +66,6 @@ __all__ = [
 ]
 
 
-def kind_mask(events: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
-    """Boolean mask of rows whose ``kind`` is in ``kinds`` (on the category codes: fast)."""
-    cats = list(events["kind"].cat.categories)
-    codes = [cats.index(k) for k in kinds if k in cats]
-    return np.isin(events["kind"].cat.codes.to_numpy(), codes)
-
-
 def gpu_ops(events: pd.DataFrame) -> pd.DataFrame:
     """Kernel/memcpy/memset rows (in table order) with their launch call joined by (pid, correlation):
     ``end_ns``, ``launch_start_ns``, ``launch_end_ns``, ``launch_tid`` (-1 when no launch record)."""

@@ -33,7 +33,6 @@ BATCH_ROWS = 1 << 17  # rows per raw row group and per events row group
 # the raw file holds integers and codes, read once: lz4 without dictionary pages (2.4x faster to write, smaller)
 RAW_PARQUET = {"compression": "lz4", "use_dictionary": False}
 INT_COLUMNS = tuple(c for c, t in schema.EVENT_COLUMNS.items() if t == "int64")
-CODE_COLUMNS = ("kind", "name", "domain", "shapes")
 _LAUNCH_CODES = ", ".join(str(KIND_CODE[k]) for k in schema.LAUNCH_KINDS)
 _RANGE_CODE = KIND_CODE[schema.RANGE]
 

@@ -70,6 +70,7 @@ def connect(temp_dir: str | None = None) -> duckdb.DuckDBPyConnection:
             "threads": threads(),
             "temp_directory": str(temp),
             "preserve_insertion_order": True,
+            "arrow_large_buffer_size": True,  # text as Arrow large_string, the tables' type (no cast)
         }
     )
     return con

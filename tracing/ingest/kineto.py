@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from tracing.ingest.decoded import kineto_info, load_events
+from tracing.ingest.decoded import load_events
 from tracing.ingest.kineto_rows import CATEGORY_KIND
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace
@@ -41,6 +41,3 @@ def load_kineto_events(
     Raises :class:`TraceFormatError` naming the file and the problem (offset, event index, field).
     """
     return load_events(path, "kineto", rank=rank, include_python=include_python)
-
-
-trace_info = kineto_info  # what a Kineto file says about itself: (base time ns, rank, meta)

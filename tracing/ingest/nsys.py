@@ -385,14 +385,6 @@ def nvtx_shape_lut(range_name_codes: np.ndarray, names: list[str]) -> tuple[list
     return list(cats), lut
 
 
-def nvtx_shape_codes(kind: np.ndarray, name: np.ndarray, lut: np.ndarray) -> np.ndarray:
-    """Per row: its range name's shape code (:func:`nvtx_shape_lut`), 0 for every other row."""
-    is_range = kind == schema.EVENT_KINDS.index(schema.RANGE)
-    codes = np.zeros(len(kind), np.int32)
-    codes[is_range] = lut[name[is_range]]
-    return codes
-
-
 def report_meta(
     path: Path,
     con: sqlite3.Connection,

@@ -1,10 +1,8 @@
-"""An Nsight Systems SQLite export read a block of rows at a time, for the bounded-memory ingest.
-
-The same reader as the in-memory path (``nsys.read_parts``, tables in the same order, each in rowid order,
-names and domains interned in the same order), with each table read ``nsys.BATCH_ROWS`` rows at a
-time; ``tracing.streamed`` takes the rows as they come (as it takes a Kineto file's chunks). What only the
-whole table knows is kept small and applied afterwards: the emit_nvtx shape codes (one per distinct range
-name), the number of processes that ran GPU work (for the rank), and the export's metadata.
+"""An Nsight Systems SQLite export read a block of rows at a time (``nsys.read_parts``: tables in order, each in
+rowid order, names and domains interned in order, ``nsys.BATCH_ROWS`` rows at a time), for ``decoded.decode`` to
+take as it takes a Kineto file's batches. What only the whole table knows is kept small and applied afterwards:
+the emit_nvtx shape codes (one per distinct range name), the number of processes that ran GPU work (for the
+rank), and the export's metadata.
 """
 
 from __future__ import annotations
@@ -35,11 +33,6 @@ class _Rows:
     @property
     def names(self) -> list[str]:
         return list(self.b.names)
-
-    def forget_names(self) -> None:
-        """Drop the builder's name -> code map once the caller holds the names as a list (``tracing.streamed``):
-        ~60 bytes a distinct name (its slot and its code's int object)."""
-        self.b.names = {}
 
     @property
     def shapes(self) -> list[str]:

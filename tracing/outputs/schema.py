@@ -396,7 +396,6 @@ def _column(values: Any, dtype: str, n: int) -> pa.Array | pa.ChunkedArray:
     """``values`` (a sequence, numpy array, Arrow array or one scalar for all ``n`` rows) as Arrow ``dtype``."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     typ = arrow_type(dtype)
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
@@ -408,7 +407,8 @@ def _column(values: Any, dtype: str, n: int) -> pa.Array | pa.ChunkedArray:
     else:
         arr = pa.array(list(values), typ, from_pandas=True)
     if dtype == "Float64" and arr.null_count < len(arr):  # pandas' Float64 has no NaN: a NaN is missing
-        arr = pc.if_else(pc.is_nan(arr), pa.scalar(None, typ), arr)
+        floats = arr.to_numpy(zero_copy_only=False)  # (nulls as NaN)
+        arr = pa.array(floats, typ, mask=np.isnan(floats))
     return arr
 
 
