@@ -90,3 +90,16 @@ def test_nsys_push_without_pop_is_dropped_and_startend_range_spans_threads(nsys_
     assert (se.pid, se.tid, se.end_tid) == (111, 111, 112)
     r = attribution.attribute_ranges(tr).set_index("name").loc["from_string_table"]
     assert (r.thread_ops, r.window_ops, r.window_busy_ns) == (0, 1, 200)
+
+
+def test_nsys_text_that_is_not_utf8_is_kept_with_a_replacement_character():
+    ev = load_nsys_events(QUIRKS / "nsys_non_utf8_text" / "trace.sqlite").events
+    names = ev["name"].astype(str)
+    assert len(ev) == 540 and (ev["kind"] == "range").sum() == 284
+    kernels = ev[ev["kind"] == "kernel"]
+    assert kernels.groupby("pid").size().to_dict() == {111: 34, 112: 34}
+    bad = sorted({n for n in names if "\ufffd" in n})
+    assert len(bad) == 2
+    assert bad[0] == "FSDP::post_forward (encoder.block.17.layer.0), op_id = 315213\ufffd"  # NVTX text (ADBC)
+    assert bad[1].startswith("sm80_xmma_gemm_") and bad[1].endswith("_kernel__5x_cublas\ufffd")  # StringIds
+    assert (names[kernels.index] == bad[1]).sum() == 8

@@ -33,6 +33,7 @@ _TRUNCATED = "Input data was truncated"
 BATCH_SEARCH_BYTES = 64 << 10  # candidate cuts are looked for in this tail of the buffer
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_BYTES = 256 << 20  # one JSON value (an event, deviceProperties, ...) never needs more
+NESTED_TOO_DEEP = "invalid JSON: arrays / objects nested too deeply to decode: not a Kineto / Chrome trace"
 
 ANY = msgspec.json.Decoder(float_hook=str)  # floats as their exact decimal text
 RAW = msgspec.json.Decoder(msgspec.Raw)
@@ -70,6 +71,8 @@ class ChromeTraceReader:
                 raise self._not_json(first)
             if self._peek():
                 raise self._fail("invalid JSON: extra data after the top-level value", self._pos)
+        except RecursionError:  # msgspec's depth limit: arrays / objects nested ~1000 deep
+            raise TraceFormatError(self.path, NESTED_TOO_DEEP) from None
         finally:
             self._fh.close()
             self._raw.close()  # a GzipFile does not close the file object it was given

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from tracing.ingest.jsonstream import ANY, RAWS, ChromeTraceReader
+from tracing.ingest.jsonstream import ANY, NESTED_TOO_DEEP, RAWS, ChromeTraceReader
 from tracing.ingest.kineto_rows import EVENTS, Columns, KinetoEvent, Slow, append_rows, event_row, record_rows
 from tracing.outputs.errors import TraceFormatError
 
@@ -60,6 +60,8 @@ def _untyped(path: Path, index: int, raw: msgspec.Raw) -> Any:
         return ANY.decode(raw)
     except msgspec.DecodeError as exc:
         raise TraceFormatError(path, f"traceEvents[{index}]: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceFormatError(path, f"traceEvents[{index}]: {NESTED_TOO_DEEP}") from None
 
 
 def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:

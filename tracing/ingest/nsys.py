@@ -19,6 +19,7 @@ A GPU op joins its launch on (pid, correlationId), since correlation ids are per
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -90,12 +91,28 @@ def open_readonly(path: Path) -> sqlite3.Connection:
                 path, "not an SQLite file (expected an `nsys export --type sqlite` output)"
             )
     con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    con.text_factory = _lenient_text
     try:
         con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         con.close()
         raise TraceFormatError(path, f"unreadable SQLite database ({exc})") from None
     return con
+
+
+# nsys stores TEXT unchecked: a thread name cut inside a multi-byte character, a Latin-1 NVTX string. One such
+# string must not make the whole export unreadable: it is kept with U+FFFD in place of the bad bytes.
+_lenient_text = functools.partial(str, encoding="utf-8", errors="replace")
+
+
+def _texts(col: Any) -> list[Any]:
+    """An Arrow text column from the ADBC driver as Python strings (invalid UTF-8 replaced, as above)."""
+    try:
+        return col.to_pylist()
+    except UnicodeDecodeError:
+        import pyarrow as pa
+
+        return [None if b is None else _lenient_text(b) for b in col.cast(pa.binary()).to_pylist()]
 
 
 def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
@@ -217,7 +234,7 @@ def _rows(
             if any(batch.column(i).null_count for i in range(k)):
                 raise TraceFormatError(path, f"unexpected value in an nsys table ({table}: not an integer)")
             m = np.column_stack([batch.column(i).to_numpy() for i in range(k)]).astype(np.int64, copy=False)
-            yield m, (batch.column(k).to_pylist() if text is not None else [])
+            yield m, (_texts(batch.column(k)) if text is not None else [])
     finally:
         cur.close()
 

@@ -67,7 +67,7 @@ def read_range_log(path: str | os.PathLike[str], *, rank: int | None = None) -> 
         try:
             if not isinstance(json.loads(text), dict):
                 raise ValueError
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             raise TraceFormatError(table, f"row {i}: attrs is not a JSON object") from None
     log_names = log.column("name").to_pylist()
     code = {n: i for i, n in enumerate(dict.fromkeys(log_names))}
