@@ -58,3 +58,18 @@ def test_nesting_a_real_trace_can_hold_is_read(tmp_path, capsys):
         '"args": {"x": ' + deep + "}}]}"
     )
     assert main(["ingest", str(ok), "-o", str(tmp_path / "out"), "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path, gz):
+    import gzip
+
+    from tracing.ingest.kineto import load_kineto_events
+
+    data = b"\xef\xbb\xbf" + NO_GPU.read_bytes()  # as a Windows editor saves it
+    bom = tmp_path / ("bom.json.gz" if gz else "bom.json")
+    bom.write_bytes(gzip.compress(data) if gz else data)
+    got, want = load_kineto_events(bom).events, load_kineto_events(NO_GPU).events
+    assert len(got) == len(want) > 0
+    assert got["start_ns"].tolist() == want["start_ns"].tolist()
+    assert main(["ingest", str(bom), "-o", str(tmp_path / "out"), "--no-progress"]) == 0

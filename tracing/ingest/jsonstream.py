@@ -30,6 +30,7 @@ _WS = re.compile(rb"[ \t\n\r]*")
 _CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*(?=\{)")  # a candidate boundary between two event objects
 _AT_BYTE = re.compile(r"^(?:JSON is malformed: )?(.*?)(?: \(byte (\d+)\))?$")  # msgspec's DecodeError text
 _TRUNCATED = "Input data was truncated"
+_BOM = b"\xef\xbb\xbf"
 BATCH_SEARCH_BYTES = 64 << 10  # candidate cuts are looked for in this tail of the buffer
 CHUNK_BYTES = 1 << 18
 MAX_VALUE_BYTES = 256 << 20  # one JSON value (an event, deviceProperties, ...) never needs more
@@ -63,6 +64,9 @@ class ChromeTraceReader:
         self._fh = self._open()
         try:
             first = self._peek()
+            if first == b"\xef" and self._buf.startswith(_BOM, self._pos):  # a UTF-8 byte order mark
+                self._pos += len(_BOM)  # (RFC 8259 8.1: a parser may ignore it; Windows editors write it)
+                first = self._peek()
             if first == b"[":
                 yield from self._array(decode)
             elif first == b"{":
