@@ -103,3 +103,20 @@ def test_nsys_text_that_is_not_utf8_is_kept_with_a_replacement_character():
     assert bad[0] == "FSDP::post_forward (encoder.block.17.layer.0), op_id = 315213\ufffd"  # NVTX text (ADBC)
     assert bad[1].startswith("sm80_xmma_gemm_") and bad[1].endswith("_kernel__5x_cublas\ufffd")  # StringIds
     assert (names[kernels.index] == bad[1]).sum() == 8
+
+
+def test_nsys_text_stored_as_blob_or_number_is_read_as_text(tmp_path):
+    """SQLite's dynamic typing lets a TEXT column hold a BLOB or a number: such a value is a name too."""
+    path = tmp_path / "blob.sqlite"
+    path.write_bytes((QUIRKS / "nsys_non_utf8_text" / "trace.sqlite").read_bytes())
+    con = sqlite3.connect(path)
+    con.execute("UPDATE StringIds SET value = X'6B5F626C6F62FF' WHERE id = 330297")  # b"k_blob\xff"
+    con.execute("UPDATE NVTX_EVENTS SET text = X'6E7674785F626C6F62' WHERE rowid = 1")  # b"nvtx_blob"
+    con.execute("UPDATE NVTX_EVENTS SET text = 7 WHERE rowid = 2")
+    con.commit()
+    con.close()
+    ev = load_nsys_events(path).events
+    names = ev["name"].astype(str)
+    assert len(ev) == 540
+    assert (names[ev["kind"] == "kernel"] == "k_blob\ufffd").sum() == 8
+    assert {"nvtx_blob", "7"} <= set(names[ev["kind"] == "range"])

@@ -105,13 +105,23 @@ def open_readonly(path: Path) -> sqlite3.Connection:
 _lenient_text = functools.partial(str, encoding="utf-8", errors="replace")
 
 
+def _as_text(value: Any) -> str:
+    """A value of a TEXT column that SQLite's dynamic typing let be something else: a BLOB, a number, NULL."""
+    if value is None:
+        return ""
+    return _lenient_text(value) if isinstance(value, bytes) else str(value)
+
+
 def _texts(col: Any) -> list[Any]:
-    """An Arrow text column from the ADBC driver as Python strings (invalid UTF-8 replaced, as above)."""
+    """An Arrow text column from the ADBC driver as Python strings (invalid UTF-8 replaced, as above; the
+    driver makes a batch that holds a BLOB a binary column)."""
+    import pyarrow as pa
+
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        return [None if b is None else _lenient_text(b) for b in col.to_pylist()]
     try:
         return col.to_pylist()
     except UnicodeDecodeError:
-        import pyarrow as pa
-
         return [None if b is None else _lenient_text(b) for b in col.cast(pa.binary()).to_pylist()]
 
 
@@ -193,7 +203,10 @@ def open_builder(path: Path, con: sqlite3.Connection, tables: dict[str, set[str]
     for t in REQUIRED_TABLES:
         if t not in tables:
             raise TraceFormatError(path, f"no {t} table: not an Nsight Systems SQLite export")
-    return _Builder(dict(con.execute("SELECT id, value FROM StringIds").fetchall()))
+    strings = dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+    if not all(type(v) is str for v in strings.values()):
+        strings = {i: v if type(v) is str else _as_text(v) for i, v in strings.items()}
+    return _Builder(strings)
 
 
 def open_rows(path: Path) -> Any:
