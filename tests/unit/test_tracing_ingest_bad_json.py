@@ -38,9 +38,17 @@ def _events() -> str:
             '{"step": 1, "data": {"a": 1.0}}\n{"step": 2, "data": ' + DEEP + "}\n",
             "line 2: JSON nested",
         ),
+        (  # an integer of more than 4300 digits: a ValueError of json.loads, not a JSONDecodeError
+            "big.jsonl",
+            '{"step": 1, "data": {"a": 1.0}}\n{"step": 2, "data": {"a": ' + "9" * 5000 + "}}\n",
+            "line 2: unreadable JSON",
+        ),
+        ("tags.json", '{"loss": {"1": ' + "9" * 5000 + "}}", "unreadable JSON"),
     ],
 )
-def test_deeply_nested_json_is_one_line_and_exit_2(tmp_path, capsys, name, text, message):
+def test_json_nested_too_deep_or_with_huge_integers_is_one_line_and_exit_2(
+    tmp_path, capsys, name, text, message
+):
     bad = tmp_path / name
     bad.write_text(text)
     out = tmp_path / "out"

@@ -194,7 +194,11 @@ class MetricLog:
         return FRAMEWORKS[self.framework]
 
 
-_TOO_DEEP = "JSON nested too deeply to decode: not a verl / NeMo RL metric log"
+def _unreadable(exc: Exception) -> str:
+    """What is wrong with JSON text that ``json.loads`` refused without a JSONDecodeError."""
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply to decode: not a verl / NeMo RL metric log"
+    return f"unreadable JSON ({exc})"
 
 
 def is_metric_log(path: str | os.PathLike[str]) -> bool:
@@ -226,7 +230,7 @@ def _has_step(head: bytes) -> bool:
         return False  # a first line longer than the sniff (a one-line Kineto trace): not a metric record
     try:
         rec = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer of > 4300 digits, nested too deep
         return False
     return isinstance(rec, dict) and ("step" in rec or "_step" in rec) and "traceEvents" not in rec
 
@@ -259,8 +263,8 @@ def _line_steps(p: Path, text: str) -> tuple[dict[int, dict[str, float]], str, s
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}: line {lineno}: not JSON ({exc.msg}); truncated or corrupt") from None
-        except RecursionError:
-            raise InputError(f"{p}: line {lineno}: {_TOO_DEEP}") from None
+        except (RecursionError, ValueError) as exc:  # ValueError: an integer of more than 4300 digits
+            raise InputError(f"{p}: line {lineno}: {_unreadable(exc)}") from None
         if not isinstance(rec, dict):
             raise InputError(f"{p}: line {lineno}: a JSON {type(rec).__name__}, not an object with a step")
         step_key = "step" if "step" in rec else "_step" if "_step" in rec else None
@@ -288,8 +292,8 @@ def _tag_steps(p: Path, text: str) -> dict[int, dict[str, float]]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: line {exc.lineno}: not JSON ({exc.msg}); truncated or corrupt") from None
-    except RecursionError:
-        raise InputError(f"{p}: {_TOO_DEEP}") from None
+    except (RecursionError, ValueError) as exc:
+        raise InputError(f"{p}: {_unreadable(exc)}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{p}: not a JSON object of {{tag: {{step: value}}}}")
     steps: dict[int, dict[str, float]] = {}
