@@ -213,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
             ) from None
     if args.workers < 1:
         raise InputError(f"--workers {args.workers}: must be >= 1")
+    if args.rank is not None and args.rank < 0:
+        raise InputError(f"--rank {args.rank}: must be >= 0")
     items = expand_inputs(args.paths)
     unfinished = unfinished_run_notes(items)
     config = {

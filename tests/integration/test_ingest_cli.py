@@ -203,8 +203,7 @@ def test_bad_input_exits_2_with_one_line_and_no_parquet(tmp_path, capsys, make, 
     assert main(["ingest", str(A100), str(bad), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and str(bad) in err[0]
-    assert list(out.rglob("*.parquet")) == []
-    assert read_manifest(out)["status"] == "failed"
+    assert not out.exists()  # nothing left behind: not even a manifest of the failed attempt
 
 
 def test_a_trace_given_twice_or_copied_is_refused_not_taken_as_two_ranks(tmp_path, capsys):
@@ -281,6 +280,43 @@ def test_ranges_command_lists_heaviest_ranges(tmp_path, capsys):
     assert main(["ranges", str(out), "--match", "backward", "--json"]) == 0
     rows = _json_line(capsys.readouterr().out)["ranges"]
     assert [r["name"] for r in rows] == ["## backward ##"] and rows[0]["count"] == 3
+
+
+def test_a_bad_file_in_a_process_pool_is_one_line_and_exit_2(tmp_path):
+    # the worker's TraceFormatError crosses the process boundary whole (pickled as (path, problem))
+    src = tmp_path / "in"
+    src.mkdir()
+    for f in sorted(RANKS.iterdir()):
+        shutil.copy(f, src / f.name)
+    (src / "rank-2.json").write_text('{"traceEvents": [{"ph": "X"')
+    out = tmp_path / "o"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxperf",
+            "ingest",
+            str(src),
+            "-o",
+            str(out),
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr and len(lines) == 1 and "rank-2.json" in lines[0], proc.stderr
+    assert not out.exists()
+
+
+def test_negative_rank_is_refused(tmp_path, capsys):
+    assert main(["ingest", str(A100), "-o", str(tmp_path / "o"), "--rank", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rank -1" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_subprocess_prints_no_traceback(tmp_path):

@@ -46,6 +46,10 @@ class TraceFormatError(InputError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self) -> tuple[type[TraceFormatError], tuple[str, str]]:
+        # (path, problem), not the message: a pool or Ray worker's error crosses back to the command whole
+        return (type(self), (self.path, self.problem))
+
 
 class OutputExistsError(MxperfError):
     """The output directory already holds results; never overwritten without --force."""

@@ -245,9 +245,13 @@ def _into_empty(tmp: Path, target: Path) -> None:
 
 
 def keep_attempt(tmp: Path, target: Path, status: str) -> Path | None:
-    """Where a failed or interrupted attempt goes: ``target`` when nothing is there, else (the old output
-    stays) a sibling ``<name>.<status>-<time>`` when it holds more than its manifest; None: discarded."""
+    """Where a failed or interrupted attempt goes: nowhere when it holds nothing but its manifest (bad input
+    leaves nothing behind); else ``target`` when nothing is there, else (the old output stays) a sibling
+    ``<name>.<status>-<time>``. ``status`` "new": a complete output that found ``target`` taken. None: discarded."""
     with _signals_held():
+        if status != "new" and not file_listing(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
         if not target.exists() or (target.is_dir() and not any(target.iterdir())):
             if target.is_dir():
                 _into_empty(tmp, target)
