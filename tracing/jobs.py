@@ -470,7 +470,7 @@ def ingest_many(
     if ray_address is not None:
         return _ingest_ray(jobs, ray_address, progress)
     if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_default_sigterm) as pool:
             futures = [pool.submit(_ingest_staged, *job) for job in jobs]
             for _ in as_completed(futures):
                 if progress is not None:
@@ -483,6 +483,13 @@ def ingest_many(
         if progress is not None:
             progress.file_done()
     return out
+
+
+def _default_sigterm() -> None:
+    """A pool worker ends quietly on SIGTERM (a forked worker inherits the command's handler, which raises)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _ingest_staged(*job: Any) -> FileResult:
