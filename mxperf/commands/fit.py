@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -103,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bounds_arguments(parser)  # --model-shape (mxperf.commands.kernels, perfmodel.kernels.bounds)
 
 
+MIN_BOOTSTRAP = 20  # fewer resamples put the 2.5 / 97.5 % percentiles on one or two replicates
+
+
 def _other_phases(items: list[str]) -> dict[str, float]:
     from tracing.outputs.errors import InputError
 
@@ -113,8 +117,8 @@ def _other_phases(items: list[str]) -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             raise InputError(f"--other-phase {item!r}: expected PHASE=SECONDS") from None
-        if not sep or not name.strip() or out[name.strip()] < 0:
-            raise InputError(f"--other-phase {item!r}: expected PHASE=SECONDS with SECONDS >= 0")
+        if not sep or not name.strip() or not math.isfinite(out[name.strip()]) or out[name.strip()] < 0:
+            raise InputError(f"--other-phase {item!r}: expected PHASE=SECONDS with SECONDS a number >= 0")
     return out
 
 
@@ -127,10 +131,15 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--min-tokens {args.min_tokens}: must be >= 0 (0 fits every size)")
     if args.bootstrap < 0:
         raise InputError(f"--bootstrap {args.bootstrap}: must be >= 0 resamples")
+    if 0 < args.bootstrap < MIN_BOOTSTRAP:  # 1 resample gave "slower (95 % CI -250 to -250 %)"
+        raise InputError(
+            f"--bootstrap {args.bootstrap}: a 95 % interval needs at least {MIN_BOOTSTRAP} resamples "
+            "(0: no intervals, and the answer says so)"
+        )
     if args.global_batch is not None and args.global_batch <= 0:
         raise InputError("--global-batch must be a positive number of tokens")
-    if args.mem_cap_bytes is not None and args.mem_cap_bytes <= 0:
-        raise InputError("--mem-cap-bytes must be positive")
+    if args.mem_cap_bytes is not None and not (math.isfinite(args.mem_cap_bytes) and args.mem_cap_bytes > 0):
+        raise InputError(f"--mem-cap-bytes {args.mem_cap_bytes:g}: must be a positive finite number of bytes")
     parse_placement(args.placement)
     check_target(args.out, kind="fit", force=args.force, inputs=args.inputs)
 

@@ -42,6 +42,7 @@ precision has it.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -277,7 +278,9 @@ def parse_phase_flags(items: Sequence[str]) -> tuple[dict[tuple[str, str], float
     names: list[str] = []
     for item in items:
         if ":" not in item and "=" not in item:
-            names.append(item)
+            if not item.strip():
+                raise InputError(f"--phase {item!r}: empty; give a phase name or PRECISION:PHASE=SECONDS")
+            names.append(item.strip())
             continue
         prec, sep1, rest = item.partition(":")
         phase, sep2, value = rest.partition("=")
@@ -298,6 +301,9 @@ def parse_phase_flags(items: Sequence[str]) -> tuple[dict[tuple[str, str], float
     return times, names
 
 
+_MAX_TOKENS = 2**53  # whole numbers exact as float64, far inside int64
+
+
 def parse_at(items: Sequence[str]) -> list[tuple[int, ...]]:
     """``--at N,n[,G]`` values (several: repeat the flag or separate them by ';'); ``G``: tokens generated
     per step (of the ``N``), for a generation term fitted on prompt and generated tokens."""
@@ -306,14 +312,24 @@ def parse_at(items: Sequence[str]) -> list[tuple[int, ...]]:
         for pair in str(item).split(";"):
             parts = [p.strip().replace("_", "") for p in pair.split(",")]
             try:
-                vals = tuple(int(float(p)) for p in parts)
-                ok = len(parts) in (2, 3) and vals[0] > 0 and vals[1] > 0 and (len(vals) == 2 or vals[2] >= 0)
+                floats = [float(p) for p in parts]
             except ValueError:
-                ok = False
+                floats = []
+            # whole token counts only: inf raised OverflowError, 1000.7 became 1000 unsaid
+            ok = (
+                len(parts) in (2, 3)
+                and len(floats) == len(parts)
+                and all(math.isfinite(x) and x.is_integer() for x in floats)
+            )
+            vals = tuple(int(x) for x in floats) if ok else ()
+            ok = ok and vals[0] > 0 and vals[1] > 0 and (len(vals) == 2 or vals[2] >= 0)
+            # 1e30 came out as 4.1e20 tokens (int64 overflow) in the answer
+            if ok and max(vals) >= _MAX_TOKENS:
+                raise InputError(f"--at {pair!r}: 2**53 tokens or more; give a token count a step can have")
             if not ok:
                 raise InputError(
-                    f"--at {pair!r}: expected N,n (tokens per step, tokens per micro-batch), both positive, "
-                    "optionally ,G (tokens generated per step)"
+                    f"--at {pair!r}: expected N,n (tokens per step, tokens per micro-batch), both positive whole "
+                    "numbers, optionally ,G (tokens generated per step)"
                 )
             big_n, n = vals[0], vals[1]
             if n > big_n:

@@ -52,7 +52,10 @@ def _phase_parts(base_fit: Any, low_fit: Any, b: int) -> dict[str, Any]:
     cb, cl = base_fit.wall.curve(), low_fit.wall.curve()
     d_fixed = float(np.atleast_1d(cl.a1)[0] - np.atleast_1d(cb.a1)[0])
     bb, bl = base_fit.wall.boot_curve(), low_fit.wall.boot_curve()
-    d_fixed_b = np.atleast_1d(bl.a1)[:b] - np.atleast_1d(bb.a1)[:b]
+    if bb is None or bl is None:  # --bootstrap 0: no replicates, so no interval on what a what-if moves
+        d_fixed_b = np.empty(0)
+    else:
+        d_fixed_b = np.atleast_1d(bl.a1)[:b] - np.atleast_1d(bb.a1)[:b]
     out: dict[str, Any] = {"d_fixed": d_fixed, "d_fixed_b": d_fixed_b, "d_stall": None, "stall_reason": None}
     share = host_stall_share(base_fit, low_fit)
     if share.share is None:
