@@ -312,6 +312,16 @@ def test_a_bad_file_in_a_process_pool_is_one_line_and_exit_2(tmp_path):
     assert not out.exists()
 
 
+def test_negative_durations_are_said_not_refused(tmp_path, capsys):
+    kernel = '{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":%s,"dur":%s,"args":{"stream":7}}'
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": [' + ", ".join([kernel % (1, -1), kernel % (5, 2)]) + "]}")
+    assert main(["ingest", str(trace), "-o", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "1 events have a negative duration" in err and "busy time may be short" in err
+    assert store.read_table(tmp_path / "o" / store.DEVICES)["busy_ns"].tolist() == [2000]
+
+
 def test_negative_rank_is_refused(tmp_path, capsys):
     assert main(["ingest", str(A100), "-o", str(tmp_path / "o"), "--rank", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -150,6 +150,20 @@ def test_batch_mixing_integer_and_decimal_timestamps_matches_event_by_event(tmp_
     assert_same_outcome(_write_trace(tmp_path, [*_filler(30), *ints, _kernel("7"), _kernel("8.25")]))
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_negative_duration_is_kept_as_0_long_and_counted(tmp_path, fast):
+    # pytorch/kineto#646: an end time of 0 gave events a large negative dur; one such event must not make the
+    # whole trace unreadable, nor shorten or lengthen anything else
+    path = _write_trace(
+        tmp_path, [*_filler(50), _kernel("7.5", "-7.5"), _kernel("9", "-0.001"), _kernel("10")]
+    )
+    t = _load(path, fast)
+    k = t.events[t.events["kind"] == "kernel"]
+    assert k["dur_ns"].tolist() == [0, 0, 1500] and k["start_ns"].tolist()[:2] == [1000 + 7500, 1000 + 9000]
+    assert t.meta["negative_durations"] == 2
+    assert_same_outcome(path)
+
+
 def test_big_timestamp_keeps_every_ns_digit(tmp_path):
     path = _write_trace(tmp_path, [*_filler(50), _kernel("4458676522690.655", "0.001")])
     ev = load_kineto_events(path).events

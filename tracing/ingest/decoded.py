@@ -108,6 +108,7 @@ def decode(
             shape_lut=np.asarray(dec.shape_lut, np.int32),
         )
     base_ns, resolved, info = kineto_info(path, dec.reader.meta, rank, dec.skipped)
+    info["negative_durations"] = dec.columns.negative_durations
     return Decoded(
         str(path), "kineto", resolved, info, raw, rows, names, list(dec.columns.shapes), [""], base_ns
     )

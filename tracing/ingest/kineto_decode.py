@@ -36,8 +36,11 @@ class KinetoDecoder:
             if items[0].__class__ is KinetoEvent:
                 saw_event = saw_event or any(e.ph is not None for e in items)
                 try:
-                    kinds, names, cols, skipped = record_rows(items, self.columns, self.include_python)
+                    kinds, names, cols, skipped, negative = record_rows(
+                        items, self.columns, self.include_python
+                    )
                     append_rows(self.columns, kinds, names, cols)
+                    self.columns.negative_durations += negative
                 except (Slow, TypeError, ValueError, OverflowError, msgspec.DecodeError):
                     items = RAWS.decode(text)  # redo the batch event by event: same rows or an exact error
                 else:

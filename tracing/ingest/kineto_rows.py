@@ -125,6 +125,7 @@ class Columns:
         self.shapes: dict[str, int] = {"": 0}  # canonical Input Dims text -> code
         self._raw_shapes: dict[bytes, int] = {b"": 0}  # raw text -> code
         self.text_ids: dict[str, int] = {}  # non-integer pid/tid values (e.g. "Spans") -> negative ids
+        self.negative_durations = 0  # X events whose dur < 0 (taken as 0 long): see :func:`event_row`
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -207,10 +208,10 @@ def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | No
         return None
     code = KIND_CODE[kind]
     start = _field_ns(ev, "ts", None)
-    dur = ev.get("dur", 0)
     dur_ns = _field_ns(ev, "dur", 0)
-    if dur_ns < 0:
-        raise ValueError(f"negative duration {dur} us")
+    if dur_ns < 0:  # a profiler bug (an end time of 0, pytorch/kineto#646): kept, 0 long, counted and said
+        c.negative_durations += 1
+        dur_ns = 0
     args = ev.get("args")
     if args is None:
         args = {}
@@ -256,9 +257,9 @@ def _name_codes(c: Columns, names: list[str]) -> list[int]:
 
 def record_rows(
     batch: list[Any], c: Columns, include_python: bool
-) -> tuple[list[int], list[int], list[Any], int]:
+) -> tuple[list[int], list[int], list[Any], int, int]:
     """Column values of a batch of records: (kind codes, name codes, ``_ROW_COLUMNS`` + shape codes, X events
-    left out); raises :class:`Slow` (or TypeError / ValueError) on anything :func:`event_row` must judge.
+    left out, events with a negative duration, taken as 0 long); raises :class:`Slow` (or TypeError / ValueError) on anything :func:`event_row` must judge.
 
     msgspec already typed the integer fields (a record holds an int there, or None when the key is absent),
     so only names, ts/dur and absent pids need checks here.
@@ -275,8 +276,11 @@ def record_rows(
     pids, tids = _ids(c, [e.pid for e in evs], [e.tid for e in evs])
     start = us_values_to_ns([e.ts for e in evs])
     dur = us_values_to_ns([e.dur for e in evs])
-    if len(dur) and dur.min() < 0:
-        raise Slow
+    negative = 0
+    if len(dur) and dur.min() < 0:  # as event_row: 0 long, counted (by the caller, once the batch is in)
+        below = dur < 0
+        negative = int(below.sum())
+        dur[below] = 0
     args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
     n = len(evs)
     gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)
@@ -298,7 +302,8 @@ def record_rows(
     raws = [a.input_dims for a in args]
     # record_shapes off (most traces): every Raw is empty -> no per-event work beyond this check
     shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws] if any(map(len, raws)) else None
-    return kinds, name_codes, [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape], codes.count(-1)
+    cols = [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape]
+    return kinds, name_codes, cols, codes.count(-1), negative
 
 
 def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
