@@ -82,9 +82,17 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
         # a zero wait is measured (the learner was the longer side), not a phase the source did not capture
         seen = [p for p in per_step.columns if p == SAMPLER_WAIT or per_step[p].fillna(0).gt(0).any()]
         missing = sorted(set(per_step.columns) - set(seen))
-        if missing:
+        unknown = [
+            p for p in missing if per_step[p].isna().all()
+        ]  # e.g. 'other' of a log without a step total
+        zero = [p for p in missing if p not in unknown]
+        if zero:
             notes.append(
-                f"{path} ({prec}): {', '.join(missing)} not captured (zero in every step): left to other sources"
+                f"{path} ({prec}): {', '.join(zero)} not captured (zero in every step): left to other sources"
+            )
+        if unknown:
+            notes.append(
+                f"{path} ({prec}): {', '.join(unknown)} not known in any step (not logged): left to other sources"
             )
         phases = {str(p): [float(v) for v in per_step[p].dropna()] for p in seen}
         frame = pd.DataFrame(

@@ -461,6 +461,12 @@ def build_steps(
         order = {p: i for i, p in enumerate(PHASE_ORDER)}
         terms = dict(sorted(terms.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
         steps[prec] = PrecisionStep(prec, terms)
+        one = [p for p, t in terms.items() if t.kind == "measured" and len(t.samples) == 1]
+        if one:  # its replicates are all that one value: an interval of zero width, unsaid
+            notes.append(
+                f"{model} {prec}: {', '.join(one)} measured in one step only: the step-to-step spread is "
+                "unknown and not in the intervals (give runs of several steps)"
+            )
     _draw(steps, seed, n_boot)
     return steps, list(dict.fromkeys(notes))
 
@@ -819,8 +825,24 @@ def comparison_placement(
     separate_sampler: Mapping[str, str],
 ) -> tuple[Placement, list[str]]:
     """The placement of one comparison (``--placement``, else the inputs of these precisions, else the
-    default) and notes where the flag overrides an input."""
-    return choose(flag, _evidence(runs, model, models, precisions, separate_sampler))
+    default) and notes where the flag overrides an input, or where the inputs disagree (an async trainer's
+    log beside one that does not say so: its phases were measured with another placement)."""
+    evidence = _evidence(runs, model, models, precisions, separate_sampler)
+    placement, notes = choose(flag, evidence)
+    silent = sorted(
+        {
+            r.path
+            for r in runs
+            if r.path not in evidence and (r.model or models[0]) == model and r.learner in precisions
+        }
+    )
+    if flag is None and evidence and silent:
+        notes.append(
+            f"separate sampler from {', '.join(sorted(evidence))}, but {', '.join(silent)} do not say they ran "
+            "with one: their phases are combined as if they had (a step measured colocated may be predicted "
+            "too short); give --placement, or compare runs of one trainer"
+        )
+    return placement, notes
 
 
 def _evidence(

@@ -117,3 +117,34 @@ def test_placement_colocated_adds_the_logged_phases_and_says_what_it_overrode(in
         assert "generate_wait" not in s["per_precision"][p]["phases_s"]
     assert any(n.startswith("--placement colocated used, though ") for n in doc["notes"])
     assert "Placement: colocated sampler, step = generate + logprob + update + sync (--placement)." in report
+
+
+def test_an_async_log_beside_a_colocated_one_is_said_not_silently_applied(inputs, tmp_path) -> None:
+    """#33: one precision's log from the one-step-off trainer, the other's from the colocated trainer: the
+    separate placement is the async log's only, and the answer says the other input does not back it."""
+    d = tmp_path / "sync"
+    lines = [
+        json.dumps(
+            {"step": s, "data": {"timing_s/gen": 3.0, "timing_s/update_actor": 2.5, "timing_s/step": 5.8}}
+        )
+        for s in range(1, 9)
+    ]
+    (d / "logs").mkdir(parents=True)
+    (d / "logs" / "mxfp8.jsonl").write_text("\n".join(lines) + "\n")
+    ingest = d / "ingest-mxfp8"
+    argv = [
+        "ingest",
+        str(d / "logs" / "mxfp8.jsonl"),
+        "-o",
+        str(ingest),
+        "--label",
+        "model=sim,precision=mxfp8",
+    ]
+    assert main(argv) == 0
+    doc, report = _fit(tmp_path, [inputs[0], inputs[1], str(ingest)])
+    assert doc["step_model"][0]["placement"]["name"] == "separate"
+    (note,) = [n for n in doc["notes"] if "do not say they ran with one" in n]
+    assert str(ingest) in note and inputs[1] in note
+    assert any("do not say they ran with one" in line for line in report)
+    doc, _ = _fit(tmp_path / "same", inputs)  # both logs async: no such note
+    assert not [n for n in doc["notes"] if "do not say they ran with one" in n]

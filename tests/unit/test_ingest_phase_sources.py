@@ -116,3 +116,17 @@ def test_a_traced_ingest_pair_adds_its_other_time_and_is_not_its_own_validation(
     assert "generate" in sm["not_in_step"] or "generate" in json.dumps(sm["answer"])
     v = sm["validation"] or {}
     assert not v.get("rows") or all(r["kind"] != "step" for r in v["rows"])
+
+
+def test_a_phase_unknown_in_every_step_is_said_not_logged_not_zero(tmp_path):
+    """#33: a metric log without its step total has 'other' NaN in every step: not 'zero in every step'."""
+    rows = []
+    for step in range(3):
+        rows += [("log", None, 0, step, "update", 2.0), ("log", None, 0, step, "other", np.nan)]
+        rows += [("log", None, 0, step, "generate", 0.0)]
+    folder = _steps_folder(tmp_path / "ing", rows, [{"path": "log"}], labels={"precision": "bf16"})
+    (src,), notes = phase_sources(folder, json.loads((folder / "manifest.json").read_text()))
+    assert set(src.phases) == {"update"}
+    assert any("other not known in any step (not logged)" in n for n in notes)
+    assert any("generate not captured (zero in every step)" in n for n in notes)
+    assert not any("other not captured" in n for n in notes)
