@@ -105,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 MIN_BOOTSTRAP = 20  # fewer resamples put the 2.5 / 97.5 % percentiles on one or two replicates
+MAX_BOOTSTRAP = 100_000
 
 
 def _other_phases(items: list[str]) -> dict[str, float]:
@@ -136,8 +137,16 @@ def _check_args(args: argparse.Namespace) -> None:
             f"--bootstrap {args.bootstrap}: a 95 % interval needs at least {MIN_BOOTSTRAP} resamples "
             "(0: no intervals, and the answer says so)"
         )
+    if args.bootstrap > MAX_BOOTSTRAP:  # 1e20 failed in numpy: "Maximum allowed dimension exceeded"
+        raise InputError(f"--bootstrap {args.bootstrap}: at most {MAX_BOOTSTRAP:,} resamples")
+    if args.seed < 0:  # numpy's "expected non-negative integer" named no flag
+        raise InputError(f"--seed {args.seed}: must be >= 0")
     if args.global_batch is not None and args.global_batch <= 0:
         raise InputError("--global-batch must be a positive number of tokens")
+    if args.global_batch is not None and args.global_batch >= 2**53:  # 1e23 was a traceback (log10 of an int)
+        raise InputError(
+            f"--global-batch {args.global_batch}: 2**53 tokens or more; give a step's token count"
+        )
     if args.mem_cap_bytes is not None and not (math.isfinite(args.mem_cap_bytes) and args.mem_cap_bytes > 0):
         raise InputError(f"--mem-cap-bytes {args.mem_cap_bytes:g}: must be a positive finite number of bytes")
     parse_placement(args.placement)

@@ -27,6 +27,9 @@ SWEEP = REPO / "examples" / "runs" / "sweep-tiny-dense"
         (["--other-phase", "generate=inf"], "--other-phase 'generate=inf'"),
         (["--bootstrap", "1"], "--bootstrap 1"),  # was "slower (95 % CI -250.1 to -250.1 % gain)"
         (["--phase="], "--phase '': empty"),  # was "no micro-batches in phase(s) "
+        (["--global-batch", "100000000000000000000000"], "--global-batch"),  # was a traceback
+        (["--seed", "-1"], "--seed -1"),  # was numpy's "expected non-negative integer"
+        (["--bootstrap", "100000000000000000000"], "--bootstrap"),  # was "Maximum allowed dimension exceeded"
     ],
 )
 def test_bad_flag_value_is_one_line_exit_2_nothing_written(tmp_path: Path, capsys, flag, message) -> None:
