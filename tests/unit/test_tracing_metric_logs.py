@@ -375,3 +375,101 @@ def test_ingest_of_a_malformed_token_count_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"mxperf ingest: error: {p}: line 3: perf/total_num_tokens = '27,680' is not a number"]
     assert not (out / store.STEP_TOKENS).exists()
+
+
+def _console_line(step: int, data: dict[str, str]) -> str:
+    # verl/utils/logger/aggregate_logger.py concat_dict_to_str: "step:N - key:pformat(value) - ..."
+    return " - ".join([f"step:{step}", *(f"{k}:{v}" for k, v in data.items())])
+
+
+def test_verl_console_lines_read_among_other_driver_output(tmp_path):
+    p = tmp_path / "driver.log"
+    steps = [
+        {"timing_s/gen": "11.0", "timing_s/update_actor": "np.float64(5.0)", "timing_s/step": "18.0"},
+        {
+            "timing_s/gen": "12.0",
+            "timing_s/update_actor": "5.0",
+            "timing_s/step": "19.0",
+            "actor/lr": "1e-06",
+        },
+    ]
+    p.write_text(
+        "Creating file logger ...\n"
+        "\x1b[36m(TaskRunner pid=4242)\x1b[0m " + _console_line(1, steps[0]) + "\n"
+        "(TaskRunner pid=4242) some other output - with: colons\n" + _console_line(2, steps[1]) + "\n"
+    )
+    assert detect_format(p) == METRIC_LOG
+    log = load_metric_log(p)
+    assert (log.framework, log.layout) == ("verl", "verl_console")
+    wide = _wide(p)
+    assert wide["generate"].tolist() == [11.0, 12.0] and wide["update"].tolist() == [5.0, 5.0]
+    assert wide["other"].tolist() == pytest.approx([2.0, 2.0])
+    assert log.steps[2]["actor/lr"] == pytest.approx(1e-6)
+
+
+def test_a_plain_text_file_without_step_lines_is_not_a_metric_log(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("step: not a metric line\n")
+    assert detect_format(p) != METRIC_LOG
+
+
+def test_a_phase_missing_or_unknown_at_one_step_is_nan_there_and_so_is_other(tmp_path):
+    p = tmp_path / "gappy.jsonl"
+    base = {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0, "timing_s/step": 6.0}
+    rows = [
+        {"step": 1, "data": base},
+        {"step": 2, "data": {k: v for k, v in base.items() if k != "timing_s/gen"}},  # gen not logged
+        {"step": 3, "data": {**base, "timing_s/update_actor": None}},  # logged as null (NaN)
+        {"step": 4, "data": base},
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = logged_step_tables(load_metric_log(p), default_phase_map())
+    wide = got.steps.pivot(index="step", columns="phase", values="seconds")
+    assert math.isnan(wide.loc[2, "generate"]) and math.isnan(wide.loc[3, "update"])
+    assert math.isnan(wide.loc[2, "other"]) and math.isnan(wide.loc[3, "other"])  # never the missing time
+    assert wide.loc[1, "other"] == wide.loc[4, "other"] == pytest.approx(1.0)
+    assert any("step(s) 2: generate not logged" in n for n in got.notes)
+    assert any("step(s) 3: update not logged, or logged as null / NaN / inf" in n for n in got.notes)
+
+
+def test_a_timer_logged_in_few_steps_is_0_where_it_is_missing(tmp_path):
+    p = tmp_path / "sync_every_4.jsonl"  # verl marks update_weights only at the steps that sync
+    rows = [
+        {
+            "step": s,
+            "data": {
+                "timing_s/gen": 3.0,
+                "timing_s/step": 4.0,
+                **({"timing_s/update_weights": 0.5} if s == 4 else {}),
+            },
+        }
+        for s in range(1, 5)
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    wide = _wide(p)
+    assert wide["sync"].tolist() == [0.0, 0.0, 0.0, 0.5]
+    assert wide["other"].tolist() == pytest.approx([1.0, 1.0, 1.0, 0.5])
+
+
+def test_infinite_values_are_unknown_and_ingest_writes_its_manifest(tmp_path, capsys):
+    p = tmp_path / "inf.jsonl"
+    p.write_text(
+        '{"step": 1, "data": {"timing_s/gen": Infinity, "timing_s/update_actor": 2.0, "timing_s/step": 6.0}}\n'
+        '{"step": 2, "data": {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0, "timing_s/step": 6.0}}\n'
+    )
+    assert math.isnan(load_metric_log(p).steps[1]["timing_s/gen"])
+    assert main(["ingest", str(p), "-o", str(tmp_path / "o")]) == 0
+    assert store.read_json(tmp_path / "o" / store.MANIFEST)["status"] == "complete"
+
+
+def test_a_resumed_run_keeps_the_later_lines_and_says_so(tmp_path):
+    p = tmp_path / "resumed.jsonl"
+    first = [{"step": s, "data": {"timing_s/gen": 9.0, "timing_s/step": 10.0}} for s in (1, 2, 3)]
+    again = [{"step": s, "data": {"timing_s/gen": 4.0, "timing_s/step": 5.0}} for s in (2, 3, 4)]
+    p.write_text("# a header line\n" + "".join(json.dumps(r) + "\n" for r in first + again))
+    log = load_metric_log(p)
+    assert [log.steps[s]["timing_s/gen"] for s in (1, 2, 3, 4)] == [9.0, 4.0, 4.0, 4.0]
+    assert log.notes == (
+        "step(s) 2, 3 logged twice with other values (a resumed run?): the later lines kept",
+    )
+    assert log.notes[0] in logged_step_tables(log, default_phase_map()).notes

@@ -8,7 +8,9 @@ own total) goes to the phase the phase map gives its name -- the same map as tra
 timers are its NVTX ranges (``timing_s/update_actor`` -> update; NeMo RL ``timing/train/policy_training`` ->
 update) -- summed per phase. ``other`` is the step total (``timing_s/step``, ``timing/train/total_step_time``)
 minus those phases, clipped at zero, as for traces; reward timers count in ``other`` there too. What the log
-cannot say stays NaN, never 0: a phase none of its timers maps to, ``other`` of a step without its total.
+cannot say stays NaN, never 0: a phase none of its timers maps to, ``other`` of a step without its total, and at
+one step a phase the other steps log but this one does not (or logs as null / NaN / inf), with that step's
+``other``. A phase logged in only a few steps (a weight sync every k steps) is 0 where it is not logged.
 
 An async trainer's wait for its separate sampler (:meth:`FrameworkKeys.sampler_waits`: verl one-step-off's
 ``gen`` beside its ``generate_async``, NeMo RL's ``exposed_generation``) is phase ``generate_wait``, not
@@ -58,8 +60,8 @@ def logged_tables(
 ) -> LoggedSteps:
     """:func:`logged_step_tables` with Arrow tables (``mxperf ingest``)."""
     phase_keys, total_key, skipped = _classify_timers(log, phase_map or default_phase_map())
-    steps, overlap = _step_rows(log, phase_keys, total_key)
-    notes = []
+    steps, overlap, unknown = _step_rows(log, phase_keys, total_key)
+    notes = list(log.notes)
     if total_key is None and phase_keys:
         notes.append(
             f"no step total ({log.keys.timing_prefix}{log.keys.step_total}): 'other' is unknown (NaN)"
@@ -83,6 +85,13 @@ def logged_tables(
             f"step(s) {shown}: the phases add up to more than the step total (overlapping timers, e.g. "
             f"asynchronous generation); 'other' clipped to 0"
         )
+    if unknown:
+        for phase, at in sorted(unknown.items()):
+            shown = ", ".join(str(s) for s in at[:5]) + (" ..." if len(at) > 5 else "")
+            notes.append(
+                f"step(s) {shown}: {phase} not logged, or logged as null / NaN / inf, where the other steps log "
+                "it: unknown (NaN) there, and so is 'other'"
+            )
     tokens, token_notes = _token_rows(log)
     notes += token_notes
     return LoggedSteps(steps, _mismatch_rows(log, precision), phase_keys, tuple(notes), tokens)
@@ -121,22 +130,36 @@ def _classify_timers(
 
 def _step_rows(
     log: MetricLog, phase_keys: dict[str, list[str]], total_key: str | None
-) -> tuple[Any, list[int]]:
-    rows, overlap = [], []
+) -> tuple[Any, list[int], dict[str, list[int]]]:
+    rows, overlap, unknown = [], [], {}
     timer_keys = {k for keys in phase_keys.values() for k in keys} | ({total_key} if total_key else set())
     waited = SAMPLER_WAIT in phase_keys  # then generate runs beside the step, the wait inside it
     phases = (*STEP_PHASE_NAMES, SAMPLER_WAIT) if waited else STEP_PHASE_NAMES
-    for step in sorted(log.steps):
+    timed = [s for s in sorted(log.steps) if timer_keys & log.steps[s].keys()]
+    # A phase logged in most steps and missing at one is a gap in the log (unknown there); one logged in few
+    # steps ran only there (verl marks update_weights only when it syncs): 0 where it is missing.
+    usual = {
+        p: 2 * sum(any(k in log.steps[s] for k in keys) for s in timed) > len(timed)
+        for p, keys in phase_keys.items()
+    }
+    for step in timed:  # (a step that logged no timer: verl's validation before training, at step 0)
         values = log.steps[step]
-        if not timer_keys & values.keys():
-            continue  # a step that logged no timer (verl's validation before training, at step 0)
         seconds: dict[str, float] = {}
         for phase in phases:
             keys = phase_keys.get(phase)
-            # A timer missing at a step did not run there (verl marks update_weights only when it syncs).
-            seconds[phase] = sum(values.get(k, 0.0) for k in keys) if keys else math.nan
+            if not keys:
+                seconds[phase] = math.nan  # never logged: not measured
+            elif not any(k in values for k in keys):
+                seconds[phase] = math.nan if usual[phase] else 0.0
+            else:
+                seconds[phase] = sum(values.get(k, 0.0) for k in keys)  # NaN when one is logged unknown
+            if keys and math.isnan(seconds[phase]):
+                unknown.setdefault(phase, []).append(step)
         total = values.get(total_key, math.nan) if total_key else math.nan
-        # Time of an unmeasured phase (NaN), if it had any, is inside another timer or in "other".
+        # Time of a phase the log never measures, if it had any, is inside another timer or in "other"; a
+        # measured phase unknown at this step leaves "other" unknown too.
+        if any(phase_keys.get(p) and math.isnan(v) for p, v in seconds.items()):
+            total = math.nan
         inside = [v for p, v in seconds.items() if not math.isnan(v) and not (waited and p == "generate")]
         other = total - sum(inside)
         if not math.isnan(other) and other < -_OVERLAP_TOLERANCE * total:
@@ -147,7 +170,7 @@ def _step_rows(
     names = ("trace", "step", "phase", "seconds")
     cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
     data = {"trace": [], "step": [], "phase": [], "seconds": [], **cols, "rank": None, "pid": METRIC_LOG_PID}
-    return schema.make_table(data, schema.STEP_COLUMNS, "steps"), overlap
+    return schema.make_table(data, schema.STEP_COLUMNS, "steps"), overlap, unknown
 
 
 def _mismatch_rows(log: MetricLog, precision: str | None) -> Any:

@@ -7,7 +7,13 @@ Layouts read (the files the frameworks' own loggers write; keys as their sources
   ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` (or ``$VERL_FILE_LOGGER_PATH``);
 - flat JSON lines ``{"step": N, "<key>": value, ...}`` (``_step`` too, as a wandb history export has it);
 - NeMo RL's metrics JSON, ``{"<tag>": {"<step>": value}}``: what its ``tests/json_dump_tb_logs.py`` makes of
-  the TensorBoard logs (``logger.tensorboard_enabled``), as its own test suites do.
+  the TensorBoard logs (``logger.tensorboard_enabled``), as its own test suites do;
+- verl's console lines (``trainer.logger=[console]``, verl/utils/logger/aggregate_logger.py): ``step:N -
+  timing_s/gen:12.3 - ...`` in a driver's ``.log`` / ``.txt`` / ``.out``, among its other output (ANSI colours
+  and Ray's ``(TaskRunner pid=N)`` prefixes are stripped; numpy 2's ``np.float64(x)`` is read as x).
+
+A value logged as null, NaN or +-inf is unknown (NaN). A step logged twice (a resumed run) keeps its later
+lines, and the log's notes say which steps.
 
 The keys each framework logs (:data:`FRAMEWORKS`) decide which file is which; a file with none of them, a
 line that is not JSON (truncated), a line without a step, or a timer or token key that is not a number (or is
@@ -47,6 +53,11 @@ SAMPLER_WAIT = "generate_wait"  # the phase of an async trainer's wait for its s
 _SNIFF_BYTES = 1 << 16
 _JSON_LINE_START = re.compile(rb'^\s*\{\s*"(?:step|_step)"\s*:\s*-?\d')  # verl FileLogger / flat lines
 _TAG_STEP_START = re.compile(rb'^\s*\{\s*"[^"]*"\s*:\s*\{\s*"\d+"\s*:')  # NeMo RL {"tag": {"1": ...}}
+CONSOLE_SUFFIXES = (".log", ".txt", ".out")  # where verl's console lines are looked for
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CONSOLE_LINE = re.compile(r"^(?:\([^()]*\)\s*)*step:(\d+) - (.*)$")  # after an optional Ray prefix
+_CONSOLE_SNIFF = re.compile(rb"step:\d+ - [^\s:]+:")
+_NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")  # numpy 2's repr: np.float64(1.5)
 
 
 @dataclass(frozen=True)
@@ -186,8 +197,9 @@ class MetricLog:
 
     path: str
     framework: str  # a key of FRAMEWORKS
-    layout: str  # verl_file_logger | json_lines | nemo_rl_json
+    layout: str  # verl_file_logger | json_lines | nemo_rl_json | verl_console
     steps: dict[int, dict[str, float]]
+    notes: tuple[str, ...] = ()  # what reading it decided (steps logged twice)
 
     @property
     def keys(self) -> FrameworkKeys:
@@ -208,11 +220,19 @@ def is_metric_log(path: str | os.PathLike[str]) -> bool:
         return False
     if p.suffix == ".jsonl":
         return True
+    if p.suffix in CONSOLE_SUFFIXES:
+        return has_console_steps(p)
     if p.suffix != ".json":
         return False
     with open(p, "rb") as fh:
         head = fh.read(_SNIFF_BYTES)
     return bool(_TAG_STEP_START.match(head)) or _has_step(head)
+
+
+def has_console_steps(path: str | os.PathLike[str]) -> bool:
+    """True when a text file holds a verl console step line (``step:N - key:value``) anywhere."""
+    with open(path, "rb") as fh:
+        return any(b"step:" in line and _CONSOLE_SNIFF.search(line) for line in fh)
 
 
 def looks_like_metric_lines(path: str | os.PathLike[str]) -> bool:
@@ -246,19 +266,63 @@ def load_metric_log(path: str | os.PathLike[str]) -> MetricLog:
         raise InputError(f"{p}: not UTF-8 text, so not a verl / NeMo RL metric log") from None
     if not text.strip():
         raise InputError(f"{p}: empty metric log")
+    again: set[int] = set()
     if _TAG_STEP_START.match(text.encode()[:_SNIFF_BYTES]):
         steps, layout, first = _tag_steps(p, text), "nemo_rl_json", "its first tag"
+    elif p.suffix in CONSOLE_SUFFIXES:
+        steps, layout, first = _console_steps(p, text, again), "verl_console", "its first step line"
     else:
-        steps, layout, first = _line_steps(p, text)
-    return MetricLog(str(p), _framework_of(p, steps, first), layout, steps)
+        steps, layout, first = _line_steps(p, text, again)
+    notes = ()
+    if again:
+        shown = ", ".join(str(s) for s in sorted(again)[:8]) + (" ..." if len(again) > 8 else "")
+        notes = (f"step(s) {shown} logged twice with other values (a resumed run?): the later lines kept",)
+    return MetricLog(str(p), _framework_of(p, steps, first), layout, steps, notes)
 
 
-def _line_steps(p: Path, text: str) -> tuple[dict[int, dict[str, float]], str, str]:
+def _merge(steps: dict[int, dict[str, float]], step: int, values: dict[str, float], again: set[int]) -> None:
+    """Add one line's values to its step; a value the step already has, logged again differently, marks the
+    step as logged twice (the later value is kept)."""
+    held = steps.setdefault(step, {})
+    if any(
+        k in held and held[k] != v and not (math.isnan(v) and math.isnan(held[k])) for k, v in values.items()
+    ):
+        again.add(step)
+    held.update(values)
+
+
+def _console_steps(p: Path, text: str, again: set[int]) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if "step:" not in raw:
+            continue
+        m = _CONSOLE_LINE.match(_ANSI.sub("", raw).strip())
+        if m is None:
+            continue  # other console output
+        data: dict[str, Any] = {}
+        for item in m.group(2).split(" - "):
+            key, colon, value = item.rpartition(":")
+            if not colon:
+                continue
+            value = value.strip()
+            unwrapped = _NUMPY_SCALAR.match(value)
+            text_value = unwrapped.group(1) if unwrapped else value
+            try:
+                data[key.strip()] = float(text_value)
+            except ValueError:
+                data[key.strip()] = text_value  # _numbers refuses it where it is a timer or token key
+        _merge(steps, int(m.group(1)), _numbers(p, f"line {lineno}", data), again)
+    if not steps:
+        raise InputError(f"{p}: no verl console step line (step:N - key:value - ...)")
+    return steps
+
+
+def _line_steps(p: Path, text: str, again: set[int]) -> tuple[dict[int, dict[str, float]], str, str]:
     steps: dict[int, dict[str, float]] = {}
     layout, first = "json_lines", ""
     for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+        if not line.strip() or (lineno == 1 and line.lstrip().startswith("#")):
+            continue  # blank, or a header comment
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -283,7 +347,7 @@ def _line_steps(p: Path, text: str) -> tuple[dict[int, dict[str, float]], str, s
         else:
             data = {k: v for k, v in rec.items() if k != step_key}
         first = first or f"line {lineno}"
-        steps.setdefault(step, {}).update(_numbers(p, f"line {lineno}", data))
+        _merge(steps, step, _numbers(p, f"line {lineno}", data), again)
     return steps, layout, first
 
 
@@ -333,6 +397,9 @@ def _numbers(p: Path, where: str, data: dict[str, Any]) -> dict[str, float]:
             out[key] = math.nan  # verl's orjson writes NaN as null
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
+            if not math.isfinite(number):  # NaN, Infinity (Python's JSON writes them): unknown
+                out[key] = math.nan
+                continue
             if known and any(fw.timer(key) is not None for fw in known) and number < 0:
                 raise InputError(f"{p}: {where}: {key} = {value!r} s is a negative duration")
             if any(key in fw.token_keys for fw in known) and number < 0:
