@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from tracing.outputs.version import __version__
 
@@ -141,9 +142,16 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag or value is one line naming it, as all bad input is (not argparse's usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s options are built (its module is imported), the rest list their help."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mxperf",
         description="Profile BF16 vs MXFP8 RL runs, fit the breakeven micro-batch size, check weight syncs.",
         epilog="`mxperf COMMAND --help` for a command's options. Bad input: one line, exit 2 "

@@ -411,3 +411,20 @@ def test_force_replaces_an_mxperf_output_and_removes_nothing_else(tmp_path: Path
     assert m["status"] == "complete" and m["created"] >= first
     assert (tmp_path / "fit" / store.MANIFEST).stat().st_mtime > 0  # a new manifest, not the old one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fit", "keep.txt"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["fit", "x", "-o", "o", "--global-batch", "abc"], "--global-batch"),
+        (["ingest", "x.json", "-o", "o", "--workers", "two"], "--workers"),
+        (["ingest", "x.json"], "-o/--out"),
+        (["nosuch"], "COMMAND"),
+    ],
+)
+def test_a_bad_flag_is_one_line_naming_it_not_a_usage_block(capsys, argv, flag) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and "--help" in err[0], err
