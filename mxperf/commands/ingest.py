@@ -194,7 +194,7 @@ def summary_lines(results: list[FileResult]) -> list[str]:
             lines.append(f"  no GPU devices: {r.gpu_reason}; GPU metrics are null")
         if r.meta.get("negative_durations"):
             lines.append(
-                f"  {r.meta['negative_durations']} events have a negative duration (a profiler bug: "
+                f"  {r.meta['negative_durations']} events have a negative duration (a profiler bug, e.g. "
                 "pytorch/kineto#646); each is taken as 0 long, so busy time may be short of the truth"
             )
         for d in (SimpleNamespace(**row) for row in r.devices.to_pylist()):

@@ -20,6 +20,7 @@ from tracing.outputs.manifest import OutputDir, read_manifest
 DATA = Path(__file__).parent.parent / "data"
 REAL = DATA / "real"
 A100 = REAL / "hta_a100_ddp_rank0_hostbound.json.gz"
+QUIRKS = DATA / "quirks"
 RANKS = REAL / "hta_sampled_2rank"
 NSYS = REAL / "nsysai_h100x2_mfu_before.sqlite"
 NO_GPU = DATA / "quirks" / "no_gpu_ops" / "trace.json"
@@ -320,6 +321,20 @@ def test_negative_durations_are_said_not_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "1 events have a negative duration" in err and "busy time may be short" in err
     assert store.read_table(tmp_path / "o" / store.DEVICES)["busy_ns"].tolist() == [2000]
+
+
+def test_nsys_ops_that_end_before_they_start_are_said_too(tmp_path, capsys):
+    import sqlite3
+
+    db = tmp_path / "report.sqlite"
+    shutil.copy(next((QUIRKS / "nsys_non_utf8_text").glob("*.sqlite")), db)
+    with sqlite3.connect(db) as con:
+        con.execute(
+            'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 5 '
+            "WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+        )
+    assert main(["ingest", str(db), "-o", str(tmp_path / "o")]) == 0
+    assert "1 events have a negative duration" in capsys.readouterr().err
 
 
 def test_negative_rank_is_refused(tmp_path, capsys):

@@ -155,7 +155,17 @@ class _Builder:
         self.names: dict[str, int] = {}
         self.domains: dict[str, int] = {"": 0}
         self.nvtx_domains: dict[int, str] = {}  # NVTX domain id -> name (eventType 75 rows)
+        self.negative_durations = 0  # rows that end before they start: kept 0 long (:meth:`dur`)
         self.parts: list[dict[str, np.ndarray]] = []
+
+    def dur(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """``end - start``, a row that ends before it starts taken as 0 long and counted (the meta says how many)."""
+        d = end - start
+        negative = d < 0
+        if negative.any():
+            self.negative_durations += int(negative.sum())
+            d[negative] = 0
+        return d
 
     def codes(self, names: list[str], table: dict[str, int]) -> np.ndarray:
         """Codes of ``names`` in ``table`` (new names appended in order of first appearance)."""
@@ -297,7 +307,7 @@ def read_parts(
                 device=m[:, 2].copy(),
                 stream=m[:, 3].copy(),
                 start_ns=start.copy(),
-                dur_ns=np.maximum(end - start, 0),
+                dur_ns=b.dur(start, end),
                 correlation=m[:, 4].copy(),
                 bytes=m[:, 7].copy() if bytes_col else np.full(len(m), schema.NO_ID, np.int64),
             )
@@ -323,7 +333,7 @@ def read_parts(
                     pid=pid,
                     tid=tid,
                     start_ns=m[:, 0],
-                    dur_ns=np.maximum(m[:, 1] - m[:, 0], 0),
+                    dur_ns=b.dur(m[:, 0], m[:, 1]),
                     correlation=m[:, 3],
                 )
                 yield
@@ -387,7 +397,7 @@ def _load_nvtx(
             pid=pid,
             tid=tid,
             start_ns=m[:, 0].copy(),
-            dur_ns=np.maximum(m[:, 1] - m[:, 0], 0),
+            dur_ns=b.dur(m[:, 0], m[:, 1]),
             end_tid=end_tid,
         )
         yield
@@ -446,6 +456,7 @@ def report_meta(
         "processes": {str(k): v for k, v in processes.items()},
         "nvtx_domains": {str(k): v for k, v in b.nvtx_domains.items()},
         "gpu_names": gpu_names,
+        "negative_durations": b.negative_durations,
         "missing_tables": [
             t
             for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
