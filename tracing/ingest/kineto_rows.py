@@ -19,6 +19,7 @@ import numpy as np
 
 from tracing.ingest.jsonstream import ANY
 from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
+from tracing.ingest.trace import zero_negative
 from tracing.outputs import schema
 
 # Kineto category -> event kind (older Kineto builds used capitalised names).
@@ -276,11 +277,7 @@ def record_rows(
     pids, tids = _ids(c, [e.pid for e in evs], [e.tid for e in evs])
     start = us_values_to_ns([e.ts for e in evs])
     dur = us_values_to_ns([e.dur for e in evs])
-    negative = 0
-    if len(dur) and dur.min() < 0:  # as event_row: 0 long, counted (by the caller, once the batch is in)
-        below = dur < 0
-        negative = int(below.sum())
-        dur[below] = 0
+    negative = zero_negative(dur)  # as event_row: 0 long, counted (by the caller, once the batch is in)
     args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
     n = len(evs)
     gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)

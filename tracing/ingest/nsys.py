@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tracing.ingest.trace import report_rank
+from tracing.ingest.trace import report_rank, zero_negative
 from tracing.outputs import schema
 from tracing.outputs.errors import TraceFormatError
 
@@ -161,10 +161,7 @@ class _Builder:
     def dur(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """``end - start``, a row that ends before it starts taken as 0 long and counted (the meta says how many)."""
         d = end - start
-        negative = d < 0
-        if negative.any():
-            self.negative_durations += int(negative.sum())
-            d[negative] = 0
+        self.negative_durations += zero_negative(d)
         return d
 
     def codes(self, names: list[str], table: dict[str, int]) -> np.ndarray:

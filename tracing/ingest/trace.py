@@ -50,6 +50,16 @@ class Trace:
         return int(self.events["kind"].isin(schema.GPU_OP_KINDS).sum())
 
 
+def zero_negative(dur: np.ndarray) -> int:
+    """Set ``dur``'s negative durations to 0, in place (a profiler bug: an end before the start, e.g.
+    pytorch/kineto#646); how many there were, for the trace's meta and the ingest summary."""
+    negative = dur < 0
+    count = int(negative.sum())
+    if count:
+        dur[negative] = 0
+    return count
+
+
 def rank_from_name(path: str | Path) -> int | None:
     """``rank-3.json.gz`` / ``trace_rank3.json`` / verl's ``..._rank3-of-8_...`` -> 3; None when the name
     carries no rank (NeMo RL's and Ray's nsys reports do not: see :func:`report_name` and
