@@ -1,38 +1,11 @@
 """verl / NeMo RL metric logs -> per-step numbers, for phase times and sampler/learner mismatch without a trace.
 
-Layouts read (the files the frameworks' own loggers write; keys as their sources log them):
-
-- verl ``FileLogger`` (``trainer.logger=[..., file]``, verl/utils/tracking.py): JSON lines
-  ``{"step": N, "data": {"timing_s/gen": 12.3, "rollout_corr/kl": 1e-4, ...}}`` in
-  ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` (or ``$VERL_FILE_LOGGER_PATH``);
-- flat JSON lines ``{"step": N, "<key>": value, ...}`` (``_step`` too, as a wandb history export has it);
-- NeMo RL's metrics JSON, ``{"<tag>": {"<step>": value}}``: what its ``tests/json_dump_tb_logs.py`` makes of
-  the TensorBoard logs (``logger.tensorboard_enabled``), as its own test suites do;
-- verl's console lines (``trainer.logger=[console]``, verl/utils/logger/aggregate_logger.py): ``step:N -
-  timing_s/gen:12.3 - ...`` in a driver's ``.log`` / ``.txt`` / ``.out``, among its other output (ANSI colours
-  and Ray's ``(TaskRunner pid=N)`` prefixes are stripped; numpy 2's ``np.float64(x)`` is read as x).
-
-A value logged as null, NaN or +-inf is unknown (NaN). A step logged twice (a resumed run) keeps its later
-lines, and the log's notes say which steps.
-
-The keys each framework logs (:data:`FRAMEWORKS`) decide which file is which; a file with none of them, a
-line that is not JSON (truncated), a line without a step, or a timer or token key that is not a number (or is
-negative) is an :class:`InputError` naming the file and the line.
-
-Token counts of each step's generation batch (:func:`step_tokens`), from the keys the frameworks log:
-
-- verl (metric_utils.py): ``perf/total_num_tokens`` is the batch's prompt + response tokens (its attention
-  masks); ``timing_per_token_ms/gen`` = ``timing_s/gen`` * 1000 / response tokens, so generated tokens =
-  ``timing_s/gen`` * 1000 / ``timing_per_token_ms/gen`` (without the total, prompt + response tokens come
-  the same way from ``update_actor``, ``ref``, ``values``, ``adv`` or ``update_critic``, which divide by
-  them); prompt tokens = total - generated; sequences = total / (``prompt_length/mean`` +
-  ``response_length/mean``), the two means being over the same sequences.
-- NeMo RL (grpo.py, experience/rollouts.py): sequences = ``train/total_turns`` /
-  ``train/avg_turns_per_sample``; generated tokens = sequences * ``train/mean_gen_tokens_per_sample``;
-  prompt tokens = sequences * ``train/mean_prompt_length``.
-
-A derived count is kept only when it is a whole number within the rounding of the logged values (float32 in
-TensorBoard, float32 means in verl); otherwise, like a count whose keys are missing, it is None (and noted).
+Layouts, keys and the token-count arithmetic: docs/tracing.md, "Metric logs". A value logged as null, NaN or
++-inf is unknown (NaN); a step logged twice (a resumed run) keeps its later lines, and the notes say which. The
+keys each framework logs (:data:`FRAMEWORKS`) decide which file is which; a file with none of them, a line that
+is not JSON, a line without a step, or a timer or token key that is not a number (or is negative) is an
+:class:`InputError` naming the file and the line. A derived token count is kept only when it is a whole number
+within the rounding of the logged values (float32), else None (and noted).
 """
 
 from __future__ import annotations
@@ -110,12 +83,9 @@ class FrameworkKeys:
 _VERL_ALL_TOKEN_TIMERS = ("update_actor", "ref", "values", "adv", "update_critic")
 
 FRAMEWORKS: dict[str, FrameworkKeys] = {
-    # verl-project/verl 1dda039: verl/trainer/ppo/metric_utils.py compute_timing_metrics ("timing_s/" + every
-    # marked_timer of the trainer; "step" wraps the step). The rollout worker's own timers come back into
-    # timing_raw inside "gen": generate_sequences (fsdp/megatron workers), generation_timing/*, agent_loop/*.
-    # Mismatch: verl/utils/debug/metrics.py (|p_actor - p_rollout|, probability space) and
-    # verl/trainer/ppo/rollout_corr_helper.py (rollout_corr/kl = mean(lp_rollout - lp_old): mxperf kl_k1;
-    # rollout_corr/k3_kl = mean(e^r - r - 1), r = lp_old - lp_rollout: mxperf kl_k3).
+    # verl-project/verl 1dda039: ppo/metric_utils.py compute_timing_metrics; the rollout worker's own timers
+    # (generate_sequences, generation_timing/*, agent_loop/*) come back inside "gen". Mismatch:
+    # utils/debug/metrics.py, ppo/rollout_corr_helper.py (formulas: docs/tracing.md).
     "verl": FrameworkKeys(
         name="verl",
         timing_prefix="timing_s/",
@@ -131,26 +101,17 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
             "rollout_corr/k3_kl": "kl_k3",
         },
         mismatch_prefix="rollout_corr/",
-        # metric_utils.py compute_data_metrics / compute_timing_metrics / compute_throughout_metrics.
         token_keys=frozenset(
             {"perf/total_num_tokens", "prompt_length/mean", "response_length/mean"}
             | {f"timing_per_token_ms/{n}" for n in ("gen", *_VERL_ALL_TOKEN_TIMERS)}
         ),
-        # verl/experimental/one_step_off_policy/ray_trainer.py: _async_gen_next_batch times the awaited
-        # generation of the next batch ("generate_async"; it runs while the learner works on the current
-        # one) and fit_step's _fit_generate logs it with "gen", the main loop's wait for that generation.
+        # one_step_off_policy/ray_trainer.py: "generate_async" runs while the learner works; "gen" is the wait
         beside_step="generate_async",
-        # separation/ray_trainer.py _fit_update_weights times "update_weights"; the one-step-off trainer calls
-        # it inside its "sync_rollout_weights" timer.
+        # the one-step-off trainer calls _fit_update_weights inside its "sync_rollout_weights" timer
         inside_where=(("update_weights", "sync_rollout_weights"),),
     ),
-    # NVIDIA-NeMo/RL 7ea279a: nemo_rl/algorithms/grpo.py logs Timer labels under "timing/train" (sum per
-    # step; "total_step_time" wraps the step) and the loss function's metrics under "train"
-    # (nemo_rl/algorithms/loss/loss_functions.py: token_mult_prob_error = mean exp(|lp_gen - lp_train|), as
-    # mxperf's; gen_kl_error = KL(P_gen || P_train) with loss_fn.reference_policy_kl_type, k3 by default).
-    # Labels "<group>/<part>" time a part of another timer (get_logprobs/shard_data inside
-    # policy_and_reference_logprobs, prepare_for_generation/transfer_and_update_weights inside
-    # prepare_for_generation/total); "idle/*" are the async trainer's own top-level waits.
+    # NVIDIA-NeMo/RL 7ea279a: algorithms/grpo.py (Timer labels, summed per step), loss/loss_functions.py.
+    # "<group>/<part>" times a part of another timer; "*/total" and "idle/*" (async waits) are top-level.
     "nemo_rl": FrameworkKeys(
         name="nemo_rl",
         timing_prefix="timing/train/",
@@ -174,7 +135,6 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
             )
         },
         mismatch_prefix="",
-        # grpo.py grpo_train's "train" metrics; rollouts.py run_multi_turn_rollout's rollout_metrics.
         token_keys=frozenset(
             {
                 "train/total_turns",
@@ -183,9 +143,7 @@ FRAMEWORKS: dict[str, FrameworkKeys] = {
                 "train/mean_prompt_length",
             }
         ),
-        # grpo.py async_grpo_train (and async PPO, the single controller): "exposed_generation" times the
-        # trainer's wait for the replay buffer and for pending generation before the refit; the collector's
-        # generation time is not logged.
+        # async_grpo_train: the wait for the replay buffer and pending generation (generation itself: unlogged)
         waits=frozenset({"exposed_generation"}),
     ),
 }
@@ -387,25 +345,21 @@ def _step_number(value: Any) -> int | None:
 def _numbers(p: Path, where: str, data: dict[str, Any]) -> dict[str, float]:
     """The numeric values of ``data``; a timer or mismatch key with another value is an error."""
     out: dict[str, float] = {}
+    fws = FRAMEWORKS.values()
     for key, value in data.items():
-        known = [
-            fw
-            for fw in FRAMEWORKS.values()
-            if fw.timer(key) is not None or fw.mismatch_metric(key) or key in fw.token_keys
-        ]
+        timer = any(fw.timer(key) is not None for fw in fws)
+        token = any(key in fw.token_keys for fw in fws)
         if value is None:
             out[key] = math.nan  # verl's orjson writes NaN as null
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
             if not math.isfinite(number):  # NaN, Infinity (Python's JSON writes them): unknown
-                out[key] = math.nan
-                continue
-            if known and any(fw.timer(key) is not None for fw in known) and number < 0:
-                raise InputError(f"{p}: {where}: {key} = {value!r} s is a negative duration")
-            if any(key in fw.token_keys for fw in known) and number < 0:
-                raise InputError(f"{p}: {where}: {key} = {value!r} is a negative token or sequence count")
+                number = math.nan
+            elif number < 0 and (timer or token):
+                what = "s is a negative duration" if timer else "is a negative token or sequence count"
+                raise InputError(f"{p}: {where}: {key} = {value!r} {what}")
             out[key] = number
-        elif known:
+        elif timer or token or any(fw.mismatch_metric(key) for fw in fws):
             raise InputError(f"{p}: {where}: {key} = {value!r} is not a number")
     return out
 
