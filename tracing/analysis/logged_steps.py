@@ -1,21 +1,9 @@
 """A framework's metric log -> the per-step tables a trace gives: seconds per (step, phase) in the shape of
-``steps.parquet`` (``schema.STEP_COLUMNS``), and the logged mismatch metrics (``schema.MISMATCH_COLUMNS``).
+``steps.parquet`` (``schema.STEP_COLUMNS``), the logged mismatch metrics and the token counts.
 
-Its token counts per step (``schema.STEP_TOKEN_COLUMNS``) come from :func:`metric_logs.step_tokens`.
-
-Phase seconds: each timer that wraps a part of the step (not one nested inside another timer, not the step's
-own total) goes to the phase the phase map gives its name -- the same map as trace ranges, since verl's
-timers are its NVTX ranges (``timing_s/update_actor`` -> update; NeMo RL ``timing/train/policy_training`` ->
-update) -- summed per phase. ``other`` is the step total (``timing_s/step``, ``timing/train/total_step_time``)
-minus those phases, clipped at zero, as for traces; reward timers count in ``other`` there too. What the log
-cannot say stays NaN, never 0: a phase none of its timers maps to, ``other`` of a step without its total, and at
-one step a phase the other steps log but this one does not (or logs as null / NaN / inf), with that step's
-``other``. A phase logged in only a few steps (a weight sync every k steps) is 0 where it is not logged.
-
-An async trainer's wait for its separate sampler (:meth:`FrameworkKeys.sampler_waits`: verl one-step-off's
-``gen`` beside its ``generate_async``, NeMo RL's ``exposed_generation``) is phase ``generate_wait``, not
-``generate``. Then ``generate`` (verl's ``generate_async``) runs beside the step, so ``other`` is the total
-minus every phase but it; the rows of ``generate_wait`` are there only for a log that has such a timer.
+Which timer goes to which phase, ``other``, NaN versus 0 and the async trainers' ``generate_wait``:
+docs/tracing.md, "Metric logs". Timers go through the same phase map as trace ranges (verl's timers are its
+NVTX ranges).
 """
 
 from __future__ import annotations
@@ -80,21 +68,28 @@ def logged_tables(
     if skipped:
         notes.append(f"counted in 'other' (not a step phase): {', '.join(sorted(skipped))}")
     if overlap:
-        shown = ", ".join(str(s) for s in overlap[:5]) + (" ..." if len(overlap) > 5 else "")
         notes.append(
-            f"step(s) {shown}: the phases add up to more than the step total (overlapping timers, e.g. "
+            f"step(s) {_shown(overlap)}: the phases add up to more than the step total (overlapping timers, e.g. "
             f"asynchronous generation); 'other' clipped to 0"
         )
-    if unknown:
-        for phase, at in sorted(unknown.items()):
-            shown = ", ".join(str(s) for s in at[:5]) + (" ..." if len(at) > 5 else "")
-            notes.append(
-                f"step(s) {shown}: {phase} not logged, or logged as null / NaN / inf, where the other steps log "
-                "it: unknown (NaN) there, and so is 'other'"
-            )
+    for phase, at in sorted(unknown.items()):
+        notes.append(
+            f"step(s) {_shown(at)}: {phase} not logged, or logged as null / NaN / inf, where the other steps log "
+            "it: unknown (NaN) there, and so is 'other'"
+        )
     tokens, token_notes = _token_rows(log)
     notes += token_notes
     return LoggedSteps(steps, _mismatch_rows(log, precision), phase_keys, tuple(notes), tokens)
+
+
+def _shown(steps: list[int]) -> str:
+    return ", ".join(str(s) for s in steps[:5]) + (" ..." if len(steps) > 5 else "")
+
+
+def _columns(names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """Rows -> one list per column (empty lists when there are no rows)."""
+    cols = zip(*rows, strict=True) if rows else ([] for _ in names)
+    return dict(zip(names, map(list, cols), strict=True))
 
 
 def _classify_timers(
@@ -167,9 +162,7 @@ def _step_rows(
         seconds["other"] = max(other, 0.0) if not math.isnan(other) else math.nan
         order = (*STEP_PHASES[:1], SAMPLER_WAIT, *STEP_PHASES[1:]) if waited else STEP_PHASES
         rows += [(log.path, step, phase, seconds[phase]) for phase in order]
-    names = ("trace", "step", "phase", "seconds")
-    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
-    data = {"trace": [], "step": [], "phase": [], "seconds": [], **cols, "rank": None, "pid": METRIC_LOG_PID}
+    data = {**_columns(("trace", "step", "phase", "seconds"), rows), "rank": None, "pid": METRIC_LOG_PID}
     return schema.make_table(data, schema.STEP_COLUMNS, "steps"), overlap, unknown
 
 
@@ -182,8 +175,7 @@ def _mismatch_rows(log: MetricLog, precision: str | None) -> Any:
         if (metric := fw.mismatch_metric(key)) is not None
     ]
     names = ("trace", "framework", "precision", "step", "metric", "key", "value")
-    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
-    return schema.make_table({**{k: [] for k in names}, **cols}, schema.MISMATCH_COLUMNS, "mismatch")
+    return schema.make_table(_columns(names, rows), schema.MISMATCH_COLUMNS, "mismatch")
 
 
 def _token_rows(log: MetricLog) -> tuple[Any, tuple[str, ...]]:

@@ -1,11 +1,8 @@
 """Seconds per step by the trace's own range names: the step's direct child ranges, per process.
 
-For a trace whose ranges the phase map does not know (``## forward ##``, ``## backward ##``,
-``## optimizer ##`` in a plain training loop), the canonical phases are all zero and the whole step is
-"other"; the trace's own top-level names inside each step still say where the time goes. A name's time in a
-step is the union of that step's direct children with that name; ``(outside child ranges)`` is the step's
-wall time not covered by any child. Steps are found and numbered exactly as ``steps.trace_step_phases``
-does, so the rows line up with ``steps.parquet``.
+For a trace whose ranges the phase map does not know (``## forward ##`` in a plain training loop) the whole
+step is "other"; its own top-level names still say where the time goes. A name's time in a step is the union of
+the step's direct children of that name; ``(outside child ranges)`` is the step's wall time none covers.
 """
 
 from __future__ import annotations

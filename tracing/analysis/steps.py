@@ -1,11 +1,8 @@
 """Seconds per step and phase: from a trace's step / phase ranges, or from a run's per-step metrics.
 
-A step is a ``ProfilerStep#N`` range (torch.profiler), an mxperf ``step`` range, or a range whose canonical
-phase is ``step``. A phase's time in a step is the union of that step's ranges mapped to the phase (the phase
-map: verl ``update_actor``, NeMo RL ``policy_training``, ... -> ``update``) on the step's process, so nested
-ranges of one phase count once. ``other`` is step wall time outside the named phases (host work between
-phases, logging), clipped at zero. Steps are per process: a 2-rank trace set has two rows per step and phase,
-never one summed row (what a job waits for is the slowest rank).
+A step is a ``ProfilerStep#N`` range, an mxperf ``step`` range, or a range of phase ``step``. A phase's time in
+a step is the union of the step's ranges of that phase on its process (nested ranges count once); ``other`` is
+the step's wall time outside them, clipped at zero. Steps are per process, never summed over ranks.
 """
 
 from __future__ import annotations
@@ -109,16 +106,19 @@ def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
     return _with_other(wide, wide["step"].map(step_total), ["step"])
 
 
+def _phase_in(t: pa.Table, wanted: tuple[str, ...]) -> np.ndarray:
+    """Rows whose phase is one of ``wanted`` (none without a phase column), tested once per distinct phase."""
+    if "phase" not in t.column_names:
+        return np.zeros(t.num_rows, bool)
+    codes, phases = schema.factorize(t, "phase")
+    return np.array([p in wanted for p in phases] + [False])[codes]
+
+
 def _is_step(ranges: pa.Table) -> np.ndarray:
     """Step ranges: a step-like name (matched once per distinct name: an nsys export has a range per op, no
     str object per row) or the phase ``step``."""
     codes, uniques = schema.factorize(ranges, "name")
-    matched = np.array([is_step_name(n) for n in uniques] + [False])
-    step_phase = False
-    if "phase" in ranges.column_names:
-        p_codes, phases = schema.factorize(ranges, "phase")
-        step_phase = np.array([p == "step" for p in phases] + [False])[p_codes]
-    return matched[codes] | step_phase
+    return np.array([is_step_name(n) for n in uniques] + [False])[codes] | _phase_in(ranges, ("step",))
 
 
 def is_step_name(name: object) -> bool:
@@ -132,11 +132,7 @@ def step_rows(ranges: pd.DataFrame | pa.Table) -> np.ndarray:
     t = ranges if schema.is_arrow(ranges) else schema.from_frame(ranges)
     if t.num_rows == 0:
         return np.zeros(0, bool)
-    step_phase = np.zeros(t.num_rows, bool)
-    if "phase" in t.column_names:
-        p_codes, phases = schema.factorize(t, "phase")
-        step_phase = np.array([p in PHASES for p in phases] + [False])[p_codes]
-    return _is_step(t) | step_phase
+    return _is_step(t) | _phase_in(t, PHASES)
 
 
 def trace_step_phases(
@@ -145,14 +141,10 @@ def trace_step_phases(
     """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``); a frame gives a
     frame, an Arrow table an Arrow table.
 
-    One row per (trace, rank, process, step, phase); empty when the trace has no step ranges. Where the table
-    carries ``queued_end_ns`` (the end of the GPU work launched before each range began) and most of a process's
-    steps begin while such work still runs (the GPU behind the host), its steps and phases are timed on the
-    device, as micro-batches are: a range's time runs from the later of its start and that queued work's end to
-    the end of the last GPU op it launched (``gpu_end_ns``); ``bases`` (when given) gets (trace, pid) ->
-    ``host`` | ``device``. A step with no phase range takes its phases from the detected ``microbatches``
-    inside it (their windows on their own basis), so a training step without phase annotations is not all
-    ``other``.
+    One row per (trace, rank, process, step, phase); empty without step ranges. A process whose steps mostly
+    begin while earlier GPU work still runs is timed on the device (:func:`_device_windows`, docs/contracts.md);
+    ``bases`` (when given) gets (trace, pid) -> ``host`` | ``device``. A step with no phase range takes its
+    phases from the ``microbatches`` found inside it.
     """
     if not schema.is_arrow(ranges):
         return schema.to_frame(trace_step_phases(schema.from_frame(ranges), microbatches, bases))
@@ -172,12 +164,7 @@ def trace_step_phases(
     steps = np.flatnonzero(is_step)
     steps = steps[np.argsort(start[steps], kind="stable")]
     steps, step_no = _outer_steps(steps, ranges, trace, pid, start, end)
-    # numpy columns once (masks per step cost ~1 ms each); every phased row has a phase
-    if "phase" in has:
-        p_codes, phases = schema.factorize(ranges, "phase")
-        phased = np.flatnonzero(np.array([p in PHASES for p in phases] + [False])[p_codes])
-    else:
-        phased = np.zeros(0, np.int64)
+    phased = np.flatnonzero(_phase_in(ranges, PHASES))  # numpy columns once (masks per step: ~1 ms each)
     lo, hi = _device_windows(ranges, start, end, steps, trace, pid, bases)
     p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
     p_lo, p_hi = lo[phased], hi[phased]
@@ -304,24 +291,12 @@ def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
     has each ``ProfilerStep#N`` twice, on the CPU and the GPU timeline), keys ascending (a missing trace or
     rank last), then one row per phase in ``STEP_PHASES`` order, ``other`` = max(step wall - phase sum, 0).
 
-    What pandas' groupby-sum, melt and keyed sort gave, float for float: sums in row order with the same
-    compensated (Kahan) addition as its ``group_sum``, phases summed left to right."""
+    What pandas' groupby-sum, melt and keyed sort gave, float for float (:func:`kahan_sum`; phases summed left
+    to right)."""
     fields = (*PHASES, "_wall")
-    groups: dict[tuple[object, ...], tuple[list[float], list[float]]] = {}
+    groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
     for r in rows:
-        key = (r["trace"], r["rank"], r["pid"], r["step"])
-        acc = groups.get(key)
-        if acc is None:
-            groups[key] = ([0.0 + float(r[f]) for f in fields], [0.0] * len(fields))  # type: ignore[arg-type]
-            continue
-        total, comp = acc
-        for i, f in enumerate(fields):
-            y = float(r[f]) - comp[i]  # type: ignore[arg-type]
-            t = total[i] + y
-            comp[i] = t - total[i] - y
-            if comp[i] != comp[i]:  # an infinite value: no compensation (pandas GH#53606)
-                comp[i] = 0.0
-            total[i] = t
+        groups.setdefault((r["trace"], r["rank"], r["pid"], r["step"]), []).append(r)
 
     def order(key: tuple[object, ...]) -> tuple[object, ...]:
         trace, rank = key[0], key[1]
@@ -329,7 +304,10 @@ def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
         return (trace is None, trace or "", no_rank, 0 if no_rank else rank, key[2], key[3])
 
     keys = sorted(groups, key=order)
-    sums = np.array([groups[k][0] for k in keys], np.float64).reshape(len(keys), len(fields))
+    sums = np.array(
+        [[kahan_sum([float(r[f]) for r in groups[k]]) for f in fields] for k in keys],  # type: ignore[arg-type]
+        np.float64,
+    ).reshape(len(keys), len(fields))
     phase_sum = sums[:, 0]
     for i in range(1, len(PHASES)):
         phase_sum = phase_sum + sums[:, i]
@@ -347,11 +325,8 @@ def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
-    """``step, phase, seconds`` for the step time a job waits for: per step, the slowest process's row.
-
-    The slowest process of a step is the one with the longest step (sum over its phases); its phase split
-    is kept whole, so the phases still add up to that step.
-    """
+    """``step, phase, seconds`` for the step time a job waits for: per step, the phases of the process with
+    the longest step (kept whole, so they add up to that step)."""
     import pandas as pd
 
     if steps.empty:
