@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -88,31 +88,18 @@ def _subtract(
     return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
 
 
-def _open_atomic(dst: Path) -> tuple[IO[str], str]:
-    fd, tmp = store.atomic_target(dst)  # beside dst, with the mode a plain open would give
-    os.close(fd)
-    opener = gzip.open if dst.name.endswith(".gz") else open
-    return opener(tmp, "wt", encoding="utf-8"), tmp  # type: ignore[operator]
-
-
 def _write_trace(dst: Path, events: Iterable[str], meta: dict[str, str]) -> None:
-    fh, tmp = _open_atomic(dst)
-    try:
-        with store.writing(dst), fh:  # a full disk names dst, not the temp file
-            fh.write('{"traceEvents": [\n')
-            first = True
-            for text in events:
-                fh.write(text if first else ",\n" + text)
-                first = False
-            fh.write("\n]")
-            for key, text in meta.items():
-                fh.write(f",\n{json.dumps(key)}: {text}")
-            fh.write("\n}\n")
-        with store.writing(dst):
-            os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    opener: Any = gzip.open if dst.name.endswith(".gz") else open
+    with store.atomic(dst) as tmp, opener(tmp, "wt", encoding="utf-8") as fh:
+        fh.write('{"traceEvents": [\n')
+        first = True
+        for text in events:
+            fh.write(text if first else ",\n" + text)
+            first = False
+        fh.write("\n]")
+        for key, text in meta.items():
+            fh.write(f",\n{json.dumps(key)}: {text}")
+        fh.write("\n}\n")
 
 
 def _timelines(con: Any) -> list[metrics.DeviceTimeline]:

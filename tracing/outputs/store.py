@@ -2,19 +2,8 @@
 
 The only module that touches Parquet. Tables are written to a temporary name in the same directory and
 renamed when complete, so a crash never leaves a half-written table under its real name. Every table
-carries ``schema_version`` in its Parquet key-value metadata; every JSON file carries it as a key.
-
-Output directory layout (docs/contracts.md, "Output directories"):
-
-    run/      manifest.json metrics.parquet ranges.parquet sync_checks.parquet eval_fixed_weights.parquet
-              trace/rank-<r>.json.gz trace/capture-rank-<r>.json [trace/sampler/*.pt.trace.json.gz]
-    sweep/    manifest.json microbatches.parquet (+ the run files)
-    ingest/   manifest.json events/rank-<r>.parquet devices.parquet streams.parquet ranges.parquet
-              kernels.parquet steps.parquet [microbatches.parquet] [mismatch.parquet] [step_tokens.parquet]
-    fit/      manifest.json fits.json report.md *.png
-    demo/     manifest.json sweep/ fit/ consistency/ (each an output of its own)
-
-A whole folder is built beside its final place and swapped in (``tracing.outputs.placement``).
+carries ``schema_version`` in its Parquet key-value metadata; every JSON file carries it as a key. The
+output directory layout: docs/contracts.md, "Output directories".
 """
 
 from __future__ import annotations
@@ -45,15 +34,10 @@ def arrow_without_pandas() -> Iterator[None]:
     """Keep pandas out of a command that builds Arrow tables only (``mxperf ingest`` / ``ranges``): importing
     it is ~0.4-0.7 s of a 1 MB trace's whole ingest.
 
-    pyarrow imports pandas, when it is installed, the first time it converts anything (``pa.array``,
-    ``pa.table``: its pandas shim probes once per process, its C++ conversions once more), and goes on
-    without it when that finds no usable pandas. So while this is active ``sys.modules["pandas"]`` is a
-    stand-in (:class:`_NoPandas`): the shim is made to probe at once and conclude "no pandas" (the stand-in
-    says it is older than pyarrow supports), the C++ probe finds none of pandas' objects, and neither searches
-    the disk (no ``-X importtime`` line). Code on the path that uses pandas fails (:data:`NO_PANDAS`), which
-    ``tests/integration/test_ingest_imports.py`` rules out. A process that imported pandas already (tests,
-    notebooks), or a pyarrow whose shim is not as expected, is left as it is. Afterwards pandas imports as
-    usual (pyarrow's shim imports it on its next explicit use, ``to_pandas`` / ``from_pandas``)."""
+    pyarrow imports pandas the first time it converts anything, and goes on without it when it finds no usable
+    pandas. While this is active ``sys.modules["pandas"]`` is a stand-in (:class:`_NoPandas`) that pyarrow's
+    shim is made to probe at once and reject (too old); code that uses pandas then fails (:data:`NO_PANDAS`).
+    A process that imported pandas already, or a pyarrow whose shim is not as expected, is left as it is."""
     if "pandas" in sys.modules:
         yield
         return
@@ -146,6 +130,21 @@ _FILE_MODE = 0o666 & ~_umask()
 
 
 @contextlib.contextmanager
+def atomic(path: Path) -> Iterator[str]:
+    """A temp file (:func:`atomic_target`) to write in the block: renamed to ``path`` when the block ends, removed
+    when it raises; an OSError names ``path`` (:func:`writing`)."""
+    fd, tmp = atomic_target(path)
+    os.close(fd)
+    try:
+        with writing(path):
+            yield tmp
+            os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     """An OSError inside (read-only or full disk, no permission) becomes :class:`OutputWriteError` naming
     ``path`` -- the file meant, not a temp name."""
@@ -182,15 +181,8 @@ def write_table(
     path = Path(path)
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata(_file_metadata(table.schema, meta))
-    fd, tmp = atomic_target(path)
-    os.close(fd)
-    try:
-        with writing(path):
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic(path) as tmp:
+        pq.write_table(table, tmp)
     return path
 
 
@@ -210,19 +202,16 @@ def write_table_parts(
     """:func:`write_table` for a table that arrives in parts (same columns and dtypes, categoricals with the
     same categories): one row group per part, so only one part is in memory. Returns (path, rows).
 
-    A frame part: the first one's categoricals go out with every category, later ones' with those they use: a reader
-    unifies the row groups' dictionaries in order, so the table read back is the same, and a part of an export
-    whose names are all distinct (emit_nvtx's ``op_id = N``) does not carry (and convert) all of them. A part
-    may come as the Arrow table its frame converts to (:func:`coded_table`: made without pandas categoricals)."""
+    After the first part, a frame part's categoricals go out with only the categories it uses (a reader unifies
+    the row groups' dictionaries in order: the table read back is the same). A part may come as the Arrow table
+    its frame converts to (:func:`coded_table`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
-    fd, tmp = atomic_target(path)
-    os.close(fd)
     writer, rows = None, 0
-    try:
-        with writing(path):
+    with atomic(path) as tmp:
+        try:
             for df in frames:
                 if writer is None:
                     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
@@ -240,13 +229,9 @@ def write_table_parts(
                 rows += len(df)
             if writer is None:
                 raise ValueError("write_table_parts: no parts")
-            writer.close()
-            os.replace(tmp, path)
-    except BaseException:
-        if writer is not None:
-            writer.close()
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        finally:
+            if writer is not None:
+                writer.close()
     return path, rows
 
 
@@ -255,15 +240,12 @@ def coded_table(
     categories: Mapping[str, Sequence[str]],
     carry: Mapping[str, np.ndarray] | None = None,
 ) -> pa.Table:
-    """``pa.Table.from_pandas`` of the frame of ``columns`` (in order; int64 arrays, and category codes for the
-    columns named in ``categories``, -1 missing) with those columns categoricals over ``categories`` -- the same
-    table, schema and pandas metadata included, made without the pandas categoricals: pandas hashes a
-    categorical's categories (~250 bytes and ~1 us each), which for an export whose range names are all distinct
-    is 300 MB and 1.5 s a part.
+    """``pa.Table.from_pandas`` of the frame of ``columns`` (int64 arrays, and category codes, -1 missing, for
+    the columns named in ``categories``) with those columns categoricals over ``categories``, made without
+    pandas' categoricals (which hash every category: 300 MB and 1.5 s a part for an export of distinct names).
 
-    ``carry``: for some of those columns, the sorted codes of the categories this part's dictionary holds (at
-    least the ones its codes use; :class:`CarriedCategories`); the index type and metadata stay the whole
-    table's, so parts carrying different categories share one schema (:func:`write_table_parts`)."""
+    ``carry``: for some of those columns, the sorted codes of the categories this part's dictionary holds
+    (:class:`CarriedCategories`); index type and metadata stay the whole table's, so parts share one schema."""
     import numpy as np
     import pyarrow as pa
 
@@ -295,11 +277,10 @@ def coded_table(
 
 
 class CarriedCategories:
-    """Which categories each part of a table written in parts carries, so that a reader -- which unifies the
-    row groups' dictionaries in order, appending each one's new values -- gets every category, in code order,
-    while no part holds them all: a part carries the ones it uses and every one from the previous parts'
-    highest code up to its own (the last part: up to the end). Where codes grow with the rows (names interned
-    as rows are read: emit_nvtx's distinct ``op_id = N`` names), each part carries about what it uses."""
+    """Which categories each part of a table written in parts carries, so that a reader (which unifies the row
+    groups' dictionaries in order) gets every category in code order while no part holds them all: a part
+    carries the ones it uses and every one from the previous parts' highest code up to its own (the last part:
+    up to the end)."""
 
     def __init__(self, sizes: Mapping[str, int]) -> None:
         self.sizes = dict(sizes)
@@ -376,30 +357,16 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write JSON atomically; ``schema_version`` is added when missing."""
     path = Path(path)
     data = {"schema_version": SCHEMA_VERSION, **obj}
-    fd, tmp = atomic_target(path)
-    try:
-        with writing(path):
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, indent=2, default=str, allow_nan=False)
-                fh.write("\n")
-            os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic(path) as tmp, open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2, default=str, allow_nan=False)
+        fh.write("\n")
     return path
 
 
 def write_text(text: str, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
-    fd, tmp = atomic_target(path)
-    try:
-        with writing(path):
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic(path) as tmp, open(tmp, "w") as fh:
+        fh.write(text)
     return path
 
 
