@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -68,9 +67,6 @@ SIZES_HELP = {
 }
 
 
-# per window (pid, lo, hi arrays): of the GPU ops its process launched in [lo, hi], the first start, the last
-# end (-1 when none) and their busy union (ns); and the end of the GPU work launched before lo (-1: none)
-GpuWork = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
 OVERLAP_SHARE = 0.05  # of a host window: more is material (the fit's rule, perfmodel.fitting.fit_all)
 
 
@@ -145,46 +141,14 @@ def signals_microbatches(
     pattern: str | None,
     timelines: list[metrics.DeviceTimeline],
 ) -> MicrobatchResult:
-    """The micro-batch table from a trace's signals (``mbsignals.gather_signals`` or the engine's), its range
-    table, the kernel table (or GPU ops) precision is read from and its device timelines."""
+    """The micro-batch table and notes from a trace's signals (``mb_engine.engine_signals``), its range table,
+    the kernel table (or GPU ops) precision is read from, and its device timelines."""
+    labels = labels or Labels()
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
-
-    def gpu_work(pid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
-        got = [_gpu_work(sig, *w) for w in zip(pid.tolist(), lo.tolist(), hi.tolist(), strict=True)]
-        return (
-            tuple(np.array(c, np.int64).reshape(len(got)) for c in zip(*got, strict=True))
-            or (np.zeros(0, np.int64),) * 4
-        )
-
-    return microbatch_result(
-        findings,
-        gpu_work,
-        evidence_from,
-        num_ops > 0,
-        labels or Labels(),
-        trace.rank,
-        trace.format,
-        timelines,
-    )
-
-
-def microbatch_result(
-    findings: list[mbdetect.Finding],
-    gpu_work: GpuWork,
-    evidence_from: pa.Table,
-    has_gpu: bool,
-    labels: Labels,
-    rank: int | None,
-    fmt: str,
-    timelines: list[metrics.DeviceTimeline],
-) -> MicrobatchResult:
-    """The table and notes from the cuts. ``gpu_work(pid, lo, hi)``: per window, its own GPU work
-    (:data:`GpuWork`); ``evidence_from``: the kernel table (or the GPU ops) that
-    precision is read from; ``has_gpu``: the trace has GPU ops."""
     evidence = detect_precision(evidence_from)
     precision, warning = reconcile(labels.precision, evidence)
-    rows, notes = _rows(findings, labels, precision, evidence, fmt)
-    table, said = _table(rows, gpu_work, rank, timelines, has_gpu)
+    rows, notes = _rows(findings, labels, precision, evidence, trace.format)
+    table, said = _table(rows, sig, trace.rank, timelines, num_ops > 0)
     kept = Counter(zip(table.column("pid").to_pylist(), table.column("phase").to_pylist(), strict=True))
     for n in notes:
         n["problems"] += said.get((n["pid"], n["phase"]), [])
@@ -238,73 +202,34 @@ def microbatch_table(
     return table
 
 
-@dataclass(frozen=True)
-class Job:
-    """One place to look for micro-batches: an explicit range (``row``) or a region to cut, or a finding that
-    needs no signals (``done``). ``pid``, ``lo``, ``hi``: the host window the cut reads (ns, trace clock)."""
-
-    pid: int
-    lo: int
-    hi: int
-    row: Any = None  # an explicit micro-batch range (a row of the range table)
-    phase: str | None = None  # the explicit range's phase
-    region: mbregions.Region | None = None
-    done: mbdetect.Finding | None = None
-
-
-def plan_jobs(
-    pids: set[int],
-    whole_region: Callable[[int], mbregions.Region | None],
-    ranges: pa.Table,
-    pattern: str | None,
-    ranges_only: bool = False,
-) -> tuple[list[Job], list[mbregions.Region], dict[str, np.ndarray]]:
-    """Where to cut, in output order: explicit ranges, phase / step regions, whole processes. ``pids``: the
-    processes with host items or launches; ``whole_region(pid)``: a process's fallback region."""
+def _findings(
+    sig: Signals, ranges: pa.Table, pattern: str | None, ranges_only: bool = False
+) -> list[mbdetect.Finding]:
+    """The cuts in output order, each with its step: explicit ranges, then phase / step regions, then whole
+    processes (with no ranges, or only op ranges)."""
     regions, explicit, whole = mbregions.find_regions(ranges, pattern)
-    steps = mbregions.profiler_steps(ranges)
-    jobs: list[Job] = []
+    found: list[mbdetect.Finding] = []
     inside: set[int] = set()
     for r in (SimpleNamespace(**row) for row in explicit.to_pylist()):
         host = _enclosing(regions, int(r.pid), int(r.start_ns), int(r.end_ns))
         own = str(r.phase) if str(r.phase) in mbregions.MICROBATCH_PHASES else None
-        jobs.append(Job(int(r.pid), int(r.start_ns), int(r.end_ns), row=r, phase=host.phase if host else own))
+        found.append(mbdetect.explicit_cut(sig, r, host.phase if host else own))
         if host is not None:
             inside.add(regions.index(host))
     if pattern is not None or ranges_only:
         # --microbatch-range names the micro-batches; an mxperf range log has no ops to cut with
         if pattern is not None and explicit.num_rows == 0:
             reason = f"no range matches --microbatch-range {pattern!r}"
-            jobs.append(Job(-1, 0, -1, done=mbdetect.Finding(_NO_REGION, [], reason)))
-        return jobs, regions, steps
-    # a range with explicit micro-batch ranges inside is cut by them
-    jobs += [Job(g.pid, g.start_ns, g.end_ns, region=g) for k, g in enumerate(regions) if k not in inside]
-    has_ranges = set(ranges.column("pid").to_pylist())
-    for pid in sorted((pids - has_ranges) | set(whole)):  # no ranges, or only op ranges
-        region = whole_region(pid)
-        if region is not None:
-            jobs.append(Job(region.pid, region.start_ns, region.end_ns, region=region))
-    return jobs, regions, steps
-
-
-def run_job(sig: Signals, job: Job) -> mbdetect.Finding:
-    """The finding of one job; ``sig`` needs the job's process's host items in [job.lo, job.hi] only."""
-    if job.done is not None:
-        return job.done
-    if job.row is not None:
-        return mbdetect.explicit_cut(sig, job.row, job.phase)
-    assert job.region is not None
-    return mbdetect.cut_region(sig, job.region)
-
-
-def _findings(
-    sig: Signals, ranges: pa.Table, pattern: str | None, ranges_only: bool = False
-) -> list[mbdetect.Finding]:
-    def whole(pid: int) -> mbregions.Region | None:
-        return mbregions.whole_process_region(sig, pid)
-
-    jobs, regions, steps = plan_jobs(set(sig.processes), whole, ranges, pattern, ranges_only)
-    return with_steps([run_job(sig, j) for j in jobs], regions, steps)
+            found.append(mbdetect.Finding(_NO_REGION, [], reason))
+    else:
+        # a range with explicit micro-batch ranges inside is cut by them
+        found += [mbdetect.cut_region(sig, g) for k, g in enumerate(regions) if k not in inside]
+        has_ranges = set(ranges.column("pid").to_pylist())
+        for pid in sorted((set(sig.processes) - has_ranges) | set(whole)):
+            region = mbregions.whole_process_region(sig, pid)
+            if region is not None:
+                found.append(mbdetect.cut_region(sig, region))
+    return with_steps(found, regions, mbregions.profiler_steps(ranges))
 
 
 _NO_REGION = mbregions.Region(-1, -1, None, 0, 0, -1, "")
@@ -455,7 +380,7 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
 
 
 def _table(
-    rows: list[dict[str, Any]], gpu_work: GpuWork, rank: int | None, timelines: list[Any], has_gpu: bool
+    rows: list[dict[str, Any]], sig: Signals, rank: int | None, timelines: list[Any], has_gpu: bool
 ) -> tuple[pa.Table, dict[tuple[int, str], list[str]]]:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
@@ -463,7 +388,8 @@ def _table(
     start = np.array([r["start_ns"] for r in rows], np.int64)
     host_end = np.array([r["host_end_ns"] for r in rows], np.int64)
     pid = np.array([r["pid"] for r in rows], np.int64)
-    _, last, own_busy, before = gpu_work(pid, start, host_end)
+    work = [_gpu_work(sig, *w) for w in zip(pid.tolist(), start.tolist(), host_end.tolist(), strict=True)]
+    last, own_busy, before = (np.array(c, np.int64) for c in list(zip(*work, strict=True))[1:])
     end = np.maximum(host_end, last)
     host = (end - start) / 1e9
     overlap = np.maximum(0, np.minimum(end, before) - start) / 1e9
