@@ -12,41 +12,35 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# The one list of the public API: name -> the module that defines it.
-_API: dict[str, str] = {
-    "open": "tracing.facade",
-    "TraceTables": "tracing.facade",
-    "Capture": "tracing.capture.profiler",
-    "CaptureConfig": "tracing.capture.profiler",
-    "Labels": "tracing.outputs.labels",
-    "parse_labels": "tracing.outputs.labels",
-    "Trace": "tracing.ingest.trace",
-    "detect_format": "tracing.ingest.detect",
-    "load_trace": "tracing.ingest.detect",
-    "load_kineto_events": "tracing.ingest.kineto",
-    "load_nsys_events": "tracing.ingest.decoded",
-    "load_range_log": "tracing.ingest.rangelog",
-    "load_metric_log": "tracing.ingest.metric_logs",
-    "device_metrics": "tracing.analysis.metrics",
-    "device_timelines": "tracing.analysis.metrics",
-    "gpu_ops": "tracing.analysis.metrics",
-    "stream_breakdown": "tracing.analysis.metrics",
-    "union_intervals": "tracing.analysis.metrics",
-    "attribute_ranges": "tracing.analysis.attribution",
-    "range_frame": "tracing.analysis.attribution",
-    "class_totals": "tracing.analysis.kernel_classes",
-    "kernel_table": "tracing.analysis.kernel_classes",
-    "with_rules": "tracing.analysis.kernel_classes",
-    "microbatch_table": "tracing.analysis.microbatches",
-    "find_microbatches": "tracing.analysis.microbatches",
-    "detect_precision": "tracing.analysis.precision",
-    "load_phase_map": "tracing.analysis.phases",
-    "phase_of": "tracing.analysis.phases",
-    "step_phase_table": "tracing.analysis.steps",
-    "logged_step_tables": "tracing.analysis.logged_steps",
-    "annotate": "tracing.analysis.annotate",
-    "analyze": "tracing.jobs",
+# The one list of the public API: module -> the names it defines.
+_MODULES: dict[str, tuple[str, ...]] = {
+    "tracing.facade": ("open", "TraceTables"),
+    "tracing.capture.profiler": ("Capture", "CaptureConfig"),
+    "tracing.outputs.labels": ("Labels", "parse_labels"),
+    "tracing.ingest.trace": ("Trace",),
+    "tracing.ingest.detect": ("detect_format", "load_trace"),
+    "tracing.ingest.kineto": ("load_kineto_events",),
+    "tracing.ingest.decoded": ("load_nsys_events",),
+    "tracing.ingest.rangelog": ("load_range_log",),
+    "tracing.ingest.metric_logs": ("load_metric_log",),
+    "tracing.analysis.metrics": (
+        "device_metrics",
+        "device_timelines",
+        "gpu_ops",
+        "stream_breakdown",
+        "union_intervals",
+    ),
+    "tracing.analysis.attribution": ("attribute_ranges", "range_frame"),
+    "tracing.analysis.kernel_classes": ("class_totals", "kernel_table", "with_rules"),
+    "tracing.analysis.microbatches": ("microbatch_table", "find_microbatches"),
+    "tracing.analysis.precision": ("detect_precision",),
+    "tracing.analysis.phases": ("load_phase_map", "phase_of"),
+    "tracing.analysis.steps": ("step_phase_table",),
+    "tracing.analysis.logged_steps": ("logged_step_tables",),
+    "tracing.analysis.annotate": ("annotate",),
+    "tracing.jobs": ("analyze",),
 }
+_API = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_API)
 

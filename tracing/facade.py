@@ -38,14 +38,6 @@ class TraceTables:
         manifest = self.path / store.MANIFEST
         return self.path.is_dir() and manifest.is_file() and store.read_json(manifest).get("kind") == "ingest"
 
-    def _folder_table(self, name: str, columns: dict[str, str] | None) -> pd.DataFrame:
-        f = self.path / name
-        if f.is_file():
-            return store.read_table(f)
-        if columns is None:
-            raise InputError(f"{self.path}: this output has no {name}")
-        return schema.empty_frame(columns)
-
     def _analyzed(self) -> dict[str, pd.DataFrame]:
         if not self._tables:
             from tracing.analysis.phases import default_phase_map, load_phase_map
@@ -57,9 +49,11 @@ class TraceTables:
             self._tables = analyze(self._trace, pm, self.labels)
         return self._tables
 
-    def _table(self, key: str, name: str, columns: dict[str, str] | None) -> pd.DataFrame:
+    def _table(self, key: str, name: str, columns: dict[str, str]) -> pd.DataFrame:
+        """A folder's ``name`` (empty when it has none), else the trace's analyzed table ``key``."""
         if self.is_folder:
-            return self._folder_table(name, columns)
+            f = self.path / name
+            return store.read_table(f) if f.is_file() else schema.empty_frame(columns)
         return self._analyzed()[key].copy()
 
     def devices(self) -> pd.DataFrame:

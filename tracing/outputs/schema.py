@@ -22,6 +22,7 @@ Tables (one module, so producers and readers cannot drift apart):
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -297,10 +298,8 @@ def conform(df: pd.DataFrame, columns: Mapping[str, str], table: str) -> pd.Data
 
 
 # ------------------------------------------------------------------------------------------------ Arrow tables
-# The ``mxperf ingest`` path builds every table as an Arrow table of the dtypes above (no pandas import); the
-# pandas metadata each carries makes ``pandas.read_parquet`` / ``Table.to_pandas`` give those dtypes back
-# (``string`` / ``str`` columns, nullable ``Int64`` / ``Float64``, categoricals), exactly the metadata
-# ``pyarrow.Table.from_pandas`` writes for a frame of those dtypes.
+# ``mxperf ingest`` builds every table as an Arrow table of the dtypes above (no pandas import), with the pandas
+# metadata ``pyarrow.Table.from_pandas`` writes for a frame of those dtypes, so pandas reads them back as such.
 
 # dtype -> (Arrow type name, pandas_type, numpy_type) of that metadata
 _ARROW: dict[str, tuple[str, str, str]] = {
@@ -335,6 +334,7 @@ def codes_type(num_categories: int) -> str:
     return "int64"
 
 
+@functools.cache
 def _pandas_version() -> str | None:
     """The installed pandas' version, found without importing it (or its package metadata: ~0.1 s)."""
     import importlib.util
@@ -351,16 +351,11 @@ def _pandas_version() -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-_VERSIONS: dict[str, str | None] = {}
-
-
 def pandas_metadata(columns: Mapping[str, str], categories: Mapping[str, int] | None = None) -> bytes:
     """The ``pandas`` schema metadata of a frame with ``columns`` (name -> dtype; ``categories``: the number
     of categories of each ``category`` column), as ``pyarrow.Table.from_pandas`` writes it."""
     import pyarrow as pa
 
-    if "pandas" not in _VERSIONS:
-        _VERSIONS["pandas"] = _pandas_version()
     entries = []
     for c, dtype in columns.items():
         if dtype == "category":
@@ -379,8 +374,8 @@ def pandas_metadata(columns: Mapping[str, str], categories: Mapping[str, int] | 
         "attributes": {},
         "creator": {"library": "pyarrow", "version": pa.__version__},
     }
-    if _VERSIONS["pandas"] is not None:
-        doc["pandas_version"] = _VERSIONS["pandas"]
+    if _pandas_version() is not None:
+        doc["pandas_version"] = _pandas_version()
     return json.dumps(doc).encode()
 
 
