@@ -1,19 +1,14 @@
 """Ingest jobs: one trace file -> its event table (staged Parquet) and every small table; mapped over files.
 
-    file --(tracing.ingest.decoded: a batch at a time)--> events Parquet --(the engine: tracing.analysis)--> tables
-
-Every table is an Arrow table of its ``tracing.outputs.schema`` dtypes (the command imports no pandas);
-:func:`analyze` gives the notebook its pandas frames.
-
-The per-file step (:func:`ingest_file`) is a pure function of one path (plus options) that writes its event
-table to a staging name and returns the small tables; it is mapped over files in-process, with a local process
-pool (``workers``), or as Ray tasks (``ray_address``; the workers read the paths from a shared filesystem and
-write to the shared output directory). The caller (``mxperf ingest``) renames staged files into place only once
-every file succeeded, so a bad input never leaves partial Parquet behind.
+:func:`ingest_file` is a pure function of one path (plus options): it writes the event table to a staging name
+and returns the small tables as Arrow (the command imports no pandas; :func:`analyze` gives the notebook
+frames). It is mapped in-process, over a process pool or as Ray tasks (paths and output on a shared
+filesystem); ``mxperf ingest`` renames staged files into place only once every file succeeded.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -110,6 +105,7 @@ def analyze_in(
     part at a time (``Analysis.staged_ranges``); the analysis then holds only the rows the other tables read
     (``range_tables.summary_rows``)."""
     phase_map = phase_map or default_phase_map()
+    staged_ranges = None
     num_ops = gpu_tables.make_ops(con)
     timelines = gpu_tables.device_timelines(con)
     streams = engine.table(gpu_tables.stream_rows(con), schema.STREAM_COLUMNS, "streams")
@@ -132,36 +128,7 @@ def analyze_in(
             )
     sig = engine_signals(con, gemm_names(kernels))
     mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
-    analysis = assemble(trace, timelines, streams, _queued_ends(con, ranges, num_ops), kernels, mb)
-    if trace.range_log is None and ranges_to is not None and n >= staged.STAGE_ROWS:
-        analysis.staged_ranges = staged_ranges
-    return analysis
-
-
-def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
-    """The whole range table (with its trace columns) to ``path``, from the engine a part at a time."""
-    import pyarrow as pa
-
-    parts = (
-        with_trace_cols(engine.table(pa.Table.from_batches([b]), schema.RANGE_COLUMNS, "ranges"), trace)
-        for b in range_tables.range_parts(con, staged.STAGE_ROWS)
-    )
-    first = next(parts)
-    with staged.part_file(path, first.schema) as add:
-        add(first)
-        for part in parts:
-            add(part)
-
-
-def assemble(
-    trace: Trace,
-    timelines: list[metrics.DeviceTimeline],
-    streams: pa.Table,
-    ranges: pa.Table,
-    kernels: pa.Table,
-    mb: MicrobatchResult,
-) -> Analysis:
-    """Every per-trace table from the GPU-op tables, the range table and the micro-batches."""
+    ranges = _queued_ends(con, ranges, num_ops)
     bases: dict[Any, str] = {}
     step_table = steps.trace_step_phases(with_trace_cols(_step_input(ranges), trace), mb.table, bases)
     behind = sorted(str(pid) for (_, pid), basis in bases.items() if basis == "device")
@@ -181,7 +148,21 @@ def assemble(
         "steps": step_table,
         "microbatches": mb.table,
     }
-    return Analysis(tables, mb, timelines)
+    return Analysis(tables, mb, timelines, staged_ranges)
+
+
+def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
+    """The whole range table (with its trace columns) to ``path``, from the engine a part at a time."""
+    import pyarrow as pa
+
+    parts = (
+        with_trace_cols(engine.table(pa.Table.from_batches([b]), schema.RANGE_COLUMNS, "ranges"), trace)
+        for b in range_tables.range_parts(con, staged.STAGE_ROWS)
+    )
+    first = next(parts)
+    with staged.part_file(path, first.schema) as add:
+        for part in itertools.chain([first], parts):
+            add(part)
 
 
 # what trace_step_phases reads (+ trace, rank)
@@ -206,16 +187,8 @@ def _queued_ends(con: Any, ranges: pa.Table, num_ops: int) -> pa.Table:
     idx = np.flatnonzero(rows)
     if len(idx) == 0:
         return ranges
-    con.register(
-        "step_q",
-        pa.table(
-            {
-                "i": pa.array(idx, pa.int64()),
-                "pid": ranges.column("pid").take(pa.array(idx)),
-                "start_ns": ranges.column("start_ns").take(pa.array(idx)),
-            }
-        ),
-    )
+    q = ranges.select(["pid", "start_ns"]).take(pa.array(idx))
+    con.register("step_q", q.add_column(0, "i", pa.array(idx, pa.int64())))
     try:
         got = engine.arrow(
             con,
@@ -365,7 +338,6 @@ def combine_microbatches(results: list[FileResult]) -> pa.Table | None:
     ``repeat`` becomes one traced step of one rank across the set: a dense index over (trace, rank, process,
     step), so the bootstrap resamples whole steps.
     """
-    import numpy as np
     import pyarrow as pa
 
     from tracing.analysis.microbatches import EXTRA_COLUMNS
@@ -478,8 +450,7 @@ def ingest_many(
             return [f.result() for f in futures]  # in order: the first failing file's error
     out = []
     for job in jobs:
-        bytes_read = progress.bytes_read if progress is not None else None
-        out.append(stage_tables(ingest_file(*job, progress=bytes_read), stage_dir, job[4]))
+        out.append(_ingest_staged(*job, progress=progress.bytes_read if progress is not None else None))
         if progress is not None:
             progress.file_done()
     return out
@@ -492,9 +463,9 @@ def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _ingest_staged(*job: Any) -> FileResult:
-    """:func:`ingest_file` in a worker, its large tables staged beside its events (``tracing.staged``)."""
-    return stage_tables(ingest_file(*job), job[3], job[4])
+def _ingest_staged(*job: Any, progress: Callable[[int, int], None] | None = None) -> FileResult:
+    """:func:`ingest_file`, its large tables staged beside its events (``tracing.staged``)."""
+    return stage_tables(ingest_file(*job, progress=progress), job[3], job[4])
 
 
 def _ingest_ray(

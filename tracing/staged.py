@@ -1,21 +1,10 @@
 """A file's large tables leave its worker as staged files, so the command holds summaries, not every rank's rows.
 
-``mxperf ingest`` over many ranks would gather every file's range, kernel and stream tables in the driver
-(pickled back from pool and Ray workers) before writing each as one concatenated table: memory would grow with
-the ranks and their sizes (64 ranks of 100 k ranges each hold ~2 GB of rows there). Instead a worker writes
-each of those tables that has :data:`STAGE_ROWS` rows or more beside its staged events and keeps what the
-command prints (the range count, seconds per phase); the command writes each output table a part at a time::
-
-    worker:  FileResult --(stage_tables)--> OUT/.staging/.ranges-<i>.arrow (.kernels-<i>, .streams-<i>), for
-                                            tables of STAGE_ROWS rows or more; num_ranges, phase_seconds kept
-    driver:  table_parts: small tables gathered up to STAGE_ROWS rows, staged ones read back a part at a time
-             --(store.write_table_parts: a row group per part)--> ranges.parquet, kernels.parquet, streams.parquet
-
-Small tables stay in the result (staging a 100-row table costs more than it saves), so a set of small ranks
-writes its tables exactly as before, in one part. The staged files are Arrow IPC streams (record batches one
-after another: written and read back by the same installation, and removed with the staging folder), cheaper
-than Parquet for a table that is written out again anyway. Same rows, columns, order and dtypes as the
-concatenation (``tests/integration/test_staged_tables.py``).
+A worker writes each range, kernel and stream table of :data:`STAGE_ROWS` rows or more beside its staged events
+(``.ranges-<i>.arrow``, ...) and keeps what the command prints (range count, seconds per phase); the command
+writes each output table a part at a time (:func:`table_parts`). Small tables stay in the result: staging a
+100-row table costs more than it saves. Staged files are Arrow IPC streams, cheaper than Parquet for a table
+written out again anyway. Same rows, columns, order and dtypes as the concatenation (docs/tracing.md).
 """
 
 from __future__ import annotations
