@@ -40,11 +40,8 @@ import numpy as np
 from tracing.analysis.mbregions import Region
 from tracing.analysis.mbsignals import Items, Signals, start_slice
 
-_BLOCK = 1 << 16
-FORWARD_ONLY_PHASES = (
-    "logprob",
-    "reward",
-)  # phases whose micro-batches run forwards only  # items per block where a whole region's items are scanned (_bursts)
+_BLOCK = 1 << 16  # items per block where a whole region's items are scanned
+FORWARD_ONLY_PHASES = ("logprob", "reward")  # phases whose micro-batches run forwards only
 
 
 @dataclass(frozen=True)
@@ -378,7 +375,9 @@ def _cuts_from_forwards(
         model = next((m for m in (sig.model_of(c, k) for c, k in lookups) if m), None)
         tokens_i, unit = (max(known), "tokens") if known else _gemm_size(sig, p, f_tid, starts[i], nxt[i])
         how = "embedding" if known else "gemm" if tokens_i else ""
-        cuts.append(_detected(p.pid, f_tid, region, starts[i], end, tokens_i, how, backward, model, unit))
+        cuts.append(
+            _detected(region, f_tid, starts[i], end, tokens_i, how, backward=backward, model=model, unit=unit)
+        )
     if not any(c.backward for c in cuts) and region.phase not in FORWARD_ONLY_PHASES:
         return Finding(
             region,
@@ -426,32 +425,9 @@ def _prep_start(sig: Signals, items: Items, f_tid: int, prev_end: int, anchor: i
     return int(p.start[w].min()) if len(w) else anchor
 
 
-def _detected(
-    pid: int,
-    tid: int,
-    region: Region,
-    start: int,
-    end: int,
-    tokens: int | None,
-    tokens_from: str,
-    backward: bool,
-    model: str | None = None,
-    unit: str = "unknown",
-) -> Cut:
-    return Cut(
-        pid,
-        tid,
-        region.phase,
-        region.step,
-        start,
-        end,
-        tokens,
-        tokens_from,
-        "detected",
-        backward,
-        model=model,
-        unit=unit,
-    )
+def _detected(region: Region, tid: int, start: int, end: int, tokens: int | None, how: str, **kw: Any) -> Cut:
+    """A detected cut of ``region`` on thread ``tid`` (``kw``: ``backward``, ``model``, ``unit``)."""
+    return Cut(region.pid, tid, region.phase, region.step, start, end, tokens, how, "detected", **kw)
 
 
 def _after_backward(sig: Signals, items: Items, f_tid: int, burst_end: int, limit: int) -> int:
@@ -515,7 +491,7 @@ def _cuts_from_backwards(
         end = _after_backward(sig, p, f_tid, b1, nxt)
         tokens, unit = _gemm_size(sig, p, f_tid, start, b0)
         cuts.append(
-            _detected(p.pid, f_tid, region, start, end, tokens, "gemm" if tokens else "", True, None, unit)
+            _detected(region, f_tid, start, end, tokens, "gemm" if tokens else "", backward=True, unit=unit)
         )
         prev_end = end
     return Finding(region, cuts)
