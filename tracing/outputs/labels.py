@@ -63,14 +63,7 @@ class Labels:
 
     def merged(self, override: Labels) -> Labels:
         """These labels with every field that ``override`` sets replaced."""
-        return replace(
-            self,
-            **{
-                f.name: getattr(override, f.name)
-                for f in fields(self)
-                if getattr(override, f.name) is not None
-            },
-        )
+        return replace(self, **override.as_dict())
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -116,16 +109,15 @@ def sidecar_labels(trace_path: str | os.PathLike[str], *, overridden: Iterable[s
 
     Keys in ``overridden`` (set on the command line, which wins) are neither read nor checked."""
     p = Path(trace_path)
-    candidates = [p / SIDECAR] if p.is_dir() else [p.parent / SIDECAR]
-    for path in candidates:
-        if path.is_file():
-            try:
-                data = tomllib.loads(path.read_text())
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(f"{path}: not valid TOML ({exc})") from None
-            section = data.get("labels", data.get("label", data))
-            if not isinstance(section, dict):
-                raise InputError(f"{path}: [labels] must be a table")
-            skip = set(overridden)
-            return _from_mapping({k: v for k, v in section.items() if k not in skip}, str(path))
-    return Labels()
+    path = (p if p.is_dir() else p.parent) / SIDECAR
+    if not path.is_file():
+        return Labels()
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    section = data.get("labels", data.get("label", data))
+    if not isinstance(section, dict):
+        raise InputError(f"{path}: [labels] must be a table")
+    skip = set(overridden)
+    return _from_mapping({k: v for k, v in section.items() if k not in skip}, str(path))

@@ -13,6 +13,7 @@ error recorded) or ``interrupted`` (Ctrl-C, SIGTERM) and the files it lists, and
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import platform
 import re
@@ -25,16 +26,15 @@ from types import TracebackType
 from typing import Any
 
 from tracing.outputs import placement, store
-from tracing.outputs.errors import InputError, OutputExistsError, OutputWriteError
+from tracing.outputs.errors import InputError, OutputExistsError, OutputWriteError, building, forget, shown
 from tracing.outputs.version import __version__
 
 KINDS, STATUSES = placement.KINDS, placement.STATUSES
 
 
 def _version(dist: str) -> str | None:
-    """The installed version of ``dist``: its module's ``__version__`` when it is already imported, else the
-    version in the name of its one ``<dist>-<version>.dist-info`` folder on ``sys.path``, else what
-    ``importlib.metadata`` says (importing that and parsing METADATA files costs ~15 ms a process)."""
+    """The installed version of ``dist``: its imported module's ``__version__``, else the version in its one
+    ``.dist-info`` folder's name, else ``importlib.metadata``'s (which costs ~15 ms a process)."""
     found = getattr(sys.modules.get(dist), "__version__", None)
     if isinstance(found, str):
         return found
@@ -49,23 +49,21 @@ def _version(dist: str) -> str | None:
         return None
 
 
-_DIST_INFO: dict[str, list[str]] = {}
-
-
+@functools.cache
 def _dist_info_versions() -> dict[str, list[str]]:
     """Normalized distribution name -> versions of its ``.dist-info`` folders on ``sys.path`` (read once)."""
-    if not _DIST_INFO:
-        for entry in sys.path:
-            try:
-                names = os.listdir(entry or ".")
-            except OSError:
-                continue
-            for name in names:
-                stem = name[: -len(".dist-info")]
-                if name.endswith(".dist-info") and stem.count("-") == 1:
-                    dist, version = stem.split("-")
-                    _DIST_INFO.setdefault(dist.lower().replace(".", "_"), []).append(version)
-    return _DIST_INFO
+    found: dict[str, list[str]] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            stem = name[: -len(".dist-info")]
+            if name.endswith(".dist-info") and stem.count("-") == 1:
+                dist, version = stem.split("-")
+                found.setdefault(dist.lower().replace(".", "_"), []).append(version)
+    return found
 
 
 def cpu_name() -> str:
@@ -103,10 +101,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def git_sha() -> str | None:
-    """The commit of the mxperf checkout that is running (null when not a git checkout).
-
-    Read from the repository's files when they say it plainly (HEAD, a loose or packed ref: ~0.1 ms), else
-    from ``git rev-parse HEAD`` (a process: 5-10 ms of every command's run)."""
+    """The commit of the mxperf checkout that is running (null when not a git checkout): from the repository's
+    files when they say it plainly (~0.1 ms), else from ``git rev-parse HEAD`` (a process: 5-10 ms)."""
     here = Path(__file__).resolve().parent
     sha = _sha_from_files(here)
     if sha is not None:
@@ -224,19 +220,19 @@ class OutputDir:
         self.kept_at: Path | None = None  # where a failed / interrupted attempt went (None: discarded)
         placement.check_target(self.target, kind=kind, force=force, inputs=self.inputs)
         self._tmp: Path | None = None
+        if command is None:
+            command = ["mxperf", *sys.argv[1:]]
         self._data: dict[str, Any] = {
             "kind": kind,
             "status": "running",
             "created": now_iso(),
             "mxperf_version": __version__,
             "git_sha": git_sha(),
-            "command": list(command) if command is not None and not isinstance(command, str) else command,
+            "command": command if isinstance(command, str) else list(command),
             "config": dict(config or {}),
             "machine": machine_info(),
             "compute_dtype": compute_dtype,
         }
-        if self._data["command"] is None:
-            self._data["command"] = ["mxperf", *sys.argv[1:]]
 
     def update(self, **fields: Any) -> None:
         """Add fields to the manifest (written at the end, or now with :meth:`flush`)."""
@@ -257,7 +253,7 @@ class OutputDir:
             raise OutputWriteError(
                 f"{self.target}: cannot create the output folder ({exc.strerror or exc})"
             ) from None
-        placement.building(self._tmp, self.target)
+        building(self._tmp, self.target)
         self.path = self._tmp
         try:
             self.flush()
@@ -306,12 +302,12 @@ class OutputDir:
         """The attempt cannot even record how it ended (a full or read-only disk): drop it when an old output
         is there (which stays, and the space comes back), else leave it where it is, and say which."""
         assert self._tmp is not None
-        message = placement.shown(error)
+        message = shown(error)
         if self.target.is_dir() and any(self.target.iterdir()):
             shutil.rmtree(self._tmp, ignore_errors=True)
             fate = f"{self.target} is unchanged"
         else:
-            placement.forget(self._tmp)
+            forget(self._tmp)
             fate = f"what was written is in {self._tmp}"
         self.path = self.target
         raise OutputWriteError(f"{message}; {fate}") from None

@@ -25,14 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tracing.outputs import store
-from tracing.outputs.errors import (  # noqa: F401 -- building / forget / shown: placement's names too
-    InputError,
-    OutputExistsError,
-    OutputWriteError,
-    building,
-    forget,
-    shown,
-)
+from tracing.outputs.errors import InputError, OutputExistsError, OutputWriteError
 
 FORCE_HELP = "replace an mxperf output of this kind at -o (kept until the new one is complete)"
 OUT_HELP = "output folder: new, empty, or an mxperf output of this kind with --force"
@@ -180,9 +173,7 @@ def make_temp_sibling(target: Path) -> Path:
     would give (mkdtemp's 0700 would make shared result folders unreadable)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent))
-    mask = os.umask(0)
-    os.umask(mask)
-    tmp.chmod(0o777 & ~mask)
+    tmp.chmod(0o777 & ~store.umask())
     return tmp
 
 

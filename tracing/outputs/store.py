@@ -120,13 +120,14 @@ def events_path(out_dir: Path, rank: int | str) -> Path:
     return Path(out_dir) / EVENTS_DIR / f"rank-{rank}.parquet"
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (read by setting it, then set back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-_FILE_MODE = 0o666 & ~_umask()
+_FILE_MODE = 0o666 & ~umask()
 
 
 @contextlib.contextmanager
