@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracing.ingest import kineto_decode
+from tracing.ingest import kineto_rows
 from tracing.ingest.jsonstream import ChromeTraceReader
 from tracing.ingest.kineto import load_kineto_events
 from tracing.ingest.kineto_rows import EVENTS, KinetoEvent, Slow
@@ -40,7 +40,7 @@ def _event_by_event(*_: object) -> None:
 def _load(path: Path, fast: bool) -> object:
     with pytest.MonkeyPatch.context() as mp:
         if not fast:
-            mp.setattr(kineto_decode, "record_rows", _event_by_event)
+            mp.setattr(kineto_rows, "record_rows", _event_by_event)
         return load_kineto_events(path)
 
 
@@ -269,7 +269,7 @@ def test_text_pids_and_tids_stay_on_the_typed_path_with_the_same_table(tmp_path)
     path = _write_trace(tmp_path, [*_filler(20), *ops, _kernel("90.5", tid='"7"'), *_filler(20)])
     assert _record_batches(path) >= 1
     with pytest.MonkeyPatch.context() as mp:  # no batch falls back to the event-by-event path
-        mp.setattr(kineto_decode, "_slow_batch", _event_by_event)
+        mp.setattr(kineto_rows, "_slow_batch", _event_by_event)
         fast = load_kineto_events(path).events
     assert set(fast["tid"]) >= {1890023232, -2} and set(fast["pid"]) >= {4242}
     assert_same_outcome(path)

@@ -73,7 +73,7 @@ def decode(
 
         dec: Any = NsysDecoder(path, progress=progress)
     else:
-        from tracing.ingest.kineto_decode import KinetoDecoder
+        from tracing.ingest.kineto_rows import KinetoDecoder
 
         dec = KinetoDecoder(path, include_python, progress=progress)
     writer: pq.ParquetWriter | None = None

@@ -1,4 +1,4 @@
-"""Kineto events -> growable int64 columns of the event table.
+"""Kineto file -> growable int64 columns of the event table, batch by batch (:class:`KinetoDecoder`).
 
 A batch is decoded by msgspec into :class:`KinetoEvent` records holding only the keys the table reads and
 converted a column at a time (:func:`record_rows`). A batch msgspec rejects, or that holds anything unusual
@@ -8,19 +8,23 @@ untyped), which gives the same rows or an error naming the event and the field.
 
 from __future__ import annotations
 
+import os
 import re
 from array import array
+from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from itertools import compress
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from tracing.ingest.jsonstream import ANY
+from tracing.ingest.jsonstream import ANY, NESTED_TOO_DEEP, RAWS, ChromeTraceReader
 from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
 from tracing.ingest.trace import zero_negative
 from tracing.outputs import schema
+from tracing.outputs.errors import TraceFormatError
 
 # Kineto category -> event kind (older Kineto builds used capitalised names).
 CATEGORY_KIND: dict[str, str] = {
@@ -42,14 +46,11 @@ CATEGORY_KIND: dict[str, str] = {
     "python_function": schema.PYTHON,
 }
 KIND_CODE = {k: i for i, k in enumerate(schema.EVENT_KINDS)}
-_GPU_CODES = frozenset(
+_GPU_CODES = sorted(
     KIND_CODE[k] for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET, schema.SYNC, schema.GPU_RANGE)
 )
-
-
 _KIND_CODE_OF_CAT = {cat: KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()}
 _KIND_CODE_OF_CAT_NO_PY = {cat: k for cat, k in _KIND_CODE_OF_CAT.items() if k != KIND_CODE[schema.PYTHON]}
-_GPU_CODE_LIST = sorted(_GPU_CODES)
 
 
 def as_int(value: Any) -> int:
@@ -105,13 +106,6 @@ _PLAIN_DIMS = re.compile(rb"[\[\]0-9, \t\n\r]*")  # Input Dims of non-negative i
 _WHITESPACE = re.compile(rb"[ \t\n\r]+")
 
 
-def shape_text(value: Any) -> str:
-    """``args["Input Dims"]`` (a decoded JSON value) -> its compact JSON text, the ``shapes`` column value."""
-    if value is None:
-        return ""
-    return msgspec.json.encode(value).decode()
-
-
 class Columns:
     """Growable int64 columns plus interned names: the whole per-event state of the parser."""
 
@@ -146,11 +140,10 @@ class Columns:
         return out
 
     def shape_code(self, value: Any) -> int:
-        """Code of a decoded ``Input Dims`` value (None: absent -> 0)."""
+        """Code of a decoded ``Input Dims`` value (None: absent -> 0), interned as its compact JSON text."""
         if value is None:
             return 0
-        text = shape_text(value)
-        return self.shapes.setdefault(text, len(self.shapes))
+        return self.shapes.setdefault(msgspec.json.encode(value).decode(), len(self.shapes))
 
     def raw_shape_code(self, raw: bytes) -> int:
         """Code of an ``Input Dims`` raw JSON text; the same code :meth:`shape_code` gives."""
@@ -165,10 +158,7 @@ class Columns:
         return code
 
     def name_code(self, name: str) -> int:
-        code = self.names.get(name)
-        if code is None:
-            code = self.names[name] = len(self.names)
-        return code
+        return self.names.setdefault(name, len(self.names))
 
     def id_of(self, value: Any) -> int:
         if type(value) is int:
@@ -280,7 +270,7 @@ def record_rows(
     negative = zero_negative(dur)  # as event_row: 0 long, counted (by the caller, once the batch is in)
     args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
     n = len(evs)
-    gpu = np.isin(np.array(kinds, np.int8), _GPU_CODE_LIST)
+    gpu = np.isin(np.array(kinds, np.int8), _GPU_CODES)
     g_idx = np.flatnonzero(gpu).tolist()
     no = schema.NO_ID
     dev, stream = np.full(n, no, np.int64), np.full(n, no, np.int64)
@@ -305,7 +295,8 @@ def record_rows(
 
 def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
     """Append a batch: ``cols`` are the ``_ROW_COLUMNS`` values, then the shape codes (None: all 0)."""
-    typed = [_int64s(col) for col in cols[:-1]]  # OverflowError here leaves the columns untouched
+    # OverflowError here leaves the columns untouched
+    typed = [array("q", col.tobytes() if isinstance(col, np.ndarray) else col) for col in cols[:-1]]
     c.kind.extend(array("b", kinds))
     c.name.extend(array("i", names))
     for key, col in zip(_ROW_COLUMNS, typed, strict=True):
@@ -315,9 +306,74 @@ def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any])
     c.shape.extend(array("i", [0]) * len(kinds) if shape is None else array("i", shape))
 
 
-def _int64s(col: Any) -> array:
-    if isinstance(col, np.ndarray):
-        out = array("q")
-        out.frombytes(col.astype(np.int64, copy=False).tobytes())
-        return out
-    return array("q", col)
+class KinetoDecoder:
+    """Decodes a Kineto file batch by batch into ``columns`` (:class:`Columns`); :meth:`run` yields after each
+    batch, so a caller may :meth:`Columns.take` the rows so far and keep memory bounded (streaming ingest).
+    After the run, ``reader.meta`` holds the other top-level keys and ``skipped`` the X events left out."""
+
+    def __init__(self, path: str | os.PathLike[str], include_python: bool, *, progress: Any = None) -> None:
+        self.path = Path(path)
+        self.reader = ChromeTraceReader(self.path, progress=progress)
+        self.columns = Columns()
+        self.include_python = include_python
+        self.skipped = 0
+
+    def run(self) -> Iterator[None]:
+        items_seen, saw_event = 0, False  # a list of objects none of which has a "ph" is not a trace
+        for first, text, items in self.reader.batches(EVENTS.decode):
+            items_seen += len(items)
+            if items[0].__class__ is KinetoEvent:
+                saw_event = saw_event or any(e.ph is not None for e in items)
+                try:
+                    kinds, names, cols, skipped, negative = record_rows(
+                        items, self.columns, self.include_python
+                    )
+                    append_rows(self.columns, kinds, names, cols)
+                    self.columns.negative_durations += negative
+                except (Slow, TypeError, ValueError, OverflowError, msgspec.DecodeError):
+                    items = RAWS.decode(text)  # redo the batch event by event: same rows or an exact error
+                else:
+                    self.skipped += skipped
+                    yield
+                    continue
+            events = [_untyped(self.path, first + i, raw) for i, raw in enumerate(items)]
+            saw_event = saw_event or any(type(ev) is dict and "ph" in ev for ev in events)
+            self.skipped += _slow_batch(self.path, events, first, self.columns, self.include_python)
+            yield
+        if items_seen and not saw_event:
+            raise TraceFormatError(
+                self.path,
+                f"none of the {items_seen} items in the event list is a trace event (no 'ph'): not a trace",
+            )
+
+
+def _untyped(path: Path, index: int, raw: msgspec.Raw) -> Any:
+    try:
+        return ANY.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(path, f"traceEvents[{index}]: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceFormatError(path, f"traceEvents[{index}]: {NESTED_TOO_DEEP}") from None
+
+
+def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:
+    """Append the rows of a batch of untyped events one by one; an error names ``traceEvents[first + i]``."""
+    rows, skipped = [], 0
+    for i, ev in enumerate(batch):
+        try:
+            row = event_row(ev, c, include_python)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TraceFormatError(path, f"traceEvents[{first + i}]: {exc}") from None
+        if row is None:
+            skipped += 1 if type(ev) is dict and ev.get("ph") == "X" else 0
+        else:
+            rows.append(row)
+    if rows:
+        cols = [list(col) for col in zip(*rows, strict=True)]
+        try:
+            append_rows(c, cols[0], cols[1], cols[2:])
+        except OverflowError:
+            raise TraceFormatError(
+                path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64"
+            ) from None
+    return skipped
