@@ -1,26 +1,12 @@
 """Capture: torch.profiler around chosen training steps, one Kineto ``json.gz`` per rank, plus a manifest.
 
-    from tracing.capture.profiler import Capture, CaptureConfig
     with Capture(run_dir, CaptureConfig(wait=1, warmup=1, active=3)) as cap:
         for step in range(n):
             train_step()          # ranges from tracing.capture.ranges.RangeLog land in the trace as user_annotation
             cap.step()
     # -> run_dir/trace/rank-<r>.json.gz and run_dir/trace/capture-rank-<r>.json
 
-Activities: CPU always; CUDA (CUPTI kernels, memcpys, memsets, runtime/driver calls) when CUDA is available,
-except under Nsight Systems (``nsys=True``), which takes CUPTI for itself (one subscriber only). Operator
-input shapes are recorded by default (``record_shapes``), so token counts can be read back from the trace.
-The wait / warmup / active schedule skips start-up steps and discards warm-up ones (CUPTI's own start cost);
-:meth:`CaptureConfig.window` is the default: a bounded window of ``DEFAULT_ACTIVE_STEPS`` steps after one
-skipped and one warm-up step, so a long run's trace stays the size of two steps.
-
-**Nsight Systems** (``nsys=True``): the capture context calls ``cudaProfilerStart`` when the first active step
-begins and ``cudaProfilerStop`` after the last, so nsys records only the profiled steps::
-
-    nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop -t cuda,nvtx \\
-        -o run mxperf run ... --trace --trace-steps 1,1,3 --nsys
-    nsys export --type sqlite run.nsys-rep      # -> run.sqlite, then: mxperf ingest run.sqlite -o out/
-
+Activities, the step schedule and the Nsight Systems bracket (``nsys=True``): docs/tracing.md, "Capture".
 torch is imported only when a capture starts, so importing this module costs nothing.
 """
 
@@ -58,9 +44,8 @@ class CaptureConfig:
     profile_memory: bool = False
     with_stack: bool = False
     cuda: bool | None = None  # None: when available
-    nsys: bool = (
-        False  # cudaProfilerStart/Stop around the active steps (nsys --capture-range=cudaProfilerApi)
-    )
+    # cudaProfilerStart/Stop around the active steps (nsys --capture-range=cudaProfilerApi)
+    nsys: bool = False
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1 or self.repeat < 1:
@@ -98,10 +83,8 @@ def bracket_action(config: CaptureConfig, step: int, recording: bool) -> str | N
     """What the brackets around the traced steps do before 0-based ``step`` begins (``step`` = steps so far).
 
     ``"start"`` entering an active step while not recording, ``"stop"`` entering an inactive one while
-    recording, else None. Brackets: the Nsight Systems one (cudaProfilerStart / cudaProfilerStop: with
-    ``--capture-range=cudaProfilerApi`` nsys records exactly the active steps; a repeating schedule opens one
-    capture range per cycle, ``--capture-range-end=repeat`` keeps them all, ``stop`` only the first) and each
-    companion profiler (e.g. vLLM's, in the sampler's own process)::
+    recording, else None. Brackets: Nsight Systems' (cudaProfilerStart / Stop; a repeating schedule opens one
+    capture range per cycle) and each companion profiler (e.g. vLLM's, in the sampler's process)::
 
         wait=1 warmup=1 active=2:   step 0    1    2    3    4
                                     wait  warm  [start rec  rec] stop

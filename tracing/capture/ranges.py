@@ -1,17 +1,9 @@
 """The range helper: the one place that emits range names (step, generate, update/microbatch, ...).
 
-Each range goes to up to three sinks at once:
-
-1. always, a cheap host-side **range log** (``time.monotonic_ns`` start/end, thread id, depth, parent,
-   attributes) that becomes ``ranges.parquet`` -- the only sink on a plain CPU run;
-2. **NVTX** when CUDA is present (``torch.cuda.nvtx`` raises on CPU torch, so it is guarded; Nsight Systems
-   sees these);
-3. **torch.profiler** (``record_function``) when a profiler is active, so Kineto traces carry the same
-   names as ``user_annotation`` events.
-
-Attributes (step, micro-batch index, tokens, precision) are kept in the range log and encoded into the
-NVTX/profiler name as ``name[k=v,...]`` only when ``encode_attrs`` is set, so that foreign tools can group by
-the plain name. Overhead per range is about a microsecond on CPU (see benchmarks/bench_ranges.py).
+Each range goes to a host-side **range log** (``time.monotonic_ns``, thread, depth, parent, attributes; it
+becomes ``ranges.parquet``), and also to **NVTX** when CUDA is present and to **torch.profiler**
+(``record_function``) when a profiler is active. Attributes go into the NVTX / profiler name as
+``name[k=v,...]`` only with ``encode_attrs``. About a microsecond a range on CPU (benchmarks/bench_ranges.py).
 """
 
 from __future__ import annotations
