@@ -44,20 +44,11 @@ _GPU_TABLES = {
     schema.SYNC: ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", None),
 }
 _GPU_COLUMNS = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
-MEMCPY_KIND = {
-    0: "Unknown",
-    1: "HtoD",
-    2: "DtoH",
-    3: "HtoA",
-    4: "AtoH",
-    5: "AtoA",
-    6: "AtoD",
-    7: "DtoA",
-    8: "DtoD",
-    9: "HtoH",
-    10: "PtoP",
-}
-SYNC_KIND = {0: "Unknown", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+# copyKind / syncType value -> name (CUPTI_ACTIVITY_MEMCPY_KIND_*, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_*)
+MEMCPY_KIND = dict(
+    enumerate(["Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"])
+)
+SYNC_KIND = dict(enumerate(["Unknown", "Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync"]))
 _USED_TABLES = frozenset(
     {
         *REQUIRED_TABLES,
@@ -273,8 +264,12 @@ def read_parts(
     order, each table in rowid order -- yielding after each part of at most ``BATCH_ROWS`` rows (``rows``:
     :func:`open_rows`; ``con`` answers the small queries)."""
     strings = b.strings
+
+    def string(i: int) -> str:
+        return strings.get(i, f"<string {i}>")
+
     namers = {
-        schema.KERNEL: lambda i: strings.get(i, f"<string {i}>") if i != schema.NO_ID else "<unnamed kernel>",
+        schema.KERNEL: lambda i: string(i) if i != schema.NO_ID else "<unnamed kernel>",
         schema.MEMCPY: lambda i: f"Memcpy {MEMCPY_KIND.get(i, i)}",
         schema.MEMSET: lambda i: "Memset",
         schema.SYNC: lambda i: SYNC_KIND.get(i, f"Sync {i}"),
@@ -312,7 +307,7 @@ def read_parts(
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         table = "CUPTI_ACTIVITY_KIND_RUNTIME"
         _need(path, tables, table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"))
-        _intern_ids(con, b, table, _nz("nameId"), lambda i: strings.get(i, f"<string {i}>"))
+        _intern_ids(con, b, table, _nz("nameId"), string)
         exprs = [
             _int("start"),
             _int('"end"'),
@@ -326,7 +321,7 @@ def read_parts(
                 b.add(
                     kind,
                     len(m),
-                    name=b.codes_of_ids(m[:, 4], lambda i: strings.get(i, f"<string {i}>")),
+                    name=b.codes_of_ids(m[:, 4], string),
                     pid=pid,
                     tid=tid,
                     start_ns=m[:, 0],

@@ -1,10 +1,8 @@
-"""An Nsight Systems SQLite export read a block of rows at a time, for ``decoded.decode`` to take as it takes a
-Kineto file's batches.
+"""An Nsight Systems SQLite export read a block of rows at a time (``nsys.read_parts``), for ``decoded.decode``
+to take as it takes a Kineto file's batches.
 
-``nsys.read_parts`` reads the tables in order, each in rowid order, names and domains interned in order,
-``nsys.BATCH_ROWS`` rows at a time. What only the whole table knows is kept small and applied afterwards: the
-emit_nvtx shape codes (one per distinct range name), the number of processes that ran GPU work (for the rank),
-and the export's metadata.
+What only the whole table knows is kept small and applied afterwards: the emit_nvtx shape codes (one per
+distinct range name), the number of processes that ran GPU work (for the rank), and the export's metadata.
 """
 
 from __future__ import annotations

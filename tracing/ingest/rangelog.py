@@ -1,9 +1,8 @@
 """mxperf's own run directory (``ranges.parquet`` from ``tracing.capture.ranges.RangeLog``) -> a :class:`Trace`.
 
-The range log has host wall times only (``time.monotonic_ns`` of the writing process, thread idents from
-``threading.get_ident``), so per-range wall times and the micro-batch table come out, and every GPU metric
-is null with a reason. When the run was traced, its ``trace/rank-<r>.json.gz`` files are ingested as Kineto
-traces alongside (``ingest.expand_inputs``).
+Host wall times only (``time.monotonic_ns`` of the writing process): per-range wall times and the micro-batch
+table come out, every GPU metric is null with a reason. A traced run's ``trace/rank-<r>.json.gz`` files are
+ingested as Kineto traces alongside (``ingest.expand_inputs``).
 """
 
 from __future__ import annotations
