@@ -57,21 +57,9 @@ _TENSILE_TYPE: dict[str, str] = {
     "B": "bf16",
     "I8": "int8",
     "4xi8": "int8",
-    "F8": "fp8",
-    "B8": "fp8",
-    "F8B8": "fp8",
-    "B8F8": "fp8",
-    "F8N": "fp8",
-    "B8N": "fp8",
-    "F8B8N": "fp8",
-    "B8F8N": "fp8",
+    **dict.fromkeys(("F8", "B8", "F8B8", "B8F8", "F8N", "B8N", "F8B8N", "B8F8N"), "fp8"),
     "F4": "fp4",
-    "C": UNKNOWN,  # complex
-    "Z": UNKNOWN,
-    "I": UNKNOWN,  # int32 operands
-    "I64": UNKNOWN,
-    "F6": UNKNOWN,
-    "B6": UNKNOWN,
+    **dict.fromkeys(("C", "Z", "I", "I64", "F6", "B6"), UNKNOWN),  # complex, int32 / int64 operands, fp6
 }
 _TENSILE_CHARS = tuple(sorted(_TENSILE_TYPE, key=len, reverse=True))
 # (A/B type, D type, compute type) spelled as a triple: Tensile Common.py HPATypes @ a164ed70 and
@@ -161,30 +149,17 @@ def _nvjet(name: str) -> str:
 
 # --- type words (CUTLASS DataTypeNames, cuBLAS / cuDNN xmma pairs, DeepGEMM) ---
 
-_WORD_FAMILY = {
-    "bf16": "bf16",
-    "f16": "fp16",
-    "fp16": "fp16",
-    "h": "fp16",
-    "tf32": "fp32",
-    "f32": "fp32",
-    "fp32": "fp32",
-    "s": "fp32",
-    "f64": "fp64",
-    "d": "fp64",
-    "e4m3": "fp8",
-    "e5m2": "fp8",
-    "f8": "fp8",
-    "fp8": "fp8",
-    "e2m1": "fp4",
-    "f4": "fp4",
-    "fp4": "fp4",
-    "nvfp4": "fp4",
-    "mxfp8": "mxfp8",
-    "s8": "int8",
-    "u8": "int8",
-    "int8": "int8",
+_FAMILY_WORDS = {
+    "bf16": ("bf16",),
+    "fp16": ("f16", "fp16", "h"),
+    "fp32": ("tf32", "f32", "fp32", "s"),
+    "fp64": ("f64", "d"),
+    "fp8": ("e4m3", "e5m2", "f8", "fp8"),
+    "fp4": ("e2m1", "f4", "fp4", "nvfp4"),
+    "mxfp8": ("mxfp8",),
+    "int8": ("s8", "u8", "int8"),
 }
+_WORD_FAMILY = {word: family for family, words in _FAMILY_WORDS.items() for word in words}
 _XMMA_PAIR = re.compile(r"(?:bf16|tf32|f16|f32|f64|e4m3|e5m2|s8|u8|s32)+")
 
 
@@ -372,7 +347,6 @@ def detect_precision(kernels: pd.DataFrame | pa.Table) -> PrecisionEvidence:
     family = low[0] if low else max(sorted(time_of), key=time_of.__getitem__)  # ties: the first by name
     example = max((n for n in gemm if fam[n] == family), key=gemm.__getitem__)  # ties: the first met
     share = time_of[family] / total_ns
-    total = total_ns
     pct = f"{100 * share:.0f} % of GEMM time"
     precision, reason = {
         "mxfp8": ("mxfp8", f"MX block-scaled GEMMs ({pct})"),
@@ -385,7 +359,7 @@ def detect_precision(kernels: pd.DataFrame | pa.Table) -> PrecisionEvidence:
         "int8": (None, f"INT8 GEMMs ({pct}); no mxperf precision id covers them"),
         "unknown": (None, f"GEMM kernel names that do not say their operand types ({pct})"),
     }[family]
-    return PrecisionEvidence(precision, family, total, share, example, reason)
+    return PrecisionEvidence(precision, family, total_ns, share, example, reason)
 
 
 def reconcile(label: str | None, evidence: PrecisionEvidence) -> tuple[str | None, str]:
