@@ -1,9 +1,8 @@
 """``mxperf ingest`` still gives the frozen outputs of tests/data/golden/ (tests/golden.py: cases, comparison).
 
 One test per (case, mode), ingested in-process into tmp_path: ``held`` as a small trace goes (its range table
-and micro-batch signals read whole), ``bounded`` as a large one does (every range table staged from the engine
-a part at a time with only its summary rows held, every process's signals read from the engine a slab at a
-time). A failure names the table, column and first differing rows; regenerate only for an intended output
+read whole, each process's micro-batch signals in one slab), ``bounded`` as a large one does (every range table
+staged from the engine a part at a time with only its summary rows held, signals in slabs of 1,024 items). A failure names the table, column and first differing rows; regenerate only for an intended output
 change (tests/data/golden/README.md).
 """
 
@@ -25,7 +24,6 @@ from tracing.outputs import store
 def test_ingest_matches_its_golden_output(name, mode, tmp_path, monkeypatch):
     if mode == "bounded":
         monkeypatch.setattr(staged, "STAGE_ROWS", 64)
-        monkeypatch.setattr(mb_engine, "HELD_ITEMS", 0)
         monkeypatch.setattr(mb_engine, "SLAB_ITEMS", 1 << 10)
     got = golden.ingest(golden.case(name), tmp_path, "off")
     diffs = golden.compare(got.out, golden.golden_dir(name), got.json_line, got.facts)

@@ -2,10 +2,9 @@
 
 Per process, its host items (Kineto ``cpu_op`` and launch calls; nsys launch calls and ``emit_nvtx`` op ranges)
 in (start, row) order and its GPU launches in (launch start, row) order, with per-name flags made once per
-distinct name (``mbsignals.name_signals``). The engine sorts them into two tables; a process with at most
-:data:`HELD_ITEMS` items is read into a :class:`~tracing.analysis.mbsignals.Process` (arrays), a larger one stays
-in the engine and detection reads a block of a region, or a micro-batch's neighbourhood, at a time
-(:class:`EngineItems`): nothing is held per item of a large trace.
+distinct name (``mbsignals.name_signals``). The engine sorts them into two tables, and detection reads a
+block of a region, or a micro-batch's neighbourhood, at a time (:class:`EngineItems`): a process holds at most a
+slab of :data:`SLAB_ITEMS` items, however large the trace.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ from tracing.outputs import schema
 if TYPE_CHECKING:
     import duckdb
 
-HELD_ITEMS = 1 << 20  # a process with more host items and launches than this is read from the engine
-SLAB_ITEMS = 1 << 17  # host items (and launches) an engine-read process holds at a time
+SLAB_ITEMS = 1 << 17  # host items (and launches) a process holds at a time
 _EVERY = 1 << 10  # items per entry of an engine-read process's start index
 _LAUNCH_KINDS = ", ".join(f"'{k}'" for k in schema.LAUNCH_KINDS)
 _HOST_COLUMNS = 'tid, start, "end", code, shape, is_call'
@@ -118,34 +116,18 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
     finally:
         for t in ("signal_names", "signal_shapes", "gemm_kernels"):
             con.unregister(t)
-    counts = dict(
-        con.sql(
-            "select pid, sum(n) from (select pid, count(*) as n from host_items group by pid union all "
-            "select pid, count(*) from launch_items group by pid) group by pid"
-        ).fetchall()
-    )
-    for p in sorted({int(r[0]) for r in nameless} | {int(p) for p in counts}):
+    items = con.sql(
+        "select distinct pid from host_items union select distinct pid from launch_items"
+    ).fetchall()
+    for p in sorted({int(r[0]) for r in nameless} | {int(r[0]) for r in items}):
         o = opt.get(p, {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)})
-        if counts.get(p, 0) > HELD_ITEMS:
-            sig.processes[p] = EngineItems(con, p, o["start"], o["end"])
-        else:
-            sig.processes[p] = _held(con, p, o["start"], o["end"])
+        sig.processes[p] = EngineItems(con, p, o["start"], o["end"])
     return sig
 
 
-def _held(con: duckdb.DuckDBPyConnection, pid: int, opt_start: np.ndarray, opt_end: np.ndarray) -> Process:
-    host = _columns(
-        arrow(con, f"select {_HOST_COLUMNS} from host_items where pid = $1 order by rowid", [pid])
-    )
-    lau = _columns(
-        arrow(con, f"select {_LAUNCH_COLUMNS} from launch_items where pid = $1 order by rowid", [pid])
-    )
-    return make_process(pid, host, lau if len(lau["l_start"]) else None, opt_start, opt_end)
-
-
 class EngineItems:
-    """A large process's host items and launches read from the engine (``mbsignals.Items``): a region a block
-    at a time, a window as a :class:`~tracing.analysis.mbsignals.Process`. Detection moves forward in time, so a
+    """A process's host items and launches read from the engine (``mbsignals.Items``): a region a block at a
+    time, a window as a :class:`~tracing.analysis.mbsignals.Process`. Detection moves forward in time, so a
     slab of :data:`SLAB_ITEMS` items from the last request on is held and serves the requests it covers."""
 
     def __init__(
@@ -155,13 +137,9 @@ class EngineItems:
         self.opt_start, self.opt_end = opt_start, opt_end
         self._slab: Process | None = None
         self._covers = (0, -1)  # every item starting in [lo, hi] is in the slab
-        # every EVERY-th item's start (item i = its position in start order): where a slab from t on begins
-        self._index = {
-            table: arrow(
-                con, f"select {key} from {table} where pid = $1 and i % {_EVERY} = 0 order by i", [pid]
-            )[key].to_numpy()
-            for table, key in (("host_items", "start"), ("launch_items", "l_start"))
-        }
+        # every EVERY-th item's start (item i = its position in start order): where a slab from t on begins;
+        # made when a slab is needed past the first (a process of at most SLAB_ITEMS items never needs one)
+        self._index: dict[str, np.ndarray] = {}
 
     def host_blocks(
         self, lo: int, hi: int, columns: tuple[str, ...], size: int
@@ -192,23 +170,31 @@ class EngineItems:
         return make_process(self.pid, host, lau, self.opt_start, self.opt_end)
 
     def _held(self, lo: int, hi: int) -> Process | None:
-        """The held slab when it covers [lo, hi] (loaded from ``lo`` on when the current one does not)."""
+        """The held slab when it covers [lo, hi] (the first from the process's first item; later ones from ``lo``
+        on when the current one does not cover it)."""
         a, b = self._covers
         if not (a <= lo and hi <= b):
-            host = self._slab_from("host_items", _HOST_COLUMNS, lo)
-            lau = self._slab_from("launch_items", _LAUNCH_COLUMNS, lo)
+            t = None if self._slab is None else lo
+            host = self._slab_from("host_items", "start", _HOST_COLUMNS, t)
+            lau = self._slab_from("launch_items", "l_start", _LAUNCH_COLUMNS, t)
             end = np.iinfo(np.int64).max
             for col, n in ((host["start"], len(host["start"])), (lau["l_start"], len(lau["l_start"]))):
                 if n == SLAB_ITEMS:  # cut: items starting at its last start may go on past it
                     end = min(end, int(col[-1]) - 1)
             self._slab = make_process(self.pid, host, lau, self.opt_start, self.opt_end)
-            self._covers = (lo, end)
+            self._covers = (np.iinfo(np.int64).min if t is None else lo, end)
             a, b = self._covers
         return self._slab if a <= lo and hi <= b else None
 
-    def _slab_from(self, table: str, columns: str, t: int) -> dict[str, np.ndarray]:
-        """:data:`SLAB_ITEMS` items of ``table`` in start order, from a little before the first starting at t."""
-        first = max(int(np.searchsorted(self._index[table], t, side="left")) - 1, 0) * _EVERY
+    def _slab_from(self, table: str, key: str, columns: str, t: int | None) -> dict[str, np.ndarray]:
+        """:data:`SLAB_ITEMS` items of ``table`` in start order, from a little before the first starting at t
+        (None: from the first)."""
+        first = 0
+        if t is not None:
+            if table not in self._index:
+                sql = f"select {key} from {table} where pid = $1 and i % {_EVERY} = 0 order by i"
+                self._index[table] = arrow(self.con, sql, [self.pid])[key].to_numpy()
+            first = max(int(np.searchsorted(self._index[table], t, side="left")) - 1, 0) * _EVERY
         sql = f"select {columns} from {table} where pid = $1 and i >= $2 and i < $3 order by i"
         return _columns(arrow(self.con, sql, [self.pid, first, first + SLAB_ITEMS]))
 

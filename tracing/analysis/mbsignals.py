@@ -1,8 +1,8 @@
-"""The host-side signals micro-batch detection reads, gathered once per trace into per-process arrays.
+"""The host-side signals micro-batch detection reads: per-name flags, and per-process arrays of a slab of items.
 
 For each process: its host items (Kineto ``cpu_op`` and launch calls; nsys launch calls and
-``emit_nvtx`` op ranges) and its GPU launches (``metrics.gpu_ops`` rows joined to their launch call), each
-sorted by start, with per-name flags computed once per distinct name:
+``emit_nvtx`` op ranges) and its GPU launches (GPU ops joined to their launch call), each sorted by start
+(:mod:`tracing.analysis.mb_engine` reads them from the engine), with per-name flags computed once per distinct name:
 
 - **embedding**: an ``aten::embedding`` op; one into a vocabulary-sized table (``Signals.token_tables``) marks
   a forward pass of a language model;
@@ -82,20 +82,10 @@ class Process:
             self.pid, *host, *(getattr(self, c)[ls] for c in LAUNCH_FIELDS), self.opt_start, self.opt_end
         )
 
-    def whole(self) -> tuple[int, int, int] | None:
-        """(busiest thread, first host item start, last host item end): a process's fallback region (its
-        busiest thread is the one with most launches, else most host items; the smallest tid among equals)."""
-        if len(self.start) == 0:
-            return None
-        tids = self.l_tid if len(self.l_tid) else self.tid
-        values, counts = np.unique(tids, return_counts=True)
-        return int(values[np.argmax(counts)]), int(self.start.min()), int(self.end.max())
-
 
 class Items(Protocol):
-    """A process's host items and launches as micro-batch detection reads them: a region a block at a time, a
-    micro-batch's neighbourhood as a :class:`Process` (held: :class:`Process` itself; a large process's, read
-    from the engine as needed: ``mb_engine.EngineItems``)."""
+    """A process's host items and launches as micro-batch detection reads them (``mb_engine.EngineItems``): a
+    region a block at a time, a micro-batch's neighbourhood as a :class:`Process`."""
 
     pid: int
     opt_start: np.ndarray
@@ -111,7 +101,9 @@ class Items(Protocol):
 
     def window(self, lo: int, hi: int) -> Process: ...
 
-    def whole(self) -> tuple[int, int, int] | None: ...
+    def whole(self) -> tuple[int, int, int] | None:
+        """(busiest thread, first host item start, last host item end): a process's fallback region (its
+        busiest thread is the one with most launches, else most host items; the smallest tid among equals)."""
 
 
 def start_slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:
@@ -210,28 +202,15 @@ def is_optimizer(name: str) -> bool:
     return _OPTIMIZER.match(shapes.base_op_name(name)) is not None
 
 
-_NO_LAUNCHES = {
-    "l_tid": np.zeros(0, np.int64),
-    "l_start": np.zeros(0, np.int64),
-    "l_end": np.zeros(0, np.int64),
-    "op_start": np.zeros(0, np.int64),
-    "op_end": np.zeros(0, np.int64),
-    "prev_end": np.zeros(0, np.int64),
-    "l_kernel": np.zeros(0, bool),
-    "l_gemm": np.zeros(0, bool),
-}
-
-
 def make_process(
     pid: int,
     host: dict[str, np.ndarray],
-    launches: dict[str, np.ndarray] | None,
+    lau: dict[str, np.ndarray],
     opt_start: np.ndarray,
     opt_end: np.ndarray,
 ) -> Process:
     """A :class:`Process` from its host items (``tid start end code shape is_call``, sorted by start),
-    its launches (:func:`launch_signals`) and its optimizer ranges (sorted by start)."""
-    lau = _NO_LAUNCHES if launches is None else launches
+    its launches (:data:`LAUNCH_FIELDS`, sorted by launch start) and its optimizer ranges (sorted by start)."""
     return Process(
         pid=pid,
         tid=host["tid"],
