@@ -1,9 +1,8 @@
 """Across ranks: per-rank step times, the slowest rank of each step (stragglers), and what the job waits for.
 
-Input is the per-process step table (``schema.STEP_COLUMNS``: one row per trace, rank, process, step and
-phase; never summed over ranks). A synchronous data-parallel step ends when its slowest rank ends, so the
-job's step time is the *maximum* over ranks, never a sum or a mean; the straggler is that slowest rank and
-its lag is how much longer it took than the median rank of the same step.
+Input is the per-process step table (``schema.STEP_COLUMNS``). A synchronous data-parallel step ends when its
+slowest rank ends, so the job's step time is the *maximum* over ranks, never a sum or a mean; the straggler's
+lag is how much longer it took than the median rank of the same step.
 """
 
 from __future__ import annotations
@@ -58,9 +57,7 @@ def ident_labels(recs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def process_labels(df: pd.DataFrame) -> np.ndarray:
-    """:func:`process_label` per row; when one label covers several (trace, rank, pid) -- two traces that
-    both call themselves rank 0 -- the trace's file name (its whole path when the names collide too, and
-    the pid when one trace holds both) is added so they stay apart."""
+    """:func:`process_label` per row, kept apart as :func:`ident_labels` keeps them."""
     import pandas as pd
 
     keys = [k for k in _KEYS if k in df.columns]
@@ -123,20 +120,19 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
         slow = grp.loc[grp["seconds"].idxmax()]
         fast = grp.loc[grp["seconds"].idxmin()]
         med = float(grp["seconds"].median())
+        top, low = float(slow["seconds"]), float(fast["seconds"])
         rows.append(
             {
                 "step": int(step),
                 "processes": len(grp),
                 "slowest": slow["process"],
-                "slowest_seconds": float(slow["seconds"]),
+                "slowest_seconds": top,
                 "fastest": fast["process"],
-                "fastest_seconds": float(fast["seconds"]),
+                "fastest_seconds": low,
                 "median_seconds": med,
-                "lag_seconds": float(slow["seconds"]) - med,
-                "spread_pct": 100 * (float(slow["seconds"]) / float(fast["seconds"]) - 1)
-                if fast["seconds"] > 0
-                else np.nan,
-                "job_seconds": float(slow["seconds"]),
+                "lag_seconds": top - med,
+                "spread_pct": 100 * (top / low - 1) if low > 0 else np.nan,
+                "job_seconds": top,
             }
         )
     return pd.DataFrame(rows, columns=cols)
