@@ -63,7 +63,7 @@ class FileResult:
     microbatches: MicrobatchResult | None = None  # detected / explicit micro-batches and their notes
     timelines: list[metrics.DeviceTimeline] = field(default_factory=list)  # busy / stall intervals
     # set when the worker staged its large tables (tracing.staged): those tables are then empty here
-    staged_tables: dict[str, str] = field(default_factory=dict)  # attribute -> staged Parquet
+    staged_tables: dict[str, str] = field(default_factory=dict)  # attribute -> staged file
     num_ranges: int | None = None
     phase_seconds: dict[str, float] | None = None
 
@@ -253,7 +253,7 @@ def ingest_file(
     if fmt == "rangelog":
         trace = read_range_log(path, rank=rank)
         analysis = analyze_trace(trace, phase_map, labels, pattern)
-        num_events, num_gpu_ops = trace.events.num_rows, 0
+        num_events, reason = trace.events.num_rows, attribution.RANGELOG_REASON
         if staged_events is not None:
             store.write_table(
                 trace.events, staged_events, meta={"trace": trace.path, "format": fmt, "rank": trace.rank}
@@ -276,12 +276,8 @@ def ingest_file(
                 int(t.row["num_kernels"] + t.row["num_memcpy"] + t.row["num_memset"])
                 for t in analysis.timelines
             )
+            reason = "" if num_gpu_ops else attribution.NO_GPU_REASON
     tables = analysis.tables
-    reason = ""
-    if trace.format == "rangelog":
-        reason = attribution.RANGELOG_REASON
-    elif num_gpu_ops == 0:
-        reason = attribution.NO_GPU_REASON
     result = FileResult(
         path=trace.path,
         format=trace.format,

@@ -76,22 +76,13 @@ def decode(
         from tracing.ingest.kineto_rows import KinetoDecoder
 
         dec = KinetoDecoder(path, include_python, progress=progress)
-    writer: pq.ParquetWriter | None = None
     rows = 0
-    try:
+    empty = _raw_table({"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}, 0)
+    with pq.ParquetWriter(raw, empty.schema, **RAW_PARQUET) as writer:
         for part in _parts(dec):
             table = _raw_table(part, rows)
-            if writer is None:
-                writer = pq.ParquetWriter(raw, table.schema, **RAW_PARQUET)
             writer.write_table(table)
             rows += table.num_rows
-        if writer is None:
-            table = _raw_table(_empty(), 0)
-            writer = pq.ParquetWriter(raw, table.schema, **RAW_PARQUET)
-            writer.write_table(table)
-    finally:
-        if writer is not None:
-            writer.close()
     names = list(dec.columns.names)
     if fmt == "nsys":
         resolved, info = dec.finish(rank)
@@ -156,10 +147,6 @@ def _parts(dec: Any) -> Iterator[dict[str, np.ndarray]]:
     last = dec.columns.take()
     if len(last["kind"]):
         yield last
-
-
-def _empty() -> dict[str, np.ndarray]:
-    return {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32)}
 
 
 def _raw_table(c: dict[str, np.ndarray], first: int) -> pa.Table:

@@ -88,11 +88,9 @@ def refuse_duplicates(files: list[Path]) -> None:
     for same_size in (fs for fs in by_size.values() if len(fs) > 1):
         digests: dict[bytes, Path] = {}
         for f in same_size:
-            h = hashlib.blake2b(digest_size=16)
             with open(f, "rb") as fh:
-                for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            first = digests.setdefault(h.digest(), f)
+                digest = hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=16)).digest()
+            first = digests.setdefault(digest, f)
             if first != f:
                 raise InputError(
                     f"{f}: the same bytes as {first} (a copy of one trace would count as two ranks); pass each "

@@ -1,15 +1,13 @@
 """Read a Chrome-trace JSON file (plain or gzip) in bounded memory, every value decoded by msgspec.
 
-Why not one ``decode`` of the file: a decoded trace costs several times its text size in Python objects (HTA's
-loader needs ~6 GB for an 800 MB trace). Here the bytes are read in chunks and ``traceEvents`` is handed out a
-batch of whole events at a time: a regex finds candidate cuts between two events (``}`` ``,`` ``{``), and the
-batch up to the last candidate is decoded as one JSON array. A candidate inside a string or a nested object
-leaves that text invalid JSON, and then an earlier one is tried, so a batch that decodes is made of whole
-events. A single value (a top-level key's value, an event no cut isolates) is delimited by msgspec itself:
-decoding it as :class:`msgspec.Raw` from its first byte stops with "trailing characters" just past its end.
-
-Minified and pretty-printed files give the same events; top-level keys may come in any order
-(``baseTimeNanoseconds`` often follows ``traceEvents``); a top-level array is read as the event list.
+Not one ``decode`` of the file: decoded, a trace costs several times its text in Python objects (HTA's loader
+needs ~6 GB for an 800 MB trace). The bytes are read in chunks and ``traceEvents`` handed out a batch of whole
+events at a time: the text up to the last candidate cut between two events (``}`` ``,`` ``{``) is decoded as
+one JSON array; a cut inside a string or a nested object leaves invalid JSON, and then an earlier one is tried.
+A single value (a top-level key's value, an event no cut isolates) is delimited by msgspec itself: decoded as
+:class:`msgspec.Raw` from its first byte, it stops with "trailing characters" just past its end. Top-level
+keys may come in any order (``baseTimeNanoseconds`` often follows ``traceEvents``); a top-level array is read
+as the event list.
 """
 
 from __future__ import annotations

@@ -11,13 +11,7 @@ What the format guarantees (pytorch/kineto ``output_json.cpp``):
 - A GPU op joins its launch call on ``args.correlation``. ``ac2g`` flow events repeat that and are skipped,
   as are metadata (``M``), instants and ``python_function`` (unless ``include_python``).
 
-Memory stays far below the decoded-JSON size: events are decoded by msgspec in ~256 KB batches (``jsonstream``)
-and only int64 columns (``array('q')``) plus interned names are kept.
-
-    file --(jsonstream: batches)--> kineto_rows (kineto_time: exact ns) --> columns --(decoded)--> events
-
-A batch msgspec rejects or that holds anything unusual is redone event by event (:mod:`kineto_rows`), which
-gives the same table or an error naming the bad event and field.
+In bounded memory: file --(jsonstream)--> kineto_rows (kineto_time: exact ns) --(decoded)--> events.
 """
 
 from __future__ import annotations

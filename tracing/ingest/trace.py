@@ -137,24 +137,17 @@ def events_frame(
     """
     import pandas as pd
 
-    data: dict[str, Any] = {}
-    for col, dtype in schema.EVENT_COLUMNS.items():
-        if col == "shapes":
-            n = len(data["name"])
-            codes = columns.get("shapes") if shapes is not None else None
-            codes = np.zeros(n, np.int32) if codes is None else np.maximum(np.asarray(codes), 0)
-            data[col] = pd.Categorical.from_codes(codes.astype(np.int32), categories=shapes or [""])
-        elif col == "name":
-            data[col] = pd.Categorical.from_codes(
-                np.asarray(columns["name"], dtype=np.int32), categories=names
-            )
-        elif col == "kind":
-            codes = np.asarray(columns["kind"], dtype=np.int8)
-            data[col] = pd.Categorical.from_codes(codes, categories=kinds)
-        elif col == "domain":
-            codes = np.asarray(columns.get("domain", np.zeros(len(data["name"]), np.int32)), dtype=np.int32)
-            data[col] = pd.Categorical.from_codes(codes, categories=domains)
-        else:
-            data[col] = np.asarray(columns[col], dtype=np.int64)
-        assert dtype in ("category", "int64")
-    return pd.DataFrame(data, copy=False)
+    zeros = np.zeros(len(columns["name"]), np.int32)
+    shape_codes = columns.get("shapes") if shapes is not None else None
+    categories = {
+        "name": (columns["name"], names),
+        "kind": (columns["kind"], kinds),
+        "domain": (columns.get("domain", zeros), domains),
+        "shapes": (zeros if shape_codes is None else np.maximum(shape_codes, 0), shapes or [""]),
+    }
+    data = {
+        col: pd.Categorical.from_codes(np.asarray(codes, np.int32), categories=cats)
+        for col, (codes, cats) in categories.items()
+    }
+    data.update({c: np.asarray(columns[c], np.int64) for c in schema.EVENT_COLUMNS if c not in categories})
+    return pd.DataFrame({c: data[c] for c in schema.EVENT_COLUMNS}, copy=False)
