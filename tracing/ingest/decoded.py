@@ -83,26 +83,16 @@ def decode(
             table = _raw_table(part, rows)
             writer.write_table(table)
             rows += table.num_rows
-    names = list(dec.columns.names)
+    d = Decoded(str(path), fmt, rank, {}, raw, rows, list(dec.columns.names), [], [""])
     if fmt == "nsys":
-        resolved, info = dec.finish(rank)
-        return Decoded(
-            str(path),
-            "nsys",
-            resolved,
-            info,
-            raw,
-            rows,
-            names,
-            list(dec.shape_names),
-            dec.domains,
-            shape_lut=np.asarray(dec.shape_lut, np.int32),
-        )
-    base_ns, resolved, info = kineto_info(path, dec.reader.meta, rank, dec.skipped)
-    info["negative_durations"] = dec.columns.negative_durations
-    return Decoded(
-        str(path), "kineto", resolved, info, raw, rows, names, list(dec.columns.shapes), [""], base_ns
-    )
+        d.rank, d.meta = dec.finish(rank)
+        d.shapes, d.domains = list(dec.shape_names), dec.domains
+        d.shape_lut = np.asarray(dec.shape_lut, np.int32)
+    else:
+        d.base_ns, d.rank, d.meta = kineto_info(path, dec.reader.meta, rank, dec.skipped)
+        d.meta["negative_durations"] = dec.columns.negative_durations
+        d.shapes = list(dec.columns.shapes)
+    return d
 
 
 def kineto_info(
@@ -117,10 +107,9 @@ def kineto_info(
         except (TypeError, ValueError):
             raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}") from None
     dist = meta.get("distributedInfo")
-    file_rank = dist.get("rank") if isinstance(dist, dict) else None
-    if not isinstance(file_rank, int):
-        file_rank = None
-    resolved = file_rank if file_rank is not None else rank_from_name(path)
+    dist = dist if isinstance(dist, dict) else None
+    file_rank = None if dist is None else dist.get("rank")
+    resolved = file_rank if isinstance(file_rank, int) else rank_from_name(path)
     if resolved is None:
         resolved = rank
     props = meta.get("deviceProperties")
@@ -132,7 +121,7 @@ def kineto_info(
     info = {
         "base_time_ns": base_ns,
         "clock": "epoch_ns" if base_ns else "kineto_us_as_ns",
-        "distributed_info": dist if isinstance(dist, dict) else None,
+        "distributed_info": dist,
         "gpu_names": gpu_names,
         "skipped_events": skipped,
         "display_time_unit": meta.get("displayTimeUnit"),

@@ -19,11 +19,10 @@ from __future__ import annotations
 import os
 
 from tracing.ingest.decoded import load_events
-from tracing.ingest.kineto_rows import CATEGORY_KIND
 from tracing.ingest.kineto_time import us_text_to_ns
 from tracing.ingest.trace import Trace
 
-__all__ = ["CATEGORY_KIND", "load_kineto_events", "us_text_to_ns"]
+__all__ = ["load_kineto_events", "us_text_to_ns"]
 
 
 def load_kineto_events(

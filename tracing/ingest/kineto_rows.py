@@ -128,15 +128,10 @@ class Columns:
     def take(self) -> dict[str, np.ndarray]:
         """The rows held so far as int64 / int32 / int8 arrays (``name``, ``kind``, ``shapes`` codes and every
         int column); the arrays are emptied, names and shapes stay interned (codes keep their meaning)."""
-        out: dict[str, np.ndarray] = {
-            k: np.frombuffer(v, dtype=np.int64).copy() for k, v in self.cols.items()
-        }
-        out["name"] = np.frombuffer(self.name, dtype=np.int32).copy()
-        out["kind"] = np.frombuffer(self.kind, dtype=np.int8).copy()
-        out["shapes"] = np.frombuffer(self.shape, dtype=np.int32).copy()
-        for v in self.cols.values():
+        held = {**self.cols, "name": self.name, "kind": self.kind, "shapes": self.shape}
+        out = {k: np.frombuffer(v, dtype=v.typecode).copy() for k, v in held.items()}  # q/i/b: int64/32/8
+        for v in held.values():
             del v[:]
-        del self.name[:], self.kind[:], self.shape[:]
         return out
 
     def shape_code(self, value: Any) -> int:
