@@ -160,6 +160,6 @@ def clipped_device_time(
         idx = np.flatnonzero(pid == p)
         mine = [t for t in timelines if t.pid == p]
         lo, hi = start[idx], end[idx]
-        busy[idx] = intervals.clipped([t.busy.blocks() for t in mine], lo, hi)
-        stall[idx] = intervals.clipped([t.stall.blocks() for t in mine], lo, hi)
+        busy[idx] = intervals.clipped([t.busy for t in mine], lo, hi)
+        stall[idx] = intervals.clipped([t.stall for t in mine], lo, hi)
     return busy, stall

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from tracing.analysis.intervals import Covered, merged_by_start, shifted
+from tracing.analysis.intervals import Covered
 from tracing.analysis.timelines import DeviceTimeline
 
 SHARED_COLUMNS: tuple[str, ...] = (
@@ -56,16 +56,14 @@ def shared_device_time(
         if len(mine) == 1:
             out.append(_columns(1, busy, span, stall))
             continue
-        # the device's busy union (every process on it, on one clock), read once in start order; queried at
-        # this process's first op, each of its stalls' ends, its last op end: times that never go back
-        union = Covered(merged_by_start([shifted(timelines[j].busy.blocks(), offsets[j]) for j in mine]))
+        # the device's busy union (every process on it, on one clock), at this process's first op, each of its
+        # stalls' ends and its last op end
+        union = Covered([timelines[j].busy for j in mine], [offsets[j] for j in mine])
         off = offsets[i]
         lo, hi = int(row["first_ns"]) + off, int(row["last_ns"]) + off
         c_lo = int(union.at(np.array([lo]))[0])
-        filled = 0
-        for s, e in t.stall.blocks():
-            c = union.at(np.column_stack([s + off, e + off]).ravel())
-            filled += int(np.clip(c[1::2] - c[::2], 0, None).sum())
+        c = union.at(np.column_stack([t.stall.start + off, t.stall.end + off]).ravel())
+        filled = int(np.clip(c[1::2] - c[::2], 0, None).sum())
         dev_busy = max(int(union.at(np.array([hi]))[0]) - c_lo, 0)
         out.append(_columns(len(mine), dev_busy, span, stall - filled))
     return out

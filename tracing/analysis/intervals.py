@@ -7,15 +7,12 @@ in; a window [lo, hi]'s covered time is C(hi) - C(lo), for any number of windows
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-BLOCK_ROWS = 1 << 16  # intervals per block of :meth:`Intervals.blocks`
 _EMPTY = np.zeros(0, np.int64)
-
-Pairs = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -32,25 +29,18 @@ class Intervals:
     def __len__(self) -> int:
         return len(self.start)
 
-    def blocks(self, rows: int = BLOCK_ROWS) -> Iterator[Pairs]:
-        """The intervals in order, ``rows`` at a time."""
-        for a in range(0, len(self.start), rows):
-            yield self.start[a : a + rows], self.end[a : a + rows]
-
-    def arrays(self) -> Pairs:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self.start, self.end
-
-    def loaded(self) -> Intervals:
-        return self
 
 
 class Covered:
-    """C(t) over the union of intervals (overlapping or not, any order)."""
+    """C(t) over the union of intervals (overlapping or not, any order), each set moved by its offset (ns, onto
+    a common clock)."""
 
-    def __init__(self, blocks: Iterable[Pairs]) -> None:
-        parts = list(blocks)
-        s = np.concatenate([p[0] for p in parts]) if parts else _EMPTY
-        e = np.concatenate([p[1] for p in parts]) if parts else _EMPTY
+    def __init__(self, sets: Sequence[Intervals], offsets: Sequence[int] | None = None) -> None:
+        offsets = offsets if offsets is not None else [0] * len(sets)
+        s = np.concatenate([_EMPTY, *(i.start + o for i, o in zip(sets, offsets, strict=True))])
+        e = np.concatenate([_EMPTY, *(i.end + o for i, o in zip(sets, offsets, strict=True))])
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         run = np.maximum.accumulate(e) if len(e) else e
@@ -72,22 +62,10 @@ class Covered:
         return self._before[kk] * (k > 0) + partial
 
 
-def merged_by_start(streams: Sequence[Iterable[Pairs]]) -> Iterator[Pairs]:
-    """The intervals of several streams (:class:`Covered` sorts them itself)."""
-    for s in streams:
-        yield from s
-
-
-def clipped(streams: Sequence[Iterable[Pairs]], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """|union of the streams' intervals ∩ [lo_i, hi_i]| per window i (0 where hi_i <= lo_i)."""
+def clipped(sets: Sequence[Intervals], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """|union of the sets' intervals ∩ [lo_i, hi_i]| per window i (0 where hi_i <= lo_i)."""
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    if len(lo) == 0 or not streams:
+    if len(lo) == 0 or not sets:
         return np.zeros(len(lo), np.int64)
-    cov = Covered(merged_by_start(streams))
+    cov = Covered(sets)
     return np.clip(cov.at(hi) - cov.at(lo), 0, None)
-
-
-def shifted(blocks: Iterable[Pairs], offset: int) -> Iterator[Pairs]:
-    """The intervals moved by ``offset`` ns (onto another file's clock)."""
-    for s, e in blocks:
-        yield s + offset, e + offset
