@@ -54,6 +54,7 @@ _KIND_CODE_OF_CAT_NO_PY = {cat: k for cat, k in _KIND_CODE_OF_CAT.items() if k !
 
 
 def as_int(value: Any) -> int:
+    """An int, or its text (``"7"``, a float's ``"7.0"``), as an int; TypeError / ValueError otherwise."""
     if type(value) is int:
         return value
     if isinstance(value, str) and value.lstrip("-").isdigit():

@@ -63,8 +63,7 @@ def us_values_to_ns(values: list[Any]) -> np.ndarray:
             arr = None
         if arr is not None and arr.min() >= -_MAX_US_INT and arr.max() <= _MAX_US_INT:
             return arr * 1000
-    elif first.__class__ is str and 1 <= len(first) - first.find(".") - 1 <= 3 and "." in first:
-        decimals = len(first) - first.find(".") - 1
+    elif first.__class__ is str and "." in first and 1 <= (decimals := len(first) - first.find(".") - 1) <= 3:
         try:
             text = "\n".join(values) + "\n"
         except TypeError:

@@ -16,15 +16,14 @@ if TYPE_CHECKING:
 
 # "rank-3", "rank3", "prof_rank-0", verl's "actor_update_step3_rank0-of-8_tp0-pp0-dp0_pid..." -- not "frank2".
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
-# NeMo RL names each worker's report '<worker>_<NRL_NSYS_PROFILE_STEP_RANGE>_%p' (nemo_rl/distributed/
-# worker_group_utils.py get_nsight_config_if_pattern_matches; vllm_worker.py for vllm_tp_worker): the worker
-# class name, the profiled steps [start, stop) and the pid -- no rank (that is in the report's environment).
+# NeMo RL's '<worker>_<NRL_NSYS_PROFILE_STEP_RANGE>_%p' (nemo_rl/distributed/worker_group_utils.py
+# get_nsight_config_if_pattern_matches): worker class, profiled steps [start, stop), pid -- no rank.
 _NEMO_RL_REPORT = re.compile(r"^(?P<worker>[A-Za-z]\w*?)_(?P<start>\d+)[:-](?P<stop>\d+)_(?P<pid>\d+)$")
 # Ray's default nsight output (verl): [<role>_<host>_]worker_process_<pid>[.<capture range id>].
 _RAY_REPORT = re.compile(r"worker_process_(?P<pid>\d+)(?:\.(?P<capture>\d+))?$")
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".sqlite3", ".db", ".gz", ".json")
-# Variables a launcher sets to the global rank of the process it starts (torchrun, Ray workers of verl and
-# NeMo RL: verl/single_controller/ray/base.py, nemo_rl/distributed/worker_groups.py).
+# the global rank torchrun and Ray worker groups set (verl/single_controller/ray/base.py,
+# nemo_rl/distributed/worker_groups.py)
 _RANK_VARIABLE = re.compile(r"(?:^|;)RANK=(\d+)(?:;|$)")
 
 
@@ -62,8 +61,7 @@ def zero_negative(dur: np.ndarray) -> int:
 
 def rank_from_name(path: str | Path) -> int | None:
     """``rank-3.json.gz`` / ``trace_rank3.json`` / verl's ``..._rank3-of-8_...`` -> 3; None when the name
-    carries no rank (NeMo RL's and Ray's nsys reports do not: see :func:`report_name` and
-    :func:`rank_from_environment`)."""
+    carries no rank."""
     m = _RANK_IN_NAME.search(Path(path).name)
     return int(m.group(1)) if m else None
 
@@ -93,8 +91,7 @@ def report_name(path: str | Path) -> dict[str, Any]:
 
 def rank_from_environment(environment: str | None) -> int | None:
     """``RANK`` in a process environment written as ``K=V;K=V`` (nsys ``TARGET_INFO_SYSTEM_ENV``
-    ``DeviceEnvironment``: the environment nsys ran in, which for a Ray worker under nsys -- verl, NeMo RL
-    -- is the worker's, with the ``RANK`` its launcher set); None without one."""
+    ``DeviceEnvironment``); None without one."""
     m = _RANK_VARIABLE.search(environment or "")
     return int(m.group(1)) if m else None
 
@@ -104,9 +101,8 @@ def report_rank(
 ) -> tuple[int | None, dict[str, Any]]:
     """Rank of a one-process report (nsys) and how it was found, as ``(rank, meta)``.
 
-    The ``RANK`` of the environment the profiler ran in wins over ``rank`` (from the file name or ``--rank``)
-    when the file's GPU work comes from at most one process (``num_gpu_pids``: how many ran GPU ops); a report of several GPU processes (``nsys
-    profile torchrun ...``) keeps ``rank``, and the meta says why. The meta also carries :func:`report_name`.
+    The environment's ``RANK`` wins over ``rank`` (file name or ``--rank``) when at most one process ran GPU
+    ops (``num_gpu_pids``); otherwise ``rank`` stands and the meta says why. The meta carries :func:`report_name`.
     """
     meta: dict[str, Any] = {}
     named = report_name(path)
