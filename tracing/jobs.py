@@ -23,7 +23,7 @@ from tracing.analysis import attribution, gpu_tables, kernel_classes, metrics, r
 from tracing.analysis.colocated import shared_device_time
 from tracing.analysis.logged_steps import logged_tables
 from tracing.analysis.mb_engine import engine_signals
-from tracing.analysis.microbatches import MicrobatchResult, gemm_names, signals_microbatches
+from tracing.analysis.microbatches import EXTRA_COLUMNS, MicrobatchResult, gemm_names, signals_microbatches
 from tracing.analysis.phases import PhaseMap, default_phase_map, load_phase_map
 from tracing.ingest import engine
 from tracing.ingest.decoded import in_engine
@@ -34,7 +34,6 @@ from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError, MxperfError
 from tracing.outputs.labels import Labels
 from tracing.progress import Progress
-from tracing.staged import stage_tables
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -336,8 +335,6 @@ def combine_microbatches(results: list[FileResult]) -> pa.Table | None:
     """
     import pyarrow as pa
 
-    from tracing.analysis.microbatches import EXTRA_COLUMNS
-
     held = [r for r in results if r.microbatches is not None and len(r.microbatches.table)]
     if not held:
         return None
@@ -461,7 +458,7 @@ def _default_sigterm() -> None:
 
 def _ingest_staged(*job: Any, progress: Callable[[int, int], None] | None = None) -> FileResult:
     """:func:`ingest_file`, its large tables staged beside its events (``tracing.staged``)."""
-    return stage_tables(ingest_file(*job, progress=progress), job[3], job[4])
+    return staged.stage_tables(ingest_file(*job, progress=progress), job[3], job[4])
 
 
 def _ingest_ray(

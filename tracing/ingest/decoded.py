@@ -1,12 +1,9 @@
 """Decode a Kineto file or an nsys export once, a batch at a time, into Parquet: the one input of the engine.
 
-    file --(KinetoDecoder | NsysDecoder: a batch of rows at a time)--> raw Parquet (name / kind / shape codes,
-    times as read) --(pid of GPU rows, base time, emit_nvtx shapes)--> events Parquet (``schema.EVENT_COLUMNS``)
-
-Memory holds one batch of rows and the interned names. What only the whole file knows is applied in the second
-pass: a Kineto file's ``baseTimeNanoseconds`` (often written after ``traceEvents``) and the process that launched
-each GPU op (a Kineto GPU row carries the device as its pid: it takes its launch call's pid by correlation;
-:func:`gpu_pid_sql`), an export's emit_nvtx shapes (known per range name once every name is read).
+Memory holds one batch of rows and the interned names: raw Parquet (codes, times as read), then events Parquet
+(docs/tracing.md). The second pass applies what only the whole file knows: a Kineto file's
+``baseTimeNanoseconds`` (often written after ``traceEvents``), each Kineto GPU row's launching pid (its own pid
+is the device: :func:`gpu_pid_sql`) and an export's emit_nvtx shapes (known per range name once all are read).
 """
 
 from __future__ import annotations

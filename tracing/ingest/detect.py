@@ -1,8 +1,5 @@
 """Which reader a path needs (Kineto JSON, nsys SQLite, mxperf range log, verl / NeMo RL metric log) and the
-one call that reads a trace.
-
-detect_format(path) -> "kineto" | "nsys" | "rangelog" | "metric_log";  expand_inputs(paths) -> [(file, format)]
-load_trace(path) -> Trace (events in the one schema of ``tracing.outputs.schema``)
+one call that reads a trace (:func:`load_trace`).
 """
 
 from __future__ import annotations
