@@ -21,8 +21,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from tracing.analysis.gpu_tables import DeviceTimeline
 from tracing.analysis.intervals import Covered
-from tracing.analysis.timelines import DeviceTimeline
 
 SHARED_COLUMNS: tuple[str, ...] = (
     "device_processes",

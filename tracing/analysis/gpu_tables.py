@@ -14,12 +14,12 @@ module computes them in the engine (:mod:`tracing.ingest.engine`) over a view ``
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tracing.analysis.intervals import Intervals
-from tracing.analysis.timelines import KERNEL_WAIT_THRESHOLD_NS, DeviceTimeline, timeline_row
 from tracing.ingest.engine import arrow
 from tracing.outputs import schema
 
@@ -28,10 +28,24 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA's consecutive_kernel_delay (30, in trace units = us)
 _KINDS = ", ".join(f"'{k}'" for k in schema.GPU_OP_KINDS)
 _LAUNCHES = ", ".join(f"'{k}'" for k in schema.LAUNCH_KINDS)
 # ops without a launch record sort after those with one at the same start
 _LAUNCH_KEY = "case when launch_end_ns = -1 then 9223372036854775807 else launch_end_ns end"
+
+
+@dataclass(frozen=True)
+class DeviceTimeline:
+    """The busy union and the host-stall intervals of one (process, device) (rules: ``metrics.py``), and its row
+    of ``schema.DEVICE_COLUMNS`` before the colocated ones."""
+
+    pid: int
+    device: int
+    busy: Intervals
+    stall: Intervals  # each lies inside a gap of the busy union, from its start
+    row: dict[str, float | int]
+
 
 OPS_SQL = f"""
 create or replace temp table launches as
@@ -66,13 +80,16 @@ with x as (
           lag(end_ns) over (partition by pid, device, stream order by start_ns, row) as pe from ops)
   group by pid, device
 )
-select x.pid, x.device, min(s) as first_ns, max(e) as last_ns,
-  coalesce(sum(s - g0) filter (is_gap), 0)::bigint as gaps_ns, sum(stall)::bigint as host_stall_ns,
-  coalesce(sum(stall) filter (is_gap and le <> -1 and ls <= g0), 0)::bigint as ambiguous_ns,
+select x.pid, x.device, min(s) as first_ns, max(e) as last_ns, max(e) - min(s) as span_ns,
+  (max(e) - min(s) - coalesce(sum(s - g0) filter (is_gap), 0))::bigint as busy_ns,
+  coalesce(sum(s - g0) filter (is_gap), 0)::bigint as idle_ns, sum(stall)::bigint as host_stall_ns,
+  coalesce(sum(stall) filter (is_gap and le <> -1 and ls <= g0), 0)::bigint as host_stall_ambiguous_ns,
   coalesce(sum(s - g0) filter (is_gap and le = -1), 0)::bigint as unattributed_ns,
-  count(*) filter (kind = 'kernel') as kernels, count(*) filter (kind = 'memcpy') as memcpys,
-  count(*) filter (kind = 'memset') as memsets, count(distinct stream) as streams,
-  any_value(overlap.same_stream_overlap_ns)::bigint as overlap_ns
+  (coalesce(sum(s - g0) filter (is_gap), 0) - sum(stall))::bigint as other_idle_ns,
+  null::double as host_stall_fraction,
+  count(*) filter (kind = 'kernel') as num_kernels, count(*) filter (kind = 'memcpy') as num_memcpy,
+  count(*) filter (kind = 'memset') as num_memset, count(distinct stream) as num_streams,
+  coalesce(any_value(overlap.same_stream_overlap_ns), 0)::bigint as same_stream_overlap_ns
 from x join overlap using (pid, device)
 group by x.pid, x.device order by x.pid, x.device
 """
@@ -150,29 +167,15 @@ def ops_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def device_timelines(con: duckdb.DuckDBPyConnection) -> list[DeviceTimeline]:
-    """One :class:`~tracing.analysis.metrics.DeviceTimeline` per (process, device), in (pid, device) order."""
-    rows = arrow(con, DEVICES_SQL).to_pylist()
+    """One :class:`DeviceTimeline` per (process, device), in (pid, device) order."""
     busy = _by_device(arrow(con, BUSY_SQL))
     stall = _by_device(arrow(con, STALL_SQL))
     out = []
-    for r in rows:
+    for r in arrow(con, DEVICES_SQL).to_pylist():
         key = (r["pid"], r["device"])
-        first, last = r["first_ns"], r["last_ns"]
-        row = timeline_row(
-            r["pid"],
-            r["device"],
-            (first, last),
-            last - first - r["gaps_ns"],
-            (r["host_stall_ns"], r["ambiguous_ns"], r["unattributed_ns"]),
-            {schema.KERNEL: r["kernels"], schema.MEMCPY: r["memcpys"], schema.MEMSET: r["memsets"]},
-            r["streams"],
-            int(r["overlap_ns"] or 0),
-        )
-        out.append(
-            DeviceTimeline(
-                r["pid"], r["device"], busy.get(key, Intervals()), stall.get(key, Intervals()), row
-            )
-        )
+        span = r["span_ns"]
+        row = r | {"host_stall_fraction": r["host_stall_ns"] / span if span else float("nan")}
+        out.append(DeviceTimeline(*key, busy.get(key, Intervals()), stall.get(key, Intervals()), row))
     return out
 
 

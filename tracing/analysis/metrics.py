@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracing.analysis import gpu_tables
-from tracing.analysis.timelines import KERNEL_WAIT_THRESHOLD_NS, DeviceTimeline, timeline_row
+from tracing.analysis.gpu_tables import KERNEL_WAIT_THRESHOLD_NS, DeviceTimeline
 from tracing.ingest import engine
 from tracing.outputs import schema
 
@@ -61,7 +61,6 @@ __all__ = [
     "gpu_ops",
     "measure",
     "stream_breakdown",
-    "timeline_row",
     "union_intervals",
 ]
 
