@@ -1,56 +1,41 @@
 """One GPU, several processes (colocated sampler and learner, MPS): the device's view next to each process's.
 
-Per-process metrics (``metrics.device_metrics``) see only their own kernels, so while the sampler runs the
-learner's device looks idle, and a learner gap filled by sampler kernels counts as host stall. Here every
-process of a trace set that reports the same device (on one clock) is unioned::
+Per-process metrics see only their own kernels, so a learner gap filled by sampler kernels counts as host stall;
+here every process reporting the same device (on one clock) is unioned (columns: docs/tracing.md)::
 
     learner   |==k==|         |==k==|          busy_ns (per process)
     sampler          |=g==g=|                  (the other process)
     device    |=====================|          device_busy_ns: |union over processes|
     learner stall    [~~~~~~~~]                host_stall_ns; device_host_stall_ns = the part no one filled
-
-Columns (``schema.DEVICE_COLUMNS``), each inside the process's own [first_ns, last_ns] so they compare with
-its ``span_ns``: ``device_processes``, ``device_busy_ns``, ``device_idle_ns`` (span - device busy),
-``device_host_stall_ns``. A process alone on its device gets its own numbers.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from tracing.analysis.gpu_tables import DeviceTimeline
 from tracing.analysis.intervals import Covered
 
-SHARED_COLUMNS: tuple[str, ...] = (
-    "device_processes",
-    "device_busy_ns",
-    "device_idle_ns",
-    "device_host_stall_ns",
-)
-
 
 def shared_device_time(
-    timelines: Sequence[DeviceTimeline],
-    offsets_ns: Sequence[int] | None = None,
-    groups: Sequence[Hashable] | None = None,
+    timelines: Sequence[DeviceTimeline], offsets_ns: Sequence[int] | None = None
 ) -> list[dict[str, int]]:
-    """:data:`SHARED_COLUMNS` per timeline, in order.
+    """The ``device_*`` columns of ``schema.DEVICE_COLUMNS`` per timeline, in order, each inside the process's
+    own [first_ns, last_ns]; a process alone on its device gets its own numbers.
 
-    Timelines share a device when their ``(group, device)`` match; ``offsets_ns[i]`` moves timeline i onto the
-    common clock (0 for one trace file). ``groups`` default to one group (all on one machine and clock).
+    Timelines share a device when their ``device`` match; ``offsets_ns[i]`` moves timeline i onto the common
+    clock (0 for one trace file).
     """
-    n = len(timelines)
-    offsets = list(offsets_ns) if offsets_ns is not None else [0] * n
-    keys = [(groups[i] if groups is not None else 0, t.device) for i, t in enumerate(timelines)]
-    members: dict[tuple[Hashable, int], list[int]] = defaultdict(list)
-    for i, k in enumerate(keys):
-        members[k].append(i)
+    offsets = list(offsets_ns) if offsets_ns is not None else [0] * len(timelines)
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(timelines):
+        members[t.device].append(i)
     out: list[dict[str, int]] = []
     for i, t in enumerate(timelines):
-        mine = members[keys[i]]
+        mine = members[t.device]
         row = t.row
         span, busy, stall = int(row["span_ns"]), int(row["busy_ns"]), int(row["host_stall_ns"])
         if len(mine) == 1:

@@ -1,8 +1,8 @@
 """Per-device and per-stream GPU metrics, the kernel table and the device timelines, in SQL over one trace's events.
 
-The rules (launch-end host stall, HTA's per-stream rule) are drawn in :mod:`tracing.analysis.metrics`; this
-module computes them in the engine (:mod:`tracing.ingest.engine`) over a view ``events`` (the event table,
-``kind`` / ``name`` as text, plus ``row``: the row's position in the table), for a trace of any size:
+The rules (launch-end host stall, HTA's per-stream rule) are docs/tracing.md's; this module computes them in
+the engine (:mod:`tracing.ingest.engine`) over a view ``events`` (the event table, ``kind`` / ``name`` as
+text, plus ``row``: the row's position in the table), for a trace of any size:
 
 - ``ops``: kernel / memcpy / memset rows with their launch call joined by (pid, correlation), the first launch
   record in table order winning a duplicated key (launch columns -1 without one);
@@ -37,8 +37,8 @@ _LAUNCH_KEY = "case when launch_end_ns = -1 then 9223372036854775807 else launch
 
 @dataclass(frozen=True)
 class DeviceTimeline:
-    """The busy union and the host-stall intervals of one (process, device) (rules: ``metrics.py``), and its row
-    of ``schema.DEVICE_COLUMNS`` before the colocated ones."""
+    """The busy union and the host-stall intervals of one (process, device), and its row of
+    ``schema.DEVICE_COLUMNS`` before the colocated ones."""
 
     pid: int
     device: int
@@ -156,10 +156,7 @@ OPS_COLUMNS = (
 
 def ops_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """The ``ops`` table as a frame in table order (``kind`` / ``name`` as str): what ``metrics.gpu_ops`` gives."""
-    t = arrow(
-        con,
-        f"select {', '.join(OPS_COLUMNS)} from ops order by row",
-    )
+    t = arrow(con, f"select {', '.join(OPS_COLUMNS)} from ops order by row")
     df = t.to_pandas()
     for c in ("kind", "name"):
         df[c] = df[c].astype(object)

@@ -41,14 +41,7 @@ class Covered:
         offsets = offsets if offsets is not None else [0] * len(sets)
         s = np.concatenate([_EMPTY, *(i.start + o for i, o in zip(sets, offsets, strict=True))])
         e = np.concatenate([_EMPTY, *(i.end + o for i, o in zip(sets, offsets, strict=True))])
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        run = np.maximum.accumulate(e) if len(e) else e
-        new = np.ones(len(s), bool)
-        new[1:] = s[1:] > run[:-1]
-        first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, len(s) - 1) if len(first) else first
-        self._bs, self._be = s[first], run[last]
+        self._bs, self._be = union_intervals(s, e)
         self._before = np.concatenate([[0], np.cumsum(self._be - self._bs)])
 
     def at(self, t: np.ndarray) -> np.ndarray:
@@ -60,6 +53,20 @@ class Covered:
         kk = np.maximum(k - 1, 0)
         partial = np.where(k > 0, np.clip(np.minimum(t, self._be[kk]) - self._bs[kk], 0, None), 0)
         return self._before[kk] * (k > 0) + partial
+
+
+def union_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the union of [start, end) (touching intervals merge)."""
+    if len(start) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], run_end[last]
 
 
 def clipped(sets: Sequence[Intervals], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
