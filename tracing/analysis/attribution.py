@@ -1,34 +1,10 @@
 """Per-range GPU work: which kernels did a range (NVTX, user annotation, range log) cause, and what did they cost?
 
-A range is a host-side interval [start, end] on one thread. GPU work is attributed through the launch calls,
-by correlation id, two ways (never through Kineto's ``gpu_user_annotation``, which is a per-stream span
-of the ops whose *innermost* annotation on the *launching thread* is that range):
-
-- ``thread_*``: ops whose launch call started inside the range **on the same thread** (Nsight's
-  ``nvtx_gpu_proj_trace`` rule);
-- ``window_*``: ops whose launch call started inside the range's time window **on any thread of the
-  process** -- autograd runs backward on its own thread, so ``## backward ##`` launches almost nothing
-  itself.
-
-For each: the op count, ``busy`` (|union| of the ops' intervals, which may run after the range ended) and
-``span`` (first op start -> last op end).
-
-One time basis (docs/contracts.md, v2), shared with the micro-batch table: a range's **window** runs from its start to the
-later of its end and ``gpu_end_ns``, the end of the last GPU op launched inside it (``window_*`` rule);
-``time_ns`` is its length. GPU work launched in a range runs asynchronously, often after the host moved on,
-so host wall time alone (``wall_ns``) can be far shorter than the work it caused. Two columns measured
-inside the window obey time conservation -- each is at most ``time_ns``, and so is their sum, since stalls
-lie in gaps of the busy union::
-
-    host   [== range ==]                  wall_ns
-    GPU         |==k1==|    |===k2===|    (launched inside the range)
-           [============ window ========] time_ns = max(end, gpu_end) - start
-
-- ``busy_in_window_ns``: the device busy union inside the window;
-- ``host_stall_ns``: the device host-stall intervals (launch-end rule, ``metrics.py``) inside the window.
-
-With several devices in one process the per-device intervals are merged first (time *some* device was busy
-or stalled). A trace without GPU ops leaves all GPU columns null with ``gpu_reason`` set.
+The rules (``thread_*`` / ``window_*`` through the launch calls, never Kineto's ``gpu_user_annotation``; the
+window shared with the micro-batch table, inside which ``busy_in_window_ns`` and ``host_stall_ns`` are
+measured) are docs/tracing.md's ("Per range"); :mod:`tracing.analysis.range_tables` computes them in the
+engine. With several devices in one process the per-device intervals are merged first (time *some* device
+was busy or stalled). A trace without GPU ops leaves all GPU columns null with ``gpu_reason`` set.
 """
 
 from __future__ import annotations
@@ -37,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis import gpu_tables, intervals, metrics, range_tables
+from tracing.analysis import gpu_tables, intervals, range_tables
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and tests import from here
     NO_GPU_REASON,
@@ -73,17 +49,7 @@ _FRAME_COLUMNS = (
 
 def range_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataFrame:
     """The ranges of a trace with nesting (parent_id, depth) and canonical phase; no GPU columns yet."""
-    phase_map = phase_map or default_phase_map()
-    if trace.range_log is not None:
-        table = range_log_frame(trace, phase_map)
-    else:
-        with engine.session() as con:
-            engine.register_frame(con, trace.events)
-            range_tables.make_ranges(con)
-            table = engine.frame(
-                range_tables.range_table(con, phase_map, _source(trace), 0), schema.RANGE_COLUMNS
-            )
-    return table[list(_FRAME_COLUMNS)]
+    return _ranges(trace, phase_map, gpu=False)[list(_FRAME_COLUMNS)]
 
 
 def attribute_ranges(
@@ -91,16 +57,20 @@ def attribute_ranges(
     phase_map: PhaseMap | None = None,
     *,
     ops: pd.DataFrame | None = None,
-    timelines: list[metrics.DeviceTimeline] | None = None,
+    timelines: list[gpu_tables.DeviceTimeline] | None = None,
 ) -> pd.DataFrame:
-    """The range table (``schema.RANGE_COLUMNS`` without trace/rank) with GPU work attributed (computed in the
-    engine, :mod:`tracing.analysis.range_tables`; ``ops`` / ``timelines`` are accepted for older callers)."""
+    """The range table (``schema.RANGE_COLUMNS`` without trace/rank) with GPU work attributed (``ops`` /
+    ``timelines``: ignored, the engine joins the launches itself)."""
+    return _ranges(trace, phase_map, gpu=True)
+
+
+def _ranges(trace: Trace, phase_map: PhaseMap | None, gpu: bool) -> pd.DataFrame:
     phase_map = phase_map or default_phase_map()
     if trace.range_log is not None:
         return range_log_frame(trace, phase_map)
     with engine.session() as con:
         engine.register_frame(con, trace.events)
-        num_ops = gpu_tables.make_ops(con)
+        num_ops = gpu_tables.make_ops(con) if gpu else 0
         range_tables.make_ranges(con)
         return engine.frame(
             range_tables.range_table(con, phase_map, _source(trace), num_ops), schema.RANGE_COLUMNS
@@ -149,7 +119,7 @@ def _range_log_columns(log: pa.Table, phase_map: PhaseMap) -> dict[str, Any]:
 
 
 def clipped_device_time(
-    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[metrics.DeviceTimeline]
+    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[gpu_tables.DeviceTimeline]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per window [start, end) of process ``pid`` (in any order): its devices' busy union and host stall inside
     it (ns) (``tracing.analysis.intervals``)."""
