@@ -1,17 +1,9 @@
 """GPU op classes by name pattern, so "time spent quantizing" or "time in NCCL" is one number.
 
-Classes: ``communication``, ``attention``, ``gemm``, ``quantize`` (FP8 / MX / FP4 quantize, dequantize,
-amax, scale and the transposes of quantized data: the overhead low precision adds), ``elementwise``,
-``other``; memcpy and memset ops are classed by their kind.
-
-The rules are the rows of ``kernel_patterns.toml`` (next to this module): real kernel-name patterns
-(cuBLAS / cuBLASLt / CUTLASS, Transformer Engine, Triton / Inductor, hipBLASLt / Tensile ``Cijk_*``,
-rocBLAS, composable_kernel, vLLM, torchao, PyTorch's own loops), each with the project and file its names
-were read from. Rows are tried in file order, first match wins. Matching is token-aware: a row's token
-regex must cover whole name tokens (runs of letters and digits, :func:`token_regex`), so ``cast`` is
-never found inside ``gpu_kernel_impl_nocast`` or ``LoadWithCast``. GEMM rows also say how to read the
-operand precision (``tracing.analysis.precision``). Extend with :func:`with_rules` (your rules, plain
-case-insensitive regexes, are tried first).
+The classes and their rules (the rows of ``kernel_patterns.toml``, tried in file order, first match wins, each
+token matching whole name tokens: :func:`token_regex`) are docs/tracing.md's ("Kernel classes"). GEMM rows
+also say how to read the operand precision (``tracing.analysis.precision``). Extend with :func:`with_rules`
+(your rules, plain case-insensitive regexes, are tried first).
 """
 
 from __future__ import annotations
@@ -190,12 +182,11 @@ def _compile(row: PatternRow) -> None:
     try:
         row.pattern  # noqa: B018 (compiled and kept)
     except re.error:
-        row_id = row.id
         for t in row.tokens:
             try:
                 re.compile(token_regex(t))
             except re.error as exc:
-                raise ValueError(f"kernel pattern {row_id!r}: token {t!r} does not compile ({exc})") from None
+                raise ValueError(f"kernel pattern {row.id!r}: token {t!r} does not compile ({exc})") from None
         raise
 
 
@@ -297,52 +288,28 @@ def kernel_table(ops: pd.DataFrame, classifier: KernelClassifier = DEFAULT) -> p
     }
     with engine.session() as con:
         con.register("ops", pa.Table.from_pandas(pd.DataFrame(cols), preserve_index=False))
-        return kernel_groups_frame(con, classifier)
-
-
-def kernel_groups_frame(con: Any, classifier: KernelClassifier = DEFAULT) -> pd.DataFrame:
-    """The kernel table of the engine's ``ops`` (:func:`kernel_table`)."""
-    return schema.to_frame(kernel_groups_table(con, classifier))
+        return schema.to_frame(kernel_groups_table(con, classifier))
 
 
 def kernel_groups_table(con: Any, classifier: KernelClassifier = DEFAULT) -> pa.Table:
-    """:func:`kernel_groups_frame` as an Arrow table (``schema.KERNEL_COLUMNS`` but trace / rank)."""
+    """:func:`kernel_table` of the engine's ``ops`` as an Arrow table (``schema.KERNEL_COLUMNS`` but trace /
+    rank), in ``gpu_tables.KERNELS_SQL``'s row order."""
     from tracing.analysis import gpu_tables
 
     k = gpu_tables.kernel_groups(con)
-    return kernel_rows(
-        *(
-            k[c].to_numpy(zero_copy_only=False)
-            for c in ("device", "kind", "name", "count", "total_ns", "max_ns")
-        ),
-        classifier,
-    )
-
-
-def kernel_rows(
-    device: np.ndarray,
-    kinds: np.ndarray,
-    names: np.ndarray,
-    count: np.ndarray,
-    total: np.ndarray,
-    max_ns: np.ndarray,
-    classifier: KernelClassifier = DEFAULT,
-) -> pa.Table:
-    """The kernel table from its groups given in (device, kind, name) order (values ascending, strings in
-    code-point order): rows by device ascending, then total time descending, ties kept in that order."""
-    cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
-    rows = np.lexsort((-total, device))  # stable: equal totals keep (kind, name) order
-    kinds, names, count, total = kinds[rows], names[rows], count[rows].astype(np.int64), total[rows]
+    kinds, names, total = (k[c].to_numpy(zero_copy_only=False) for c in ("kind", "name", "total_ns"))
+    count = k["count"].to_numpy(zero_copy_only=False).astype(np.int64)
     values = {
-        "device": device[rows],
+        "device": k["device"].to_numpy(zero_copy_only=False),
         "kind": kinds,
         "name": names,
         "kernel_class": classifier.classify_ops(kinds, names),
         "count": count,
         "total_ns": total,
         "mean_ns": total / count,
-        "max_ns": max_ns[rows],
+        "max_ns": k["max_ns"].to_numpy(zero_copy_only=False),
     }
+    cols = [c for c in schema.KERNEL_COLUMNS if c not in ("trace", "rank")]
     return schema.make_table(values, {c: schema.KERNEL_COLUMNS[c] for c in cols}, "kernels")
 
 
