@@ -32,13 +32,13 @@ if TYPE_CHECKING:
 SLAB_ITEMS = 1 << 17  # host items (and launches) a process holds at a time
 _EVERY = 1 << 10  # items per entry of an engine-read process's start index
 _LAUNCH_KINDS = ", ".join(f"'{k}'" for k in schema.LAUNCH_KINDS)
-_HOST_COLUMNS = 'tid, start, "end", code, shape, is_call'
+_HOST_COLUMNS = 'tid, start, "end", code, shape'
 _LAUNCH_COLUMNS = "l_tid, l_start, l_end, op_start, op_end, prev_end, l_kernel, l_gemm"
 
 
 def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> Signals:
     """Per-process signals of the trace in the engine (``gemm_kernels``: the kernel names classed ``gemm``).
-        The engine's ``host_items`` and ``launch_items`` tables (not temporary: :class:`EngineItems` reads them
+    The engine's ``host_items`` and ``launch_items`` tables (not temporary: :class:`EngineItems` reads them
     through cursors) stay until it closes."""
     import pyarrow as pa
 
@@ -77,7 +77,7 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
         con.execute(
             f"""create or replace temp table host_sorted as
             select e.pid, e.tid, e.start_ns as start, e.start_ns + e.dur_ns as "end", n.code,
-              coalesce(s.code, 0) as shape, e.kind in ({_LAUNCH_KINDS}) as is_call
+              coalesce(s.code, 0) as shape
             from events e join signal_names n on e.name = n.name left join signal_shapes s on e.shapes = s.shape
             where {host} order by e.pid, e.start_ns, e.row"""
         )
@@ -85,8 +85,8 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
         first = " ".join(f"when {int(p)} then {int(f)}" for p, f in firsts)
         con.execute(
             f"""create or replace table host_items as
-            select pid, rowid - {f"case pid {first} end" if firsts else "0"} as i, tid, start, "end", code, shape,
-              is_call from host_sorted;
+            select pid, rowid - {f"case pid {first} end" if firsts else "0"} as i, tid, start, "end", code, shape
+            from host_sorted;
             drop table host_sorted;
             create or replace table launch_items as
             with unlaunched as (  -- ops whose launch the trace lacks (queued before the capture began)
@@ -126,8 +126,8 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
 
 
 class EngineItems:
-    """A process's host items and launches read from the engine (``mbsignals.Items``): a region a block at a
-    time, a window as a :class:`~tracing.analysis.mbsignals.Process`. Detection moves forward in time, so a
+    """A process's host items and launches read from the engine: a region a block at a time, a window as a
+    :class:`~tracing.analysis.mbsignals.Process` (which serves detection the same way). Detection moves forward in time, so a
     slab of :data:`SLAB_ITEMS` items from the last request on is held and serves the requests it covers."""
 
     def __init__(
@@ -201,7 +201,7 @@ class EngineItems:
     def _blocks(
         self, table: str, key: str, lo: int, hi: int, columns: tuple[str, ...], size: int
     ) -> Iterator[dict[str, np.ndarray]]:
-        cols = ", ".join(f'"{c}"' if c != "is_launch_call" else "is_call as is_launch_call" for c in columns)
+        cols = ", ".join(f'"{c}"' for c in columns)
         sql = f"select {cols} from {table} where pid = $1 and {key} between $2 and $3 order by rowid"
         cursor = self.con.cursor()  # its own result: detection reads two of these side by side
         try:
@@ -211,6 +211,8 @@ class EngineItems:
             cursor.close()
 
     def whole(self) -> tuple[int, int, int] | None:
+        """(busiest thread, first host item start, last host item end): a process's fallback region (its
+        busiest thread is the one with most launches, else most host items; the smallest tid among equals)."""
         span = self.con.sql(
             'select min(start), max("end") from host_items where pid = $1', params=[self.pid]
         ).fetchall()[0]

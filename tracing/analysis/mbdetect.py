@@ -1,29 +1,11 @@
 """Micro-batches found in a trace without labels: cut inside each phase range from what every transformer
 forward/backward leaves, or taken from explicit micro-batch ranges.
 
-Where to look: :mod:`tracing.analysis.mbregions`. An explicit range that holds several forward passes is
-split.
-
-Inside a range, on the thread F that opened it (``source = "detected"``)::
-
-    F   [emb]=fwd=[loss]   (blocked in backward)    [item] [emb]=fwd=  ...  [Optimizer.step]
-    B                   =====backward======                      =====
-        |<------------- micro-batch 0 ------------------->|
-        start: the forward's embedding lookup (aten::embedding: one per forward pass), or the kernel-free
-        host ops on F just before it (micro_batch.to(device), slicing); without lookups, the first host op
-        on F after the previous micro-batch (optimizer ranges skipped);
-        host end: the backward burst's last launch on the autograd threads B, or the sync on F right after
-        it (loss.item(): cudaStreamSynchronize / aten::_local_scalar_dense); a forward-only micro-batch
-        (logprob) ends at the last host op on F before the next forward's first.
-
-A backward *burst* is the autograd threads' work between two launches from F (F is blocked inside
-``loss.backward()``). Each forward must own one backward (update) or none may (logprob). Anything else --
-forwards without a backward next to forwards with one (a pipeline-parallel 1F1B schedule), a backward
-before the first forward, neither embedding lookups nor backward passes -- is *ambiguous*: the range gets
-a reason and no micro-batches, never a guess.
-
-Tokens: the forward's embedding lookup indices (``[B, S]`` -> B*S, packed ``[1, T]`` -> T), else its first
-GEMM op's rows, else unknown (the caller asks for ``--label tokens_per_microbatch=``).
+Where to look: :mod:`tracing.analysis.mbregions`; an explicit range that holds several forward passes is split.
+The cut (the thread F that opened the range, its embedding lookups, the backward bursts on the autograd
+threads, the tokens) is drawn in docs/tracing.md ("Micro-batches", **How**). Each forward must own one
+backward (update) or none may (logprob); anything else is *ambiguous*: the range gets a reason and no
+micro-batches, never a guess.
 """
 
 from __future__ import annotations
@@ -33,12 +15,17 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracing.analysis.mbregions import Region
-from tracing.analysis.mbsignals import Items, Signals, start_slice
+from tracing.analysis.mbsignals import Process, Signals, start_slice
+
+if TYPE_CHECKING:
+    from tracing.analysis.mb_engine import EngineItems
+
+    Items = EngineItems | Process  # a process's items from the engine, or held whole (a slab, tests)
 
 _BLOCK = 1 << 16  # items per block where a whole region's items are scanned
 FORWARD_ONLY_PHASES = ("logprob", "reward")  # phases whose micro-batches run forwards only
@@ -451,12 +438,10 @@ def _gemm_size(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> tupl
     w = w[p.tid[w] == f_tid]
     conv = bool(sig.is_conv[p.code[w]].any())
     for k in w[sig.gemm_arg[p.code[w]] >= 0].tolist():
-        t, rank = (
-            sig.tokens_of(int(p.code[k]), int(p.shape[k])),
-            sig.input_rank(int(p.code[k]), int(p.shape[k])),
-        )
+        code, shape = int(p.code[k]), int(p.shape[k])
+        t = sig.tokens_of(code, shape)
         if t:
-            return t, "images" if conv else "tokens" if rank >= 3 else "unknown"
+            return t, "images" if conv else "tokens" if sig.input_rank(code, shape) >= 3 else "unknown"
     return None, "unknown"
 
 

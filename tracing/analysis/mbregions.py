@@ -1,12 +1,7 @@
 """Where micro-batches are looked for in a trace: detection regions and explicit micro-batch ranges.
 
-Per process: each outermost range whose phase is ``update``, ``logprob`` or ``reward`` (verl
-``update_actor`` / ``compute_log_prob``, NeMo RL ``*_policy_worker/train`` / ``get_logprobs``). A process
-with no phase ranges is cut per ``ProfilerStep#N``, or as a whole when its only ranges are ``emit_nvtx``
-op ranges (or NCCL's); one with generate / sync ranges only (a sampler) is left alone. Explicit micro-batch
-ranges: mxperf's ``update/microbatch[...]``, verl's ``micro_batch<i>``, NeMo RL's ``*/train_microbatch*``
-(``nemo_rl/models/policy/workers/megatron_policy_worker.py``, ``nemo_rl/data_plane/worker_mixin.py``), or
-``--microbatch-range REGEX``.
+The rules are docs/tracing.md's ("Micro-batches", **Where**). NeMo RL's ``*/train_microbatch*`` names come from
+``nemo_rl/models/policy/workers/megatron_policy_worker.py`` and ``nemo_rl/data_plane/worker_mixin.py``.
 """
 
 from __future__ import annotations

@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tracing.analysis import shapes
+
+if TYPE_CHECKING:
+    from tracing.analysis.mb_engine import EngineItems
 
 _AUTOGRAD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$")
 _SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
@@ -33,7 +36,7 @@ _CONV = re.compile(r"^aten::\w*conv(?:olution|\d|_transpose)")  # aten::conv2d, 
 _EMIT_NVTX = re.compile(r", (?:seq|op_id) = \d")  # an NVTX range emit_nvtx made for an op
 
 VOCAB_MIN = 64  # rows of the smallest token-embedding table (vocabulary) taken as one
-HOST_FIELDS = ("tid", "start", "end", "code", "shape", "is_launch_call")
+HOST_FIELDS = ("tid", "start", "end", "code", "shape")
 LAUNCH_FIELDS = ("l_tid", "l_start", "l_end", "op_start", "op_end", "prev_end", "l_kernel", "l_gemm")
 
 
@@ -48,7 +51,6 @@ class Process:
     end: np.ndarray
     code: np.ndarray  # name code into Signals.names
     shape: np.ndarray  # shape code into Signals.shapes
-    is_launch_call: np.ndarray  # a runtime/driver call (not a cpu op / op range)
     # launches (GPU ops with a launch record)
     l_tid: np.ndarray
     l_start: np.ndarray  # launch call start
@@ -83,29 +85,6 @@ class Process:
         )
 
 
-class Items(Protocol):
-    """A process's host items and launches as micro-batch detection reads them (``mb_engine.EngineItems``): a
-    region a block at a time, a micro-batch's neighbourhood as a :class:`Process`."""
-
-    pid: int
-    opt_start: np.ndarray
-    opt_end: np.ndarray
-
-    def host_blocks(
-        self, lo: int, hi: int, columns: tuple[str, ...], size: int
-    ) -> Iterator[dict[str, np.ndarray]]: ...
-
-    def launch_blocks(
-        self, lo: int, hi: int, columns: tuple[str, ...], size: int
-    ) -> Iterator[dict[str, np.ndarray]]: ...
-
-    def window(self, lo: int, hi: int) -> Process: ...
-
-    def whole(self) -> tuple[int, int, int] | None:
-        """(busiest thread, first host item start, last host item end): a process's fallback region (its
-        busiest thread is the one with most launches, else most host items; the smallest tid among equals)."""
-
-
 def start_slice(sorted_start: np.ndarray, lo: int, hi: int) -> slice:
     """The items starting in [lo, hi] as a slice: a view of each column, not a copy, and no index per item (a
     region with no ranges to cut it is a whole process, millions of items)."""
@@ -129,7 +108,7 @@ class Signals:
     is_sync: np.ndarray
     is_conv: np.ndarray
     shapes: list[str]
-    processes: dict[int, Items]
+    processes: dict[int, EngineItems]
 
     def tokens_of(self, code: int, shape_code: int) -> int | None:
         """Tokens an embedding or GEMM op processed, from its shapes (None when unknown)."""
@@ -162,7 +141,7 @@ class Signals:
     def model_of(self, code: int, shape_code: int) -> str | None:
         if not self.is_embedding[code]:
             return None
-        table = shapes.embedding_table(shapes.parse_shapes(self.shapes[shape_code]))
+        table = self.table_of(shape_code)
         return shapes.model_fingerprint(*table) if table else None
 
 
@@ -209,7 +188,7 @@ def make_process(
     opt_start: np.ndarray,
     opt_end: np.ndarray,
 ) -> Process:
-    """A :class:`Process` from its host items (``tid start end code shape is_call``, sorted by start),
+    """A :class:`Process` from its host items (``tid start end code shape``, sorted by start),
     its launches (:data:`LAUNCH_FIELDS`, sorted by launch start) and its optimizer ranges (sorted by start)."""
     return Process(
         pid=pid,
@@ -218,7 +197,6 @@ def make_process(
         end=host["end"],
         code=np.asarray(host["code"]),  # any int type
         shape=np.maximum(np.asarray(host["shape"]), 0),
-        is_launch_call=np.asarray(host["is_call"], bool),
         l_tid=lau["l_tid"],
         l_start=lau["l_start"],
         l_end=lau["l_end"],

@@ -1,26 +1,8 @@
 """The micro-batch table (``schema.MICROBATCH_COLUMNS``, docs/contracts.md, v2) of one trace, for the cost model.
 
-Rows come from :mod:`tracing.analysis.mbdetect` (explicit micro-batch ranges, ``source = "range"``, else
-micro-batches cut from the forward/backward structure, ``source = "detected"``); labels fill only what
-the trace cannot say and never override what it measured:
-
-- ``tokens_per_microbatch``: ``--label tokens_per_microbatch`` (the budget asked for), else the tokens
-  read from the op shapes; ``num_tokens``: the tokens read (range attributes, embedding indices, first
-  GEMM), else the label. With neither, the micro-batch is left out and the note says why.
-- ``precision``: range attributes, else ``--label precision``, else the GEMM kernel names
-  (:mod:`tracing.analysis.precision`); a label the kernels contradict is kept with a warning naming both.
-- ``model``: ``--label model``, else the embedding table's shape (``unlabelled-v<vocab>-h<hidden>``), else
-  ``unlabelled``. ``phase``: the enclosing phase range, else ``--label phase``, else ``update`` for
-  micro-batches with a backward pass.
-- ``step``: range attributes, else the enclosing ``ProfilerStep#N``, else the phase range's ordinal on its
-  process; ``microbatch``: the index within (process, phase, step); ``repeat``: one traced step of one
-  rank (a dense index over (rank, process, step)).
-
-Times (docs/contracts.md, the micro-batch table): ``host_seconds`` runs from the micro-batch's first host op to the
-later of its last host op and the end of the last GPU op it launched (any thread of its process);
-``device_seconds`` from the end of the GPU work launched before it (or its first host op, if later) to the end
-of its last GPU op; ``seconds`` is the first while the GPU keeps up and the second once the host runs ahead
-(``seconds_basis``, :func:`_bases`); ``gpu_busy_seconds`` is the busy union of its own GPU ops.
+Rows come from :mod:`tracing.analysis.mbdetect`; how each column is read (tokens, precision, model, phase,
+step, and which time basis ``seconds`` is: :func:`_bases`) is docs/tracing.md's ("Micro-batches"). Labels fill
+only what the trace cannot say and never override what it measured.
 """
 
 from __future__ import annotations
@@ -84,12 +66,11 @@ class MicrobatchResult:
         """Human lines for stderr."""
         out = [f"{path}: {w}" for w in self.warnings]
         for n in self.notes:
-            head = f"{path}: pid {n['pid']} {n['phase']}: {n['microbatches']} micro-batches ({n['source']})"
+            head = f"{path}: pid {n['pid']} {n['phase']}: "
             if n["found"] != n["microbatches"]:
-                head = (
-                    f"{path}: pid {n['pid']} {n['phase']}: {n['found']} micro-batches found ({n['source']}), "
-                )
-                head += f"{n['microbatches']} kept"
+                head += f"{n['found']} micro-batches found ({n['source']}), {n['microbatches']} kept"
+            else:
+                head += f"{n['microbatches']} micro-batches ({n['source']})"
             out.append(head + (f"; {'; '.join(n['problems'])}" if n["problems"] else ""))
         return out
 
@@ -389,7 +370,7 @@ def _table(
     host_end = np.array([r["host_end_ns"] for r in rows], np.int64)
     pid = np.array([r["pid"] for r in rows], np.int64)
     work = [_gpu_work(sig, *w) for w in zip(pid.tolist(), start.tolist(), host_end.tolist(), strict=True)]
-    last, own_busy, before = (np.array(c, np.int64) for c in list(zip(*work, strict=True))[1:])
+    last, own_busy, before = (np.array(c, np.int64) for c in zip(*work, strict=True))
     end = np.maximum(host_end, last)
     host = (end - start) / 1e9
     overlap = np.maximum(0, np.minimum(end, before) - start) / 1e9
@@ -450,19 +431,13 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def _gpu_work(sig: Signals, pid: int, lo: int, hi: int) -> tuple[int, int, int, int]:
-    """Of the GPU ops the process (any thread) launched in [lo, hi]: first start, last end (-1, -1 when none),
-    busy union (ns); and the end of the GPU work it launched before them (-1: none)."""
+def _gpu_work(sig: Signals, pid: int, lo: int, hi: int) -> tuple[int, int, int]:
+    """Of the GPU ops the process (any thread) launched in [lo, hi]: last end (-1 when none) and busy union
+    (ns); and the end of the GPU work it launched before them (-1: none)."""
     p = sig.processes.get(pid)
     if p is None:
-        return -1, -1, 0, -1
+        return -1, 0, -1
     w = p.window(lo, hi)
     if len(w.op_end) == 0:
-        return -1, -1, 0, -1
-    s, e = w.op_start, w.op_end
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], np.maximum.accumulate(e[order])
-    block = np.r_[True, s[1:] > e[:-1]]  # an op starting after every earlier one ended opens a block
-    cut = np.flatnonzero(block)
-    busy = int((np.maximum.reduceat(e, cut) - s[cut]).sum())
-    return int(s[0]), int(e[-1]), busy, int(w.prev_end[0])
+        return -1, 0, -1
+    return int(w.op_end.max()), metrics.measure(w.op_start, w.op_end), int(w.prev_end[0])
