@@ -176,15 +176,23 @@ def device_timelines(con: duckdb.DuckDBPyConnection) -> list[DeviceTimeline]:
     return out
 
 
-def _by_device(t: pa.Table) -> dict[tuple[int, int], Intervals]:
+def _by_device(t: pa.Table) -> dict[tuple[int, ...], Intervals]:
     """Interval rows (pid, device, s, e) in (pid, device, s) order -> per (pid, device) :class:`Intervals`."""
+    return {k: Intervals.of(c["s"], c["e"]) for k, c in grouped(t, ("pid", "device")).items()}
+
+
+def grouped(t: pa.Table, keys: tuple[str, ...]) -> dict[tuple[int, ...], dict[str, np.ndarray]]:
+    """A table's rows (ordered by ``keys`` first) as per key tuple arrays of its other columns."""
     if t.num_rows == 0:
         return {}
-    pid, dev = t["pid"].to_numpy(), t["device"].to_numpy()
-    s, e = t["s"].to_numpy(), t["e"].to_numpy()
-    cut = np.flatnonzero((pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])) + 1
-    bounds = np.r_[0, cut, len(pid)]
-    return {(int(pid[a]), int(dev[a])): Intervals.of(s[a:b], e[a:b]) for a, b in itertools.pairwise(bounds)}
+    cols = {c: t[c].to_numpy(zero_copy_only=False) for c in t.column_names}
+    key = [cols.pop(k) for k in keys]
+    cut = np.flatnonzero(np.any([k[1:] != k[:-1] for k in key], axis=0)) + 1
+    bounds = np.r_[0, cut, len(key[0])]
+    return {
+        tuple(int(k[a]) for k in key): {c: v[a:b] for c, v in cols.items()}
+        for a, b in itertools.pairwise(bounds)
+    }
 
 
 def stream_rows(

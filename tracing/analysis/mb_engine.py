@@ -9,12 +9,12 @@ slab of :data:`SLAB_ITEMS` items, however large the trace.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracing.analysis.gpu_tables import grouped
 from tracing.analysis.mbsignals import (
     Process,
     Signals,
@@ -107,12 +107,10 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
             f"""select distinct e.pid from events e left join signal_names n on e.name = n.name
             where {host}"""
         ).fetchall()
-        opt = _grouped(
-            con,
-            f"""select e.pid, e.start_ns as start, e.start_ns + e.dur_ns as "end" from events e
+        optimizer = f"""select e.pid, e.start_ns as start, e.start_ns + e.dur_ns as "end" from events e
             join signal_names n on e.name = n.name where e.kind = '{schema.RANGE}' and n.optimizer
-            order by e.pid, e.start_ns, e.row""",
-        )
+            order by e.pid, e.start_ns, e.row"""
+        opt = grouped(arrow(con, optimizer), ("pid",))
     finally:
         for t in ("signal_names", "signal_shapes", "gemm_kernels"):
             con.unregister(t)
@@ -120,7 +118,7 @@ def engine_signals(con: duckdb.DuckDBPyConnection, gemm_kernels: list[str]) -> S
         "select distinct pid from host_items union select distinct pid from launch_items"
     ).fetchall()
     for p in sorted({int(r[0]) for r in nameless} | {int(r[0]) for r in items}):
-        o = opt.get(p, {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)})
+        o = opt.get((p,), {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)})
         sig.processes[p] = EngineItems(con, p, o["start"], o["end"])
     return sig
 
@@ -231,15 +229,3 @@ class EngineItems:
 
 def _columns(t: Any) -> dict[str, np.ndarray]:
     return {c: t[c].to_numpy(zero_copy_only=False) for c in t.column_names}
-
-
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str) -> dict[int, dict[str, np.ndarray]]:
-    """A query's rows (ordered by pid first) as per-pid column arrays (without ``pid``)."""
-    t = arrow(con, sql)
-    if t.num_rows == 0:
-        return {}
-    cols = _columns(t)
-    pid = cols.pop("pid")
-    cut = np.flatnonzero(pid[1:] != pid[:-1]) + 1
-    bounds = np.r_[0, cut, len(pid)]
-    return {int(pid[a]): {c: v[a:b] for c, v in cols.items()} for a, b in itertools.pairwise(bounds)}
