@@ -1,9 +1,7 @@
 """Across the ranks of one trace set: which rank each step waited for, and how far apart the ranks' GPUs are.
 
-Inputs are the per-rank tables an ingest already holds (``schema.DEVICE_COLUMNS``, ``schema.STEP_COLUMNS``,
-one row per rank, process and device / step and phase, as Arrow tables); outputs are small (one row per step,
-one per device index), so a 256-rank set costs no more memory here than its device and step rows. The rules
-are :func:`tracing.analysis.ranks.stragglers`' (its notebook twin on pandas frames).
+Inputs are an ingest's device and step tables (Arrow); outputs are small (one row per step, one per device
+index). The rules are :func:`tracing.analysis.ranks.stragglers`' (its notebook twin on pandas frames).
 """
 
 from __future__ import annotations
@@ -69,10 +67,8 @@ def _stragglers(steps: pa.Table) -> pa.Table:
         steps.column(c).to_pylist() for c in ("trace", "rank", "pid", "step", "seconds")
     )
     sums: dict[tuple[Any, ...], list[float]] = {}  # (trace, rank, pid, step) -> its phases' seconds
-    for key in zip(trace, rank, pid, step, strict=True):
-        sums.setdefault(key, [])
     for key, s in zip(zip(trace, rank, pid, step, strict=True), seconds, strict=True):
-        sums[key].append(s)
+        sums.setdefault(key, []).append(s)
     # processes by rank number, then pid, then path: never by the path as text ("rank-127" < "rank-27")
     keys = sorted(sums, key=lambda k: (k[1], k[2], k[0], k[3]))
     idents = list(dict.fromkeys((k[0], k[1], k[2]) for k in keys))

@@ -191,20 +191,11 @@ def make_process(
     """A :class:`Process` from its host items (``tid start end code shape``, sorted by start),
     its launches (:data:`LAUNCH_FIELDS`, sorted by launch start) and its optimizer ranges (sorted by start)."""
     return Process(
-        pid=pid,
-        tid=host["tid"],
-        start=host["start"],
-        end=host["end"],
-        code=np.asarray(host["code"]),  # any int type
-        shape=np.maximum(np.asarray(host["shape"]), 0),
-        l_tid=lau["l_tid"],
-        l_start=lau["l_start"],
-        l_end=lau["l_end"],
-        op_start=lau["op_start"],
-        op_end=lau["op_end"],
-        prev_end=lau["prev_end"],
-        l_kernel=lau["l_kernel"],
-        l_gemm=lau["l_gemm"],
-        opt_start=opt_start,
-        opt_end=opt_end,
+        pid,
+        *(host[c] for c in ("tid", "start", "end")),
+        np.asarray(host["code"]),  # any int type
+        np.maximum(np.asarray(host["shape"]), 0),
+        *(lau[c] for c in LAUNCH_FIELDS),
+        opt_start,
+        opt_end,
     )
