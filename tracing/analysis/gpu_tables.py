@@ -138,25 +138,9 @@ def make_ops(con: duckdb.DuckDBPyConnection) -> int:
     return int(con.sql("select count(*) from ops").fetchall()[0][0])
 
 
-OPS_COLUMNS = (
-    "kind",
-    "name",
-    "pid",
-    "device",
-    "stream",
-    "start_ns",
-    "dur_ns",
-    "correlation",
-    "end_ns",
-    "launch_start_ns",
-    "launch_end_ns",
-    "launch_tid",
-)
-
-
 def ops_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """The ``ops`` table as a frame in table order (``kind`` / ``name`` as str): what ``metrics.gpu_ops`` gives."""
-    t = arrow(con, f"select {', '.join(OPS_COLUMNS)} from ops order by row")
+    t = arrow(con, "select * exclude (row) from ops order by row")
     df = t.to_pandas()
     for c in ("kind", "name"):
         df[c] = df[c].astype(object)
