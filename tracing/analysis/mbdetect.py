@@ -378,9 +378,8 @@ def _cuts_from_forwards(
 def _before_trailing_sync(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> int:
     """Where a range's last forward-only micro-batch ends: before the first sync on F after its last kernel
     launch (the range returning its results, ``.cpu()``), else at the range's end."""
-    p = items.window(lo, hi)
-    li = _window(p.l_start, lo, hi)
-    li = li[(p.l_tid[li] == f_tid) & p.l_kernel[li]]
+    p = items.window(lo, hi)  # items starting in [lo, hi] only: every index below is inside the window
+    li = np.flatnonzero((p.l_tid == f_tid) & p.l_kernel)
     if len(li) == 0:
         return hi
     w = _window(p.start, int(p.l_start[li[-1]]), hi)
@@ -395,12 +394,10 @@ def _prep_start(sig: Signals, items: Items, f_tid: int, prev_end: int, anchor: i
     or the end of an optimizer range."""
     p = items.window(prev_end, anchor)
     lo = prev_end
-    li = _window(p.l_start, prev_end, anchor)
-    kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li] & (p.l_start[li] < anchor)]
-    if len(kernels):
+    kernels = (p.l_tid == f_tid) & p.l_kernel & (p.l_start < anchor)
+    if kernels.any():
         lo = max(lo, int(p.l_end[kernels].max()))
-    hi = _window(p.start, prev_end, anchor)
-    hi = hi[(p.tid[hi] == f_tid) & (p.start[hi] < anchor)]
+    hi = np.flatnonzero((p.tid == f_tid) & (p.start < anchor))
     compute = hi[(sig.gemm_arg[p.code[hi]] >= 0) | sig.is_autograd[p.code[hi]]]
     if len(compute):
         lo = max(lo, int(p.end[compute].max()))
@@ -421,8 +418,7 @@ def _after_backward(sig: Signals, items: Items, f_tid: int, burst_end: int, limi
     """Host end of a micro-batch whose backward ended at ``burst_end``: the sync F runs right after it
     (``loss.item()``), if any comes before F launches its next kernel (or ``limit``)."""
     p = items.window(burst_end, limit)
-    li = _window(p.l_start, burst_end, limit)
-    f_kernels = li[(p.l_tid[li] == f_tid) & p.l_kernel[li]]
+    f_kernels = np.flatnonzero((p.l_tid == f_tid) & p.l_kernel)
     stop = int(p.l_start[f_kernels[0]]) if len(f_kernels) else limit
     hi = _window(p.start, burst_end, stop)
     hi = hi[(p.tid[hi] == f_tid) & (p.start[hi] < stop)]
@@ -434,8 +430,7 @@ def _gemm_size(sig: Signals, items: Items, f_tid: int, lo: int, hi: int) -> tupl
     """Rows of F's first GEMM op in [lo, hi] and what they count: images when F ran a convolution there, tokens
     when the GEMM's input has a sequence axis (``[B, S, H]``), else unknown (``[N, H]``: tokens or samples)."""
     p = items.window(lo, hi)
-    w = _window(p.start, lo, hi)
-    w = w[p.tid[w] == f_tid]
+    w = np.flatnonzero(p.tid == f_tid)
     conv = bool(sig.is_conv[p.code[w]].any())
     for k in w[sig.gemm_arg[p.code[w]] >= 0].tolist():
         code, shape = int(p.code[k]), int(p.shape[k])
