@@ -1,10 +1,8 @@
 """Range names -> canonical RL phases (generate, logprob, update, sync, reward, other).
 
-mxperf, verl, NeMo RL, Megatron and vLLM name the same phases differently (``update/microbatch``,
-``update_actor``, ``megatron_policy_worker/train``, ``policy_training``). The mapping is data, in
-``phase_map.toml`` next to this module: ordered rules of (regular expression, phase), first match wins, no
-match -> ``other``; each rule may say which ``framework`` it is for and carry a ``note``, and ``[[source]]``
-entries record the repository and commit its names were read from. Users pass their own file.
+The mapping is data (docs/tracing.md, "Phase maps"): ``phase_map.toml`` next to this module, ordered rules of
+(regular expression, phase), each with an optional ``framework`` and ``note``, and ``[[source]]`` entries
+naming where its names were read. Users pass their own file.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ from tracing.outputs.errors import InputError
 from tracing.outputs.schema import PHASES
 
 DEFAULT_PHASE_MAP = Path(__file__).with_name("phase_map.toml")
-
-
 _RULE_KEYS = frozenset({"pattern", "phase", "framework", "note"})
 
 
