@@ -18,8 +18,6 @@ from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and tests import from here
     NO_GPU_REASON,
     RANGELOG_REASON,
-    NameValues,
-    Nesting,
     split_encoded_name,
 )
 from tracing.ingest import engine

@@ -4,9 +4,9 @@ The rules are drawn in :mod:`tracing.analysis.attribution`. Here, over the engin
 ``ops`` / ``op_gaps`` tables (:mod:`tracing.analysis.gpu_tables`):
 
 - ``ranges``: the trace's range events in table order (start ascending, end descending, then event row), with
-  ``range_id`` = that position; parent and depth by containment per thread (:class:`attribution.Nesting`, fed a
+  ``range_id`` = that position; parent and depth by containment per thread (:class:`Nesting`, fed a
   batch of ranges at a time: a stack walk is no relational operation); each distinct name split, encoded and
-  mapped to its phase once (:class:`attribution.NameValues`);
+  mapped to its phase once (:class:`NameValues`);
 - per rule (``thread``: launched on the range's own thread; ``window``: on any thread of its process), the ops
   whose launch call started in [start, end]: an interval join on a (group, time) key, then count, first start,
   last end and the |union| of the ops' intervals per range;
