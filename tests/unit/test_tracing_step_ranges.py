@@ -50,6 +50,24 @@ def test_step_numbers_match_the_step_table() -> None:
     assert numbers == set(step_ranges.step_children(RANGES)["step"]) == {3, 4}
 
 
+def test_a_step_range_inside_another_is_the_same_step_as_in_the_step_table() -> None:
+    """An mxperf ``step`` range (``{"step": 7}``) inside torch.profiler's ``ProfilerStep#3``: one step, numbered
+    7, split by the outer range's children, as steps.parquet has it."""
+    nested = _ranges(
+        [
+            (0, -1, "ProfilerStep#3", 0, 0, 100),
+            (1, 0, "step", 1, 2, 98),
+            (2, 1, "## forward ##", 2, 5, 35),
+            (3, 0, "## optimizer ##", 1, 98, 100),
+        ]
+    )
+    nested.loc[1, "attrs"] = '{"step": 7}'
+    kids = step_ranges.step_children(nested)
+    assert set(kids["step"]) == set(steps.trace_step_phases(nested)["step"]) == {7}
+    assert kids.groupby("step")["seconds"].sum().to_dict() == pytest.approx({7: 0.100})
+    assert set(kids["name"]) == {"step", "## optimizer ##", step_ranges.OUTSIDE}
+
+
 def test_top_names_fold_the_rest_and_keep_outside() -> None:
     kids = step_ranges.step_children(RANGES)
     top = step_ranges.top_names(kids, limit=1)

@@ -11,24 +11,18 @@ import numpy as np
 import pandas as pd
 
 from tracing.analysis.metrics import measure
-from tracing.analysis.steps import _STEP_RANGE
+from tracing.analysis.steps import numbered_steps
+from tracing.outputs import schema
 
 OUTSIDE = "(outside child ranges)"
 COLUMNS = ["trace", "rank", "pid", "step", "name", "phase", "seconds"]
 
 
 def _numbered_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    names = ranges["name"].astype(str)
-    phase = ranges["phase"].astype(str) if "phase" in ranges else pd.Series("", index=ranges.index)
-    is_step = names.str.match(_STEP_RANGE) | (phase == "step")
-    steps = ranges[is_step.to_numpy(dtype=bool)]
-    if steps.empty:
-        return steps.assign(step_no=pd.Series(dtype="int64"))
-    found = steps["name"].astype(str).str.extract(_STEP_RANGE)[0]
-    steps = steps.assign(step_no=pd.to_numeric(found, errors="coerce")).sort_values("start_ns")
-    steps = steps.assign(**{k: steps.get(k) for k in ("trace", "rank")})
-    fallback = steps.groupby(["trace", "pid"], dropna=False).cumcount()
-    return steps.assign(step_no=steps["step_no"].fillna(fallback).astype("int64"))
+    """The step table's steps (:func:`tracing.analysis.steps.numbered_steps`), with their numbers as ``step_no``."""
+    rows, numbers = numbered_steps(schema.from_frame(ranges))
+    steps = ranges.iloc[rows].assign(step_no=np.asarray(numbers, np.int64))
+    return steps.assign(**{k: steps.get(k) for k in ("trace", "rank")})
 
 
 def step_children(ranges: pd.DataFrame) -> pd.DataFrame:
