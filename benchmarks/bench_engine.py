@@ -21,9 +21,10 @@ columns, types and values in the same order; if not, whether the same rows in an
 
 ``hta``: whole-process ``mxperf ingest TRACE -o OUT --force --no-progress`` (every table) against Holistic Trace
 Analysis 0.5.0 in its own venv (``--hta-python``; HTA's scope: ``TraceAnalysis`` load + idle-time breakdown of
-every rank + temporal breakdown), one warm-up each, then ``--pairs`` pairs (HTA, mxperf, HTA, mxperf, ...):
-median of the per-pair ratios HTA / mxperf per trace, with min and max, and the cores the machine gave before and
-after (``bench_startup.side_by_side``: 1.0 = two free cores, 2.0 = one).
+every rank + temporal breakdown), one warm-up each, then ``--pairs`` rounds (HTA, mxperf, the floor, ...):
+median of the per-round ratios HTA / mxperf per trace, with min and max; the floor (a process importing the
+libraries the ingest imports and opening a DuckDB connection, no work) and HTA / floor, the most any run could
+reach; and the cores the machine gave before and after (``bench_startup.side_by_side``: 1.0 = two free cores).
 
 ``loc``: lines of Python each engine needs (``wc -l``): the old one = the tracing/ modules commit 0e8ed4f deleted
 (at e8dc5f6) plus the lines it removed from the modules it kept (the in-memory twins of the deleted
@@ -313,6 +314,10 @@ def _measured(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
     return r
 
 
+# the libraries every `mxperf ingest` imports, and a DuckDB connection: the whole run's floor with no work
+FLOOR_CODE = "import msgspec, numpy, pyarrow, pyarrow.parquet, duckdb; duckdb.connect().close()"
+
+
 def hta_pairs(args: argparse.Namespace) -> dict:
     import bench_startup
 
@@ -328,6 +333,7 @@ def hta_pairs(args: argparse.Namespace) -> dict:
             (hta_dir / trace.name).symlink_to(trace)  # HTA reads a folder of rank files
             ingest, env = bench_scale.ingest_cmd(args.new_root, [trace], scratch / "out", ["--force"])
             hta = [str(args.hta_python), "-c", bench_startup.HTA_CODE, str(hta_dir)]
+            floor = [sys.executable, "-c", FLOOR_CODE]
 
             run = partial(_measured, cwd=scratch)
             if past_deadline():
@@ -339,11 +345,12 @@ def hta_pairs(args: argparse.Namespace) -> dict:
                 if past_deadline():
                     break
                 lo = load()
-                h, m = run(hta, BASE_ENV), run(ingest, env)
+                h, m, f = run(hta, BASE_ENV), run(ingest, env), run(floor, env)
                 pairs.append(
                     {
                         "hta_s": h["seconds"],
                         "mxperf_s": m["seconds"],
+                        "floor_s": f["seconds"],
                         "hta_mb": h["peak_rss_mb"],
                         "mxperf_mb": m["peak_rss_mb"],
                         "load": lo,
@@ -366,6 +373,9 @@ def hta_pairs(args: argparse.Namespace) -> dict:
                 "pairs": len(pairs),
                 "hta_median_s": statistics.median(p["hta_s"] for p in pairs),
                 "mxperf_median_s": statistics.median(p["mxperf_s"] for p in pairs),
+                "floor_median_s": statistics.median(p["floor_s"] for p in pairs),
+                # HTA / the floor, pair by pair: the ratio a run doing no work at all would reach
+                "ceiling_median": statistics.median(p["hta_s"] / p["floor_s"] for p in pairs),
                 "ratio_median": statistics.median(ratios),
                 "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
@@ -386,12 +396,16 @@ def hta_pairs(args: argparse.Namespace) -> dict:
 
 
 def hta_table(results: dict) -> str:
-    lines = [f"{'trace':<44} {'MB gz':>6} {'HTA s':>7} {'mxperf s':>9} {'HTA/mxperf':>10} [min, max]  load"]
+    lines = [
+        f"{'trace':<44} {'MB gz':>6} {'HTA s':>7} {'mxperf s':>9} {'floor s':>8} {'HTA/mxperf':>10} [min, max]  "
+        "HTA/floor  load"
+    ]
     for r in results["rows"]:
         lines.append(
             f"{Path(r['trace']).name[:44]:<44} {r['gz_bytes'] / 1e6:>6.2f} {r['hta_median_s']:>7.2f} "
-            f"{r['mxperf_median_s']:>9.2f} {r['ratio_median']:>10.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]"
-            f"  {statistics.median(r['load_1min']):.2f}"
+            f"{r['mxperf_median_s']:>9.2f} {r['floor_median_s']:>8.3f} {r['ratio_median']:>10.2f} "
+            f"[{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]  {r['ceiling_median']:>9.2f}  "
+            f"{statistics.median(r['load_1min']):.2f}"
         )
     s = results["side_by_side"]
     if not results["rows"]:

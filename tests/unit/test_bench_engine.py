@@ -92,3 +92,28 @@ def test_bench_scale_size_runs_on_this_tree(tmp_path: Path) -> None:
     assert res["mxperf"]["busy_exact"] is True
     assert res["mxperf"]["peak_rss_mb"] > res["gunzip"]["peak_rss_mb"]
     assert not list(tmp_path.glob("*.json.gz"))  # generated traces are deleted
+
+
+def test_hta_table_shows_the_floor_and_the_ratio_it_caps():
+    row = {
+        "trace": "/x/rank0.json.gz",
+        "gz_bytes": 1_500_000,
+        "hta_median_s": 1.2,
+        "mxperf_median_s": 0.6,
+        "floor_median_s": 0.24,
+        "ceiling_median": 5.0,
+        "ratio_median": 2.0,
+        "ratio_min": 1.9,
+        "ratio_max": 2.1,
+        "load_1min": [0.1, 0.3],
+    }
+    results = {
+        "rows": [row],
+        "median_of_trace_medians": 2.0,
+        "lowest_trace_median": 2.0,
+        "side_by_side": {"before": 1.1, "after": 1.0},
+    }
+    text = bench_engine.hta_table(results)
+    head, line = text.splitlines()[:2]
+    assert "floor s" in head and "HTA/floor" in head
+    assert line.split()[1:] == ["1.50", "1.20", "0.60", "0.240", "2.00", "[1.90,", "2.10]", "5.00", "0.20"]
