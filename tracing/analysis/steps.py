@@ -161,7 +161,7 @@ def trace_step_phases(
 
     pid, start, end = (ranges.column(c).to_numpy() for c in ("pid", "start_ns", "end_ns"))
     trace, rank = values("trace"), values("rank")
-    steps, step_no = numbered_steps(ranges, is_step)
+    steps, step_no = numbered_steps(ranges, is_step, trace)
     phased = np.flatnonzero(_phase_in(ranges, PHASES))  # numpy columns once (masks per step: ~1 ms each)
     lo, hi = _device_windows(ranges, start, end, steps, trace, pid, bases)
     p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
@@ -246,14 +246,19 @@ def _microbatch_windows(microbatches: pa.Table | None) -> dict[str, np.ndarray] 
     }
 
 
-def numbered_steps(ranges: pa.Table, is_step: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+def numbered_steps(
+    ranges: pa.Table, is_step: np.ndarray | None = None, trace: list[Any] | None = None
+) -> tuple[list[int], list[int]]:
     """The rows of ``ranges`` that are steps of the step table, in start order, and each one's number
-    (:func:`_outer_steps`: a step range inside another of its process is the same step)."""
+    (:func:`_outer_steps`: a step range inside another of its process is the same step). ``is_step`` and
+    ``trace`` (the ``trace`` column as a list) may be passed when the caller has them already."""
     is_step = _is_step(ranges) if is_step is None else is_step
+    if trace is None:
+        has = "trace" in ranges.column_names
+        trace = ranges.column("trace").to_pylist() if has else [None] * ranges.num_rows
     start = ranges.column("start_ns").to_numpy()
     steps = np.flatnonzero(is_step)
     steps = steps[np.argsort(start[steps], kind="stable")]
-    trace = ranges.column("trace").to_pylist() if "trace" in ranges.column_names else [None] * ranges.num_rows
     return _outer_steps(
         steps, ranges, trace, ranges.column("pid").to_numpy(), start, ranges.column("end_ns").to_numpy()
     )
