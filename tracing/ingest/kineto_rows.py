@@ -1,9 +1,9 @@
 """Kineto file -> growable int64 columns of the event table, batch by batch (:class:`KinetoDecoder`).
 
-A batch is decoded by msgspec into :class:`KinetoEvent` records holding only the keys the table reads and
-converted a column at a time (:func:`record_rows`). A batch msgspec rejects, or that holds anything unusual
-(:class:`Slow`), is redone event by event from its JSON text (:func:`event_row` over each event decoded
-untyped), which gives the same rows or an error naming the event and the field.
+One path for every batch: msgspec decodes it into :class:`KinetoEvent` records holding only the keys the table
+reads (any JSON value in them), and :func:`record_rows` converts it a column at a time -- the usual values in
+bulk, anything else value by value, where a value the table cannot take is an error naming the event and the
+field (:class:`BadEvent`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal, InvalidOperation
 from itertools import compress
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tracing.ingest.jsonstream import ANY, NESTED_TOO_DEEP, RAWS, ChromeTraceReader
+from tracing.ingest.jsonstream import ANY, NESTED_TOO_DEEP, ChromeTraceReader
 from tracing.ingest.kineto_time import us_text_to_ns, us_values_to_ns
 from tracing.ingest.trace import zero_negative
 from tracing.outputs import schema
@@ -46,7 +46,7 @@ CATEGORY_KIND: dict[str, str] = {
     "python_function": schema.PYTHON,
 }
 KIND_CODE = {k: i for i, k in enumerate(schema.EVENT_KINDS)}
-_GPU_CODES = sorted(
+_GPU_CODES = frozenset(
     KIND_CODE[k] for k in (schema.KERNEL, schema.MEMCPY, schema.MEMSET, schema.SYNC, schema.GPU_RANGE)
 )
 _KIND_CODE_OF_CAT = {cat: KIND_CODE[kind] for cat, kind in CATEGORY_KIND.items()}
@@ -71,14 +71,17 @@ def as_int(value: Any) -> int:
     raise TypeError(f"expected an integer, got {value!r}")
 
 
-class KinetoArgs(msgspec.Struct, frozen=True, gc=False):
-    """The ``args`` keys the event table reads; an absent key gets the default :func:`event_row` uses."""
+_VALUE = list | str | int | float | bool | None  # any JSON value but an object (an error where one is needed)
 
-    device: int = None  # type: ignore[assignment]  # None: absent (use pid); a JSON null fails the batch
-    stream: int = None  # type: ignore[assignment]
-    correlation: int = -1
-    external_id: int = msgspec.field(default=-1, name="External id")
-    bytes: int = -1
+
+class KinetoArgs(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` keys the event table reads, any JSON value each (checked a column at a time)."""
+
+    device: Any = msgspec.UNSET  # absent: the event's pid (a JSON null is an error)
+    stream: Any = msgspec.UNSET  # absent: the event's tid
+    correlation: Any = -1
+    external_id: Any = msgspec.field(default=-1, name="External id")
+    bytes: Any = -1
     # record_shapes=True: kept as raw JSON text, canonicalized once per distinct text
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
 
@@ -87,20 +90,20 @@ class KinetoEvent(msgspec.Struct, gc=False):
     """One ``traceEvents`` item, reduced to the keys the event table reads (every other key is skipped in C).
 
     Floats arrive as their exact decimal text (``float_hook=str``), integers of any size as ints; duplicate
-    keys keep the last value and escaped key names are unescaped, as in an untyped decode. A value of another
-    type in an integer field fails the batch, which is then redone event by event."""
+    keys keep the last value and escaped key names are unescaped, as in an untyped decode."""
 
     ph: Any = None
     cat: Any = None
     name: Any = None
-    pid: int | str | None = None  # a text pid ("Spans") or a missing one -> event by event
-    tid: int | str | None = None
+    pid: Any = None
+    tid: Any = None
     ts: Any = None
     dur: Any = 0
-    args: KinetoArgs | None = None
+    args: KinetoArgs | _VALUE = None
 
 
-EVENTS = msgspec.json.Decoder(list[KinetoEvent], float_hook=str)
+EVENTS = msgspec.json.Decoder(list[KinetoEvent | _VALUE], float_hook=str)
+EVENT = msgspec.json.Decoder(KinetoEvent | _VALUE, float_hook=str)
 _EMPTY_ARGS = KinetoArgs()
 
 _PLAIN_DIMS = re.compile(rb"[\[\]0-9, \t\n\r]*")  # Input Dims of non-negative ints: canonical = no whitespace
@@ -167,72 +170,149 @@ class Columns:
 
 
 _ROW_COLUMNS = ("pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation", "external_id", "bytes")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
-class Slow(Exception):
-    """The fast batch path met something unusual; redo the batch event by event (exact errors)."""
+class BadEvent(Exception):
+    """An event the table cannot take: its position in the batch and why (the caller names the file)."""
+
+    def __init__(self, index: int, why: str) -> None:
+        super().__init__(why)
+        self.index = index
 
 
-def _field_ns(ev: dict[str, Any], key: str, default: Any) -> int:
-    """``ev[key]`` (microseconds) in ns; an error names the field (``'ts' is missing``)."""
-    value = ev.get(key, default)
-    if value is None:
-        raise ValueError(f"'{key}' is missing (microseconds expected)")
+def _convert(key: str, values: list[Any], pos: list[int], convert: Callable[[Any], int]) -> np.ndarray:
+    """The ``key`` values as int64: ints in bulk, anything else through :func:`_each`."""
+    if all(v.__class__ is int for v in values):
+        try:
+            return np.array(values, np.int64)
+        except OverflowError:  # named by _each
+            pass
+    return _each(key, values, pos, convert)
+
+
+def _each(key: str, values: list[Any], pos: list[int], convert: Callable[[Any], int]) -> np.ndarray:
+    """Each value through ``convert``; the first it rejects, or that does not fit int64, raises
+    :class:`BadEvent` at its position ``pos[i]``."""
+    out = []
+    for i, v in enumerate(values):
+        try:
+            x = convert(v)
+        except (TypeError, ValueError) as exc:
+            raise BadEvent(pos[i], str(exc)) from None
+        if not _INT64[0] <= x <= _INT64[1]:
+            raise BadEvent(pos[i], f"'{key}': {v!r} does not fit in int64")
+        out.append(x)
+    return np.array(out, np.int64)
+
+
+def _us_field(key: str, floor: int | None = None) -> Callable[[Any], int]:
+    """One ``key`` value (microseconds) in ns, at least ``floor``; an error names the field."""
+
+    def convert(value: Any) -> int:
+        if value is None:
+            raise ValueError(f"'{key}' is missing (microseconds expected)")
+        try:
+            ns = us_text_to_ns(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"'{key}': {exc}") from None
+        ns = ns if floor is None else max(ns, floor)
+        if not _INT64[0] <= ns <= _INT64[1]:
+            raise ValueError(f"'{key}': {value!r} us does not fit in int64 ns")
+        return ns
+
+    return convert
+
+
+# a negative duration of any size is kept 0 long and counted (record_rows): -1 stands for it
+_TS, _DUR = _us_field("ts"), _us_field("dur", floor=-1)
+
+
+def _ns(key: str, values: list[Any], pos: list[int], convert: Callable[[Any], int]) -> np.ndarray:
+    """Microsecond values -> int64 ns, in bulk where they allow it (:func:`us_values_to_ns`)."""
     try:
-        return us_text_to_ns(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"'{key}': {exc}") from None
+        return us_values_to_ns(values)
+    except (TypeError, ValueError, OverflowError):
+        return _each(key, values, pos, convert)
 
 
-def event_row(ev: Any, c: Columns, include_python: bool) -> tuple[int, ...] | None:
-    """One event -> (kind, name, pid, tid, device, stream, start, dur, corr, ext, bytes, shape), or None."""
-    if type(ev) is not dict:
-        raise TypeError(f"event is a {type(ev).__name__}, not an object")
-    if ev.get("ph") != "X":
-        return None
-    kind = CATEGORY_KIND.get(ev.get("cat"))  # type: ignore[arg-type]
-    if kind is None or (kind == schema.PYTHON and not include_python):
-        return None
-    code = KIND_CODE[kind]
-    start = _field_ns(ev, "ts", None)
-    dur_ns = _field_ns(ev, "dur", 0)
-    if dur_ns < 0:  # a profiler bug (an end time of 0, pytorch/kineto#646): kept, 0 long, counted and said
-        c.negative_durations += 1
-        dur_ns = 0
-    args = ev.get("args")
-    if args is None:
-        args = {}
-    elif type(args) is not dict:
-        raise TypeError("args is not an object")
-    name = ev.get("name")
-    if type(name) is not str:
-        raise TypeError(f"name is {type(name).__name__}, not a string")
-    pid, tid = c.id_of(ev.get("pid")), c.id_of(ev.get("tid"))
-    if code in _GPU_CODES:
-        dev, stream = as_int(args.get("device", pid)), as_int(args.get("stream", tid))
-        pid = tid = schema.NO_ID
-    else:
-        dev = stream = schema.NO_ID
-    corr = as_int(args.get("correlation", -1))
-    ext = as_int(args.get("External id", -1))
-    nbytes = as_int(args.get("bytes", -1))
-    shape = c.shape_code(args.get("Input Dims"))
-    return (code, c.name_code(name), pid, tid, dev, stream, start, dur_ns, corr, ext, nbytes, shape)
+def _kind_codes(batch: list[Any], lut: dict[str, int]) -> list[int]:
+    """Per item: its kind code, -1 for an X event left out (another category), -2 for any other event."""
+    try:
+        return [lut.get(e.cat, -1) if e.ph == "X" else -2 for e in batch]
+    except (AttributeError, TypeError):  # an item that is not an object, or a category that is not text
+        pass
+    for i, e in enumerate(batch):
+        if e.__class__ is not KinetoEvent:
+            raise BadEvent(i, f"event is a {type(e).__name__}, not an object")
+    return [(lut.get(e.cat, -1) if e.cat.__class__ is str else -1) if e.ph == "X" else -2 for e in batch]
 
 
-def _ids(c: Columns, pids: list[Any], tids: list[Any]) -> tuple[list[int], list[int]]:
+def record_rows(
+    batch: list[Any], c: Columns, include_python: bool
+) -> tuple[list[int], list[int], list[Any], int, int]:
+    """Column values of a batch of records: (kind codes, name codes, ``_ROW_COLUMNS`` + shape codes, X events
+    left out, events with a negative duration, taken as 0 long: pytorch/kineto#646).
+
+    Each column is checked in the order an event's fields are (ts, dur, args, name, pid / tid, device / stream,
+    correlation, External id, bytes): the first value a column rejects raises :class:`BadEvent`."""
+    codes = _kind_codes(batch, _KIND_CODE_OF_CAT if include_python else _KIND_CODE_OF_CAT_NO_PY)
+    keep = [k >= 0 for k in codes]
+    evs = list(compress(batch, keep))
+    pos = list(compress(range(len(batch)), keep))
+    kinds = [k for k in codes if k >= 0]
+    start = _ns("ts", [e.ts for e in evs], pos, _TS)
+    dur = _ns("dur", [e.dur for e in evs], pos, _DUR)
+    negative = zero_negative(dur)
+    args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
+    for i, a in enumerate(args):
+        if a.__class__ is not KinetoArgs:
+            raise BadEvent(pos[i], "args is not an object")
+    names = [e.name for e in evs]
+    for i, n in enumerate(names):
+        if n.__class__ is not str:
+            raise BadEvent(pos[i], f"name is {type(n).__name__}, not a string")
+    pids, tids = _ids(c, [e.pid for e in evs], [e.tid for e in evs], pos)
+    no = schema.NO_ID
+    dev, stream = np.full(len(evs), no, np.int64), np.full(len(evs), no, np.int64)
+    g = [i for i, k in enumerate(kinds) if k in _GPU_CODES]
+    if g:  # GPU rows: args.device / args.stream, else pid / tid; their own pid / tid: none
+        g_pos, unset = [pos[i] for i in g], msgspec.UNSET
+        dev[g] = _convert(
+            "device", [pids[i] if args[i].device is unset else args[i].device for i in g], g_pos, as_int
+        )
+        stream[g] = _convert(
+            "stream", [tids[i] if args[i].stream is unset else args[i].stream for i in g], g_pos, as_int
+        )
+        for i in g:
+            pids[i] = tids[i] = no
+    pid, tid = _convert("pid", pids, pos, int), _convert("tid", tids, pos, int)
+    corr = _convert("correlation", [a.correlation for a in args], pos, as_int)
+    ext = _convert("External id", [a.external_id for a in args], pos, as_int)
+    nbytes = _convert("bytes", [a.bytes for a in args], pos, as_int)
+    raws = [a.input_dims for a in args]
+    # record_shapes off (most traces): every Raw is empty -> no per-event work beyond this check
+    shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws] if any(map(len, raws)) else None
+    cols = [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape]
+    return kinds, _name_codes(c, names), cols, codes.count(-1), negative
+
+
+def _ids(c: Columns, pids: list[Any], tids: list[Any], pos: list[int]) -> tuple[list[int], list[int]]:
     """pid and tid values as ints: integers as they are, text ids (``"1890023232"``, ``"Spans"``) through
-    :meth:`Columns.id_of` in event order (pid then tid, as one by one); an absent one -> the exact path."""
+    :meth:`Columns.id_of` in event order (pid then tid), so each text id gets one code whatever the batch."""
     if all(v.__class__ is int for v in pids) and all(v.__class__ is int for v in tids):
-        return pids, tids
-    if None in pids or None in tids:
-        raise Slow
-    pairs = [(c.id_of(p), c.id_of(t)) for p, t in zip(pids, tids, strict=True)]
+        return list(pids), list(tids)
+    pairs = []
+    for i, (p, t) in enumerate(zip(pids, tids, strict=True)):
+        try:
+            pairs.append((c.id_of(p), c.id_of(t)))
+        except TypeError as exc:
+            raise BadEvent(pos[i], str(exc)) from None
     return [p for p, _ in pairs], [t for _, t in pairs]
 
 
 def _name_codes(c: Columns, names: list[str]) -> list[int]:
-    """Codes of ``names``; names new to ``c`` are interned in order of first appearance (as one by one)."""
+    """Codes of ``names``; names new to ``c`` are interned in order of first appearance."""
     get = c.names.get
     codes = [get(n) for n in names]
     if None in codes:
@@ -242,61 +322,12 @@ def _name_codes(c: Columns, names: list[str]) -> list[int]:
     return codes
 
 
-def record_rows(
-    batch: list[Any], c: Columns, include_python: bool
-) -> tuple[list[int], list[int], list[Any], int, int]:
-    """Column values of a batch of records: (kind codes, name codes, ``_ROW_COLUMNS`` + shape codes, X events
-    left out, events with a negative duration, taken as 0 long); raises :class:`Slow` (or TypeError / ValueError) on anything :func:`event_row` must judge.
-
-    msgspec already typed the integer fields (a record holds an int there, or None when the key is absent),
-    so only names, ts/dur and absent pids need checks here.
-    """
-    lut = _KIND_CODE_OF_CAT if include_python else _KIND_CODE_OF_CAT_NO_PY
-    codes = [lut.get(e.cat, -1) if e.ph == "X" else -2 for e in batch]  # -1: an X event we skip
-    evs = list(compress(batch, [k >= 0 for k in codes]))
-    kinds = [k for k in codes if k >= 0]
-    names = [e.name for e in evs]
-    for n in names:
-        if n.__class__ is not str:
-            raise Slow
-    name_codes = _name_codes(c, names)
-    pids, tids = _ids(c, [e.pid for e in evs], [e.tid for e in evs])
-    start = us_values_to_ns([e.ts for e in evs])
-    dur = us_values_to_ns([e.dur for e in evs])
-    negative = zero_negative(dur)  # as event_row: 0 long, counted (by the caller, once the batch is in)
-    args = [_EMPTY_ARGS if e.args is None else e.args for e in evs]
-    n = len(evs)
-    gpu = np.isin(np.array(kinds, np.int8), _GPU_CODES)
-    g_idx = np.flatnonzero(gpu).tolist()
-    no = schema.NO_ID
-    dev, stream = np.full(n, no, np.int64), np.full(n, no, np.int64)
-    if g_idx:  # GPU rows: args.device / args.stream, else pid / tid
-        g_args = [args[i] for i in g_idx]
-        g_pids, g_tids = [pids[i] for i in g_idx], [tids[i] for i in g_idx]
-        dev[g_idx] = [p if a.device is None else a.device for a, p in zip(g_args, g_pids, strict=True)]
-        stream[g_idx] = [t if a.stream is None else a.stream for a, t in zip(g_args, g_tids, strict=True)]
-    pid = np.array(pids, np.int64)
-    tid = np.array(tids, np.int64)
-    pid[gpu] = no
-    tid[gpu] = no
-    corr = np.array([a.correlation for a in args], np.int64)
-    ext = np.array([a.external_id for a in args], np.int64)
-    nbytes = np.array([a.bytes for a in args], np.int64)
-    raws = [a.input_dims for a in args]
-    # record_shapes off (most traces): every Raw is empty -> no per-event work beyond this check
-    shape = [c.raw_shape_code(bytes(r)) if len(r) else 0 for r in raws] if any(map(len, raws)) else None
-    cols = [pid, tid, dev, stream, start, dur, corr, ext, nbytes, shape]
-    return kinds, name_codes, cols, codes.count(-1), negative
-
-
 def append_rows(c: Columns, kinds: list[int], names: list[int], cols: list[Any]) -> None:
-    """Append a batch: ``cols`` are the ``_ROW_COLUMNS`` values, then the shape codes (None: all 0)."""
-    # OverflowError here leaves the columns untouched
-    typed = [array("q", col.tobytes() if isinstance(col, np.ndarray) else col) for col in cols[:-1]]
+    """Append a batch: ``cols`` are the ``_ROW_COLUMNS`` int64 arrays, then the shape codes (None: all 0)."""
     c.kind.extend(array("b", kinds))
     c.name.extend(array("i", names))
-    for key, col in zip(_ROW_COLUMNS, typed, strict=True):
-        c.cols[key].extend(col)
+    for key, col in zip(_ROW_COLUMNS, cols[:-1], strict=True):
+        c.cols[key].extend(array("q", col.tobytes()))
     c.cols["end_tid"].extend(array("q", [schema.NO_ID]) * len(kinds))
     shape = cols[-1]
     c.shape.extend(array("i", [0]) * len(kinds) if shape is None else array("i", shape))
@@ -316,25 +347,19 @@ class KinetoDecoder:
 
     def run(self) -> Iterator[None]:
         items_seen, saw_event = 0, False  # a list of objects none of which has a "ph" is not a trace
-        for first, text, items in self.reader.batches(EVENTS.decode):
+        for first, _, items in self.reader.batches(EVENTS.decode):
+            if items[0].__class__ is msgspec.Raw:  # not valid JSON as a whole: decode the events one by one
+                items = [self._event(first + i, raw) for i, raw in enumerate(items)]
             items_seen += len(items)
-            if items[0].__class__ is KinetoEvent:
-                saw_event = saw_event or any(e.ph is not None for e in items)
-                try:
-                    kinds, names, cols, skipped, negative = record_rows(
-                        items, self.columns, self.include_python
-                    )
-                    append_rows(self.columns, kinds, names, cols)
-                    self.columns.negative_durations += negative
-                except (Slow, TypeError, ValueError, OverflowError, msgspec.DecodeError):
-                    items = RAWS.decode(text)  # redo the batch event by event: same rows or an exact error
-                else:
-                    self.skipped += skipped
-                    yield
-                    continue
-            events = [_untyped(self.path, first + i, raw) for i, raw in enumerate(items)]
-            saw_event = saw_event or any(type(ev) is dict and "ph" in ev for ev in events)
-            self.skipped += _slow_batch(self.path, events, first, self.columns, self.include_python)
+            saw_event = saw_event or any(e.__class__ is KinetoEvent and e.ph is not None for e in items)
+            try:
+                kinds, names, cols, skipped, negative = record_rows(items, self.columns, self.include_python)
+            except BadEvent as exc:
+                bad = self._first_bad(items, exc)
+                raise TraceFormatError(self.path, f"traceEvents[{first + bad.index}]: {bad}") from None
+            append_rows(self.columns, kinds, names, cols)
+            self.columns.negative_durations += negative
+            self.skipped += skipped
             yield
         if items_seen and not saw_event:
             raise TraceFormatError(
@@ -342,34 +367,22 @@ class KinetoDecoder:
                 f"none of the {items_seen} items in the event list is a trace event (no 'ph'): not a trace",
             )
 
+    def _first_bad(self, items: list[Any], exc: BadEvent) -> BadEvent:
+        """The first bad event of a batch (columns are checked one after another: an earlier event may be
+        bad in a later column)."""
+        while exc.index > 0:
+            try:
+                record_rows(items[: exc.index], Columns(), self.include_python)
+            except BadEvent as earlier:
+                exc = earlier
+                continue
+            break
+        return exc
 
-def _untyped(path: Path, index: int, raw: msgspec.Raw) -> Any:
-    try:
-        return ANY.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise TraceFormatError(path, f"traceEvents[{index}]: invalid JSON ({exc})") from None
-    except RecursionError:
-        raise TraceFormatError(path, f"traceEvents[{index}]: {NESTED_TOO_DEEP}") from None
-
-
-def _slow_batch(path: Path, batch: list[Any], first: int, c: Columns, include_python: bool) -> int:
-    """Append the rows of a batch of untyped events one by one; an error names ``traceEvents[first + i]``."""
-    rows, skipped = [], 0
-    for i, ev in enumerate(batch):
+    def _event(self, index: int, raw: msgspec.Raw) -> Any:
         try:
-            row = event_row(ev, c, include_python)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise TraceFormatError(path, f"traceEvents[{first + i}]: {exc}") from None
-        if row is None:
-            skipped += 1 if type(ev) is dict and ev.get("ph") == "X" else 0
-        else:
-            rows.append(row)
-    if rows:
-        cols = [list(col) for col in zip(*rows, strict=True)]
-        try:
-            append_rows(c, cols[0], cols[1], cols[2:])
-        except OverflowError:
-            raise TraceFormatError(
-                path, f"traceEvents[{first}..{first + len(batch) - 1}]: a number does not fit in int64"
-            ) from None
-    return skipped
+            return EVENT.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(self.path, f"traceEvents[{index}]: invalid JSON ({exc})") from None
+        except RecursionError:
+            raise TraceFormatError(self.path, f"traceEvents[{index}]: {NESTED_TOO_DEEP}") from None
