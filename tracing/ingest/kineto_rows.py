@@ -124,7 +124,7 @@ class Columns:
         self.shapes: dict[str, int] = {"": 0}  # canonical Input Dims text -> code
         self._raw_shapes: dict[bytes, int] = {b"": 0}  # raw text -> code
         self.text_ids: dict[str, int] = {}  # non-integer pid/tid values (e.g. "Spans") -> negative ids
-        self.negative_durations = 0  # X events whose dur < 0 (taken as 0 long): see :func:`event_row`
+        self.negative_durations = 0  # X events whose dur < 0 (taken as 0 long): see :func:`record_rows`
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -138,26 +138,17 @@ class Columns:
             del v[:]
         return out
 
-    def shape_code(self, value: Any) -> int:
-        """Code of a decoded ``Input Dims`` value (None: absent -> 0), interned as its compact JSON text."""
-        if value is None:
-            return 0
-        return self.shapes.setdefault(msgspec.json.encode(value).decode(), len(self.shapes))
-
     def raw_shape_code(self, raw: bytes) -> int:
-        """Code of an ``Input Dims`` raw JSON text; the same code :meth:`shape_code` gives."""
+        """Code of an ``Input Dims`` raw JSON text, interned as its compact JSON text (null: 0, none)."""
         code = self._raw_shapes.get(raw)
         if code is None:
             if _PLAIN_DIMS.fullmatch(raw):
                 text = _WHITESPACE.sub(b"", raw).decode("ascii")
-                code = self.shapes.setdefault(text, len(self.shapes))
             else:
-                code = self.shape_code(ANY.decode(raw))
-            self._raw_shapes[raw] = code
+                value = ANY.decode(raw)
+                text = "" if value is None else msgspec.json.encode(value).decode()
+            code = self._raw_shapes[raw] = self.shapes.setdefault(text, len(self.shapes))
         return code
-
-    def name_code(self, name: str) -> int:
-        return self.names.setdefault(name, len(self.names))
 
     def id_of(self, value: Any) -> int:
         if type(value) is int:
@@ -317,7 +308,7 @@ def _name_codes(c: Columns, names: list[str]) -> list[int]:
     codes = [get(n) for n in names]
     if None in codes:
         for n in dict.fromkeys(compress(names, [x is None for x in codes])):
-            c.name_code(n)
+            c.names.setdefault(n, len(c.names))
         codes = [get(n) for n in names]
     return codes
 
