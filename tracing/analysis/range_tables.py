@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracing.analysis import shapes
+from tracing.analysis.gpu_tables import BUSY_SQL, STALL_SQL
 from tracing.analysis.phases import PhaseMap
 from tracing.ingest.engine import OFFSET, arrow, batches
 from tracing.outputs import schema
@@ -332,12 +333,8 @@ def _attributed(con: duckdb.DuckDBPyConnection) -> None:
           case when w.n > 0 then greatest(r.end_ns, w.last) else r.end_ns end as window_end_ns
         from ranges r left join window_ops w using (range_id)"""
     )
-    busy = "select pid, min(s) as s, max(e) as e from (select pid, device, s, e, sum(case when s > g0 then 1 else 0 end) over (partition by pid, device order by k rows unbounded preceding) as block from op_gaps) group by pid, device, block"
-    stall = (
-        "select pid, g0 as s, least(s, le) as e from op_gaps where s > g0 and le <> -1 and least(s, le) > g0"
-    )
-    con.execute(_COVER_SQL.format(name="busy", source=busy))
-    con.execute(_COVER_SQL.format(name="stall", source=stall))
+    con.execute(_COVER_SQL.format(name="busy", source=BUSY_SQL))  # the devices' busy blocks and host stalls,
+    con.execute(_COVER_SQL.format(name="stall", source=STALL_SQL))  # as the device table measures them
     con.execute(f"create or replace temp table range_gpu as {TABLE_SQL}")
 
 
