@@ -127,9 +127,15 @@ def analyze_in(
             )
     sig = engine_signals(con, gemm_names(kernels))
     mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
-    ranges = _queued_ends(con, ranges, num_ops)
+    step_input = _step_input(ranges)
+    if num_ops and step_input.num_rows:  # with the end of the GPU work queued before each step / phase
+        cols = {c: step_input.column(c) for c in step_input.column_names}
+        step_input = schema.make_table(
+            {**cols, "queued_end_ns": range_tables.queued_ends(con, step_input)},
+            {**schema.dtypes_of(step_input), "queued_end_ns": "int64"},
+        )
     bases: dict[Any, str] = {}
-    step_table = steps.trace_step_phases(with_trace_cols(_step_input(ranges), trace), mb.table, bases)
+    step_table = steps.trace_step_phases(with_trace_cols(step_input, trace), mb.table, bases)
     behind = sorted(str(pid) for (_, pid), basis in bases.items() if basis == "device")
     if behind:
         mb.warnings.append(
@@ -140,9 +146,7 @@ def analyze_in(
     tables = {
         "devices": metrics.device_table(timelines),
         "streams": streams,
-        "ranges": ranges.drop_columns(["queued_end_ns"])
-        if "queued_end_ns" in ranges.column_names
-        else ranges,
+        "ranges": ranges,
         "kernels": kernels,
         "steps": step_table,
         "microbatches": mb.table,
@@ -165,51 +169,12 @@ def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
 
 
 # what trace_step_phases reads (+ trace, rank)
-_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns", "attrs", "gpu_end_ns", "queued_end_ns")
+_STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns", "attrs", "gpu_end_ns")
 
 
 def _step_input(ranges: pa.Table) -> pa.Table:
     cols = ranges.select([c for c in _STEP_INPUT if c in ranges.column_names])
     return cols.filter(steps.step_rows(cols))
-
-
-def _queued_ends(con: Any, ranges: pa.Table, num_ops: int) -> pa.Table:
-    """``ranges`` with ``queued_end_ns`` for its step and phase rows: the end of the GPU work its process
-    launched before the range began (GPU ops without a launch record in the file, queued before the capture,
-    count where they start before the range's first op); -1 where none. The step table reads it
-    (:func:`steps.trace_step_phases`)."""
-    import pyarrow as pa
-
-    if not num_ops or ranges.num_rows == 0:
-        return ranges
-    rows = steps.step_rows(ranges.select([c for c in ("name", "phase") if c in ranges.column_names]))
-    idx = np.flatnonzero(rows)
-    if len(idx) == 0:
-        return ranges
-    q = ranges.select(["pid", "start_ns"]).take(pa.array(idx))
-    con.register("step_q", q.add_column(0, "i", pa.array(idx, pa.int64())))
-    try:
-        got = engine.arrow(
-            con,
-            """with l as (select pid, launch_start_ns as t, max(end_ns) over (partition by pid
-                 order by launch_start_ns, row rows unbounded preceding) as upto from ops where launch_start_ns <> -1),
-               u as (select pid, start_ns as t, max(end_ns) over (partition by pid order by start_ns, row
-                 rows unbounded preceding) as upto from ops where launch_start_ns = -1),
-               n as (select pid, launch_start_ns as t, start_ns as s from ops where launch_start_ns <> -1),
-               f as (select q.*, coalesce(n.s, q.start_ns) as first_op from step_q q
-                 asof left join n on q.pid = n.pid and n.t >= q.start_ns)
-            select f.i, greatest(coalesce(l.upto, -1), coalesce(u.upto, -1)) as queued
-            from f asof left join l on f.pid = l.pid and l.t < f.start_ns
-              asof left join u on f.pid = u.pid and u.t < f.first_op order by f.i""",
-        )
-    finally:
-        con.unregister("step_q")
-    queued = np.full(ranges.num_rows, -1, np.int64)
-    queued[got.column("i").to_numpy()] = got.column("queued").to_numpy()
-    data = {c: ranges.column(c) for c in ranges.column_names}
-    return schema.make_table(
-        {**data, "queued_end_ns": queued}, {**schema.dtypes_of(ranges), "queued_end_ns": "int64"}
-    )
 
 
 def analyze(

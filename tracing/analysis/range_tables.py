@@ -383,3 +383,34 @@ def _name_values(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap) -> pa.Tabl
             "phase": pa.array(values.phases, pa.string()),
         }
     )
+
+
+QUEUED_SQL = """
+with l as (select pid, launch_start_ns as t, max(end_ns) over (partition by pid order by launch_start_ns, row
+    rows unbounded preceding) as upto from ops where launch_start_ns <> -1),
+  u as (select pid, start_ns as t, max(end_ns) over (partition by pid order by start_ns, row
+    rows unbounded preceding) as upto from ops where launch_start_ns = -1),
+  n as (select pid, launch_start_ns as t, start_ns as s from ops where launch_start_ns <> -1),
+  f as (select q.*, coalesce(n.s, q.start_ns) as first_op from step_q q
+    asof left join n on q.pid = n.pid and n.t >= q.start_ns)
+select f.i, greatest(coalesce(l.upto, -1), coalesce(u.upto, -1)) as queued
+from f asof left join l on f.pid = l.pid and l.t < f.start_ns
+  asof left join u on f.pid = u.pid and u.t < f.first_op order by f.i
+"""
+
+
+def queued_ends(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> np.ndarray:
+    """Per row (``pid``, ``start_ns``) of ``rows``: the end of the GPU work its process launched before
+    ``start_ns`` (GPU ops without a launch record in the file, queued before the capture, count where they
+    start before the row's first op); -1 where none. The step table reads it (``steps.trace_step_phases``)."""
+    import pyarrow as pa
+
+    n = rows.num_rows
+    con.register("step_q", rows.select(["pid", "start_ns"]).append_column("i", pa.array(np.arange(n))))
+    try:
+        got = arrow(con, QUEUED_SQL)
+    finally:
+        con.unregister("step_q")
+    queued = np.full(n, -1, np.int64)
+    queued[got.column("i").to_numpy()] = got.column("queued").to_numpy()
+    return queued
