@@ -126,7 +126,7 @@ def analyze_in(
                 "ranges",
             )
     sig = engine_signals(con, gemm_names(kernels))
-    mb = signals_microbatches(sig, trace, ranges, kernels, num_ops, labels, pattern, timelines)
+    mb = signals_microbatches(con, sig, trace, ranges, kernels, num_ops, labels, pattern)
     step_input = _step_input(ranges)
     if num_ops and step_input.num_rows:  # with the end of the GPU work queued before each step / phase
         cols = {c: step_input.column(c) for c in step_input.column_names}

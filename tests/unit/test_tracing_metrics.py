@@ -152,17 +152,25 @@ def test_no_gpu_ops_gives_no_device_rows():
     ]
 
 
-def test_clipped_measure_matches_brute_force():
-    from tracing.analysis import intervals
+def test_window_stall_is_the_host_stall_inside_each_window_by_brute_force():
+    """Micro-batch windows measure host stall in the engine, as ranges do: per process, the union of its devices'
+    stall intervals (``device_timelines``) inside [lo, hi], checked against each union block's overlap."""
+    from tracing.analysis import gpu_tables, range_tables
+    from tracing.ingest.decoded import in_engine
 
-    rng = np.random.default_rng(0)
-    s = np.sort(rng.integers(0, 1000, 40))
-    e = s + rng.integers(0, 30, 40)
+    with in_engine(REAL / "hta_a100_ddp_rank0_hostbound.json.gz", "kineto") as (con, _, _):
+        gpu_tables.make_ops(con)
+        timelines = gpu_tables.device_timelines(con)
+        pid = timelines[0].pid
+        s = np.concatenate([t.stall.start for t in timelines if t.pid == pid])
+        e = np.concatenate([t.stall.end for t in timelines if t.pid == pid])
+        rng = np.random.default_rng(0)
+        lo = int(s.min()) - 100 + rng.integers(0, int(e.max() - s.min()) + 100, 300)
+        hi = lo + rng.integers(0, int(e.max() - s.min()) // 20, 300)
+        got = range_tables.window_stall(con, np.full(300, pid), lo, hi)
     us, ue = metrics.union_intervals(s, e)
-    covered = np.zeros(1100, bool)
-    for a, b in zip(us, ue, strict=True):
-        covered[a:b] = True
-    lo = rng.integers(0, 1000, 50)
-    hi = lo + rng.integers(0, 100, 50)
-    got = intervals.clipped([intervals.Intervals.of(us, ue)], lo, hi)
-    assert got.tolist() == [int(covered[a:b].sum()) for a, b in zip(lo, hi, strict=True)]
+    want = [
+        int(np.clip(np.minimum(ue, b) - np.maximum(us, a), 0, None).sum())
+        for a, b in zip(lo, hi, strict=True)
+    ]
+    assert got.tolist() == want and sum(want) > 0

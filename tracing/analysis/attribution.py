@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis import gpu_tables, intervals, range_tables
+from tracing.analysis import gpu_tables, range_tables
 from tracing.analysis.phases import PhaseMap, default_phase_map
 from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and tests import from here
     NO_GPU_REASON,
@@ -114,20 +114,3 @@ def _range_log_columns(log: pa.Table, phase_map: PhaseMap) -> dict[str, Any]:
         "wall_ns": end - start,
         "attrs": [str(a) for a in log.column("attrs").to_pylist()],
     }
-
-
-def clipped_device_time(
-    pid: np.ndarray, start: np.ndarray, end: np.ndarray, timelines: list[gpu_tables.DeviceTimeline]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per window [start, end) of process ``pid`` (in any order): its devices' busy union and host stall inside
-    it (ns) (``tracing.analysis.intervals``)."""
-    pid, start, end = np.asarray(pid, np.int64), np.asarray(start), np.asarray(end)
-    busy = np.zeros(len(pid), np.int64)
-    stall = np.zeros(len(pid), np.int64)
-    for p in np.unique(pid).tolist():
-        idx = np.flatnonzero(pid == p)
-        mine = [t for t in timelines if t.pid == p]
-        lo, hi = start[idx], end[idx]
-        busy[idx] = intervals.clipped([t.busy for t in mine], lo, hi)
-        stall[idx] = intervals.clipped([t.stall for t in mine], lo, hi)
-    return busy, stall

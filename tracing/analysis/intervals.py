@@ -67,12 +67,3 @@ def union_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
     return s[first], run_end[last]
-
-
-def clipped(sets: Sequence[Intervals], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """|union of the sets' intervals ∩ [lo_i, hi_i]| per window i (0 where hi_i <= lo_i)."""
-    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    if len(lo) == 0 or not sets:
-        return np.zeros(len(lo), np.int64)
-    cov = Covered(sets)
-    return np.clip(cov.at(hi) - cov.at(lo), 0, None)

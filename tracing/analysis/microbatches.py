@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis import attribution, kernel_classes, mbdetect, mbregions, metrics
+from tracing.analysis import attribution, kernel_classes, mbdetect, mbregions, metrics, range_tables
 from tracing.analysis.mbsignals import Signals
 from tracing.analysis.precision import PrecisionEvidence, detect_precision, reconcile
 from tracing.ingest.trace import Trace
@@ -85,9 +85,9 @@ def find_microbatches(
     timelines: list[metrics.DeviceTimeline] | None = None,
     kernels: pd.DataFrame | None = None,
 ) -> MicrobatchResult:
-    """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``; ``ops``,
-    ``timelines``, ``kernels`` -- ``kernel_classes.kernel_table`` -- may be passed to reuse them); the table
-    is a pandas frame."""
+    """The micro-batch table of one trace (``ranges`` from ``attribution.attribute_ranges``; ``kernels`` --
+    ``kernel_classes.kernel_table`` -- may be passed to reuse it; ``ops`` / ``timelines``: ignored, the engine
+    measures them itself); the table is a pandas frame."""
     from tracing.analysis import gpu_tables
     from tracing.analysis.mb_engine import engine_signals
     from tracing.ingest import engine
@@ -96,13 +96,12 @@ def find_microbatches(
     with engine.session() as con:
         engine.register_frame(con, trace.events)
         num_ops = gpu_tables.make_ops(con)
-        timelines = gpu_tables.device_timelines(con) if timelines is None else timelines
         if kernels is None:
             kinds = kernel_classes.kernel_groups_table(con)
         else:
             kinds = kernels if schema.is_arrow(kernels) else schema.from_frame(kernels)
         sig = engine_signals(con, gemm_names(kinds))
-        found = signals_microbatches(sig, trace, ranges_t, kinds, num_ops, labels, pattern, timelines)
+        found = signals_microbatches(con, sig, trace, ranges_t, kinds, num_ops, labels, pattern)
     return replace(found, table=schema.to_frame(found.table))
 
 
@@ -113,6 +112,7 @@ def gemm_names(kernels: pa.Table) -> list[str]:
 
 
 def signals_microbatches(
+    con: Any,
     sig: Signals,
     trace: Trace,
     ranges: pa.Table,
@@ -120,16 +120,16 @@ def signals_microbatches(
     num_ops: int,
     labels: Labels | None,
     pattern: str | None,
-    timelines: list[metrics.DeviceTimeline],
 ) -> MicrobatchResult:
-    """The micro-batch table and notes from a trace's signals (``mb_engine.engine_signals``), its range table,
-    the kernel table (or GPU ops) precision is read from, and its device timelines."""
+    """The micro-batch table and notes from a trace's signals (``mb_engine.engine_signals``), its range table
+    and the kernel table (or GPU ops) precision is read from; ``con``: the trace's engine session (the host
+    stall inside each micro-batch is measured there, as a range's is)."""
     labels = labels or Labels()
     findings = _findings(sig, ranges, pattern, trace.range_log is not None)
     evidence = detect_precision(evidence_from)
     precision, warning = reconcile(labels.precision, evidence)
     rows, notes = _rows(findings, labels, precision, evidence, trace.format)
-    table, said = _table(rows, sig, trace.rank, timelines, num_ops > 0)
+    table, said = _table(con, rows, sig, trace.rank, num_ops > 0)
     kept = Counter(zip(table.column("pid").to_pylist(), table.column("phase").to_pylist(), strict=True))
     for n in notes:
         n["problems"] += said.get((n["pid"], n["phase"]), [])
@@ -361,7 +361,7 @@ def _finish_note(n: dict[str, Any], evidence: PrecisionEvidence, fmt: str) -> di
 
 
 def _table(
-    rows: list[dict[str, Any]], sig: Signals, rank: int | None, timelines: list[Any], has_gpu: bool
+    con: Any, rows: list[dict[str, Any]], sig: Signals, rank: int | None, has_gpu: bool
 ) -> tuple[pa.Table, dict[tuple[int, str], list[str]]]:
     cols = {**schema.MICROBATCH_COLUMNS, **EXTRA_COLUMNS}
     if not rows:
@@ -382,7 +382,7 @@ def _table(
     seconds = np.where(basis == "device", device, host)
     lo = np.where(basis == "device", ref, start)
     if has_gpu:
-        _, stall = attribution.clipped_device_time(pid, lo, np.maximum(lo, end), timelines)
+        stall = range_tables.window_stall(con, pid, lo, np.maximum(lo, end))
         gpu_busy, gpu_stall = own_busy / 1e9, stall / 1e9
     else:
         gpu_busy = gpu_stall = device = np.full(len(rows), np.nan)

@@ -173,9 +173,9 @@ from w group by range_id
 """
 
 
-# per process, the union of its devices' intervals with each block's covered time before it
+# per process, the union of its devices' intervals with each block's covered time before it (once per session)
 _COVER_SQL = """
-create or replace temp table {name}_cover as
+create temp table if not exists {name}_cover as
 with x as (select pid, s, e, max(e) over (partition by pid order by s, e
            rows between unbounded preceding and 1 preceding) as pr from ({source})),
 b as (select pid, s, e, sum(case when pr is null or s > pr then 1 else 0 end) over (partition by pid order by s, e
@@ -184,18 +184,37 @@ u as (select pid, min(s) as bs, max(e) as be from b group by pid, block)
 select pid, bs, be, coalesce(sum(be - bs) over (partition by pid order by bs
   rows between unbounded preceding and 1 preceding), 0)::bigint as before from u
 """
+_COVER_SOURCES = {"busy": BUSY_SQL, "stall": STALL_SQL}  # the device table's busy blocks and host stalls
 
 
-def _covered(name: str) -> str:
-    """C(window end) - C(start) per range: ``name``'s covered time inside each range's window, both edges read
-    in one as-of join."""
-    return f"""(select q.range_id, sum(q.sign * coalesce(u.before + greatest(least(q.t, u.be) - u.bs, 0), 0))::bigint
+def _covered(name: str, windows: str) -> str:
+    """C(hi) - C(lo) per window (``windows``: id, pid, lo, hi): ``name``'s covered time inside it, both edges
+    read in one as-of join."""
+    return f"""(select q.id, sum(q.sign * coalesce(u.before + greatest(least(q.t, u.be) - u.bs, 0), 0))::bigint
       as c
-    from (select range_id, pid, window_end_ns as t, 1 as sign from range_window
-          union all select range_id, pid, start_ns, -1 from range_window) q
-    asof left join {name}_cover u on q.pid = u.pid and u.bs <= q.t group by q.range_id)"""
+    from (select id, pid, hi as t, 1 as sign from {windows} union all select id, pid, lo, -1 from {windows}) q
+    asof left join {name}_cover u on q.pid = u.pid and u.bs <= q.t group by q.id)"""
 
 
+def window_stall(
+    con: duckdb.DuckDBPyConnection, pid: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Host stall (ns) inside each window [lo, hi] of process ``pid`` (hi >= lo): the same measure as a
+    range's ``host_stall_ns``."""
+    import pyarrow as pa
+
+    con.execute(_COVER_SQL.format(name="stall", source=_COVER_SOURCES["stall"]))
+    con.register("stall_q", pa.table({"id": np.arange(len(pid)), "pid": pid, "lo": lo, "hi": hi}))
+    try:
+        got = arrow(con, f"select * from {_covered('stall', 'stall_q')} order by id")
+    finally:
+        con.unregister("stall_q")
+    out = np.zeros(len(pid), np.int64)
+    out[got.column("id").to_numpy()] = got.column("c").to_numpy()
+    return out
+
+
+_RANGE_WINDOWS = "(select range_id as id, pid, start_ns as lo, window_end_ns as hi from range_window)"
 TABLE_SQL = f"""
 select w.range_id, w.window_end_ns - w.start_ns as time_ns,
   coalesce(th.n, 0) as thread_ops, coalesce(th.busy, 0) as thread_busy_ns,
@@ -205,7 +224,8 @@ select w.range_id, w.window_end_ns - w.start_ns as time_ns,
   case when wi.n > 0 then wi.last end as gpu_end_ns,
   b.c as busy_in_window_ns, s.c as host_stall_ns
 from range_window w left join thread_ops th using (range_id) left join window_ops wi using (range_id)
-  join {_covered("busy")} b using (range_id) join {_covered("stall")} s using (range_id)
+  join {_covered("busy", _RANGE_WINDOWS)} b on b.id = w.range_id
+  join {_covered("stall", _RANGE_WINDOWS)} s on s.id = w.range_id
 order by w.range_id
 """
 
@@ -333,8 +353,8 @@ def _attributed(con: duckdb.DuckDBPyConnection) -> None:
           case when w.n > 0 then greatest(r.end_ns, w.last) else r.end_ns end as window_end_ns
         from ranges r left join window_ops w using (range_id)"""
     )
-    con.execute(_COVER_SQL.format(name="busy", source=BUSY_SQL))  # the devices' busy blocks and host stalls,
-    con.execute(_COVER_SQL.format(name="stall", source=STALL_SQL))  # as the device table measures them
+    for name, source in _COVER_SOURCES.items():
+        con.execute(_COVER_SQL.format(name=name, source=source))
     con.execute(f"create or replace temp table range_gpu as {TABLE_SQL}")
 
 
