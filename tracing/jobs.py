@@ -422,8 +422,12 @@ def _default_sigterm() -> None:
 
 
 def _ingest_staged(*job: Any, progress: Callable[[int, int], None] | None = None) -> FileResult:
-    """:func:`ingest_file`, its large tables staged beside its events (``tracing.staged``)."""
-    return staged.stage_tables(ingest_file(*job, progress=progress), job[3], job[4])
+    """:func:`ingest_file`, its large tables staged beside its events (``tracing.staged``); an engine error
+    names the file that ran out of the limit."""
+    try:
+        return staged.stage_tables(ingest_file(*job, progress=progress), job[3], job[4])
+    except engine.EngineError as exc:
+        raise engine.EngineError(f"{job[0]}: {exc}") from None
 
 
 def _ingest_ray(

@@ -8,11 +8,12 @@ breakdown, the kernel table, range attribution as an interval join, window-end d
 Limits come from the environment so that every entry point (CLI, pool worker, Ray task, notebook) gets them:
 
 - ``MXPERF_MEMORY_LIMIT`` (default ``512MB``): DuckDB's ``memory_limit`` per trace;
-- ``MXPERF_THREADS`` (default: the cores, at most 4): DuckDB's ``threads``;
+- ``MXPERF_THREADS`` (1 to 1024; default: the cores, at most 4): DuckDB's ``threads``;
 - ``MXPERF_TEMP_DIR``: where it spills (default: the ingest's staging folder, else the system's).
 
-An engine error (out of memory, out of temp space) becomes one line naming the limit and the variable that
-raises it (:class:`EngineError`), never a traceback.
+A value the engine cannot use is one line naming its variable (:class:`InputError`); an engine error (out of
+memory, out of temp space) one line naming the limit and the variable that raises it (:class:`EngineError`),
+never a traceback.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ MEMORY_ENV = "MXPERF_MEMORY_LIMIT"
 THREADS_ENV = "MXPERF_THREADS"
 TEMP_ENV = "MXPERF_TEMP_DIR"
 DEFAULT_MEMORY = "512MB"
+MAX_THREADS = 1024  # DuckDB starts every thread it is given
 NO_ID = -1
 # Hugeint interval keys: (group << 64) + (t + 2^63) orders every group's times after the previous group's, so an
 # equality on the group plus a range on the time is one range condition (an IEJoin, not a hash join + filter).
@@ -46,45 +48,80 @@ class EngineError(InputError):
 
 
 def memory_limit() -> str:
-    return os.environ.get(MEMORY_ENV, DEFAULT_MEMORY)
+    """``MXPERF_MEMORY_LIMIT`` as DuckDB reads it (``512MB``, ``2GB``, ``1GiB``, ``50%``); DuckDB checks the
+    form when a connection opens (:func:`connect`), a negative size (DuckDB's "no limit") is refused here."""
+    value = os.environ.get(MEMORY_ENV, DEFAULT_MEMORY).strip()
+    if value.startswith("-"):
+        raise InputError(f"{MEMORY_ENV}={value!r}: expected a positive memory size (e.g. 512MB, 2GB)")
+    return value
 
 
 def threads() -> int:
+    """``MXPERF_THREADS`` (1 to :data:`MAX_THREADS`), else the cores, at most 4."""
     env = os.environ.get(THREADS_ENV)
     if env:
         try:
-            return max(1, int(env))
+            n = int(env)
         except ValueError:
-            raise InputError(f"{THREADS_ENV}={env!r}: expected a whole number of threads") from None
+            n = 0
+        if not 1 <= n <= MAX_THREADS:
+            raise InputError(f"{THREADS_ENV}={env!r}: expected a whole number of threads, 1 to {MAX_THREADS}")
+        return n
     return max(1, min(4, os.cpu_count() or 1))
 
 
+def temp_directory(fallback: str | None = None) -> str:
+    """Where the engine spills: ``MXPERF_TEMP_DIR`` (a folder it can write a file in, or make: probed, then
+    left as it was; DuckDB makes it when it first spills), else ``fallback``, else the system's temporary
+    folder."""
+    env = os.environ.get(TEMP_ENV)
+    if not env:
+        return fallback or tempfile.gettempdir()
+    made = not os.path.exists(env)
+    try:
+        if made:
+            os.mkdir(env)
+        with tempfile.TemporaryFile(dir=env):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"{TEMP_ENV}={env!r}: the engine cannot spill there ({exc.strerror or exc})"
+        ) from None
+    finally:
+        if made and os.path.isdir(env):
+            os.rmdir(env)
+    return env
+
+
 def connect(temp_dir: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with mxperf's limits (an in-memory database that spills to ``temp_dir``)."""
+    """A DuckDB connection with mxperf's limits (an in-memory database that spills to ``temp_dir``); a limit
+    DuckDB cannot read is one line naming its variable (:class:`InputError`)."""
     import duckdb
 
-    temp = os.environ.get(TEMP_ENV) or temp_dir or tempfile.gettempdir()
-    con = duckdb.connect(
-        config={
-            "memory_limit": memory_limit(),
-            "threads": threads(),
-            "temp_directory": str(temp),
-            "preserve_insertion_order": True,
-            "arrow_large_buffer_size": True,  # text as Arrow large_string, the tables' type (no cast)
-        }
-    )
-    return con
+    memory = memory_limit()
+    config = {
+        "memory_limit": memory,
+        "threads": threads(),
+        "temp_directory": temp_directory(temp_dir),
+        "preserve_insertion_order": True,
+        "arrow_large_buffer_size": True,  # text as Arrow large_string, the tables' type (no cast)
+    }
+    try:
+        return duckdb.connect(config=config)
+    except duckdb.ParserException as exc:  # the one setting DuckDB parses
+        first = str(exc).splitlines()[0]
+        raise InputError(f"{MEMORY_ENV}={memory!r}: not a memory size ({first})") from None
 
 
 @contextmanager
 def session(temp_dir: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection closed on exit, its engine errors turned into :class:`EngineError`."""
-    con = connect(temp_dir)
-    try:
-        with engine_errors():
+    with engine_errors():
+        con = connect(temp_dir)
+        try:
             yield con
-    finally:
-        con.close()
+        finally:
+            con.close()
 
 
 @contextmanager
@@ -102,7 +139,7 @@ def engine_errors() -> Iterator[None]:
         ) from None
     except duckdb.IOException as exc:
         first = str(exc).splitlines()[0]
-        if "No space left" in first or "disk" in first.lower() or "temp" in first.lower():
+        if any(k in first.lower() for k in ("no space left", "disk", "temp", "create directory")):
             raise EngineError(
                 f"the trace engine could not spill to disk ({first}); point {TEMP_ENV} at a folder with "
                 "free space"

@@ -1,0 +1,67 @@
+"""The engine's limits come from the environment: a value it cannot use, or a limit the trace runs out of, is
+one line naming the variable (exit 2), with nothing left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mxperf.cli import main
+
+A100 = Path(__file__).parent.parent / "data" / "real" / "hta_a100_ddp_rank0_hostbound.json.gz"
+
+
+def _ingest_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    out = tmp_path / "out"
+    assert main(["ingest", str(A100), "-o", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert not out.exists()
+    assert {p.name for p in tmp_path.iterdir()} <= {"spill"}  # the one file a test made, if any
+    return err
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("abc", "not a memory size"),
+        ("0", "not a memory size"),
+        ("-5GB", "expected a positive memory size"),
+        (
+            "1MB",
+            f"{A100}: the trace engine ran out of memory at MXPERF_MEMORY_LIMIT=1MB",
+        ),  # hit while ingesting
+    ],
+)
+def test_memory_limit(tmp_path, capsys, monkeypatch, value, says):
+    monkeypatch.setenv("MXPERF_MEMORY_LIMIT", value)
+    err = _ingest_fails(tmp_path, capsys)
+    assert says in err and "MXPERF_MEMORY_LIMIT" in err
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "100000"])
+def test_threads(tmp_path, capsys, monkeypatch, value):
+    monkeypatch.setenv("MXPERF_THREADS", value)
+    err = _ingest_fails(tmp_path, capsys)
+    assert f"MXPERF_THREADS={value!r}: expected a whole number of threads, 1 to 1024" in err
+
+
+def test_temp_dir_that_cannot_be_made_or_written(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "spill"
+    a_file.write_text("not a folder")
+    for value, why in [(a_file, "Not a directory"), (a_file / "below", "Not a directory")]:
+        monkeypatch.setenv("MXPERF_TEMP_DIR", str(value))
+        err = _ingest_fails(tmp_path, capsys)
+        assert f"MXPERF_TEMP_DIR={str(value)!r}: the engine cannot spill there ({why})" in err
+
+
+def test_temp_dir_made_only_by_the_engine(tmp_path, capsys, monkeypatch):
+    """A folder that does not exist yet is fine (its parent can hold it) and is not left behind unused."""
+    spill = tmp_path / "spill"
+    monkeypatch.setenv("MXPERF_TEMP_DIR", str(spill))
+    monkeypatch.setenv("MXPERF_THREADS", "1")
+    assert main(["ingest", str(A100), "-o", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert (tmp_path / "out" / "devices.parquet").exists()
+    assert not spill.exists()
