@@ -65,3 +65,18 @@ def test_temp_dir_made_only_by_the_engine(tmp_path, capsys, monkeypatch):
     assert main(["ingest", str(A100), "-o", str(tmp_path / "out"), "--no-progress"]) == 0
     assert (tmp_path / "out" / "devices.parquet").exists()
     assert not spill.exists()
+
+
+def test_full_spill_folder_is_named(tmp_path):
+    """DuckDB's own error when its spill folder fills (its temp-folder cap standing in for a full disk)."""
+    import duckdb
+
+    from tracing.ingest import engine
+
+    config = {"memory_limit": "20MB", "threads": 1, "temp_directory": str(tmp_path)}
+    con = duckdb.connect(config={**config, "max_temp_directory_size": "1MB"})
+    with pytest.raises(engine.EngineError) as err, engine.engine_errors(str(tmp_path)):
+        con.sql("select i, i * 2 as j from range(3000000) t(i) order by j desc").fetchall()
+    assert str(err.value).startswith(f"the trace engine ran out of disk spilling to {tmp_path} at ")
+    assert "point MXPERF_TEMP_DIR at a folder with more free space" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1

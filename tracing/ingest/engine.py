@@ -116,8 +116,9 @@ def connect(temp_dir: str | None = None) -> duckdb.DuckDBPyConnection:
 @contextmanager
 def session(temp_dir: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection closed on exit, its engine errors turned into :class:`EngineError`."""
-    with engine_errors():
-        con = connect(temp_dir)
+    spill = temp_directory(temp_dir)
+    with engine_errors(spill):
+        con = connect(spill)
         try:
             yield con
         finally:
@@ -125,14 +126,21 @@ def session(temp_dir: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 @contextmanager
-def engine_errors() -> Iterator[None]:
-    """DuckDB's out-of-memory and out-of-disk errors as one line naming the limit and its variable."""
+def engine_errors(spill: str = "") -> Iterator[None]:
+    """DuckDB's out-of-memory and out-of-disk errors as one line naming the limit and its variable (``spill``:
+    the folder the engine spills to)."""
     import duckdb
 
     try:
         yield
     except duckdb.OutOfMemoryException as exc:
         first = str(exc).splitlines()[0]
+        if "offload" in first:  # DuckDB's "failed to offload data block": the spill folder is full
+            raise EngineError(
+                f"the trace engine ran out of disk spilling to {spill or 'its temporary folder'} at "
+                f"{MEMORY_ENV}={memory_limit()} ({first}); point {TEMP_ENV} at a folder with more free space "
+                f"or raise {MEMORY_ENV}"
+            ) from None
         raise EngineError(
             f"the trace engine ran out of memory at {MEMORY_ENV}={memory_limit()} ({first}); "
             f"raise {MEMORY_ENV} (e.g. 2GB) or free disk in {TEMP_ENV} for spilling"
