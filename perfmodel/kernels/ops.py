@@ -109,7 +109,7 @@ def open_ops(out: str | Path) -> Iterator[Any]:
         except Exception as exc:  # a table of the wrong shape: name the folder, never a traceback
             import duckdb
 
-            if isinstance(exc, duckdb.Error):
+            if isinstance(exc, duckdb.Error) and not isinstance(exc, duckdb.OutOfMemoryException):
                 first = str(exc).splitlines()[0]
                 raise InputError(f"{out}: its tables cannot be read together ({first})") from None
             raise

@@ -80,3 +80,17 @@ def test_full_spill_folder_is_named(tmp_path):
     assert str(err.value).startswith(f"the trace engine ran out of disk spilling to {tmp_path} at ")
     assert "point MXPERF_TEMP_DIR at a folder with more free space" in str(err.value)
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_kernels_over_an_ingest_names_the_memory_limit(tmp_path, capsys, monkeypatch):
+    """`mxperf kernels` reads an ingest's Parquet in the same engine: its memory limit is named, not the tables."""
+    out = tmp_path / "out"
+    assert main(["ingest", str(A100), "-o", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("MXPERF_MEMORY_LIMIT", "1MB")
+    assert main(["kernels", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "mxperf kernels: error: the trace engine ran out of memory at MXPERF_MEMORY_LIMIT=1MB"
+    )
+    assert len(err.splitlines()) == 1
