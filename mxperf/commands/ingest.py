@@ -184,6 +184,9 @@ def _phase_sums(steps: pa.Table) -> dict[str, float]:
     return {p: kahan_sum(v) for p, v in per.items() if any(x == x for x in v)}
 
 
+UNMEASURED_SHARE = 0.1  # idle whose host stall is unmeasured, as a share of idle (and of a tenth of the span)
+
+
 def summary_lines(results: list[FileResult]) -> list[str]:
     lines = []
     for r in results:
@@ -199,11 +202,22 @@ def summary_lines(results: list[FileResult]) -> list[str]:
             )
         for d in (SimpleNamespace(**row) for row in r.devices.to_pylist()):
             span = d.span_ns or 1
+            stall = f"{d.host_stall_ns / 1e6:.1f} ms ({100 * d.host_stall_ns / span:.1f} %)"
+            # gaps ending at an op with no launch call: unmeasured (a few such ops are common, so only a share
+            # that could move the figure is said)
+            unmeasured = d.unattributed_ns >= UNMEASURED_SHARE * max(d.idle_ns, span * UNMEASURED_SHARE)
+            if unmeasured:
+                stall = "unknown" if d.host_stall_ns == 0 else f"at least {stall}"
             lines.append(
                 f"  pid {d.pid} device {d.device}: span {d.span_ns / 1e6:.1f} ms, busy {d.busy_ns / 1e6:.1f} ms "
-                f"({100 * d.busy_ns / span:.1f} %), host stall {d.host_stall_ns / 1e6:.1f} ms ({100 * d.host_stall_ns / span:.1f} %), "
-                f"{d.num_kernels} kernels"
+                f"({100 * d.busy_ns / span:.1f} %), host stall {stall}, {d.num_kernels} kernels"
             )
+            if unmeasured:
+                lines.append(
+                    f"    {d.unattributed_ns / 1e6:.1f} ms of its {d.idle_ns / 1e6:.1f} ms idle ends at a GPU op "
+                    "whose launch call is not in the trace: host stall is not measured there (devices.parquet "
+                    "unattributed_ns)"
+                )
     return lines
 
 

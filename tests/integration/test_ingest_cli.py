@@ -462,3 +462,23 @@ def test_annotated_trace_is_readable_like_every_other_output(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_host_stall_not_measured_is_said(tmp_path, capsys):
+    """An export without its CUDA runtime calls (no launch records) has no measurable host stall: the summary
+    says "unknown" and why, never "0.0 %"; the real export's lines are unchanged."""
+    import sqlite3
+
+    stripped = tmp_path / "no_runtime.sqlite"
+    shutil.copy(NSYS, stripped)
+    with sqlite3.connect(stripped) as db:
+        db.execute("drop table CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert main(["ingest", str(stripped), "-o", str(tmp_path / "a"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "pid 144 device 0: span 299.8 ms, busy 273.8 ms (91.3 %), host stall unknown, 1993 kernels" in err
+    assert "26.0 ms of its 26.0 ms idle ends at a GPU op whose launch call is not in the trace" in err
+    assert "host stall 0.0 ms" not in err
+    assert main(["ingest", str(NSYS), "-o", str(tmp_path / "b"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "pid 144 device 0: span 299.8 ms, busy 273.8 ms (91.3 %), host stall 19.9 ms (6.7 %)" in err
+    assert "launch call is not in the trace" not in err
