@@ -173,3 +173,32 @@ def test_mxperf_run_trace_ingested_without_labels_matches_its_range_log(tmp_path
     log, traced = _update_tables(tmp_path, run, trace)
     capsys.readouterr()
     assert len(log) >= 2 and log[keys].equals(traced[keys])
+
+
+def test_a_trace_without_launch_calls_measures_no_gpu_work_per_microbatch(tmp_path, capsys):
+    """Kineto without its cuda_runtime events (no launch record): the GPU rows go to the file's one process, the
+    device keeps its busy time, the micro-batches their host times, and what needs the launches -- the GPU work
+    a micro-batch launched, the host stall inside it -- is null (not measured), never 0."""
+    import gzip
+
+    job = st.Job(framework="verl-fsdp", precision="bf16", steps=_steps(5)[:2], minibatches=2, seed=0)
+    full = st.write_kineto(st.simulate(job), tmp_path / "full" / "prof_rank-0.json.gz")
+    doc = json.loads(gzip.decompress(full.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    bare = tmp_path / "bare" / "prof_rank-0.json.gz"
+    bare.parent.mkdir()
+    bare.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    tables = {}
+    for name, trace in (("full", full), ("bare", bare)):
+        out = tmp_path / f"ingest-{name}"
+        assert main(["ingest", str(trace), "-o", str(out), "--no-progress"]) == 0
+        tables[name] = (store.read_table(out / store.DEVICES), store.read_table(out / store.MICROBATCHES))
+    err = capsys.readouterr().err
+    assert "pid 4242 device 0:" in err.split(str(bare))[1] and "host stall unknown" in err
+    (dev_full, mb_full), (dev_bare, mb_bare) = tables["full"], tables["bare"]
+    assert list(dev_bare["pid"]) == list(dev_full["pid"]) == [4242]
+    assert list(dev_bare["busy_ns"]) == list(dev_full["busy_ns"])
+    assert len(mb_bare) == len(mb_full) > 0
+    assert mb_full["gpu_busy_seconds"].notna().all() and mb_full["host_stall_seconds"].notna().all()
+    assert mb_bare["gpu_busy_seconds"].isna().all() and mb_bare["host_stall_seconds"].isna().all()
+    assert (mb_bare["seconds"] > 0).all()

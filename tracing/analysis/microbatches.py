@@ -382,8 +382,14 @@ def _table(
     seconds = np.where(basis == "device", device, host)
     lo = np.where(basis == "device", ref, start)
     if has_gpu:
-        stall = range_tables.window_stall(con, pid, lo, np.maximum(lo, end))
-        gpu_busy, gpu_stall = own_busy / 1e9, stall / 1e9
+        stall = range_tables.window_stall(con, pid, lo, np.maximum(lo, end)) / 1e9
+        # a process none of whose GPU ops has its launch call in the trace: the GPU work a micro-batch launched
+        # and the host stall inside it are not measured (null), not 0
+        launched = [
+            p for (p,) in con.sql("select distinct pid from ops where launch_end_ns <> -1").fetchall()
+        ]
+        measured = np.isin(pid, launched)
+        gpu_busy, gpu_stall = np.where(measured, own_busy / 1e9, np.nan), np.where(measured, stall, np.nan)
     else:
         gpu_busy = gpu_stall = device = np.full(len(rows), np.nan)
     # rows by (pid, phase, step, start), stably; left-out rows keep their place in the microbatch index

@@ -157,11 +157,17 @@ def gpu_pid_sql(con: duckdb.DuckDBPyConnection) -> str | None:
 
     Each GPU row (device >= 0) takes the pid of the first launch call (in file order) with its correlation; one
     without a launch record takes the pid that launched most of the other ops on its device, else the file's
-    most common launching pid (the smallest pid among equals)."""
+    most common launching pid (the smallest pid among equals). A file with no launch record at all gives its GPU
+    rows the one process its other rows have, if there is one (else they stay with none)."""
     launch = f"kind in ({_LAUNCH_CODES}) and correlation >= 0"
     counts = con.sql(f"select pid, count(*) as c from raw where {launch} group by pid").fetchall()
     gpu = con.sql("select count(*) from raw where device >= 0").fetchall()[0][0]
-    if not counts or not gpu:
+    if not gpu:
+        return None
+    if not counts:
+        hosts = con.sql(f"select distinct pid from raw where device < 0 and pid <> {schema.NO_ID}").fetchall()
+        counts = hosts if len(hosts) == 1 else []
+    if not counts:
         return None
     if len(counts) == 1:
         return f"case when r.device >= 0 then {int(counts[0][0])} else r.pid end"
