@@ -157,7 +157,7 @@ def host_stall_share(base: PrecisionFit, low: PrecisionFit, level: float = LEVEL
     missing = [f.precision for f in (base, low) if f.stall is None]
     if missing:
         return _null(
-            f"no host_stall_seconds for {', '.join(missing)} (host stall needs a GPU trace: sweep with --trace on a GPU)"
+            f"no host_stall_seconds for {', '.join(missing)} (host stall needs a GPU trace with its launch calls: sweep with --trace on a GPU)"
         )
     refused = [f"{f.precision}: {f.wall.refused}" for f in (base, low) if f.wall.refused]
     if refused:

@@ -272,7 +272,7 @@ def _load_dir(path: Path, inputs: FitInputs, tables: list[pd.DataFrame]) -> None
     stall = df["host_stall_seconds"].notna().any()
     sizes = df["tokens_per_microbatch"].nunique()
     gives = f"{len(df)} micro-batches at {sizes} size(s)" + (", host stall" if stall else "")
-    cannot = "" if stall else "host stall (no GPU trace)"
+    cannot = "" if stall else "host stall (no GPU trace, or none of its launch calls)"
     if kind == "ingest":
         cannot = "; ".join(
             x for x in (cannot, "a breakeven alone (one size); combine ingests of >= 2 sizes") if x
