@@ -71,25 +71,20 @@ def threads() -> int:
 
 
 def temp_directory(fallback: str | None = None) -> str:
-    """Where the engine spills: ``MXPERF_TEMP_DIR`` (a folder it can write a file in, or make: probed, then
-    left as it was; DuckDB makes it when it first spills), else ``fallback``, else the system's temporary
-    folder."""
+    """Where the engine spills: ``MXPERF_TEMP_DIR`` (a folder a file can be written in, or one whose parent is:
+    DuckDB makes it when it first spills; probed with a temporary file, nothing made here), else ``fallback``,
+    else the system's temporary folder."""
     env = os.environ.get(TEMP_ENV)
     if not env:
         return fallback or tempfile.gettempdir()
-    made = not os.path.exists(env)
+    folder = env if os.path.exists(env) else os.path.dirname(os.path.abspath(env))
     try:
-        if made:
-            os.mkdir(env)
-        with tempfile.TemporaryFile(dir=env):
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
         raise InputError(
-            f"{TEMP_ENV}={env!r}: the engine cannot spill there ({exc.strerror or exc})"
+            f"{TEMP_ENV}={env!r}: the engine cannot spill there ({exc.strerror or exc}: {folder})"
         ) from None
-    finally:
-        if made and os.path.isdir(env):
-            os.rmdir(env)
     return env
 
 
