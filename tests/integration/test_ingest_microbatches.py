@@ -192,13 +192,21 @@ def test_a_trace_without_launch_calls_measures_no_gpu_work_per_microbatch(tmp_pa
     for name, trace in (("full", full), ("bare", bare)):
         out = tmp_path / f"ingest-{name}"
         assert main(["ingest", str(trace), "-o", str(out), "--no-progress"]) == 0
-        tables[name] = (store.read_table(out / store.DEVICES), store.read_table(out / store.MICROBATCHES))
+        tables[name] = tuple(
+            store.read_table(out / t) for t in (store.DEVICES, store.MICROBATCHES, store.RANGES)
+        )
     err = capsys.readouterr().err
     assert "pid 4242 device 0:" in err.split(str(bare))[1] and "host stall unknown" in err
-    (dev_full, mb_full), (dev_bare, mb_bare) = tables["full"], tables["bare"]
+    (dev_full, mb_full, ranges_full), (dev_bare, mb_bare, ranges_bare) = tables["full"], tables["bare"]
     assert list(dev_bare["pid"]) == list(dev_full["pid"]) == [4242]
     assert list(dev_bare["busy_ns"]) == list(dev_full["busy_ns"])
     assert len(mb_bare) == len(mb_full) > 0
     assert mb_full["gpu_busy_seconds"].notna().all() and mb_full["host_stall_seconds"].notna().all()
     assert mb_bare["gpu_busy_seconds"].isna().all() and mb_bare["host_stall_seconds"].isna().all()
     assert (mb_bare["seconds"] > 0).all()
+    # ranges: the device's busy time inside each is measured, what the range launched and the stall are not
+    assert (ranges_full["gpu_reason"] == "").all() and ranges_full["host_stall_ns"].notna().all()
+    assert ranges_bare["gpu_reason"].str.startswith("no launch call of this process's GPU ops").all()
+    for c in ("thread_ops", "window_busy_ns", "gpu_end_ns", "host_stall_ns"):
+        assert ranges_bare[c].isna().all(), c
+    assert (ranges_bare["busy_in_window_ns"] > 0).all()

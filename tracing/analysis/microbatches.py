@@ -383,12 +383,9 @@ def _table(
     lo = np.where(basis == "device", ref, start)
     if has_gpu:
         stall = range_tables.window_stall(con, pid, lo, np.maximum(lo, end)) / 1e9
-        # a process none of whose GPU ops has its launch call in the trace: the GPU work a micro-batch launched
-        # and the host stall inside it are not measured (null), not 0
-        launched = [
-            p for (p,) in con.sql("select distinct pid from ops where launch_end_ns <> -1").fetchall()
-        ]
-        measured = np.isin(pid, launched)
+        # a process with GPU ops none of which has its launch call in the trace: the GPU work a micro-batch
+        # launched and the host stall inside it are not measured (null), not 0
+        measured = ~np.isin(pid, range_tables.unlaunched_pids(con))
         gpu_busy, gpu_stall = np.where(measured, own_busy / 1e9, np.nan), np.where(measured, stall, np.nan)
     else:
         gpu_busy = gpu_stall = device = np.full(len(rows), np.nan)

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 NEST_ROWS = 1 << 16
 NO_GPU_REASON = "trace has no GPU ops (kernel/memcpy/memset)"
 RANGELOG_REASON = "mxperf range log: host clock only, no GPU activity recorded"
+NO_LAUNCH_REASON = (
+    "no launch call of this process's GPU ops is in the trace: what a range launched is not measured"
+)
 _ENCODED = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<attrs>[^\[\]]*)\]$")
 
 
@@ -244,6 +247,24 @@ def range_table(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source: str
 
 
 _COLUMNS = [c for c in schema.RANGE_COLUMNS if c not in ("trace", "rank")]
+# the GPU columns that need the launch calls (``busy_in_window_ns`` and ``time_ns`` do not)
+_LAUNCHED_COLUMNS = (
+    "thread_ops",
+    "thread_busy_ns",
+    "thread_span_ns",
+    "window_ops",
+    "window_busy_ns",
+    "window_span_ns",
+    "gpu_end_ns",
+    "host_stall_ns",
+)
+
+
+def unlaunched_pids(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Processes with GPU ops none of which has its launch call in the trace (``ops``): what they launched, and
+    the host stall that waits on it, are not measured."""
+    sql = "select pid from ops group by pid having max(launch_end_ns) = -1"
+    return [p for (p,) in con.sql(sql).fetchall()]
 
 
 def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source: str, num_ops: int) -> int:
@@ -252,9 +273,11 @@ def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source:
     _nesting(con)
     con.register("range_names", _name_values(con, phase_map))
     try:
+        unlaunched = ""
         if num_ops:
             _attributed(con)
             reason, joined = "", "left join range_gpu g using (range_id)"
+            unlaunched = ", ".join(str(p) for p in unlaunched_pids(con))
         else:
             reason, joined = NO_GPU_REASON, ""
         values = {
@@ -274,6 +297,13 @@ def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source:
             "time_ns": "g.time_ns" if num_ops else "r.end_ns - r.start_ns",
             "gpu_reason": f"{_literal(reason)}::varchar",
         }
+        if unlaunched:  # what their ranges launched and the stall waiting on it: null, with the reason
+            values["gpu_reason"] = (
+                f"case when r.pid in ({unlaunched}) then {_literal(NO_LAUNCH_REASON)} else '' end"
+            )
+            values.update(
+                {c: f"case when r.pid in ({unlaunched}) then null else g.{c} end" for c in _LAUNCHED_COLUMNS}
+            )
         cols = [
             f"{values[c]} as {c}" if c in values else (f"g.{c}" if num_ops else f"null::bigint as {c}")
             for c in _COLUMNS
