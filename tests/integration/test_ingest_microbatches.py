@@ -178,7 +178,8 @@ def test_mxperf_run_trace_ingested_without_labels_matches_its_range_log(tmp_path
 def test_a_trace_without_launch_calls_measures_no_gpu_work_per_microbatch(tmp_path, capsys):
     """Kineto without its cuda_runtime events (no launch record): the GPU rows go to the file's one process, the
     device keeps its busy time, the micro-batches their host times, and what needs the launches -- the GPU work
-    a micro-batch launched, the host stall inside it -- is null (not measured), never 0."""
+    a micro-batch launched, the host stall inside it -- is null (not measured), never 0. With two processes in
+    the file the GPU rows belong to neither, and a range's device busy time is not measured either."""
     import gzip
 
     job = st.Job(framework="verl-fsdp", precision="bf16", steps=_steps(5)[:2], minibatches=2, seed=0)
@@ -188,8 +189,14 @@ def test_a_trace_without_launch_calls_measures_no_gpu_work_per_microbatch(tmp_pa
     bare = tmp_path / "bare" / "prof_rank-0.json.gz"
     bare.parent.mkdir()
     bare.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    # and one more process (a CPU op of another pid): the GPU rows then belong to no process
+    other = {**next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"), "pid": 777, "tid": 778}
+    doc["traceEvents"].append(other)
+    two = tmp_path / "two" / "prof_rank-0.json.gz"
+    two.parent.mkdir()
+    two.write_bytes(gzip.compress(json.dumps(doc).encode()))
     tables = {}
-    for name, trace in (("full", full), ("bare", bare)):
+    for name, trace in (("full", full), ("bare", bare), ("two", two)):
         out = tmp_path / f"ingest-{name}"
         assert main(["ingest", str(trace), "-o", str(out), "--no-progress"]) == 0
         tables[name] = tuple(
@@ -206,7 +213,13 @@ def test_a_trace_without_launch_calls_measures_no_gpu_work_per_microbatch(tmp_pa
     assert (mb_bare["seconds"] > 0).all()
     # ranges: the device's busy time inside each is measured, what the range launched and the stall are not
     assert (ranges_full["gpu_reason"] == "").all() and ranges_full["host_stall_ns"].notna().all()
-    assert ranges_bare["gpu_reason"].str.startswith("no launch call of this process's GPU ops").all()
+    assert ranges_bare["gpu_reason"].str.startswith("no launch call in the trace ties GPU work to this").all()
     for c in ("thread_ops", "window_busy_ns", "gpu_end_ns", "host_stall_ns"):
         assert ranges_bare[c].isna().all(), c
     assert (ranges_bare["busy_in_window_ns"] > 0).all()
+    dev_two, mb_two, ranges_two = tables["two"]
+    assert list(dev_two["pid"]) == [-1] and list(dev_two["busy_ns"]) == list(dev_full["busy_ns"])
+    assert len(mb_two) == len(mb_full)
+    assert mb_two["gpu_busy_seconds"].isna().all() and mb_two["host_stall_seconds"].isna().all()
+    mine = ranges_two[ranges_two["pid"] == 4242]
+    assert len(mine) and mine["busy_in_window_ns"].isna().all() and mine["host_stall_ns"].isna().all()

@@ -39,7 +39,7 @@ NEST_ROWS = 1 << 16
 NO_GPU_REASON = "trace has no GPU ops (kernel/memcpy/memset)"
 RANGELOG_REASON = "mxperf range log: host clock only, no GPU activity recorded"
 NO_LAUNCH_REASON = (
-    "no launch call of this process's GPU ops is in the trace: what a range launched is not measured"
+    "no launch call in the trace ties GPU work to this process: what a range launched is not measured"
 )
 _ENCODED = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<attrs>[^\[\]]*)\]$")
 
@@ -262,9 +262,15 @@ _LAUNCHED_COLUMNS = (
 
 def unlaunched_pids(con: duckdb.DuckDBPyConnection) -> list[int]:
     """Processes with GPU ops none of which has its launch call in the trace (``ops``): what they launched, and
-    the host stall that waits on it, are not measured."""
+    the host stall that waits on it, are not measured. Where GPU ops belong to no process (no launch record in
+    a file of several processes), every process without a launched op is one of them."""
     sql = "select pid from ops group by pid having max(launch_end_ns) = -1"
-    return [p for (p,) in con.sql(sql).fetchall()]
+    pids = {p for (p,) in con.sql(sql).fetchall()}
+    if schema.NO_ID in pids:
+        launched = "select pid from ops where launch_end_ns <> -1"
+        sql = f"select distinct pid from events where device < 0 and pid not in ({launched})"
+        pids.update(p for (p,) in con.sql(sql).fetchall())
+    return sorted(pids)
 
 
 def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source: str, num_ops: int) -> int:
@@ -273,11 +279,14 @@ def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source:
     _nesting(con)
     con.register("range_names", _name_values(con, phase_map))
     try:
-        unlaunched = ""
+        unlaunched, nulled = "", _LAUNCHED_COLUMNS
         if num_ops:
             _attributed(con)
             reason, joined = "", "left join range_gpu g using (range_id)"
-            unlaunched = ", ".join(str(p) for p in unlaunched_pids(con))
+            pids = unlaunched_pids(con)
+            unlaunched = ", ".join(str(p) for p in pids)
+            if schema.NO_ID in pids:  # GPU work of no process: no device busy time is a process's either
+                nulled = (*_LAUNCHED_COLUMNS, "busy_in_window_ns")
         else:
             reason, joined = NO_GPU_REASON, ""
         values = {
@@ -301,9 +310,7 @@ def make_range_rows(con: duckdb.DuckDBPyConnection, phase_map: PhaseMap, source:
             values["gpu_reason"] = (
                 f"case when r.pid in ({unlaunched}) then {_literal(NO_LAUNCH_REASON)} else '' end"
             )
-            values.update(
-                {c: f"case when r.pid in ({unlaunched}) then null else g.{c} end" for c in _LAUNCHED_COLUMNS}
-            )
+            values.update({c: f"case when r.pid in ({unlaunched}) then null else g.{c} end" for c in nulled})
         cols = [
             f"{values[c]} as {c}" if c in values else (f"g.{c}" if num_ops else f"null::bigint as {c}")
             for c in _COLUMNS
