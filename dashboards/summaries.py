@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracing.analysis import ranks
+from tracing.analysis.metrics import stall_unmeasured
 
 NO_GPU_REASON = (
     "no GPU trace: these micro-batches ran on CPU (or without --trace), so there are no GPU ops to be busy "
@@ -72,21 +73,29 @@ def stall_share(mb: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 def device_summary(devices: pd.DataFrame) -> pd.DataFrame:
-    """``devices.parquet`` for people: one row per (process, GPU), ms and shares of the GPU's active span."""
+    """``devices.parquet`` for people: one row per (process, GPU), ms and shares of the GPU's active span. Where
+    the trace lacks the launch calls for much of a GPU's idle, "unmeasured ms" says how much, and a host stall
+    of which nothing was measured is blank, not 0 (``metrics.stall_unmeasured``, as ``mxperf ingest`` says it)."""
     span = devices["span_ns"].where(devices["span_ns"] > 0)
+    stall = devices["host_stall_ns"].astype("float64")
+    if "unattributed_ns" in devices:
+        unknown = stall_unmeasured(devices["unattributed_ns"], devices["idle_ns"], devices["span_ns"])
+        stall = stall.where(~(unknown & (stall == 0)))
     out = pd.DataFrame(
         {
             "process": ranks.process_labels(devices),
             "GPU": devices["device"],
             "span ms": devices["span_ns"] / 1e6,
             "busy ms": devices["busy_ns"] / 1e6,
-            "host stall ms": devices["host_stall_ns"] / 1e6,
-            "other idle ms": (devices["idle_ns"] - devices["host_stall_ns"]) / 1e6,
+            "host stall ms": stall / 1e6,
+            "other idle ms": (devices["idle_ns"] - stall) / 1e6,
             "busy %": 100 * devices["busy_ns"] / span,
-            "host stall %": 100 * devices["host_stall_ns"] / span,
+            "host stall %": 100 * stall / span,
             "kernels": devices.get("num_kernels"),
         }
     )
+    if "unattributed_ns" in devices:
+        out.insert(out.columns.get_loc("other idle ms"), "unmeasured ms", devices["unattributed_ns"] / 1e6)
     return out.round(2)
 
 

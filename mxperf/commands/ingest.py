@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mxperf.commands.ingest_args import add_arguments
 from tracing.analysis.crossrank import cross_rank_tables
+from tracing.analysis.metrics import stall_unmeasured
 from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG, TOKEN_FIELDS
@@ -184,9 +185,6 @@ def _phase_sums(steps: pa.Table) -> dict[str, float]:
     return {p: kahan_sum(v) for p, v in per.items() if any(x == x for x in v)}
 
 
-UNMEASURED_SHARE = 0.1  # idle whose host stall is unmeasured, as a share of idle (and of a tenth of the span)
-
-
 def summary_lines(results: list[FileResult]) -> list[str]:
     lines = []
     for r in results:
@@ -203,9 +201,7 @@ def summary_lines(results: list[FileResult]) -> list[str]:
         for d in (SimpleNamespace(**row) for row in r.devices.to_pylist()):
             span = d.span_ns or 1
             stall = f"{d.host_stall_ns / 1e6:.1f} ms ({100 * d.host_stall_ns / span:.1f} %)"
-            # gaps ending at an op with no launch call: unmeasured (a few such ops are common, so only a share
-            # that could move the figure is said)
-            unmeasured = d.unattributed_ns >= UNMEASURED_SHARE * max(d.idle_ns, span * UNMEASURED_SHARE)
+            unmeasured = stall_unmeasured(d.unattributed_ns, d.idle_ns, d.span_ns)
             if unmeasured:
                 stall = "unknown" if d.host_stall_ns == 0 else f"at least {stall}"
             lines.append(

@@ -126,6 +126,28 @@ def test_device_summary_names_a_null_rank_by_its_pid() -> None:
     assert list(table["host stall %"]) == [10.0, 0.0]
 
 
+def test_device_summary_blanks_a_host_stall_nothing_measured() -> None:
+    """A GPU whose idle all ends at ops with no launch call in the trace: host stall blank, not 0; a GPU with a
+    few such ops keeps its figure; "unmeasured ms" says how much idle was not measured on each."""
+    devices = pd.DataFrame(
+        {
+            "pid": [1, 2, 3],
+            "device": [0, 1, 2],
+            "span_ns": [1_000_000] * 3,
+            "busy_ns": [500_000] * 3,
+            "idle_ns": [500_000] * 3,
+            "host_stall_ns": [0, 100_000, 100_000],
+            "unattributed_ns": [500_000, 200_000, 1_000],
+            "num_kernels": [3, 4, 5],
+        }
+    )
+    table = summaries.device_summary(devices)
+    assert list(table["unmeasured ms"]) == [0.5, 0.2, 0.0]
+    assert table["host stall %"].isna().tolist() == [True, False, False]
+    assert list(table["host stall %"][1:]) == [10.0, 10.0]
+    assert table["other idle ms"].isna().tolist() == [True, False, False]
+
+
 def test_windows_are_steps_never_op_ranges_and_never_start_before_zero() -> None:
     ranges = pd.DataFrame(
         {
