@@ -67,6 +67,42 @@ _SUMMED = {  # output column -> the ranges' column summed (null when every one i
 }
 
 
+def selected(
+    ranges: pa.Table,
+    *,
+    match: str | None = None,
+    phase: str | None = None,
+    by: str = "name",
+    trace: str | None = None,
+) -> Any:
+    """The rows :func:`summarize_ranges` groups (a boolean mask): ``--trace``, the outermost range of each phase
+    with ``by="phase"``, ``--match``, ``--phase``."""
+    import numpy as np
+
+    keep = np.ones(ranges.num_rows, bool)
+    if trace and "trace" in ranges.column_names:
+        rt = _regex("--trace", trace)
+        keep &= _per_value(ranges, "trace", lambda t: rt.search(str(t)) is not None)
+    if by == "phase":
+        keep &= _outermost_of_phase(ranges)
+    if match:
+        rx = _regex("--match", match)
+        keep &= _per_value(ranges, "name", lambda n: rx.search(str(n)) is not None)
+    if phase:
+        keep &= _per_value(ranges, "phase", lambda p: p == phase)
+    return keep
+
+
+def gpu_notes(ranges: pa.Table) -> list[str]:
+    """A note per reason some of ``ranges`` have no GPU figures (``gpu_reason``), with how many."""
+    from collections import Counter
+
+    if "gpu_reason" not in ranges.column_names:
+        return []
+    counts = Counter(str(r) for r in ranges.column("gpu_reason").to_pylist() if r)
+    return [f"note: {n} range(s) without GPU figures ('-'): {why}" for why, n in sorted(counts.items())]
+
+
 def summarize_ranges(
     ranges: pa.Table,
     *,
@@ -86,18 +122,7 @@ def summarize_ranges(
     from tracing.outputs.schema import factorize
 
     cols = ranges.column_names
-    keep = np.ones(ranges.num_rows, bool)
-    if trace and "trace" in cols:
-        rt = _regex("--trace", trace)
-        keep &= _per_value(ranges, "trace", lambda t: rt.search(str(t)) is not None)
-    if by == "phase":
-        keep &= _outermost_of_phase(ranges)
-    if match:
-        rx = _regex("--match", match)
-        keep &= _per_value(ranges, "name", lambda n: rx.search(str(n)) is not None)
-    if phase:
-        keep &= _per_value(ranges, "phase", lambda p: p == phase)
-    t = ranges.filter(keep)
+    t = ranges.filter(selected(ranges, match=match, phase=phase, by=by, trace=trace))
     if by == "phase":
         name_codes, names = factorize(t, "phase")
     else:
@@ -295,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
     if has_trace and not args.trace:
         ranges, notes = one_source_per_range(ranges, run_traces(manifest.get("traces") or []))
     table = summarize_ranges(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
+    keep = selected(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
+    notes += gpu_notes(ranges.filter(keep))
     sources = (
         sorted({str(t) for t in ranges.column("trace").to_pylist()}) if has_trace and not args.trace else []
     )

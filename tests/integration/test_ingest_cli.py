@@ -478,7 +478,15 @@ def test_host_stall_not_measured_is_said(tmp_path, capsys):
     assert "pid 144 device 0: span 299.8 ms, busy 273.8 ms (91.3 %), host stall unknown, 1993 kernels" in err
     assert "26.0 ms of its 26.0 ms idle ends at a GPU op whose launch call is not in the trace" in err
     assert "host stall 0.0 ms" not in err
+    # `mxperf ranges` shows '-' for what the ranges launched, and says why
+    assert main(["ranges", str(tmp_path / "a"), "--top", "2"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "range(s) without GPU figures ('-'): no launch call in the trace ties GPU work to this process" in err
+    )
     assert main(["ingest", str(NSYS), "-o", str(tmp_path / "b"), "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "pid 144 device 0: span 299.8 ms, busy 273.8 ms (91.3 %), host stall 19.9 ms (6.7 %)" in err
     assert "launch call is not in the trace" not in err
+    assert main(["ranges", str(tmp_path / "b"), "--top", "2"]) == 0
+    assert "without GPU figures" not in capsys.readouterr().err
