@@ -117,12 +117,16 @@ def summarize_ranges(
     time when a group's ranges nest or overlap, then ``overlapping``), attributed busy, host stall (ms), stall
     share of the window. Rows
     (``name``, ``phase`` and :data:`COLUMNS`) by window time, longest first; ties by (name, phase)."""
+    return group_ranges(ranges.filter(selected(ranges, match=match, phase=phase, by=by, trace=trace)), by)
+
+
+def group_ranges(t: pa.Table, by: str = "name") -> list[dict[str, Any]]:
+    """:func:`summarize_ranges` of the rows it selected (:func:`selected`)."""
     import numpy as np
 
     from tracing.outputs.schema import factorize
 
-    cols = ranges.column_names
-    t = ranges.filter(selected(ranges, match=match, phase=phase, by=by, trace=trace))
+    cols = t.column_names
     if by == "phase":
         name_codes, names = factorize(t, "phase")
     else:
@@ -319,9 +323,9 @@ def run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     if has_trace and not args.trace:
         ranges, notes = one_source_per_range(ranges, run_traces(manifest.get("traces") or []))
-    table = summarize_ranges(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
-    keep = selected(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace)
-    notes += gpu_notes(ranges.filter(keep))
+    chosen = ranges.filter(selected(ranges, match=args.match, phase=args.phase, by=args.by, trace=args.trace))
+    table = group_ranges(chosen, args.by)
+    notes += gpu_notes(chosen)
     sources = (
         sorted({str(t) for t in ranges.column("trace").to_pylist()}) if has_trace and not args.trace else []
     )
