@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracing.analysis import ranks
-from tracing.analysis.metrics import stall_unmeasured
+from tracing.analysis.gpu_tables import stall_unmeasured
 
 NO_GPU_REASON = (
     "no GPU trace: these micro-batches ran on CPU (or without --trace), so there are no GPU ops to be busy "
@@ -75,7 +75,7 @@ def stall_share(mb: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 def device_summary(devices: pd.DataFrame) -> pd.DataFrame:
     """``devices.parquet`` for people: one row per (process, GPU), ms and shares of the GPU's active span. Where
     the trace lacks the launch calls for much of a GPU's idle, "unmeasured ms" says how much, and a host stall
-    of which nothing was measured is blank, not 0 (``metrics.stall_unmeasured``, as ``mxperf ingest`` says it)."""
+    of which nothing was measured is blank, not 0 (``gpu_tables.stall_unmeasured``, as ``mxperf ingest`` says it)."""
     span = devices["span_ns"].where(devices["span_ns"] > 0)
     stall = devices["host_stall_ns"].astype("float64")
     if "unattributed_ns" in devices:

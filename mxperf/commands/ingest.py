@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mxperf.commands.ingest_args import add_arguments
 from tracing.analysis.crossrank import cross_rank_tables
-from tracing.analysis.metrics import stall_unmeasured
+from tracing.analysis.gpu_tables import stall_unmeasured
 from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG, TOKEN_FIELDS

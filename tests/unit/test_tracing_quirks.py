@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tracing.analysis import attribution, metrics
@@ -36,6 +37,7 @@ def test_kernels_without_launch_records_are_unattributed_not_stall():
     d = metrics.device_metrics(ev).iloc[0]
     assert (d.busy_ns, d.span_ns, d.idle_ns) == (12 * US, 27 * US, 15 * US)
     assert (d.host_stall_ns, d.unattributed_ns, d.other_idle_ns) == (0, 15 * US, 15 * US)
+    assert np.isnan(d.host_stall_fraction)  # not measured, so not 0.0
 
 
 def test_range_on_main_thread_gets_autograd_thread_kernels_by_window():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -155,7 +155,8 @@ def device_timelines(con: duckdb.DuckDBPyConnection) -> list[DeviceTimeline]:
     for r in arrow(con, DEVICES_SQL).to_pylist():
         key = (r["pid"], r["device"])
         span = r["span_ns"]
-        row = r | {"host_stall_fraction": r["host_stall_ns"] / span if span else float("nan")}
+        unknown = not span or stall_unmeasured(r["unattributed_ns"], r["idle_ns"], span)
+        row = r | {"host_stall_fraction": float("nan") if unknown else r["host_stall_ns"] / span}
         out.append(DeviceTimeline(*key, busy.get(key, Intervals()), stall.get(key, Intervals()), row))
     return out
 
@@ -199,3 +200,18 @@ def kernel_groups(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """(device, kind, name, count, total_ns, max_ns) per kernel, rows by device, total time descending, then
     (kind, name) in code-point order."""
     return arrow(con, KERNELS_SQL)
+
+
+UNMEASURED_SHARE = 0.1
+
+
+def stall_unmeasured(unattributed_ns: Any, idle_ns: Any, span_ns: Any) -> Any:
+    """Whether a device's host stall is materially unmeasured (scalars or arrays, e.g. ``devices.parquet``
+    columns): idle ending at GPU ops with no launch call in the trace (``unattributed_ns``) is at least a tenth of
+    its idle and a hundredth of its span -- a few such ops are common; below that the figure stands."""
+    u = np.asarray(unattributed_ns, np.float64)
+    floor = UNMEASURED_SHARE * np.maximum(
+        np.asarray(idle_ns, np.float64), UNMEASURED_SHARE * np.asarray(span_ns)
+    )
+    out = (u > 0) & (u >= floor)
+    return bool(out) if out.ndim == 0 else out

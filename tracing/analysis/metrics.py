@@ -7,7 +7,7 @@ busy union, the gap's op k is the one whose launch ended first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -95,18 +95,3 @@ def measure(start: np.ndarray, end: np.ndarray) -> int:
     """|union of [start, end)| in ns."""
     s, e = union_intervals(np.asarray(start, np.int64), np.asarray(end, np.int64))
     return int((e - s).sum())
-
-
-UNMEASURED_SHARE = 0.1
-
-
-def stall_unmeasured(unattributed_ns: Any, idle_ns: Any, span_ns: Any) -> Any:
-    """Whether a device's host stall is materially unmeasured (scalars or arrays, e.g. ``devices.parquet``
-    columns): idle ending at GPU ops with no launch call in the trace (``unattributed_ns``) is at least a tenth of
-    its idle and a hundredth of its span -- a few such ops are common; below that the figure stands."""
-    u = np.asarray(unattributed_ns, np.float64)
-    floor = UNMEASURED_SHARE * np.maximum(
-        np.asarray(idle_ns, np.float64), UNMEASURED_SHARE * np.asarray(span_ns)
-    )
-    out = (u > 0) & (u >= floor)
-    return bool(out) if out.ndim == 0 else out

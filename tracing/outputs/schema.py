@@ -91,7 +91,7 @@ DEVICE_COLUMNS: dict[str, str] = {
     "host_stall_ambiguous_ns": "int64",  # part of host stall whose launch call began before the gap
     "unattributed_ns": "int64",  # gaps whose next op has no launch record (counted in other_idle_ns)
     "other_idle_ns": "int64",  # idle - host_stall
-    "host_stall_fraction": "float64",  # host_stall / span
+    "host_stall_fraction": "float64",  # host_stall / span; null when much idle is unattributed
     "num_kernels": "int64",
     "num_memcpy": "int64",
     "num_memset": "int64",
