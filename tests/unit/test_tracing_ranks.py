@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from tracing.analysis import ranks, steps
+from tracing.analysis.crossrank import cross_rank_tables
 from tracing.outputs import store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,3 +106,39 @@ def test_real_two_rank_trace_steps_take_the_slower_rank() -> None:
         this = totals[totals["step"] == row.step]["seconds"]
         assert row.job_seconds == pytest.approx(this.max())
         assert row.job_seconds < this.sum() * 0.6  # each rank ~0.61 s: the job's step is not the 1.2 s sum
+
+
+def test_the_notebook_stragglers_are_the_rows_ingest_writes() -> None:
+    folder = REPO / "examples" / "runs" / "ingest-2rank"
+    if not (folder / "stragglers.parquet").is_file():
+        pytest.skip("examples/runs/ingest-2rank not generated")
+    written = store.read_table(folder / "stragglers.parquet")
+    pd.testing.assert_frame_equal(ranks.stragglers(store.read_table(folder / store.STEPS)), written)
+
+
+def _device_rows(stalls: list[tuple[int, int, int]]) -> pa.Table:
+    """Two-rank device rows on device 0: (rank, host_stall_ns, unattributed_ns), idle 100 of a span of 200."""
+    n = len(stalls)
+    return pa.table(
+        {
+            "rank": pa.array([r for r, _, _ in stalls], pa.int64()),
+            "device": [0] * n,
+            "busy_ns": [100] * n,
+            "host_stall_ns": [s for _, s, _ in stalls],
+            "unattributed_ns": [u for _, _, u in stalls],
+            "idle_ns": [100] * n,
+            "span_ns": [200] * n,
+        }
+    )
+
+
+def test_rank_spread_leaves_out_ranks_whose_host_stall_is_not_measured() -> None:
+    no_steps = pa.table({"rank": pa.array([], pa.int64())})
+    # rank 1 has no launch calls (all its idle unattributed): its 0 is not a measured host stall
+    spread = cross_rank_tables(_device_rows([(0, 40, 0), (1, 0, 100), (2, 10, 0)]), no_steps)["rank_spread"]
+    row = spread.to_pylist()[0]
+    assert (row["host_stall_median_ns"], row["host_stall_max_ns"], row["most_stalled_rank"]) == (25.0, 40, 0)
+    assert row["busy_min_ns"] == 100 and row["processes"] == 3  # busy is measured on every rank
+    none = cross_rank_tables(_device_rows([(0, 0, 100), (1, 0, 100)]), no_steps)["rank_spread"].to_pylist()[0]
+    assert none["host_stall_max_ns"] is None and none["most_stalled_rank"] is None
+    assert none["host_stall_median_ns"] is None

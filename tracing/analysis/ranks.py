@@ -14,6 +14,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 _KEYS = ("trace", "rank", "pid")
 
@@ -92,50 +93,81 @@ def step_totals(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per step: the slowest and fastest process, the median, and the slowest one's lag.
+    """:func:`straggler_table` of a step table frame (``trace`` / ``rank`` / ``pid`` may be missing), as a frame:
+    the rows ``stragglers.parquet`` holds."""
+    import pyarrow as pa
+
+    from tracing.outputs import schema
+
+    def col(k: str) -> list[Any]:
+        if k not in steps.columns:
+            return [None] * len(steps)
+        v = steps[k].astype(object)
+        return v.where(v.notna(), None).tolist()
+
+    table = pa.table(
+        {
+            "trace": pa.array([None if t is None else str(t) for t in col("trace")], pa.large_string()),
+            "rank": pa.array(col("rank"), pa.int64()),
+            "pid": pa.array(col("pid"), pa.int64()),
+            "step": pa.array(steps["step"].to_numpy(np.int64)),
+            "seconds": pa.array(steps["seconds"].to_numpy(np.float64)),
+        }
+    )
+    return schema.to_frame(straggler_table(table))
+
+
+def straggler_table(steps: pa.Table) -> pa.Table:
+    """One row per step (``schema.STRAGGLER_COLUMNS``): the slowest and fastest process, the median, and the
+    slowest one's lag; each process's step is the sum of its phases (``trace``, ``rank``, ``pid``, ``step``,
+    ``seconds`` rows; a missing rank or pid is null).
 
     ``job_seconds`` (= ``slowest_seconds``) is the step time the job waits for. ``lag_seconds`` = slowest -
     median over processes; ``spread_pct`` = (slowest - fastest) / fastest. ``processes`` counts the processes
-    that ran the step (a step missing on some rank is visible here). Ties go to the lowest rank number.
-    """
-    import pandas as pd
+    that ran the step (a step missing on some rank is visible here). Ties go to the lowest rank number, then
+    pid, then path -- never to the path that sorts first as text ("rank-127" < "rank-27")."""
+    from tracing.analysis.steps import kahan_sum
+    from tracing.outputs import schema
 
-    totals = step_totals(steps)
-    cols = [
-        "step",
-        "processes",
-        "slowest",
-        "slowest_seconds",
-        "fastest",
-        "fastest_seconds",
-        "median_seconds",
-        "lag_seconds",
-        "spread_pct",
-        "job_seconds",
-    ]
-    if totals.empty:
-        return pd.DataFrame(columns=cols)
+    trace, rank, pid, step, seconds = (
+        steps.column(c).to_pylist() for c in ("trace", "rank", "pid", "step", "seconds")
+    )
+    sums: dict[tuple[Any, ...], list[float]] = {}  # (trace, rank, pid, step) -> its phases' seconds
+    for key, s in zip(zip(trace, rank, pid, step, strict=True), seconds, strict=True):
+        sums.setdefault(key, []).append(s)
+
+    def order(k: tuple[Any, ...]) -> tuple[Any, ...]:  # nulls last
+        return (k[1] is None, k[1] or 0, k[2] is None, k[2] or 0, k[0] or "", k[3])
+
+    keys = sorted(sums, key=order)
+    idents = list(dict.fromkeys((k[0], k[1], k[2]) for k in keys))
+    label = dict(
+        zip(idents, ident_labels([{"trace": t, "rank": r, "pid": p} for t, r, p in idents]), strict=True)
+    )
     rows = []
-    for step, grp in totals.groupby("step", sort=True):
-        slow = grp.loc[grp["seconds"].idxmax()]
-        fast = grp.loc[grp["seconds"].idxmin()]
-        med = float(grp["seconds"].median())
-        top, low = float(slow["seconds"]), float(fast["seconds"])
+    for s in sorted({k[3] for k in keys}):
+        grp = [(label[k[:3]], k[1], kahan_sum(sums[k])) for k in keys if k[3] == s]
+        secs = [g[2] for g in grp]
+        slow, fast = grp[int(np.argmax(secs))], grp[int(np.argmin(secs))]
+        med = float(np.median(secs))
         rows.append(
             {
-                "step": int(step),
+                "step": int(s),
                 "processes": len(grp),
-                "slowest": slow["process"],
-                "slowest_seconds": top,
-                "fastest": fast["process"],
-                "fastest_seconds": low,
+                "slowest": slow[0],
+                "slowest_rank": slow[1],
+                "slowest_seconds": float(slow[2]),
+                "fastest": fast[0],
+                "fastest_rank": fast[1],
+                "fastest_seconds": float(fast[2]),
                 "median_seconds": med,
-                "lag_seconds": top - med,
-                "spread_pct": 100 * (top / low - 1) if low > 0 else np.nan,
-                "job_seconds": top,
+                "lag_seconds": float(slow[2]) - med,
+                "spread_pct": 100 * (float(slow[2]) / float(fast[2]) - 1) if fast[2] > 0 else float("nan"),
+                "job_seconds": float(slow[2]),
             }
         )
-    return pd.DataFrame(rows, columns=cols)
+    cols = schema.STRAGGLER_COLUMNS
+    return schema.make_table({c: [r[c] for r in rows] for c in cols}, cols, "stragglers")
 
 
 def rank_summary(steps: pd.DataFrame, skip_steps: tuple[int, ...] = ()) -> pd.DataFrame:

@@ -180,7 +180,7 @@ STEP_COLUMNS: dict[str, str] = {
 # timers belong to no one process), seconds = the summed timers of the phase; NaN = the log does not say.
 
 # Across the ranks of one ingest (written when it holds more than one rank):
-# stragglers.parquet, one row per step: the rank the job waited for (tracing.analysis.ranks.stragglers).
+# stragglers.parquet, one row per step: the rank the job waited for (tracing.analysis.ranks.straggler_table).
 STRAGGLER_COLUMNS: dict[str, str] = {
     "step": "int64",
     "processes": "int64",  # processes that ran the step
@@ -206,7 +206,7 @@ RANK_SPREAD_COLUMNS: dict[str, str] = {
     "least_busy_rank": "Int64",
     "most_busy_rank": "Int64",
     "host_stall_median_ns": "float64",
-    "host_stall_max_ns": "int64",
+    "host_stall_max_ns": "Int64",  # host stall over the ranks where it is measured (null: none)
     "most_stalled_rank": "Int64",
 }
 
