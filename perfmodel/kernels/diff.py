@@ -95,7 +95,17 @@ def side(out: str | Path) -> dict[str, Any]:
         steps = _step_seconds(con, out)
         names = _kernel_names(con)
         precision = con.execute("select string_agg(distinct precision, ',') from mb").fetchone()[0]
-    return {"path": str(out), "microbatches": parts, "steps": steps, "kernels": names, "precision": precision}
+        unmeasured = con.execute("select count(*) from mb where stall_ns is null").fetchone()[0]
+        unlaunched = con.execute("select count(*) from ops where launch_ns is null").fetchone()[0]
+    return {
+        "path": str(out),
+        "microbatches": parts,
+        "steps": steps,
+        "kernels": names,
+        "precision": precision,
+        "stall_unmeasured": int(unmeasured),  # micro-batches whose host stall the ingest could not measure
+        "unlaunched_ops": int(unlaunched),  # GPU ops with no launch call in the trace
+    }
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float:
@@ -284,7 +294,28 @@ def diff(a: str | Path, b: str | Path) -> dict[str, Any]:
         if cpu_only
         else []
     )
+    doc["notes"] += _unlaunched_notes({"A": sa, "B": sb})
     return doc
+
+
+def _unlaunched_notes(sides: dict[str, dict[str, Any]]) -> list[str]:
+    """What a side without launch calls (a trace whose CUDA runtime events were not captured) does to the parts."""
+    notes = []
+    for k, s in sides.items():
+        n, ops = s["stall_unmeasured"], s["unlaunched_ops"]
+        if n:
+            notes.append(
+                f"{k}: host stall not measured in {n} of {len(s['microbatches'])} micro-batches (the trace has no "
+                "launch calls for their GPU work): their host stall reads 0 and sits in the residual"
+            )
+        total = sum(v["count"] for v in s["kernels"].values())
+        if ops and ops >= 0.01 * total:  # a few ops without a launch record are common
+            notes.append(
+                f"{k}: {ops} of {total} GPU ops have no launch call: each is put in the micro-batch whose window "
+                "holds its start on the GPU, not its launch; where the GPU runs behind the host, its time can "
+                "land in a later micro-batch"
+            )
+    return notes
 
 
 def check_closed(row: dict[str, Any]) -> float:

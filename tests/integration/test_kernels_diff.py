@@ -5,6 +5,7 @@ to the measured difference; the repository's example pair and bad input."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -105,6 +106,30 @@ def test_diff_adds_up_and_names_the_kernels_of_one_side(pair, capsys):
     assert main(["diff", str(a), str(b)]) == 0
     text = capsys.readouterr().out
     assert "residual" in text and "kernels only in B:" in text
+    assert doc["notes"] == []  # every op launched, every host stall measured: nothing to say
+
+
+def test_a_side_without_launch_calls_says_its_host_stall_and_placement_are_not_measured(
+    pair, tmp_path, capsys
+):
+    """B's trace without its cuda_runtime events: its host stall is not 0 but unknown, and its ops are placed by
+    their GPU start; the diff still adds up, and says both (A, launched, says nothing)."""
+    rank = st.simulate(st.Job(framework="verl-fsdp", precision="mxfp8", steps=STEPS, seed=1))
+    trace = st.write_kineto(rank, tmp_path / "full" / "prof_rank-0.json.gz")
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    bare = tmp_path / "bare" / "prof_rank-0.json.gz"
+    bare.parent.mkdir()
+    bare.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert main(["ingest", str(bare), "-o", str(tmp_path / "ing")]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(pair["bf16"][0]), str(tmp_path / "ing"), "--json"]) == 0
+    got = _json_line(capsys.readouterr().out)
+    assert all(check_closed(r) == pytest.approx(0.0, abs=1e-6) for r in got["by_size"])
+    n = got["b"]["microbatches"]
+    assert [x.split(":")[0] for x in got["notes"]] == ["B", "B"]
+    assert f"host stall not measured in {n} of {n} micro-batches" in got["notes"][0]
+    assert "have no launch call" in got["notes"][1] and "start on the GPU" in got["notes"][1]
 
 
 def test_kernels_on_the_example_pair_agree_with_the_kernel_table(capsys):
