@@ -162,7 +162,15 @@ def spec_json(results: list[FileResult], picked: list[str] | None = None) -> dic
     traces = []
     keys = ("rank", "pid", "device", "span_ns", "busy_ns", "idle_ns", "host_stall_ns", "num_kernels")
     for r in results:
-        devices = [{k: d[k] for k in keys} for d in r.devices.to_pylist()]
+        devices = [
+            {
+                **{k: d[k] for k in keys},
+                # (v2) false where much of the idle ends at GPU ops without a launch call: host_stall_ns is then
+                # only the part measured (gpu_tables.stall_unmeasured, as the summary and devices.parquet say)
+                "host_stall_measured": not stall_unmeasured(d["unattributed_ns"], d["idle_ns"], d["span_ns"]),
+            }
+            for d in r.devices.to_pylist()
+        ]
         entry = {"path": r.path, "format": r.format, "devices": devices}
         if r.microbatches is not None:  # (v2) micro-batches found and wall seconds per phase
             taken = picked is None or r.path in picked

@@ -48,6 +48,7 @@ def test_ingest_writes_spec_files_and_json(tmp_path, capsys):
             "idle_ns": 503050991,
             "host_stall_ns": a100[0]["host_stall_ns"],
             "num_kernels": 2700,
+            "host_stall_measured": True,
         }
     ]
     nsys = doc["traces"][1]["devices"]
@@ -62,6 +63,7 @@ def test_ingest_writes_spec_files_and_json(tmp_path, capsys):
             "idle_ns",
             "host_stall_ns",
             "num_kernels",
+            "host_stall_measured",
         }
         assert all(isinstance(d[k], int) for k in ("span_ns", "busy_ns", "idle_ns", "host_stall_ns"))
     assert "span 660.6 ms" in captured.err
@@ -473,9 +475,14 @@ def test_host_stall_not_measured_is_said(tmp_path, capsys):
     shutil.copy(NSYS, stripped)
     with sqlite3.connect(stripped) as db:
         db.execute("drop table CUPTI_ACTIVITY_KIND_RUNTIME")
-    assert main(["ingest", str(stripped), "-o", str(tmp_path / "a"), "--no-progress"]) == 0
-    err = capsys.readouterr().err
+    assert main(["ingest", str(stripped), "-o", str(tmp_path / "a"), "--no-progress", "--json"]) == 0
+    got = capsys.readouterr()
+    err = got.err
     assert "pid 144 device 0: span 299.8 ms, busy 273.8 ms (91.3 %), host stall unknown, 1993 kernels" in err
+    # the machine-readable line and the table say it too: not a measured 0
+    device = json.loads(got.out.strip().splitlines()[-1])["traces"][0]["devices"][0]
+    assert (device["host_stall_ns"], device["host_stall_measured"]) == (0, False)
+    assert store.read_table(tmp_path / "a" / store.DEVICES)["host_stall_fraction"].isna().all()
     assert "26.0 ms of its 26.0 ms idle ends at a GPU op whose launch call is not in the trace" in err
     assert "host stall 0.0 ms" not in err
     # `mxperf ranges` shows '-' for what the ranges launched, and says why
@@ -484,9 +491,13 @@ def test_host_stall_not_measured_is_said(tmp_path, capsys):
     assert (
         "range(s) without GPU figures ('-'): no launch call in the trace ties GPU work to this process" in err
     )
-    assert main(["ingest", str(NSYS), "-o", str(tmp_path / "b"), "--no-progress"]) == 0
-    err = capsys.readouterr().err
+    assert main(["ingest", str(NSYS), "-o", str(tmp_path / "b"), "--no-progress", "--json"]) == 0
+    got = capsys.readouterr()
+    err = got.err
     assert "pid 144 device 0: span 299.8 ms, busy 273.8 ms (91.3 %), host stall 19.9 ms (6.7 %)" in err
+    assert all(
+        d["host_stall_measured"] for d in json.loads(got.out.strip().splitlines()[-1])["traces"][0]["devices"]
+    )
     assert "launch call is not in the trace" not in err
     assert main(["ranges", str(tmp_path / "b"), "--top", "2"]) == 0
     assert "without GPU figures" not in capsys.readouterr().err
