@@ -223,3 +223,33 @@ def test_a_trace_without_launch_calls_measures_no_gpu_work_per_microbatch(tmp_pa
     assert mb_two["gpu_busy_seconds"].isna().all() and mb_two["host_stall_seconds"].isna().all()
     mine = ranges_two[ranges_two["pid"] == 4242]
     assert len(mine) and mine["busy_in_window_ns"].isna().all() and mine["host_stall_ns"].isna().all()
+
+
+def test_microbatches_take_the_step_numbers_of_the_step_table(tmp_path, capsys):
+    """A traced run whose profiler started late: ``ProfilerStep#0`` holds the framework's ``step[step=5]``. The
+    step table numbers that step 5; the micro-batches found inside it must say 5 too (not the profiler's 0), or
+    ``mxperf diff`` / ``kernels`` / the step model would join them to no step."""
+    import gzip
+
+    job = st.Job(framework="verl-fsdp", precision="bf16", steps=_steps(5)[:2], minibatches=2, seed=0)
+    trace = st.write_kineto(st.simulate(job), tmp_path / "full" / "prof_rank-0.json.gz")
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    profiler = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert len(profiler) == 2
+    for e in (
+        profiler
+    ):  # the run's own step range inside it, numbered by the run (encoded as the range helper does)
+        k = int(e["name"].split("#")[1])
+        doc["traceEvents"].append(
+            {**e, "name": f"step[step={k + 5}]", "ts": e["ts"] + 1, "dur": e["dur"] - 2}
+        )
+    late = tmp_path / "late" / "prof_rank-0.json.gz"
+    late.parent.mkdir()
+    late.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    out = tmp_path / "ing"
+    assert main(["ingest", str(late), "-o", str(out)]) == 0
+    capsys.readouterr()
+    step_table = set(store.read_table(out / store.STEPS)["step"])
+    mbs = store.read_table(out / store.MICROBATCHES)
+    assert step_table == {5, 6} and len(mbs) > 0
+    assert set(mbs["step"]) == step_table

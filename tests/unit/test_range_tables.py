@@ -62,7 +62,7 @@ def test_parts_and_summary_rows_give_what_the_whole_table_gives(tmp_path: Path, 
         got, want = mbregions.find_regions(summary, pattern), mbregions.find_regions(whole, pattern)
         assert got[0] == want[0] and got[2] == want[2], path
         assert got[1].equals(want[1])
-        got_steps, want_steps = mbregions.profiler_steps(summary), mbregions.profiler_steps(whole)
+        got_steps, want_steps = steps.step_windows(summary), steps.step_windows(whole)
         assert got_steps.keys() == want_steps.keys()
         for c in got_steps:
             np.testing.assert_array_equal(got_steps[c], want_steps[c])

@@ -125,17 +125,6 @@ def _has_flagged_ancestor(rid: int, parent: dict[int, int], flagged: set[int]) -
     return False
 
 
-def profiler_steps(ranges: pa.Table) -> dict[str, np.ndarray]:
-    """``ProfilerStep#N`` ranges: pid, start_ns, end_ns, step (= N) arrays; names matched once per distinct
-    name."""
-    codes, uniq = _factorized(ranges, "name")
-    step_of = np.array([int(m[1]) if (m := _PROFILER_STEP.fullmatch(n)) else -1 for n in uniq], np.int64)
-    step = step_of[codes] if len(codes) else np.zeros(0, np.int64)
-    keep = step >= 0
-    out = {c: ranges.column(c).to_numpy().astype(np.int64)[keep] for c in ("pid", "start_ns", "end_ns")}
-    return {**out, "step": step[keep]}
-
-
 def whole_process_region(sig: Signals, pid: int) -> Region | None:
     """The fallback region of a process with no ranges at all: its host span, on its busiest thread."""
     p = sig.processes.get(pid)

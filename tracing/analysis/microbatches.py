@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracing.analysis import attribution, kernel_classes, mbdetect, mbregions, metrics, range_tables
+from tracing.analysis import attribution, kernel_classes, mbdetect, mbregions, metrics, range_tables, steps
 from tracing.analysis.mbsignals import Signals
 from tracing.analysis.precision import PrecisionEvidence, detect_precision, reconcile
 from tracing.ingest.trace import Trace
@@ -210,7 +210,7 @@ def _findings(
             region = mbregions.whole_process_region(sig, pid)
             if region is not None:
                 found.append(mbdetect.cut_region(sig, region))
-    return with_steps(found, regions, mbregions.profiler_steps(ranges))
+    return with_steps(found, regions, steps.step_windows(ranges))
 
 
 _NO_REGION = mbregions.Region(-1, -1, None, 0, 0, -1, "")
@@ -226,14 +226,15 @@ def _enclosing(regions: list[mbregions.Region], pid: int, lo: int, hi: int) -> m
 
 
 def with_steps(
-    findings: list[mbdetect.Finding], regions: list[mbregions.Region], steps: dict[str, np.ndarray]
+    findings: list[mbdetect.Finding], regions: list[mbregions.Region], windows: dict[str, np.ndarray]
 ) -> list[mbdetect.Finding]:
-    """Step of each cut: attributes, else the enclosing ProfilerStep#N, else its region's ordinal among the
-    ranges of its phase on its process."""
+    """Step of each cut: attributes, else the number of the step table's step holding it
+    (:func:`steps.step_windows`: ``ProfilerStep#N``, or the framework's ``step`` range and its ``{"step": N}``),
+    else its region's ordinal among the ranges of its phase on its process."""
     starts: dict[tuple[int, str | None], list[int]] = {}
     for r in sorted(regions, key=lambda r: r.start_ns):
         starts.setdefault((r.pid, r.phase), []).append(r.start_ns)
-    pid, s0, s1, n = (steps[c] for c in ("pid", "start_ns", "end_ns", "step"))
+    pid, s0, s1, n = (windows[c] for c in ("pid", "start_ns", "end_ns", "step"))
     out = []
     for f in findings:  # the last range of its phase starting at or before it (explicit ranges sit inside)
         own = max(

@@ -264,6 +264,17 @@ def numbered_steps(
     )
 
 
+def step_windows(ranges: pa.Table) -> dict[str, np.ndarray]:
+    """The steps of the step table (:func:`numbered_steps`) as ``pid``, ``start_ns``, ``end_ns`` and ``step``
+    arrays, in start order: what numbers the micro-batches inside them, so both tables name a step alike."""
+    if ranges.num_rows == 0:
+        return {c: np.zeros(0, np.int64) for c in ("pid", "start_ns", "end_ns", "step")}
+    kept, numbers = numbered_steps(ranges)
+    rows = np.asarray(kept, np.int64)
+    out = {c: ranges.column(c).to_numpy().astype(np.int64)[rows] for c in ("pid", "start_ns", "end_ns")}
+    return {**out, "step": np.asarray(numbers, np.int64)}
+
+
 def _outer_steps(
     steps: np.ndarray, ranges: pa.Table, trace: list[Any], pid: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> tuple[list[int], list[int]]:
