@@ -302,7 +302,9 @@ def _unlaunched_notes(sides: dict[str, dict[str, Any]]) -> list[str]:
     """What a side without launch calls (a trace whose CUDA runtime events were not captured) does to the parts."""
     notes = []
     for k, s in sides.items():
-        if not s["kernels"] or not s["microbatches"]:  # a CPU-only side has its own note; no windows, no parts
+        if (
+            not s["kernels"] or not s["microbatches"]
+        ):  # a CPU-only side has its own note; no windows, no parts
             continue
         n, ops = s["stall_unmeasured"], s["unlaunched_ops"]
         if n:
