@@ -5,10 +5,10 @@ GPU stream (``device, stream``: kernels, memcpys, memsets), plus one host-stall 
 rule of ``tracing.analysis.gpu_tables``, as the ingest computes it).
 
 Two levels. :func:`compute` reads a rank's events once, a row group at a time and only the columns it needs
-(kind, name, pid, tid, device, stream, start, duration, correlation), and reduces every track to its
+(kind, name, pid, tid, device, stream, start, duration), and reduces every track to its
 *islands* (numpy on sorted arrays, no loop per op): the union of its ops, each island with its op count, its
-longest op and that op's name and kind; the host-stall spans come from the same pass. :func:`load` keeps
-both on disk in a cache folder (``$MXPERF_DASH_CACHE/timeline``, else the system temp dir; never RUNS_DIR),
+longest op and that op's name and kind; the host-stall spans come from the engine (the ingest's own query).
+:func:`load` keeps both on disk in a cache folder (``$MXPERF_DASH_CACHE/timeline``, else the system temp dir; never RUNS_DIR),
 keyed by the events file's path, size and modification time, so a new process opens a trace it has seen
 without reading its events again. :func:`window_boxes` then answers a window [t0, t1) in milliseconds:
 islands are clipped to the window (an island is one interval, so a clipped island is still the exact union
@@ -47,7 +47,7 @@ STALL = "host stall"
 BOX_COLUMNS = ["track", "kind", "start_ns", "end_ns", "count", "busy_ns", "name"]
 CACHE_ENV = "MXPERF_DASH_CACHE"  # the folder the dashboard caches into (the Perfetto download's too)
 CACHE_VERSION = 1  # bump when what is cached changes
-_READ = ["kind", "name", "pid", "tid", "device", "stream", "start_ns", "dur_ns", "correlation"]
+_READ = ["kind", "name", "pid", "tid", "device", "stream", "start_ns", "dur_ns"]
 _ISLAND_COLS = ("track", "start", "end", "n", "longest", "row")
 _TRACK_COLS = ["track", "gpu", "pid", "tid", "device", "stream", "ops"]
 
@@ -137,22 +137,20 @@ class Stalls:
     islands: Islands
 
 
-def _flags(kind: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: a CPU-track kind, a GPU-op kind, a launch kind (runtime / driver)."""
+def _flags(kind: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: a CPU-track kind, a GPU-op kind."""
     import pyarrow.compute as pc
 
     if not pa.types.is_dictionary(kind.type):
         kind = pc.dictionary_encode(kind)
     words = kind.dictionary.cast(pa.string()).to_pylist()
     idx = pc.fill_null(kind.indices, len(words)).to_numpy(zero_copy_only=False).astype(np.intp)
-    lut = np.array(
-        [[w in CPU_KINDS, w in GPU_KINDS, w in schema.LAUNCH_KINDS] for w in words] + [[False] * 3], bool
-    )
-    return lut[idx, 0], lut[idx, 1], lut[idx, 2]
+    lut = np.array([[w in CPU_KINDS, w in GPU_KINDS] for w in words] + [[False] * 2], bool)
+    return lut[idx, 0], lut[idx, 1]
 
 
 class _Scan:
-    """What one pass over the events keeps: per-track stats, the ops of the tracks, GPU ops and launches."""
+    """What one pass over the events keeps: per-track stats, the ops of the tracks, their names and kinds."""
 
     def __init__(self, rows: int) -> None:
         self.ids: dict[tuple[bool, int, int], int] = {}
@@ -161,7 +159,7 @@ class _Scan:
         self.track = np.empty(rows, np.int32)
         self.start, self.end, self.row = (np.empty(rows, np.int64) for _ in range(3))
         self.used = 0
-        self.parts: dict[str, list[Any]] = {k: [] for k in ("name", "kind", "gpu", "launch")}
+        self.parts: dict[str, list[Any]] = {k: [] for k in ("name", "kind")}
 
     def _ids(self, g: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Global track ids of rows keyed (gpu, a, b): (True, device, stream) or (False, pid, tid)."""
@@ -184,7 +182,7 @@ class _Scan:
         return lut[comb]
 
     def add(self, t: pa.Table, offset: int) -> None:
-        cpu_k, gpu_k, launch_k = _flags(t.column("kind").combine_chunks())
+        cpu_k, gpu_k = _flags(t.column("kind").combine_chunks())
         col = {c: t.column(c).to_numpy() for c in _READ[2:]}
         dev, start, dur = col["device"], col["start_ns"], col["dur_ns"]
         end = start + dur
@@ -210,15 +208,8 @@ class _Scan:
         np.take(end, at, out=self.end[span])
         np.add(at, offset, out=self.row[span])
         self.used += n
-        p = self.parts
-        p["name"].append(t.column("name"))
-        p["kind"].append(t.column("kind"))
-        ops = np.flatnonzero(gpu_k)
-        p["gpu"].append(
-            (col["pid"][ops], dev[ops], start[ops], end[ops], col["correlation"][ops], ops + offset)
-        )
-        ln = np.flatnonzero(launch_k & (col["correlation"] >= 0))
-        p["launch"].append((col["pid"][ln], col["correlation"][ln], end[ln]))
+        self.parts["name"].append(t.column("name"))
+        self.parts["kind"].append(t.column("kind"))
 
     def tracks(self) -> tuple[pd.DataFrame, np.ndarray]:
         """The tracks table in page order (CPU threads, then GPU streams) and each scan id's position in it."""
@@ -245,65 +236,22 @@ class _Scan:
         return tracks[_TRACK_COLS], pos
 
 
-def _cat(parts: list[Any], i: int) -> np.ndarray:
-    arrays = [p[i] for p in parts]
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+def _stalls(path: str | os.PathLike[str]) -> Stalls:
+    """Host-stall spans per (pid, device) of a rank's GPU ops, from the engine exactly as the ingest computes
+    them (``tracing.analysis.gpu_tables``: the launch-end rule, written once)."""
+    from tracing.analysis import gpu_tables
+    from tracing.ingest import engine
 
-
-def _launch_ends(scan: _Scan, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    """Each GPU op's launch end (the first launch record in file order with its (pid, correlation)), -1 if none."""
-    lp, lc, lend = (_cat(scan.parts["launch"], i) for i in range(3))
-    out = np.full(len(pid), -1, np.int64)
-    if not len(lp) or not len(pid):
-        return out
-    order = np.lexsort((lc, lp))  # stable: the first in file order leads its key
-    lp, lc, lend = lp[order], lc[order], lend[order]
-    first = np.ones(len(lp), bool)
-    first[1:] = (lp[1:] != lp[:-1]) | (lc[1:] != lc[:-1])
-    lp, lc, lend = lp[first], lc[first], lend[first]
-    q = np.flatnonzero(corr >= 0)
-    codes, uniq = pd.factorize(np.concatenate([lp, pid[q]]))
-    width = int(max(lc.max(), corr[q].max(initial=0))) + 1
-    if len(uniq) < (1 << 62) // width:  # (pid code, correlation) packed in one int64, sorted like (pid, corr)
-        rank = np.argsort(np.argsort(uniq))
-        key = rank[codes[: len(lp)]] * width + lc
-        want = rank[codes[len(lp) :]] * width + corr[q]
-        at = np.minimum(np.searchsorted(key, want), len(key) - 1)
-        hit = key[at] == want
-    else:
-        at = pd.MultiIndex.from_arrays([lp, lc]).get_indexer(pd.MultiIndex.from_arrays([pid[q], corr[q]]))
-        hit = at >= 0
-    out[q[hit]] = lend[at[hit]]
-    return out
-
-
-def _stalls(scan: _Scan) -> Stalls:
-    """Host-stall spans per (pid, device) of the GPU ops: ``tracing.analysis.gpu_tables``' launch-end rule.
-
-    Ops of a (pid, device) in (start, launch end, row) order; before each op, the running maximum end ``g0``
-    of the ops before it; an op starting after ``g0`` whose launch ended after ``g0`` stalled the GPU over
-    [g0, min(start, launch end))."""
-    gp = scan.parts["gpu"]
-    pid, dev, s, e, corr, row = (_cat(gp, i) for i in range(6))
-    if not len(s):
-        return Stalls([], Islands.of([], [], []))
-    le = _launch_ends(scan, pid, corr)
-    lkey = np.where(le == -1, np.iinfo(np.int64).max, le)
-    order = np.lexsort((row, lkey, s, dev, pid))
-    pid, dev, s, e, le = pid[order], dev[order], s[order], e[order], le[order]
-    new = np.ones(len(s), bool)
-    new[1:] = (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])
-    heads = np.flatnonzero(new)
-    g0 = np.roll(_running_max(e, new), 1)  # before each op: the running maximum end of those before it
-    stop = np.minimum(s, le)
-    hit = ~new & (s > g0) & (le != -1) & (stop > g0)
-    part = np.cumsum(new) - 1
-    pids = set(pid[heads].tolist())
-    labels = [
-        f"GPU {d} · {STALL}" + (f" (pid {p})" if len(pids) > 1 else "")
-        for p, d in zip(pid[heads].tolist(), dev[heads].tolist(), strict=True)
-    ]
-    return Stalls(labels, Islands.of(part[hit], g0[hit], stop[hit]))
+    with engine.session() as con:
+        engine.parquet_events(con, path)
+        gpu_tables.make_ops(con)
+        groups = engine.arrow(con, "select distinct pid, device from ops order by pid, device").to_pylist()
+        spans = engine.arrow(con, gpu_tables.STALL_SQL)
+    index = {(g["pid"], g["device"]): i for i, g in enumerate(groups)}
+    keys = zip(spans.column("pid").to_pylist(), spans.column("device").to_pylist(), strict=True)
+    several = len({g["pid"] for g in groups}) > 1
+    labels = [f"GPU {g['device']} · {STALL}" + (f" (pid {g['pid']})" if several else "") for g in groups]
+    return Stalls(labels, Islands.of([index[k] for k in keys], spans.column("s"), spans.column("e")))
 
 
 def compute(path: str | os.PathLike[str]) -> tuple[Timeline, Stalls]:
@@ -325,7 +273,7 @@ def compute(path: str | os.PathLike[str]) -> tuple[Timeline, Stalls]:
     names, kinds = (_take(p[c], rows, pf.schema_arrow.field(c).type) for c in ("name", "kind"))
     first = int(islands.start.min()) if len(islands.start) else 0
     last = int(islands.end.max()) if len(islands.end) else 0
-    return Timeline(tracks, islands, names, kinds, first, last), _stalls(scan)
+    return Timeline(tracks, islands, names, kinds, first, last), _stalls(path)
 
 
 def _take(chunks: list[pa.ChunkedArray], rows: pa.Array, typ: pa.DataType) -> pa.Array:

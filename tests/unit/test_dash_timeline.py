@@ -237,21 +237,28 @@ def _islands_of(tl: timeline_boxes.Timeline) -> list[tuple]:
     ]
 
 
-def _reference_stalls(path: Path) -> timeline_boxes.Stalls:
-    """The host-stall spans as the ingest computes them: ``gpu_tables.device_timelines`` in the engine."""
+def _device_stall_ns(path: Path) -> dict[str, int]:
+    """Per host-stall track label, the device's ``host_stall_ns`` as ``devices.parquet`` has it (the engine's
+    ``DEVICES_SQL``, a sum over gaps, not the span list the page draws)."""
     from tracing.analysis import gpu_tables
     from tracing.ingest import engine
 
     with engine.session() as con:
         engine.parquet_events(con, path)
-        tls = gpu_tables.device_timelines(con) if gpu_tables.make_ops(con) else []
-    pids = {t.pid for t in tls}
-    labels = [f"GPU {t.device} · host stall" + (f" (pid {t.pid})" if len(pids) > 1 else "") for t in tls]
-    parts = [(np.full(len(t.stall.arrays()[0]), i), *t.stall.arrays()) for i, t in enumerate(tls)]
-    if not parts:
-        return timeline_boxes.Stalls([], timeline_boxes.Islands.of([], [], []))
-    tr, s, e = (np.concatenate([np.asarray(p[j], np.int64) for p in parts]) for j in range(3))
-    return timeline_boxes.Stalls(labels, timeline_boxes.Islands.of(tr, s, e))
+        rows = engine.arrow(con, gpu_tables.DEVICES_SQL).to_pylist() if gpu_tables.make_ops(con) else []
+    several = len({r["pid"] for r in rows}) > 1
+    return {
+        f"GPU {r['device']} · host stall" + (f" (pid {r['pid']})" if several else ""): r["host_stall_ns"]
+        for r in rows
+    }
+
+
+def _assert_stalls_are_the_devices(stalls: timeline_boxes.Stalls, path: Path) -> None:
+    want = _device_stall_ns(path)
+    assert stalls.labels == list(want)
+    isl = stalls.islands
+    got = np.bincount(isl.track, weights=isl.end - isl.start, minlength=len(want)).astype(np.int64)
+    assert dict(zip(stalls.labels, got.tolist(), strict=True)) == want
 
 
 def _random_events(path: Path, n: int, seed: int) -> None:
@@ -297,10 +304,7 @@ def _assert_fast_path_is_direct(path: Path) -> None:
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     assert list(tl.tracks["gpu"]) == sorted(tl.tracks["gpu"])  # CPU threads first
     assert sorted(_islands_of(tl)) == sorted(islands)
-    ref = _reference_stalls(path)
-    assert stalls.labels == ref.labels
-    for c in ("track", "start", "end", "n"):
-        assert np.array_equal(getattr(stalls.islands, c), getattr(ref.islands, c)), c
+    _assert_stalls_are_the_devices(stalls, path)
     for t0, t1 in ((tl.first_ns, tl.last_ns), (tl.first_ns + (tl.last_ns - tl.first_ns) // 3, tl.last_ns)):
         boxes = timeline_boxes.boxes(tl, t0, t1, 50)
         assert boxes.groupby("track")["busy_ns"].sum().to_dict() == _direct(path, t0, t1)
@@ -321,12 +325,10 @@ def test_fast_path_equals_direct_computation_on_random_events(tmp_path: Path, se
     assert len(stalls.labels) == 6 and len(stalls.islands.start)
 
 
-def test_host_stalls_of_the_a100_trace_are_the_engines(tmp_path: Path) -> None:
+def test_host_stalls_of_the_a100_trace_add_up_to_its_device_row(tmp_path: Path) -> None:
     stalls = timeline_boxes.host_stalls(EVENTS)
-    ref = _reference_stalls(EVENTS)
-    assert stalls.labels == ref.labels == ["GPU 0 · host stall"]
-    assert np.array_equal(stalls.islands.start, ref.islands.start)
-    assert np.array_equal(stalls.islands.end, ref.islands.end)
+    assert stalls.labels == ["GPU 0 · host stall"] and len(stalls.islands.start) > 100
+    _assert_stalls_are_the_devices(stalls, EVENTS)
 
 
 def _same(a: tuple, b: tuple) -> None:
