@@ -92,13 +92,30 @@ def window_ranges(
     return out.sort_values(["depth", "start_ms"], kind="stable").reset_index(drop=True)
 
 
-_STEP_NAME = r"^(ProfilerStep#\d+|step)$"
 _OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes)\s*=.*$")
 
 
 def short_name(name: str) -> str:
     """A range name without ``emit_nvtx``'s ``, seq = N, op_id = M, sizes = [...]`` tail."""
     return _OP_SUFFIX.sub("", str(name))
+
+
+def step_mask(ranges: pd.DataFrame) -> np.ndarray:
+    """The rows of ``ranges`` that are the step table's steps (``tracing.analysis.steps.numbered_steps``:
+    ``ProfilerStep#N``, ``step``, phase ``step``; a step range inside another of its process is the same step)."""
+    from tracing.analysis import steps
+    from tracing.outputs import schema
+
+    mask = np.zeros(len(ranges), bool)
+    if not len(ranges):
+        return mask
+    cols = [c for c in ("trace", "name", "phase", "pid", "start_ns", "end_ns", "attrs") if c in ranges]
+    frame = ranges[cols].reset_index(drop=True)
+    if "pid" not in frame:  # one process
+        frame = frame.assign(pid=-1)
+    kept, _ = steps.numbered_steps(schema.from_frame(frame))
+    mask[kept] = True
+    return mask
 
 
 def window_choices(
@@ -113,10 +130,9 @@ def window_choices(
     picked = pd.DataFrame()
     if ranges is not None and not ranges.empty:
         live = ranges[(ranges["end_ns"] > first_ns) & (ranges["start_ns"] < last_ns)]
-        name = live["name"].astype(str)
         phase = live["phase"].astype(str) if "phase" in live else pd.Series("", index=live.index)
-        for mask in (name.str.match(_STEP_NAME) | (phase == "step"), ~phase.isin(["", "other", "<NA>"])):
-            picked = live[mask.to_numpy(dtype=bool)]
+        for mask in (step_mask(live), ~phase.isin(["", "other", "<NA>"]).to_numpy(dtype=bool)):
+            picked = live[mask]
             if len(picked):
                 break
     if len(picked):
@@ -147,10 +163,8 @@ def bands(
     ``microbatches.parquet`` rows with a start and end. At most ``limit`` of each, the longest."""
     rows: list[pd.DataFrame] = []
     if ranges is not None and not ranges.empty:
-        name = ranges["name"].astype(str)
         phase = ranges["phase"].astype(str) if "phase" in ranges else pd.Series("", index=ranges.index)
-        is_step = (name.str.match(_STEP_NAME) | (phase == "step")).to_numpy(dtype=bool)
-        steps = ranges[is_step]
+        steps = ranges[step_mask(ranges)]
         rows.append(steps.assign(band="steps", label=steps["name"].astype(str)))
         canon = ~phase.isin(["", "other", "step", "<NA>", "None"]).to_numpy(dtype=bool)
         if canon.any():

@@ -166,6 +166,25 @@ def test_windows_are_steps_never_op_ranges_and_never_start_before_zero() -> None
     assert sliced["slice 2/4: 2.5 – 5.0 ms"] == (2_500_000, 5_000_000)
 
 
+def test_a_step_range_inside_a_profiler_step_is_one_step_window_and_band() -> None:
+    """An mxperf or framework ``step`` range inside torch.profiler's ``ProfilerStep#N`` is the same step (the
+    step table counts it once): one window, one band, never two."""
+    ranges = pd.DataFrame(
+        {
+            "range_id": [0, 1, 2, 3],
+            "name": ["ProfilerStep#0", "step", "ProfilerStep#1", "step"],
+            "phase": ["other", "step", "other", "step"],
+            "pid": [7, 7, 7, 7],
+            "start_ns": [0, 10, 1_000_000, 1_000_010],
+            "end_ns": [900_000, 899_990, 1_900_000, 1_899_990],
+        }
+    )
+    w = timeline.window_choices(ranges, 0, 2_000_000)
+    assert list(w)[1:] == ["ProfilerStep#0 @ 0.0 ms (0.9 ms long)", "ProfilerStep#1 @ 1.0 ms (0.9 ms long)"]
+    b = timeline.bands(ranges, None, 0, 2_000_000)
+    assert (b["band"] == "steps").sum() == 2
+
+
 def test_short_name_drops_emit_nvtx_tails() -> None:
     assert timeline.short_name("aten::mm, seq = 4, op_id = 9, sizes = [[2, 3]]") == "aten::mm"
     assert timeline.short_name("## forward ##") == "## forward ##"
