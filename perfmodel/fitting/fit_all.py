@@ -29,6 +29,7 @@ from perfmodel.fitting.knee import KINDS, fit_segmented
 from perfmodel.fitting.linear import fit_line, fit_linear
 from perfmodel.fitting.lof import holdout_mape, holdout_splits, implausible, lack_of_fit
 from perfmodel.fitting.outliers import screen_rows
+from tracing.analysis.steps import LAG_SHARE
 from tracing.outputs.errors import InputError
 
 __all__ = ["GROUP_KEYS", "fit_basis", "fit_cost_model", "fit_line", "fit_precision"]
@@ -157,7 +158,7 @@ def fit_basis(
     return BasisFit(basis, line, lof, bad, fits[shown], lofs[shown], None, note, design.seq_len_ref)
 
 
-OVERLAP_MIN_SHARE = 0.1  # of a group's micro-batches overlapping an earlier one by > 5 % of their time
+OVERLAP_MIN_SHARE = 0.1  # of a group's micro-batches overlapping an earlier one by > LAG_SHARE of their time
 
 
 def overlap_reason(df: pd.DataFrame) -> str | None:
@@ -168,7 +169,7 @@ def overlap_reason(df: pd.DataFrame) -> str | None:
         return None
     ov = pd.to_numeric(df["overlap_seconds"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     secs = pd.to_numeric(df["seconds"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    hit = np.isfinite(ov) & (ov > 0.05 * secs)
+    hit = np.isfinite(ov) & (ov > LAG_SHARE * secs)
     if "seconds_basis" in df.columns:  # a device completion interval holds no wait for earlier work
         hit &= (df["seconds_basis"].astype("string") != "device").fillna(True).to_numpy(bool)
     if hit.sum() < max(2, OVERLAP_MIN_SHARE * len(df)):

@@ -49,9 +49,6 @@ SIZES_HELP = {
 }
 
 
-OVERLAP_SHARE = 0.05  # of a host window: more is material (the fit's rule, perfmodel.fitting.fit_all)
-
-
 @dataclass
 class MicrobatchResult:
     """The table plus what people need to trust it: per (process, phase) notes and the precision evidence.
@@ -144,7 +141,7 @@ def _bases(
     the GPU keeps up with the host; the device's completion interval once the host runs ahead of it (most
     windows start while earlier GPU work still runs, so they hold that wait). A GPU-bound micro-batch whose
     own GPU work cannot be timed is left out; the notes say which basis, and name every late window."""
-    late = overlap > OVERLAP_SHARE * host
+    late = overlap > steps.LAG_SHARE * host
     basis = np.full(len(pid), "host", dtype=object)
     keep = np.ones(len(pid), bool)
     said: dict[tuple[int, str], list[str]] = {}

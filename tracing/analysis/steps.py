@@ -188,7 +188,9 @@ def trace_step_phases(
     return schema.make_table(_long_table(rows), schema.STEP_COLUMNS, "steps")
 
 
-LAG_SHARE = 0.05  # a range "starts behind the GPU" when queued work runs past its start by > 5 % of its wall
+# a window (a step or phase range, a micro-batch) "starts behind the GPU" when work queued before it runs past
+# its start by more than this share of it; the fit calls such micro-batch windows overlapped (fit_all)
+LAG_SHARE = 0.05
 
 
 def _ns(column: Any) -> np.ndarray:
