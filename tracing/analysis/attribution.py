@@ -9,12 +9,10 @@ was busy or stalled). A trace without GPU ops leaves all GPU columns null with `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from tracing.analysis import gpu_tables, range_tables
-from tracing.analysis.phases import PhaseMap, default_phase_map
+from tracing.analysis.phases import PhaseMap, default_phase_map, range_log_columns
 from tracing.analysis.range_tables import (  # noqa: F401 -- the names users and tests import from here
     NO_GPU_REASON,
     RANGELOG_REASON,
@@ -87,30 +85,8 @@ def range_log_frame(trace: Trace, phase_map: PhaseMap | None = None) -> pd.DataF
 def range_log_table(trace: Trace, phase_map: PhaseMap | None = None) -> pa.Table:
     """:func:`range_log_frame` as an Arrow table (``schema.RANGE_COLUMNS`` but trace / rank)."""
     log = trace.range_log if schema.is_arrow(trace.range_log) else schema.from_frame(trace.range_log)
-    cols = _range_log_columns(log, phase_map or default_phase_map())
+    cols = range_log_columns(log, phase_map or default_phase_map())
     cols.update(time_ns=cols["wall_ns"], gpu_reason=RANGELOG_REASON)
     for c in engine.own_columns(schema.RANGE_COLUMNS):
         cols.setdefault(c, None)  # GPU columns: null
     return schema.make_table(cols, engine.own_columns(schema.RANGE_COLUMNS), "ranges")
-
-
-def _range_log_columns(log: pa.Table, phase_map: PhaseMap) -> dict[str, Any]:
-    """mxperf's range log as range columns (its own ids, nesting and attributes)."""
-    names = [str(n) for n in log.column("name").to_pylist()]
-    phases = {n: phase_map.phase_of(n) for n in set(names)}
-    start, end = (log.column(c).to_numpy().astype(np.int64) for c in ("start_ns", "end_ns"))
-    return {
-        "source": "rangelog",
-        "range_id": log.column("range_id").to_numpy().astype(np.int64),
-        "parent_id": log.column("parent_id").to_numpy().astype(np.int64),
-        "depth": log.column("depth").to_numpy().astype(np.int64),
-        "name": names,
-        "domain": "",
-        "phase": [phases[n] for n in names],
-        "pid": schema.NO_ID,
-        "tid": log.column("tid").to_numpy().astype(np.int64),
-        "start_ns": start,
-        "end_ns": end,
-        "wall_ns": end - start,
-        "attrs": [str(a) for a in log.column("attrs").to_pylist()],
-    }

@@ -13,9 +13,16 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from tracing.outputs import schema
 from tracing.outputs.errors import InputError
 from tracing.outputs.schema import PHASES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DEFAULT_PHASE_MAP = Path(__file__).with_name("phase_map.toml")
 _RULE_KEYS = frozenset({"pattern", "phase", "framework", "note"})
@@ -89,3 +96,27 @@ def default_phase_map() -> PhaseMap:
 def phase_of(name: str) -> str:
     """Canonical phase of a range name with the default map."""
     return default_phase_map().phase_of(name)
+
+
+def range_log_columns(log: pa.Table, phase_map: PhaseMap) -> dict[str, Any]:
+    """mxperf's range log as range columns (its own ids, nesting and attributes; each name's phase from
+    ``phase_map``): what ``mxperf ingest`` and a run folder's step table read."""
+
+    names = [str(n) for n in log.column("name").to_pylist()]
+    phases = {n: phase_map.phase_of(n) for n in set(names)}
+    start, end = (log.column(c).to_numpy().astype(np.int64) for c in ("start_ns", "end_ns"))
+    return {
+        "source": "rangelog",
+        "range_id": log.column("range_id").to_numpy().astype(np.int64),
+        "parent_id": log.column("parent_id").to_numpy().astype(np.int64),
+        "depth": log.column("depth").to_numpy().astype(np.int64),
+        "name": names,
+        "domain": "",
+        "phase": [phases[n] for n in names],
+        "pid": schema.NO_ID,
+        "tid": log.column("tid").to_numpy().astype(np.int64),
+        "start_ns": start,
+        "end_ns": end,
+        "wall_ns": end - start,
+        "attrs": [str(a) for a in log.column("attrs").to_pylist()],
+    }

@@ -63,8 +63,8 @@ def _with_other(
 def step_phase_table(metrics: pd.DataFrame | None, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """A run's long table ``step, phase, seconds`` (phases from :data:`STEP_PHASES`).
 
-    Uses the per-phase seconds in ``metrics`` when present; otherwise the range log (``step`` ranges and
-    their direct children named after a phase). Raises ValueError when neither has per-phase times.
+    Uses the per-phase seconds in ``metrics`` when present; otherwise the range log, read as ``mxperf ingest``
+    reads one (:func:`trace_step_phases`). Raises ValueError when neither has per-phase times.
     """
     import pandas as pd
 
@@ -82,28 +82,17 @@ def step_phase_table(metrics: pd.DataFrame | None, ranges: pd.DataFrame | None =
 
 
 def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
-    import pandas as pd
+    """A run's range log read as ``mxperf ingest`` reads it (:func:`trace_step_phases` over its step and phase
+    ranges), the slowest process's phases per step."""
+    from tracing.analysis.phases import default_phase_map, range_log_columns
 
-    steps = ranges[ranges["name"] == "step"]
-    if steps.empty:
+    cols = range_log_columns(schema.from_frame(ranges), default_phase_map())
+    keep = ("name", "phase", "pid", "start_ns", "end_ns", "attrs")
+    table = schema.make_table({c: cols[c] for c in keep}, {c: schema.RANGE_COLUMNS[c] for c in keep})
+    per = schema.to_frame(trace_step_phases(table.filter(step_rows(table))))
+    if per.empty:
         raise ValueError("the range log has no 'step' ranges")
-    step_no = steps["attrs"].map(lambda a: json.loads(a).get("step") if isinstance(a, str) and a else None)
-    step_no = step_no.where(step_no.notna(), pd.Series(range(len(steps)), index=steps.index))
-    step_of = dict(zip(steps["range_id"], step_no.astype("int64"), strict=True))
-    children = ranges[ranges["parent_id"].isin(step_of) & ranges["name"].isin(PHASES)]
-    wide = pd.DataFrame({"step": sorted(set(step_of.values()))})
-    if not children.empty:
-        sums = (
-            children.assign(step=children["parent_id"].map(step_of), seconds=children["dur_ns"] / 1e9)
-            .pivot_table(index="step", columns="name", values="seconds", aggfunc="sum")
-            .reindex(columns=list(PHASES))
-        )
-        wide = wide.merge(sums, left_on="step", right_index=True, how="left")
-    for phase in PHASES:
-        if phase not in wide:
-            wide[phase] = 0.0
-    step_total = steps.assign(step=steps["range_id"].map(step_of)).groupby("step")["dur_ns"].sum() / 1e9
-    return _with_other(wide, wide["step"].map(step_total), ["step"])
+    return one_process(per)
 
 
 def _phase_in(t: pa.Table, wanted: tuple[str, ...]) -> np.ndarray:
