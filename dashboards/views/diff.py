@@ -72,6 +72,8 @@ with ui.card(f"B - A: {b_rel} - {a_rel}", key="diff-card"):
         f"A `{a_rel}` ({doc['a']['precision'] or 'precision unknown'}, {doc['a']['microbatches']} micro-batches) · "
         f"B `{b_rel}` ({doc['b']['precision'] or 'precision unknown'}, {doc['b']['microbatches']} micro-batches)"
     )
+    for note in doc.get("notes", []):
+        st.warning(f"Note: {note}")
     views = list(kernel_tables.VIEWS)
     share.restore("df_by", views)
     view = st.radio("View", views, key="df_by", format_func=lambda v: kernel_tables.VIEWS[v], horizontal=True)

@@ -83,6 +83,8 @@ with ui.card(f"{rel}: kernel classes", entry, key="kernels-classes"):
         + (", ".join(f"{p} {n}" for p, n in mbs.items()) or "none found")
         + " (per-micro-batch columns: a phase's time in its micro-batches over their count)"
     )
+    for note in doc.get("notes", []):
+        st.warning(f"Note: {note}")
     classes = kernel_tables.classes_frame(doc)
     kernel_load.show(classes, f"{rel}-kernel-classes", "kn_classes")
     long = kernel_tables.class_phase_frame(doc)

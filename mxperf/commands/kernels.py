@@ -123,6 +123,7 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"{name:<60} {r['kernel_class']:<13} {_row(r, phases)}")
         for s in r.get("shapes", []):
             lines.append(f"    {s['op']} {s['shapes']} x{s['count']}")
+    lines += [f"note: {n}" for n in doc.get("notes", [])]
     if "communication" in doc:
         from perfmodel.kernels.comm import render as render_comm
 

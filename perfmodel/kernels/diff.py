@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfmodel.kernels.ops import open_ops
+from perfmodel.kernels.ops import open_ops, placement_note
 
 PARTS = ("gemm_ns", "quantize_ns", "other_ns", "host_stall_ns", "residual_ns")
 LABELS = {
@@ -96,7 +96,7 @@ def side(out: str | Path) -> dict[str, Any]:
         names = _kernel_names(con)
         precision = con.execute("select string_agg(distinct precision, ',') from mb").fetchone()[0]
         unmeasured = con.execute("select count(*) from mb where stall_ns is null").fetchone()[0]
-        unlaunched = con.execute("select count(*) from ops where launch_ns is null").fetchone()[0]
+        placement = placement_note(con)
     return {
         "path": str(out),
         "microbatches": parts,
@@ -104,7 +104,7 @@ def side(out: str | Path) -> dict[str, Any]:
         "kernels": names,
         "precision": precision,
         "stall_unmeasured": int(unmeasured),  # micro-batches whose host stall the ingest could not measure
-        "unlaunched_ops": int(unlaunched),  # GPU ops with no launch call in the trace
+        "placement_note": placement,  # where GPU ops without a launch call went (ops.placement_note)
     }
 
 
@@ -306,19 +306,14 @@ def _unlaunched_notes(sides: dict[str, dict[str, Any]]) -> list[str]:
             not s["kernels"] or not s["microbatches"]
         ):  # a CPU-only side has its own note; no windows, no parts
             continue
-        n, ops = s["stall_unmeasured"], s["unlaunched_ops"]
+        n = s["stall_unmeasured"]
         if n:
             notes.append(
                 f"{k}: host stall not measured in {n} of {len(s['microbatches'])} micro-batches (the trace has no "
                 "launch calls for their GPU work): their host stall reads 0 and sits in the residual"
             )
-        total = sum(v["count"] for v in s["kernels"].values())
-        if ops and ops >= 0.01 * total:  # a few ops without a launch record are common
-            notes.append(
-                f"{k}: {ops} of {total} GPU ops have no launch call: each is put in the micro-batch whose window "
-                "holds its start on the GPU, not its launch; where the GPU runs behind the host, its time can "
-                "land in a later micro-batch"
-            )
+        if s["placement_note"]:
+            notes.append(f"{k}: {s['placement_note']}")
     return notes
 
 

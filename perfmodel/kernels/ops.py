@@ -263,3 +263,18 @@ def busy_ns(out: str | Path) -> int:
     t = store.read_arrow(Path(out) / store.DEVICES, ["busy_ns"])
     total = pc.sum(t.column("busy_ns")).as_py()
     return int(total or 0)
+
+
+def placement_note(con: Any) -> str | None:
+    """Where GPU ops without a launch call (1 % of the ops or more; a few are common) go: into the micro-batch
+    whose window holds their start on the GPU, not their launch -- said by ``mxperf kernels`` and ``diff``."""
+    n, total, mbs = con.execute(
+        "select count(*) filter (where launch_ns is null), count(*), (select count(*) from mb) from ops"
+    ).fetchone()
+    if not mbs or not n or n < 0.01 * total:
+        return None
+    return (
+        f"{n} of {total} GPU ops have no launch call: each is put in the micro-batch whose window holds its "
+        "start on the GPU, not its launch; where the GPU runs behind the host, its time can land in a later "
+        "micro-batch"
+    )

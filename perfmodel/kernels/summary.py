@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfmodel.kernels.ops import busy_ns, check_ingest, open_ops
+from perfmodel.kernels.ops import busy_ns, check_ingest, open_ops, placement_note
 
 
 def summarize(out: str | Path, *, top: int = 20, shapes_per_kernel: int = 3) -> dict[str, Any]:
@@ -44,6 +44,7 @@ def summarize(out: str | Path, *, top: int = 20, shapes_per_kernel: int = 3) -> 
             for r in kernels:
                 r["shapes"] = by_name.get(r["name"], [])
         total_ops = con.execute("select count(*), coalesce(sum(dur_ns), 0)::bigint from ops").fetchone()
+        note = placement_note(con)
     return {
         "busy_ns": busy,
         "ops": int(total_ops[0]),
@@ -51,6 +52,7 @@ def summarize(out: str | Path, *, top: int = 20, shapes_per_kernel: int = 3) -> 
         "microbatches": {str(k): int(v) for k, v in mbs.items()},
         "classes": classes,
         "kernels": kernels,
+        "notes": [note] if note else [],  # what the per-micro-batch figures rest on
     }
 
 

@@ -483,3 +483,34 @@ def test_an_empty_runs_dir_says_how_to_get_traces(
 ) -> None:
     at = _open(tmp_path, page, monkeypatch)
     assert any("mxperf ingest" in str(i.value) for i in at.info)
+
+
+def test_the_kernels_and_diff_pages_say_when_ops_have_no_launch_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ingest of a trace without its cuda_runtime events: both pages show the CLI's notes (ops placed by
+    their GPU start; host stall not measured), not per-micro-batch figures with nothing said."""
+    import gzip
+
+    import synthetic_traces as st_traces
+
+    from mxperf.cli import main
+
+    runs = tmp_path / "runs"
+    for prec in ("bf16", "mxfp8"):
+        job = st_traces.Job(framework="verl-fsdp", precision=prec, steps=((512, 1024), (2048,)), seed=1)
+        full = st_traces.write_kineto(st_traces.simulate(job), tmp_path / prec / "prof_rank-0.json.gz")
+        doc = json.loads(gzip.decompress(full.read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cuda_runtime"]
+        full.write_bytes(gzip.compress(json.dumps(doc).encode()))
+        assert main(["ingest", str(full), "-o", str(runs / f"bare-{prec}"), "--no-progress"]) == 0
+    want = _cli("kernels", str(runs / "bare-bf16"))["notes"]
+    assert len(want) == 1 and "have no launch call" in want[0]
+    at = _open(runs, "kernels", monkeypatch)
+    at.selectbox(key="kn_ingest").set_value("bare-bf16").run()
+    assert [str(w.value) for w in at.warning] == [f"Note: {want[0]}"]
+    at = _open(runs, "diff", monkeypatch)
+    at.selectbox(key="df_a").set_value("bare-bf16").run()
+    at.selectbox(key="df_b").set_value("bare-mxfp8").run()
+    shown = " ".join(str(w.value) for w in at.warning)
+    assert "A: host stall not measured" in shown and "B: " in shown and "have no launch call" in shown
