@@ -60,6 +60,9 @@ def test_ties_go_to_the_lowest_rank_number_not_the_path_that_sorts_first() -> No
     )
     slow = ranks.stragglers(tied).iloc[0]
     assert (slow["slowest"], slow["fastest"]) == ("rank 27", "rank 3")
+    # the Step time page's one process per step is that same rank (its phases, not rank 127's)
+    tied = tied.assign(phase=["update", "generate", "update", "update"])
+    assert steps.one_process(tied)["phase"].tolist() == ["generate"]
 
 
 def test_rank_summary_counts_how_often_each_rank_was_slowest_and_skips_warmup() -> None:

@@ -344,14 +344,18 @@ def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
     """``step, phase, seconds`` for the step time a job waits for: per step, the phases of the process with
-    the longest step (kept whole, so they add up to that step)."""
+    the longest step (kept whole, so they add up to that step), the one ``stragglers.parquet`` names."""
     import pandas as pd
 
     if steps.empty:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
     keys = [k for k in ("trace", "rank", "pid") if k in steps]
     totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
-    slowest = totals.sort_values("seconds", ascending=False).drop_duplicates("step")
+    # ties as ranks.straggler_table breaks them: the lowest rank, then pid, then path
+    order = ["seconds", *[k for k in ("rank", "pid", "trace") if k in keys]]
+    slowest = totals.sort_values(
+        order, ascending=[False] + [True] * (len(order) - 1), na_position="last", kind="stable"
+    ).drop_duplicates("step")
     picked = steps.merge(slowest[[*keys, "step"]], on=[*keys, "step"])
     return picked[["step", "phase", "seconds"]].sort_values(
         ["step", "phase"], key=_phase_order, ignore_index=True
