@@ -88,16 +88,17 @@ def temp_directory(fallback: str | None = None) -> str:
     return env
 
 
-def connect(temp_dir: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with mxperf's limits (an in-memory database that spills to ``temp_dir``); a limit
-    DuckDB cannot read is one line naming its variable (:class:`InputError`)."""
+def connect(spill: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with mxperf's limits (an in-memory database that spills to ``spill``, the folder
+    :func:`temp_directory` chose); a limit DuckDB cannot read is one line naming its variable
+    (:class:`InputError`)."""
     import duckdb
 
     memory = memory_limit()
     config = {
         "memory_limit": memory,
         "threads": threads(),
-        "temp_directory": temp_directory(temp_dir),
+        "temp_directory": spill,
         "preserve_insertion_order": True,
         "arrow_large_buffer_size": True,  # text as Arrow large_string, the tables' type (no cast)
     }
