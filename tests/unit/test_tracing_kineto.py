@@ -115,6 +115,27 @@ def test_top_level_array_of_events_is_accepted(tmp_path):
     assert ev["start_ns"].tolist() == [1000] and ev["dur_ns"].tolist() == [2000]
 
 
+@pytest.mark.parametrize("chunk", [7, jsonstream.CHUNK_BYTES])
+@pytest.mark.parametrize("end", ["", ",", ",\n  ", "\n"])
+def test_top_level_array_may_end_without_its_bracket(tmp_path, monkeypatch, chunk, end):
+    # Chrome's JSON Array Format: "the ] at the end is optional"; a trailing comma is tolerated too
+    monkeypatch.setattr(jsonstream, "CHUNK_BYTES", chunk)
+    ev = '{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":%d,"dur":2,"args":{"stream":7}}'
+    p = tmp_path / "open.json"
+    p.write_text("[" + ",\n".join(ev % i for i in range(1, 4)) + end)
+    assert load_kineto_events(p).events["start_ns"].tolist() == [1000, 2000, 3000]
+
+
+@pytest.mark.parametrize(
+    "text", ['[{"ph":"X","ts":1', '{"traceEvents":[{"ph":"X","ts":1,"dur":2}', '{"traceEvents":[']
+)
+def test_an_unclosed_trace_events_or_a_cut_event_is_truncation(tmp_path, text):
+    p = tmp_path / "cut.json"
+    p.write_text(text)
+    with pytest.raises(jsonstream.TraceFormatError, match=r"cut\.json: .*(truncated|end of file)"):
+        load_kineto_events(p)
+
+
 def test_python_function_events_are_skipped_unless_asked(tmp_path):
     p = tmp_path / "py.json"
     p.write_text(

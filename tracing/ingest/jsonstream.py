@@ -7,7 +7,8 @@ one JSON array; a cut inside a string or a nested object leaves invalid JSON, an
 A single value (a top-level key's value, an event no cut isolates) is delimited by msgspec itself: decoded as
 :class:`msgspec.Raw` from its first byte, it stops with "trailing characters" just past its end. Top-level
 keys may come in any order (``baseTimeNanoseconds`` often follows ``traceEvents``); a top-level array is read
-as the event list.
+as the event list, whose closing ``]`` may be missing (Chrome's JSON Array Format allows it, a trailing
+comma too); an unclosed ``traceEvents`` or an event cut short is truncation.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class ChromeTraceReader:
                 self._pos += len(_BOM)  # (RFC 8259 8.1: a parser may ignore it; Windows editors write it)
                 first = self._peek()
             if first == b"[":
-                yield from self._array(decode)
+                yield from self._array(decode, open_end=True)
             elif first == b"{":
                 yield from self._object(decode)
             else:
@@ -208,15 +209,18 @@ class ChromeTraceReader:
         if not seen_events:
             raise TraceFormatError(self.path, "no traceEvents array: not a Kineto / Chrome trace")
 
-    def _array(self, decode: Callable[[bytes], list[Any]]) -> Iterator[tuple[int, bytes, list[Any]]]:
+    def _array(
+        self, decode: Callable[[bytes], list[Any]], open_end: bool = False
+    ) -> Iterator[tuple[int, bytes, list[Any]]]:
+        """``open_end``: the file may end where the closing ``]`` (or the event after a comma) would be."""
         self._pos += 1
         first, sep = 0, b"," if self._peek() != b"]" else self._expect(b"]", "")
-        while sep == b",":
+        while sep == b"," and not (open_end and not self._peek()):
             batch = self._batch(decode)
             if batch is None:  # no cut found: one event, then its separator
                 text = b"[" + self._value(f"traceEvents[{first}]: ") + b"]"
                 batch = text, _items(decode, text)
-                sep = self._expect(b",]", " in traceEvents")
+                sep = b"]" if open_end and not self._peek() else self._expect(b",]", " in traceEvents")
             yield first, *batch
             first += len(batch[1])
 
