@@ -26,7 +26,6 @@ What each input can and cannot give:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from perfmodel.inputs.hardware import hardware_of
 from perfmodel.inputs.ingest_steps import phase_sources
 from perfmodel.inputs.placement import separate_sampler_logs
 from perfmodel.inputs.run_folder import SAMPLER_PHASES, RunFolder, attrs_of, read_ranges
+from tracing.analysis.steps import metric_seconds
 from tracing.outputs import store
 from tracing.outputs.errors import InputError
 from tracing.outputs.manifest import read_manifest
@@ -55,7 +55,6 @@ __all__ = [
 ]
 TRACE_SOURCES = ("trace", "range", "detected")  # micro-batches read from a trace (old and v2 names)
 STEP_PHASES = ("generate", "logprob", "sync", "reward", "eval", "reference")
-_PHASE_COLUMN = re.compile(r"^(?:time_)?(?P<phase>[a-z_]+?)(?:_time)?_(?P<unit>s|seconds|ns)$")
 
 
 @dataclass(frozen=True)
@@ -123,16 +122,8 @@ def read_csv_table(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
 
 
 def _phase_seconds(metrics: pd.DataFrame) -> dict[str, pd.Series]:
-    """Seconds per step of each phase column (``<phase>_s``, ``<phase>_ns``, ``time_<phase>_s``) of a
-    run's ``metrics.parquet``, one value per step (NaN where a step does not say)."""
-    out: dict[str, pd.Series] = {}
-    for col in metrics.columns:
-        m = _PHASE_COLUMN.match(str(col))
-        if not m or m["phase"] not in (*STEP_PHASES, "update"):
-            continue
-        scale = 1e-9 if m["unit"] == "ns" else 1.0
-        out[m["phase"]] = pd.to_numeric(metrics[col], errors="coerce") * scale
-    return out
+    """Seconds per step of each phase of a run's ``metrics.parquet`` (NaN where a step does not say)."""
+    return metric_seconds(metrics, (*STEP_PHASES, "update"))
 
 
 def _metrics(path: Path) -> pd.DataFrame:
@@ -176,9 +167,7 @@ def read_run_folder(path: Path, manifest: dict) -> RunFolder:
         {
             "step": step_ids,
             "microbatch_tokens": [packed.get(int(s)) if pd.notna(s) else None for s in step_ids],
-            "step_s": pd.to_numeric(
-                metrics.get("step_s", pd.Series(np.nan, index=metrics.index)), errors="coerce"
-            ),
+            "step_s": metric_seconds(metrics, ("step",)).get("step", pd.Series(np.nan, index=metrics.index)),
             "num_microbatches": pd.to_numeric(
                 metrics.get("num_microbatches", pd.Series(np.nan, index=metrics.index)), errors="coerce"
             ),

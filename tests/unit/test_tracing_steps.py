@@ -33,6 +33,31 @@ def test_step_phase_table_has_other_as_step_minus_phases() -> None:
     np.testing.assert_allclose(wide.sum(axis=1), [3.0, 2.0, 2.2])
 
 
+def test_every_reader_of_run_metrics_takes_the_same_columns() -> None:
+    # one resolver of phase columns: the Step time page and the step model read the same seconds
+    from perfmodel.inputs.load import _phase_seconds
+
+    m = pd.DataFrame(
+        {
+            "step": [0, 1],
+            "wall_s": [4.0, 5.0],
+            "time_generate_s": [1.0, 2.0],
+            "logprob_ns": [5e8, 6e8],
+            "update_time_seconds": [1.5, 1.0],
+            "seconds_sync": [0.25, 0.5],
+            "update_microbatch_s": [9.0, 9.0],  # a micro-batch's time, not the update phase's
+            "generate_ns": [7e9, 7e9],  # a later spelling of a phase already found
+        }
+    )
+    wide = steps.step_phase_table(m).pivot_table(index="step", columns="phase", values="seconds")
+    want = {"generate": [1.0, 2.0], "logprob": [0.5, 0.6], "update": [1.5, 1.0], "sync": [0.25, 0.5]}
+    for phase, values in want.items():
+        np.testing.assert_allclose(wide[phase], values)
+        np.testing.assert_allclose(_phase_seconds(m)[phase], values)
+    np.testing.assert_allclose(wide["other"], [0.75, 0.9])
+    assert steps.metric_seconds(m, ("step",))["step"].tolist() == [4.0, 5.0]
+
+
 def test_step_phase_table_clips_negative_other_to_zero() -> None:
     m = run_metrics().assign(step_s=[1.0, 1.0, 1.0])
     assert steps.step_phase_table(m).query("phase == 'other'")["seconds"].eq(0).all()

@@ -23,19 +23,36 @@ if TYPE_CHECKING:
 
 STEP_PHASES: tuple[str, ...] = ("generate", "logprob", "update", "sync", "other")
 PHASES: tuple[str, ...] = STEP_PHASES[:-1]
-# Accepted column spellings for a phase's seconds in a run's metrics.parquet, most specific first.
-_PHASE_COLUMN_PATTERNS: tuple[str, ...] = ("{p}_s", "{p}_seconds", "seconds_{p}", "time_{p}_s")
-_STEP_COLUMNS: tuple[str, ...] = ("step_s", "step_seconds", "seconds", "wall_s")
+# Accepted column spellings (and their scale to seconds) for a phase's time in a run's per-step metrics, the
+# first found wins: <p>_s, time_<p>_s, <p>_time_s, the same with _seconds and _ns, seconds_<p>.
+_SPELLINGS: tuple[tuple[str, float], ...] = (
+    *(
+        (f"{pre}{{p}}{mid}{unit}", scale)
+        for unit, scale in (("_s", 1.0), ("_seconds", 1.0), ("_ns", 1e-9))
+        for pre, mid in (("", ""), ("time_", ""), ("", "_time"))
+    ),
+    ("seconds_{p}", 1.0),
+)
+_STEP_ALIASES: tuple[str, ...] = ("seconds", "wall_s")  # a step's wall seconds, besides the spellings above
 _STEP_RANGE = r"^(?:ProfilerStep#(\d+)|step)$"
 _STEP_RE = re.compile(_STEP_RANGE)
 
 
-def _phase_column(columns: Sequence[str], phase: str) -> str | None:
-    for pattern in _PHASE_COLUMN_PATTERNS:
-        name = pattern.format(p=phase)
-        if name in columns:
-            return name
-    return None
+def metric_seconds(metrics: pd.DataFrame, phases: Sequence[str]) -> dict[str, pd.Series]:
+    """Seconds per row (step) of each of ``phases`` that a run's per-step metrics (``metrics.parquet``) give a
+    column for, NaN where a step does not say; ``step`` is the step's wall time. The one reading of these
+    columns: the Step time page and the step model (``perfmodel.inputs``) both call it."""
+    import pandas as pd
+
+    out: dict[str, pd.Series] = {}
+    columns = set(map(str, metrics.columns))
+    for phase in phases:
+        found = [(p.format(p=phase), k) for p, k in _SPELLINGS if p.format(p=phase) in columns]
+        found += [(a, 1.0) for a in _STEP_ALIASES if phase == "step" and a in columns]
+        if found:
+            col, scale = found[0]
+            out[phase] = pd.to_numeric(metrics[col], errors="coerce") * scale
+    return out
 
 
 def _phase_order(col: pd.Series) -> pd.Series:
@@ -69,13 +86,12 @@ def step_phase_table(metrics: pd.DataFrame | None, ranges: pd.DataFrame | None =
     import pandas as pd
 
     if metrics is not None and "step" in metrics.columns:
-        cols = {p: _phase_column(list(metrics.columns), p) for p in PHASES}
-        if any(cols.values()):
+        seconds = metric_seconds(metrics, (*PHASES, "step"))
+        if seconds.keys() - {"step"}:
             wide = pd.DataFrame({"step": metrics["step"].astype("int64")})
-            for phase, col in cols.items():
-                wide[phase] = pd.to_numeric(metrics[col], errors="coerce") if col else 0.0
-            step_col = next((c for c in _STEP_COLUMNS if c in metrics.columns), None)
-            return _with_other(wide, metrics[step_col] if step_col else None, ["step"])
+            for phase in PHASES:
+                wide[phase] = seconds.get(phase, 0.0)
+            return _with_other(wide, seconds.get("step"), ["step"])
     if ranges is not None and len(ranges):
         return _phase_table_from_range_log(ranges)
     raise ValueError("no per-phase times: metrics.parquet has no <phase>_s columns and there is no range log")
