@@ -75,7 +75,7 @@ def selected(
     by: str = "name",
     trace: str | None = None,
 ) -> Any:
-    """The rows :func:`summarize_ranges` groups (a boolean mask): ``--trace``, the outermost range of each phase
+    """The rows :func:`group_ranges` groups (a boolean mask): ``--trace``, the outermost range of each phase
     with ``by="phase"``, ``--match``, ``--phase``."""
     import numpy as np
 
@@ -103,25 +103,12 @@ def gpu_notes(ranges: pa.Table) -> list[str]:
     return [f"note: {n} range(s) without GPU figures ('-'): {why}" for why, n in sorted(counts.items())]
 
 
-def summarize_ranges(
-    ranges: pa.Table,
-    *,
-    match: str | None = None,
-    phase: str | None = None,
-    by: str = "name",
-    trace: str | None = None,
-) -> list[dict[str, Any]]:
-    """Group a ranges table by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with ``by="phase"``, by
-    phase over the outermost range of each phase: count, host wall, window time (start -> later of end and
-    the end of the GPU work it launched), the time those windows cover (their union: less than the summed window
-    time when a group's ranges nest or overlap, then ``overlapping``), attributed busy, host stall (ms), stall
-    share of the window. Rows
-    (``name``, ``phase`` and :data:`COLUMNS`) by window time, longest first; ties by (name, phase)."""
-    return group_ranges(ranges.filter(selected(ranges, match=match, phase=phase, by=by, trace=trace)), by)
-
-
 def group_ranges(t: pa.Table, by: str = "name") -> list[dict[str, Any]]:
-    """:func:`summarize_ranges` of the rows it selected (:func:`selected`)."""
+    """Group the rows :func:`selected` kept by (name, phase) -- ``Name#N`` counts as ``Name#*`` -- or, with
+    ``by="phase"``, by phase: count, host wall, window time (start -> later of end and the end of the GPU work
+    it launched), the time those windows cover (their union: less than the summed window time when a group's
+    ranges nest or overlap, then ``overlapping``), attributed busy, host stall (ms), stall share of the window.
+    Rows (``name``, ``phase`` and :data:`COLUMNS`) by window time, longest first; ties by (name, phase)."""
     import numpy as np
 
     from tracing.outputs.schema import factorize

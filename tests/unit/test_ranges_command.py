@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from mxperf.commands.ranges import one_source_per_range, render, run_traces, summarize_ranges
+from mxperf.commands.ranges import group_ranges, one_source_per_range, render, run_traces
 
 
 def _ranges(rows: list[tuple[str, str, int, int, int | None]]) -> pa.Table:
@@ -29,7 +29,7 @@ def _ranges(rows: list[tuple[str, str, int, int, int | None]]) -> pa.Table:
 
 
 def test_nested_and_gpu_stretched_windows_are_covered_once_and_flagged():
-    rows = summarize_ranges(
+    rows = group_ranges(
         _ranges(
             [
                 ("t", "fwd", 0, 100, None),
@@ -52,7 +52,7 @@ def test_nested_and_gpu_stretched_windows_are_covered_once_and_flagged():
 
 
 def test_groups_never_share_their_cover():
-    rows = summarize_ranges(_ranges([("t", "a", 0, 100, None), ("t", "b", 50, 150, None)]))
+    rows = group_ranges(_ranges([("t", "a", 0, 100, None), ("t", "b", 50, 150, None)]))
     assert all(not r["overlapping"] and r["covered_ms"] * 1e6 == pytest.approx(100) for r in rows)
 
 
