@@ -95,3 +95,17 @@ def test_kernels_over_an_ingest_names_the_memory_limit(tmp_path, capsys, monkeyp
         "mxperf kernels: error: the trace engine ran out of memory at MXPERF_MEMORY_LIMIT=1MB"
     )
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("env", "rows", "want"), [(None, 99_999, 1), (None, 100_000, None), ("3", 10, 3)])
+def test_a_small_trace_runs_on_one_thread_unless_told(tmp_path, monkeypatch, env, rows, want):
+    from tracing.ingest import engine
+
+    if env is None:
+        monkeypatch.delenv("MXPERF_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("MXPERF_THREADS", env)
+    with engine.session(str(tmp_path)) as con:
+        engine.fit_threads(con, rows)
+        got = con.execute("select current_setting('threads')").fetchone()[0]
+    assert got == (want if want is not None else engine.threads())

@@ -258,6 +258,7 @@ def in_engine(
 
     with tempfile.TemporaryDirectory(prefix=".engine-", dir=temp_dir) as work, engine.session(work) as con:
         d = decode(path, fmt, Path(work), rank=rank, include_python=include_python, progress=progress)
+        engine.fit_threads(con, d.rows)
         con.execute(f"create view raw as select * from read_parquet({engine.literal(d.raw)})")
         events = Path(events_path) if events_path is not None else Path(work) / "events.parquet"
         d.rows = write_events(con, d, events)

@@ -8,7 +8,8 @@ breakdown, the kernel table, range attribution as an interval join, window-end d
 Limits come from the environment so that every entry point (CLI, pool worker, Ray task, notebook) gets them:
 
 - ``MXPERF_MEMORY_LIMIT`` (default ``512MB``): DuckDB's ``memory_limit`` per trace;
-- ``MXPERF_THREADS`` (1 to 1024; default: the cores, at most 4): DuckDB's ``threads``;
+- ``MXPERF_THREADS`` (1 to 1024; default: the cores, at most 4, and one for a trace of fewer than
+  :data:`SERIAL_ROWS` events, where more threads only add their start-up): DuckDB's ``threads``;
 - ``MXPERF_TEMP_DIR``: where it spills (default: the ingest's staging folder, else the system's).
 
 A value the engine cannot use is one line naming its variable (:class:`InputError`); an engine error (out of
@@ -37,6 +38,7 @@ THREADS_ENV = "MXPERF_THREADS"
 TEMP_ENV = "MXPERF_TEMP_DIR"
 DEFAULT_MEMORY = "512MB"
 MAX_THREADS = 1024  # DuckDB starts every thread it is given
+SERIAL_ROWS = 100_000  # measured in benchmarks/RESULTS.md (engine threads)
 NO_ID = -1
 # Hugeint interval keys: (group << 64) + (t + 2^63) orders every group's times after the previous group's, so an
 # equality on the group plus a range on the time is one range condition (an IEJoin, not a hash join + filter).
@@ -107,6 +109,14 @@ def connect(spill: str) -> duckdb.DuckDBPyConnection:
     except duckdb.ParserException as exc:  # the one setting DuckDB parses
         first = str(exc).splitlines()[0]
         raise InputError(f"{MEMORY_ENV}={memory!r}: not a memory size ({first})") from None
+
+
+def fit_threads(con: duckdb.DuckDBPyConnection, rows: int) -> None:
+    """One engine thread for a trace of fewer than :data:`SERIAL_ROWS` events, unless ``MXPERF_THREADS`` is
+    set: DuckDB splits its parallel work by row groups of 122,880 rows, so a small trace gains nothing from
+    more threads and pays for starting them."""
+    if rows < SERIAL_ROWS and not os.environ.get(THREADS_ENV):
+        con.execute("set threads = 1")
 
 
 @contextmanager
