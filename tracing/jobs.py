@@ -135,7 +135,7 @@ def analyze_in(
             {**schema.dtypes_of(step_input), "queued_end_ns": "int64"},
         )
     bases: dict[Any, str] = {}
-    step_table = steps.trace_step_phases(with_trace_cols(step_input, trace), mb.table, bases)
+    step_table = steps.trace_step_phases(with_trace_cols(step_input, trace), mb.table, bases, mb.warnings)
     behind = sorted(str(pid) for (_, pid), basis in bases.items() if basis == "device")
     if behind:
         mb.warnings.append(

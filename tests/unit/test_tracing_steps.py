@@ -134,6 +134,64 @@ def test_trace_without_step_ranges_gives_an_empty_step_table() -> None:
     assert t.empty and list(t.columns) == list(schema.STEP_COLUMNS)
 
 
+# one process's RL steps without a step range (verl's torch profiler: a file per profiled step), ns
+_CYCLES = [
+    ("generate_sequences", "generate", 0, 100, 1),
+    ("compute_log_prob", "logprob", 120, 200, 1),
+    ("compute_ref_log_prob", "logprob", 210, 260, 1),  # a phase twice in one step: still that step
+    ("update_actor", "update", 300, 600, 1),
+    ("## backward ##", "update", 350, 500, 1),  # nested in update_actor
+    ("generate_sequences", "generate", 700, 800, 1),
+    ("compute_log_prob", "logprob", 820, 900, 1),
+    ("update_actor", "update", 950, 1200, 1),
+    ("train", "update", 0, 300, 2),  # one phase only: no step structure to infer
+    ("train", "update", 400, 700, 2),
+]
+
+
+def test_steps_are_inferred_from_phase_cycles_where_a_process_has_no_step_range() -> None:
+    notes: list[str] = []
+    t = steps.trace_step_phases(_trace_ranges(_CYCLES), notes=notes)
+    assert set(t["pid"]) == {1}
+    wide = t.pivot_table(index="step", columns="phase", values="seconds") * 1e9
+    assert wide.loc[0].to_dict() == pytest.approx(
+        {"generate": 100, "logprob": 130, "update": 300, "sync": 0, "other": 70}
+    )
+    assert wide.loc[1].to_dict() == pytest.approx(
+        {"generate": 100, "logprob": 80, "update": 250, "sync": 0, "other": 70}
+    )
+    assert len(notes) == 1 and notes[0].startswith("pid 1: no step range: 2 step(s) inferred")
+    windows = steps.step_windows(schema.from_frame(_trace_ranges(_CYCLES)))  # what numbers micro-batches
+    assert windows["start_ns"].tolist() == [0, 700] and windows["end_ns"].tolist() == [600, 1200]
+    assert windows["step"].tolist() == [0, 1] and windows["pid"].tolist() == [1, 1]
+
+
+def test_a_learner_only_process_starts_a_step_at_its_first_phase() -> None:
+    rows = [r for r in _CYCLES if r[1] != "generate" and r[4] == 1]  # logprob, update, logprob, update
+    t = steps.trace_step_phases(_trace_ranges(rows)).pivot_table(
+        index="step", columns="phase", values="seconds"
+    )
+    assert (t["logprob"] * 1e9).tolist() == pytest.approx([130, 80])
+    assert (t["update"] * 1e9).tolist() == pytest.approx([300, 250])
+
+
+def test_step_ranges_inside_a_phase_mark_minibatches_not_steps() -> None:
+    # verl under a torch.profiler schedule: ProfilerStep#N once per update mini-batch, inside update_actor
+    markers = [("ProfilerStep#0", "step", 310, 450, 1), ("ProfilerStep#1", "step", 450, 590, 1)]
+    markers += [("ProfilerStep#2", "step", 960, 1190, 1)]
+    notes: list[str] = []
+    t = steps.trace_step_phases(_trace_ranges(_CYCLES + markers), notes=notes)
+    assert sorted(set(t["step"])) == [0, 1]
+    assert t.query("step == 0 and phase == 'update'")["seconds"].item() == pytest.approx(300e-9)
+    assert any("3 step ranges lie inside its phase ranges" in n for n in notes)
+    kept, _ = steps.numbered_steps(schema.from_frame(_trace_ranges(_CYCLES + markers)))
+    assert kept == []
+    # a plain training loop: its steps inside one "train" range (a single phase) stay steps
+    loop = [("train", "update", 0, 1000, 3), ("ProfilerStep#0", "step", 10, 500, 3)]
+    loop += [("ProfilerStep#1", "step", 500, 990, 3)]
+    assert sorted(set(steps.trace_step_phases(_trace_ranges(loop))["step"])) == [0, 1]
+
+
 def test_steps_of_two_ranks_stay_apart_and_the_job_waits_for_the_slowest() -> None:
     ranges = _trace_ranges(
         [

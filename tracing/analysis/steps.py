@@ -3,6 +3,12 @@
 A step is a ``ProfilerStep#N`` range, an mxperf ``step`` range, or a range of phase ``step``. A phase's time in
 a step is the union of the step's ranges of that phase on its process (nested ranges count once); ``other`` is
 the step's wall time outside them, clipped at zero. Steps are per process, never summed over ranks.
+
+A process whose phase ranges hold two phases or more but which has no step range (verl's torch profiler:
+one file per profiled step, no ``ProfilerStep#N``) has its steps inferred from those ranges
+(:func:`_inferred_steps`); its step ranges that lie inside one of its phase ranges number mini-batches, not RL
+steps (verl steps torch.profiler once per update mini-batch when a profiling schedule is set) and are set aside
+(:func:`_minibatch_markers`).
 """
 
 from __future__ import annotations
@@ -141,7 +147,10 @@ def step_rows(ranges: pd.DataFrame | pa.Table) -> np.ndarray:
 
 
 def trace_step_phases(
-    ranges: pd.DataFrame | pa.Table, microbatches: pa.Table | None = None, bases: dict[Any, str] | None = None
+    ranges: pd.DataFrame | pa.Table,
+    microbatches: pa.Table | None = None,
+    bases: dict[Any, str] | None = None,
+    notes: list[str] | None = None,
 ) -> pd.DataFrame | pa.Table:
     """``STEP_COLUMNS`` rows from an ingested trace's range table (``schema.RANGE_COLUMNS``); a frame gives a
     frame, an Arrow table an Arrow table.
@@ -149,14 +158,12 @@ def trace_step_phases(
     One row per (trace, rank, process, step, phase); empty without step ranges. A process whose steps mostly
     begin while earlier GPU work still runs is timed on the device (:func:`_device_windows`, docs/contracts.md);
     ``bases`` (when given) gets (trace, pid) -> ``host`` | ``device``. A step with no phase range takes its
-    phases from the ``microbatches`` found inside it.
+    phases from the ``microbatches`` found inside it. ``notes`` (when given) gets a line per process whose
+    steps are inferred or whose step ranges are set aside (module docstring).
     """
     if not schema.is_arrow(ranges):
-        return schema.to_frame(trace_step_phases(schema.from_frame(ranges), microbatches, bases))
+        return schema.to_frame(trace_step_phases(schema.from_frame(ranges), microbatches, bases, notes))
     if ranges.num_rows == 0:
-        return schema.empty_table(schema.STEP_COLUMNS)
-    is_step = _is_step(ranges)
-    if not is_step.any():
         return schema.empty_table(schema.STEP_COLUMNS)
     has = set(ranges.column_names)
     n = ranges.num_rows
@@ -166,7 +173,14 @@ def trace_step_phases(
 
     pid, start, end = (ranges.column(c).to_numpy() for c in ("pid", "start_ns", "end_ns"))
     trace, rank = values("trace"), values("rank")
-    steps, step_no = numbered_steps(ranges, is_step, trace)
+    is_step = _is_step(ranges)
+    markers = _minibatch_markers(ranges, is_step, trace, pid, start, end)
+    steps, step_no = numbered_steps(ranges, is_step & ~markers, trace)
+    inferred = _inferred_steps(ranges, trace, pid, start, end, {(trace[k], int(pid[k])) for k in steps})
+    if notes is not None:
+        notes += _step_notes(markers, inferred, trace, pid)
+    if not steps and not inferred:
+        return schema.empty_table(schema.STEP_COLUMNS)
     phased = np.flatnonzero(_phase_in(ranges, PHASES))  # numpy columns once (masks per step: ~1 ms each)
     lo, hi = _device_windows(ranges, start, end, steps, trace, pid, bases)
     p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
@@ -174,23 +188,128 @@ def trace_step_phases(
     p_phase = np.array(ranges.column("phase").take(phased).to_pylist(), dtype=object) if len(phased) else None
     p_trace = np.array([trace[k] for k in phased.tolist()], dtype=object) if "trace" in has else None
     mbs = _microbatch_windows(microbatches)
+    windows = [
+        (trace[k], rank[k], int(pid[k]), no, start[k], end[k], lo[k], hi[k])
+        for k, no in zip(steps, step_no, strict=True)
+    ]
+    windows += [(t, rank[first], p, no, s, e, s, e) for (t, p), no, s, e, first in inferred]
     rows = []
-    for k, no in zip(steps, step_no, strict=True):
-        inside = (p_pid == pid[k]) & (p_start >= start[k]) & (p_end <= end[k])
+    for t, r, p, no, s, e, w_lo, w_hi in windows:
+        inside = (p_pid == p) & (p_start >= s) & (p_end <= e)
         if p_trace is not None:
-            inside &= p_trace == trace[k]
-        wide: dict[str, object] = {"trace": trace[k], "rank": rank[k], "pid": int(pid[k]), "step": no}
+            inside &= p_trace == t
+        wide: dict[str, object] = {"trace": t, "rank": r, "pid": p, "step": no}
         for phase in PHASES:
             sel = inside & (p_phase == phase) if p_phase is not None else inside
             wide[phase] = measure(p_lo[sel], p_hi[sel]) / 1e9 if sel.any() else 0.0
         if not inside.any() and mbs is not None:  # no phase range: the micro-batches found inside the step
-            in_step = (mbs["pid"] == pid[k]) & (mbs["start"] >= start[k]) & (mbs["start"] < end[k])
+            in_step = (mbs["pid"] == p) & (mbs["start"] >= s) & (mbs["start"] < e)
             for phase in set(mbs["phase"][in_step].tolist()) & set(PHASES):
                 sel = in_step & (mbs["phase"] == phase)
                 wide[phase] = measure(mbs["lo"][sel], mbs["hi"][sel]) / 1e9
-        wide["_wall"] = (int(hi[k]) - int(lo[k])) / 1e9
+        wide["_wall"] = (int(w_hi) - int(w_lo)) / 1e9
         rows.append(wide)
     return schema.make_table(_long_table(rows), schema.STEP_COLUMNS, "steps")
+
+
+def _processes(rows: np.ndarray, trace: list[Any], pid: np.ndarray) -> dict[tuple[Any, int], np.ndarray]:
+    """``rows`` grouped by process (trace, pid), each group in row order."""
+    groups: dict[tuple[Any, int], list[int]] = {}
+    for k in rows.tolist():
+        groups.setdefault((trace[k], int(pid[k])), []).append(k)
+    return {key: np.asarray(v, np.int64) for key, v in groups.items()}
+
+
+def _minibatch_markers(
+    ranges: pa.Table,
+    is_step: np.ndarray,
+    trace: list[Any],
+    pid: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+) -> np.ndarray:
+    """Step ranges that number mini-batches, not RL steps: every step range of a process whose phase ranges hold
+    two phases or more and one of whose step ranges lies inside one of them (shorter than it). verl, with a
+    torch.profiler schedule, calls ``step()`` once per update mini-batch: its ``ProfilerStep#N`` sit inside
+    ``update_actor`` (the first and last straddle its ends). A plain training loop (one phase) keeps its steps."""
+    out = np.zeros(len(is_step), bool)
+    phased = _phase_in(ranges, PHASES)
+    if not is_step.any() or not phased.any():
+        return out
+    codes, _ = schema.factorize(ranges, "phase")
+    by_phase = _processes(np.flatnonzero(phased), trace, pid)
+    for key, rows in _processes(np.flatnonzero(is_step), trace, pid).items():
+        p = by_phase.get(key)
+        if p is None or len(np.unique(codes[p])) < 2:
+            continue
+        ps, pe = start[p].astype(np.int64), end[p].astype(np.int64)
+        for k in rows.tolist():
+            s, e = int(start[k]), int(end[k])
+            if np.any((ps <= s) & (e <= pe) & (pe - ps > e - s)):
+                out[rows] = True
+                break
+    return out
+
+
+def _inferred_steps(
+    ranges: pa.Table, trace: list[Any], pid: np.ndarray, start: np.ndarray, end: np.ndarray, stepped: set[Any]
+) -> list[tuple[tuple[Any, int], int, int, int, int]]:
+    """Steps of each process with no step range (``stepped``: the processes that have one) whose outermost
+    phase ranges hold two phases or more: a step begins at each range of the process's first phase that follows
+    a range of another phase (generate, logprob, update, generate, ... or logprob, update, logprob, ...) and
+    spans its first range's start to its last one's end. Rows ``((trace, pid), number, start, end, first
+    row)``, numbered from 0 per process."""
+    phased = np.flatnonzero(_phase_in(ranges, PHASES))
+    if not len(phased):
+        return []
+    codes, phases = schema.factorize(ranges, "phase")
+    out = []
+    for key, rows in _processes(phased, trace, pid).items():
+        if key in stepped:
+            continue
+        rows = rows[np.lexsort((-end[rows].astype(np.int64), start[rows]))]
+        outer, reach = [], None
+        for k in rows.tolist():
+            if reach is not None and end[k] <= reach:  # inside an earlier phase range
+                continue
+            outer.append(k)
+            reach = int(end[k]) if reach is None else max(reach, int(end[k]))
+        names = [phases[codes[k]] for k in outer]
+        if len(set(names)) < 2:
+            continue
+        no, first = 0, outer[0]
+        lo, hi = int(start[first]), int(end[first])
+        for j in range(1, len(outer)):
+            k = outer[j]
+            if names[j] == names[0] and names[j - 1] != names[0]:
+                out.append((key, no, lo, hi, first))
+                no, first, lo, hi = no + 1, k, int(start[k]), int(end[k])
+            hi = max(hi, int(end[k]))
+        out.append((key, no, lo, hi, first))
+    return out
+
+
+def _step_notes(
+    markers: np.ndarray,
+    inferred: list[tuple[tuple[Any, int], int, int, int, int]],
+    trace: list[Any],
+    pid: np.ndarray,
+) -> list[str]:
+    """What the step table says of processes whose steps are not their step ranges."""
+    notes = [
+        f"pid {key[1]}: its {len(rows)} step ranges lie inside its phase ranges: they mark mini-batches (as "
+        "verl's ProfilerStep#N under a torch.profiler schedule), not RL steps; its steps are inferred instead"
+        for key, rows in _processes(np.flatnonzero(markers), trace, pid).items()
+    ]
+    counts: dict[tuple[Any, int], int] = {}
+    for key, *_ in inferred:
+        counts[key] = counts.get(key, 0) + 1
+    notes += [
+        f"pid {key[1]}: no step range: {n} step(s) inferred from its phase ranges (a step begins at each range "
+        "of its first phase that follows other phases, and spans its phase ranges; time between steps is in none)"
+        for key, n in counts.items()
+    ]
+    return notes
 
 
 # a window (a step or phase range, a micro-batch) "starts behind the GPU" when work queued before it runs past
@@ -257,29 +376,36 @@ def numbered_steps(
     ranges: pa.Table, is_step: np.ndarray | None = None, trace: list[Any] | None = None
 ) -> tuple[list[int], list[int]]:
     """The rows of ``ranges`` that are steps of the step table, in start order, and each one's number
-    (:func:`_outer_steps`: a step range inside another of its process is the same step). ``is_step`` and
+    (:func:`_outer_steps`: a step range inside another of its process is the same step; mini-batch markers,
+    :func:`_minibatch_markers`, are not steps). ``is_step`` and
     ``trace`` (the ``trace`` column as a list) may be passed when the caller has them already."""
     is_step = _is_step(ranges) if is_step is None else is_step
     if trace is None:
         has = "trace" in ranges.column_names
         trace = ranges.column("trace").to_pylist() if has else [None] * ranges.num_rows
-    start = ranges.column("start_ns").to_numpy()
-    steps = np.flatnonzero(is_step)
+    pid, start, end = (ranges.column(c).to_numpy() for c in ("pid", "start_ns", "end_ns"))
+    steps = np.flatnonzero(is_step & ~_minibatch_markers(ranges, is_step, trace, pid, start, end))
     steps = steps[np.argsort(start[steps], kind="stable")]
-    return _outer_steps(
-        steps, ranges, trace, ranges.column("pid").to_numpy(), start, ranges.column("end_ns").to_numpy()
-    )
+    return _outer_steps(steps, ranges, trace, pid, start, end)
 
 
 def step_windows(ranges: pa.Table) -> dict[str, np.ndarray]:
-    """The steps of the step table (:func:`numbered_steps`) as ``pid``, ``start_ns``, ``end_ns`` and ``step``
-    arrays, in start order: what numbers the micro-batches inside them, so both tables name a step alike."""
+    """The steps of the step table (:func:`numbered_steps`, then :func:`_inferred_steps`) as ``pid``,
+    ``start_ns``, ``end_ns`` and ``step`` arrays: what numbers the micro-batches inside them, so both tables name
+    a step alike."""
     if ranges.num_rows == 0:
         return {c: np.zeros(0, np.int64) for c in ("pid", "start_ns", "end_ns", "step")}
-    kept, numbers = numbered_steps(ranges)
+    trace = ranges.column("trace").to_pylist() if "trace" in ranges.column_names else [None] * ranges.num_rows
+    kept, numbers = numbered_steps(ranges, trace=trace)
+    pid, start, end = (ranges.column(c).to_numpy().astype(np.int64) for c in ("pid", "start_ns", "end_ns"))
+    inferred = _inferred_steps(ranges, trace, pid, start, end, {(trace[k], int(pid[k])) for k in kept})
     rows = np.asarray(kept, np.int64)
-    out = {c: ranges.column(c).to_numpy().astype(np.int64)[rows] for c in ("pid", "start_ns", "end_ns")}
-    return {**out, "step": np.asarray(numbers, np.int64)}
+    return {
+        "pid": np.concatenate([pid[rows], np.array([key[1] for key, *_ in inferred], np.int64)]),
+        "start_ns": np.concatenate([start[rows], np.array([w[2] for w in inferred], np.int64)]),
+        "end_ns": np.concatenate([end[rows], np.array([w[3] for w in inferred], np.int64)]),
+        "step": np.concatenate([np.asarray(numbers, np.int64), np.array([w[1] for w in inferred], np.int64)]),
+    }
 
 
 def _outer_steps(
