@@ -65,6 +65,7 @@ class FileResult:
     staged_tables: dict[str, str] = field(default_factory=dict)  # attribute -> staged file
     num_ranges: int | None = None
     phase_seconds: dict[str, float] | None = None
+    first_step_ns: int | None = None  # the start of its first step (its own clock), to order a rank's files
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Analysis:
     microbatches: MicrobatchResult
     timelines: list[metrics.DeviceTimeline]
     staged_ranges: tuple[str, int, dict[str, float]] | None = None  # (path, ranges, seconds per phase)
+    first_step_ns: int | None = None
 
 
 def analyze_trace(
@@ -151,7 +153,8 @@ def analyze_in(
         "steps": step_table,
         "microbatches": mb.table,
     }
-    return Analysis(tables, mb, timelines, staged_ranges)
+    starts = steps.step_windows(step_input)["start_ns"] if step_table.num_rows else []
+    return Analysis(tables, mb, timelines, staged_ranges, int(min(starts)) if len(starts) else None)
 
 
 def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
@@ -257,6 +260,7 @@ def ingest_file(
         gpu_reason=reason,
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
+        first_step_ns=analysis.first_step_ns,
     )
     if analysis.staged_ranges is not None:  # written from the engine a part at a time: not in the result
         path, result.num_ranges, result.phase_seconds = analysis.staged_ranges
@@ -324,6 +328,46 @@ def clock_offset_ns(result: FileResult) -> int | None:
     if clock == "nsys_session_ns" and result.meta.get("session_start_utc_ns") is not None:
         return int(result.meta["session_start_utc_ns"])
     return None
+
+
+def number_steps_across_files(results: list[FileResult]) -> list[str]:
+    """Number on the steps of a rank's files when they collide: verl writes a file per profiled step, and each
+    numbers its steps from 0 here (no ``ProfilerStep#N``), so rank r would hold "step 0" several times and the
+    cross-rank tables would take different steps for one. Such files are put in time order (their first step's
+    start on the epoch clock; by name where a clock cannot be aligned: verl's names end with a timestamp) and
+    each file's steps, and its micro-batches', continue after the previous file's. Returns a note per rank."""
+    import pyarrow as pa
+
+    by_rank: dict[int, list[FileResult]] = {}
+    for r in results:
+        if r.format != METRIC_LOG and r.rank is not None and len(r.steps) and r.first_step_ns is not None:
+            by_rank.setdefault(r.rank, []).append(r)
+    notes = []
+    for rank, files in sorted(by_rank.items()):
+        numbers = [set(r.steps.column("step").to_pylist()) for r in files]
+        if sum(map(len, numbers)) == len(set().union(*numbers)):
+            continue  # no step number in two files
+        offsets = [clock_offset_ns(r) for r in files]
+        aligned = None not in offsets
+        files.sort(key=lambda r: (r.first_step_ns + clock_offset_ns(r), r.path) if aligned else r.path)
+        following = 0
+        for r in files:
+            step = r.steps.column("step").to_numpy()
+            shift = following - int(step.min())
+            following = int(step.max()) + shift + 1
+            r.steps = r.steps.set_column(
+                r.steps.column_names.index("step"), "step", pa.array(step + shift, pa.int64())
+            )
+            mb = r.microbatches
+            if mb is not None and len(mb.table):
+                col = mb.table.column_names.index("step")
+                moved = mb.table.column("step").to_numpy() + shift
+                mb.table = mb.table.set_column(col, "step", pa.array(moved, mb.table.schema.field(col).type))
+        notes.append(
+            f"rank {rank}: {len(files)} files number their steps alike (a file per profiled step, as verl writes "
+            f"them): numbered on in {'time' if aligned else 'file name'} order, steps 0-{following - 1}"
+        )
+    return notes
 
 
 def share_devices(results: list[FileResult]) -> list[str]:

@@ -26,7 +26,13 @@ from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG, TOKEN_FIELDS
 from tracing.ingest.rangelog import is_run_dir, run_config
-from tracing.jobs import FileResult, combine_microbatches, ingest_many, share_devices
+from tracing.jobs import (
+    FileResult,
+    combine_microbatches,
+    ingest_many,
+    number_steps_across_files,
+    share_devices,
+)
 from tracing.outputs import schema, store
 from tracing.outputs.errors import InputError
 from tracing.outputs.labels import Labels, parse_labels, sidecar_labels
@@ -273,8 +279,9 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 progress.close()
             colocated = share_devices(results) if args.colocated else []
+            renumbered = number_steps_across_files(results)
             microbatches, notes, picked = _microbatches(results)
-            notes = [*colocated, *notes]
+            notes = [*colocated, *renumbered, *notes]
             _write(od.path, results, microbatches)
             log_lines = _write_metric_logs(od.path, results, cli_labels)
         except BaseException:

@@ -253,3 +253,35 @@ def test_microbatches_take_the_step_numbers_of_the_step_table(tmp_path, capsys):
     mbs = store.read_table(out / store.MICROBATCHES)
     assert step_table == {5, 6} and len(mbs) > 0
     assert set(mbs["step"]) == step_table
+
+
+def test_a_file_per_profiled_step_without_step_ranges_gives_one_step_each_numbered_on(tmp_path, capsys):
+    """verl's torch profiler: a file per (worker, profiled step), no ProfilerStep#N, stage ranges only; the
+    steps are inferred from the phase ranges and numbered on across a rank's files in time order (files
+    named as verl names them: the later step's file comes first by name here, so name order would be wrong)."""
+    folder = tmp_path / "e2e"
+    for r in range(2):
+        for k, (stamp, later) in enumerate((("20261208010301001", 1), ("20261208010101001", 0))):
+            job = st.Job(
+                steps=(((512, 1024) if later == 0 else (2048,)),),
+                minibatches=2,
+                rank=r,
+                seed=r + 2 * k,
+                profiler_steps=False,
+                base_time_ns=1_700_000_000_000_000_000 + later * 10**10,
+            )
+            name = f"actor_e2e_rank{r}-of-2_pid{4242 + r}_{'9' if later == 0 else '1'}{stamp}.json.gz"
+            st.write_kineto(st.simulate(job), folder / name, world_size=2)
+    out = tmp_path / "ing"
+    assert main(["ingest", str(folder), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "rank 0: 2 files number their steps alike" in err and "numbered on in time order" in err
+    assert "no step range: 1 step(s) inferred from its phase ranges" in err
+    steps = store.read_table(out / store.STEPS)
+    per_step = steps.groupby(["rank", "step"])["seconds"].sum()
+    assert list(per_step.index) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    mb = store.read_table(out / store.MICROBATCHES)
+    tokens = mb[mb["phase"] == "update"].groupby(["rank", "step"])["num_tokens"].apply(sorted).to_dict()
+    assert tokens == {(0, 0): [512, 1024], (0, 1): [2048], (1, 0): [512, 1024], (1, 1): [2048]}
+    stragglers = store.read_table(out / store.STRAGGLERS)
+    assert stragglers["step"].tolist() == [0, 1] and stragglers["processes"].tolist() == [2, 2]
