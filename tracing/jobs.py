@@ -335,15 +335,21 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
     numbers its steps from 0 here (no ``ProfilerStep#N``), so rank r would hold "step 0" several times and the
     cross-rank tables would take different steps for one. Such files are put in time order (their first step's
     start on the epoch clock; by name where a clock cannot be aligned: verl's names end with a timestamp) and
-    each file's steps, and its micro-batches', continue after the previous file's. Returns a note per rank."""
+    each file's steps, and its micro-batches', continue after the previous file's. A file without a rank is
+    grouped by its process (nsys captures of one verl worker: ``worker_process_<pid>.<k>``). Returns a note per
+    rank or process renumbered."""
     import pyarrow as pa
 
-    by_rank: dict[int, list[FileResult]] = {}
+    by_rank: dict[str, list[FileResult]] = {}  # "rank r", else (a file of one process) "pid p"
     for r in results:
-        if r.format != METRIC_LOG and r.rank is not None and len(r.steps) and r.first_step_ns is not None:
-            by_rank.setdefault(r.rank, []).append(r)
+        if r.format == METRIC_LOG or not len(r.steps) or r.first_step_ns is None:
+            continue
+        pids = set(r.steps.column("pid").to_pylist())
+        who = f"rank {r.rank}" if r.rank is not None else f"pid {pids.pop()}" if len(pids) == 1 else None
+        if who is not None:
+            by_rank.setdefault(who, []).append(r)
     notes = []
-    for rank, files in sorted(by_rank.items()):
+    for who, files in sorted(by_rank.items()):
         numbers = [set(r.steps.column("step").to_pylist()) for r in files]
         if sum(map(len, numbers)) == len(set().union(*numbers)):
             continue  # no step number in two files
@@ -364,7 +370,7 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
                 moved = mb.table.column("step").to_numpy() + shift
                 mb.table = mb.table.set_column(col, "step", pa.array(moved, mb.table.schema.field(col).type))
         notes.append(
-            f"rank {rank}: {len(files)} files number their steps alike (a file per profiled step, as verl writes "
+            f"{who}: {len(files)} files number their steps alike (a file per profiled step, as verl writes "
             f"them): numbered on in {'time' if aligned else 'file name'} order, steps 0-{following - 1}"
         )
     return notes

@@ -4,6 +4,7 @@ and on mxperf's own traced run."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -285,3 +286,18 @@ def test_a_file_per_profiled_step_without_step_ranges_gives_one_step_each_number
     assert tokens == {(0, 0): [512, 1024], (0, 1): [2048], (1, 0): [512, 1024], (1, 1): [2048]}
     stragglers = store.read_table(out / store.STRAGGLERS)
     assert stragglers["step"].tolist() == [0, 1] and stragglers["processes"].tolist() == [2, 2]
+
+
+def test_files_of_one_process_without_a_rank_number_their_steps_on(tmp_path, capsys):
+    """nsys captures of one verl worker (``worker_process_<pid>.<k>``) carry no rank: grouped by process."""
+    for k in range(2):
+        job = st.Job(steps=((512, 1024),), minibatches=2, seed=k, profiler_steps=False)
+        path = st.write_kineto(st.simulate(job), tmp_path / "in" / f"worker_process_4242.{k + 1}.json.gz")
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc.pop("distributedInfo", None)
+        doc["baseTimeNanoseconds"] += k * 10**10  # the later capture
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert main(["ingest", str(tmp_path / "in"), "-o", str(tmp_path / "ing")]) == 0
+    assert "pid 4242: 2 files number their steps alike" in capsys.readouterr().err
+    steps = store.read_table(tmp_path / "ing" / store.STEPS)
+    assert steps.groupby("trace")["step"].unique().map(list).tolist() == [[0], [1]]
