@@ -335,14 +335,19 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
     numbers its steps from 0 here (no ``ProfilerStep#N``), so rank r would hold "step 0" several times and the
     cross-rank tables would take different steps for one. Such files are put in time order (their first step's
     start on the epoch clock; by name where a clock cannot be aligned: verl's names end with a timestamp) and
-    each file's steps, and its micro-batches', continue after the previous file's. A file without a rank is
+    each file's steps, and its micro-batches', continue after the previous file's. A file whose name says which
+    RL steps it holds (verl's ``_step<N>_``, NeMo RL's ``_<start>:<stop>_``) and whose steps are numbered
+    ``0..n-1`` here takes those numbers instead. A file without a rank is
     grouped by its process (nsys captures of one verl worker: ``worker_process_<pid>.<k>``). Returns a note per
     rank or process renumbered."""
-    import pyarrow as pa
 
     by_rank: dict[str, list[FileResult]] = {}  # "rank r", else (a file of one process) "pid p"
     for r in results:
         if r.format == METRIC_LOG or not len(r.steps) or r.first_step_ns is None:
+            continue
+        named = (r.meta.get("report_name") or {}).get("profiled_steps") or []
+        if sorted(set(r.steps.column("step").to_pylist())) == list(range(len(named))):
+            _renumber(r, np.asarray(named, np.int64))  # the steps its name says it holds
             continue
         pids = set(r.steps.column("pid").to_pylist())
         who = f"rank {r.rank}" if r.rank is not None else f"pid {pids.pop()}" if len(pids) == 1 else None
@@ -359,21 +364,30 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
         following = 0
         for r in files:
             step = r.steps.column("step").to_numpy()
-            shift = following - int(step.min())
-            following = int(step.max()) + shift + 1
-            r.steps = r.steps.set_column(
-                r.steps.column_names.index("step"), "step", pa.array(step + shift, pa.int64())
-            )
-            mb = r.microbatches
-            if mb is not None and len(mb.table):
-                col = mb.table.column_names.index("step")
-                moved = mb.table.column("step").to_numpy() + shift
-                mb.table = mb.table.set_column(col, "step", pa.array(moved, mb.table.schema.field(col).type))
+            low, high = int(step.min()), int(step.max())
+            _renumber(r, np.arange(following, following + high + 1 - low), low)
+            following += high + 1 - low
         notes.append(
             f"{who}: {len(files)} files number their steps alike (a file per profiled step, as verl writes "
             f"them): numbered on in {'time' if aligned else 'file name'} order, steps 0-{following - 1}"
         )
     return notes
+
+
+def _renumber(r: FileResult, to: np.ndarray, low: int = 0) -> None:
+    """Step ``low + k`` of ``r``'s step and micro-batch tables becomes step ``to[k]``."""
+    import pyarrow as pa
+
+    tables = [r.steps] + ([r.microbatches.table] if r.microbatches is not None else [])
+    for i, t in enumerate(tables):
+        if not len(t):
+            continue
+        col = t.column_names.index("step")
+        moved = to[t.column("step").to_numpy() - low]
+        tables[i] = t.set_column(col, "step", pa.array(moved, t.schema.field(col).type))
+    r.steps = tables[0]
+    if r.microbatches is not None:
+        r.microbatches.table = tables[1]
 
 
 def share_devices(results: list[FileResult]) -> list[str]:

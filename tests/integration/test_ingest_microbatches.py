@@ -301,3 +301,18 @@ def test_files_of_one_process_without_a_rank_number_their_steps_on(tmp_path, cap
     assert "pid 4242: 2 files number their steps alike" in capsys.readouterr().err
     steps = store.read_table(tmp_path / "ing" / store.STEPS)
     assert steps.groupby("trace")["step"].unique().map(list).tolist() == [[0], [1]]
+
+
+def test_a_nemo_rl_export_takes_the_step_numbers_its_name_gives(tmp_path, capsys):
+    """NeMo RL names its nsys export by the steps it profiled (``<worker>_<start>:<stop>_<pid>``); its steps,
+    inferred from the phase cycles (no step range), are those steps, its micro-batches with them."""
+    job = st.Job(framework="nemo-rl", steps=((512, 1024), (2048,)), seed=3)
+    path = st.write_nsys_sqlite([st.simulate(job)], tmp_path / "dtensor_policy_worker_v2_3:5_4242.sqlite")
+    assert main(["ingest", str(path), "-o", str(tmp_path / "ing")]) == 0
+    assert "2 step(s) inferred from its phase ranges" in capsys.readouterr().err
+    assert sorted(set(store.read_table(tmp_path / "ing" / store.STEPS)["step"])) == [3, 4]
+    mb = store.read_table(tmp_path / "ing" / store.MICROBATCHES)
+    assert mb.groupby("step")["num_tokens"].apply(sorted).to_dict() == {
+        3: [512, 512, 1024, 1024],
+        4: [2048, 2048],
+    }

@@ -108,6 +108,9 @@ def test_nemo_rl_report_name_says_worker_steps_and_pid_but_no_rank():
         "capture_range": 2,
     }
     assert report_name("rank-0.json.gz") == {}
+    verl = "actor_train_step7_rank5-of-16_tp1-pp0-dp2-cp0_pid4242_20261208010101001_mb3-4.json.gz"
+    assert report_name(verl) == {"framework": "verl", "profiled_steps": [7]}
+    assert rank_from_name(verl) == 5
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,9 @@ _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 _NEMO_RL_REPORT = re.compile(r"^(?P<worker>[A-Za-z]\w*?)_(?P<start>\d+)[:-](?P<stop>\d+)_(?P<pid>\d+)$")
 # Ray's default nsight output (verl): [<role>_<host>_]worker_process_<pid>[.<capture range id>].
 _RAY_REPORT = re.compile(r"worker_process_(?P<pid>\d+)(?:\.(?P<capture>\d+))?$")
+# verl's torch profiler: '<worker>_<role>_step<N>_rank<r>-of-<w>_..._pid<p>_<timestamp>'
+# (verl/utils/profiler/torch_profile.py build_trace_basename)
+_VERL_STEP = re.compile(r"(?:^|_)step(?P<step>\d+)_rank\d+")
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".sqlite3", ".db", ".gz", ".json")
 # the global rank torchrun and Ray worker groups set (verl/single_controller/ray/base.py,
 # nemo_rl/distributed/worker_groups.py)
@@ -71,7 +74,9 @@ def report_name(path: str | Path) -> dict[str, Any]:
 
     NeMo RL ``megatron_policy_worker_3:5_12345.nsys-rep`` -> ``{"framework": "nemo_rl", "worker":
     "megatron_policy_worker", "profiled_steps": [3, 4], "pid": 12345}``; Ray / verl
-    ``worker_process_12345.2.nsys-rep`` -> ``{"framework": "ray", "pid": 12345, "capture_range": 2}``.
+    ``worker_process_12345.2.nsys-rep`` -> ``{"framework": "ray", "pid": 12345, "capture_range": 2}``; verl's
+    torch profiler ``actor_train_step7_rank0-of-8_..._pid12345_<timestamp>.json.gz`` -> ``{"framework": "verl",
+    "profiled_steps": [7]}``.
     """
     stem = Path(path).name
     while stem.endswith(_REPORT_SUFFIXES):
@@ -86,6 +91,9 @@ def report_name(path: str | Path) -> dict[str, Any]:
         if m["capture"] is not None:
             info["capture_range"] = int(m["capture"])
         return info
+    m = _VERL_STEP.search(stem)
+    if m:
+        return {"framework": "verl", "profiled_steps": [int(m["step"])]}
     return {}
 
 
