@@ -242,13 +242,20 @@ def _minibatch_markers(
         p = by_phase.get(key)
         if p is None or len(np.unique(codes[p])) < 2:
             continue
-        ps, pe = start[p].astype(np.int64), end[p].astype(np.int64)
-        for k in rows.tolist():
-            s, e = int(start[k]), int(end[k])
-            if np.any((ps <= s) & (e <= pe) & (pe - ps > e - s)):
-                out[rows] = True
-                break
+        order = np.argsort(start[p], kind="stable")
+        ps, reach = start[p][order].astype(np.int64), np.maximum.accumulate(end[p][order].astype(np.int64))
+        s, e = start[rows].astype(np.int64), end[rows].astype(np.int64)
+        # inside a longer phase range: one starting at or before it and ending after it, or starting before it
+        # and ending at or after it (a phase range equal to the step range is not "inside")
+        after = _furthest(reach, np.searchsorted(ps, s, "right")) > e
+        if np.any(after | (_furthest(reach, np.searchsorted(ps, s, "left")) >= e)):
+            out[rows] = True
     return out
+
+
+def _furthest(reach: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """The latest end among the (start-sorted) ranges before position ``i`` (``reach``: the running max)."""
+    return np.where(i > 0, reach[np.maximum(i - 1, 0)], np.iinfo(np.int64).min)
 
 
 def _inferred_steps(
