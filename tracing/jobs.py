@@ -362,10 +362,15 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
         aligned = None not in offsets
         files.sort(key=lambda r: (r.first_step_ns + clock_offset_ns(r), r.path) if aligned else r.path)
         following = 0
-        for r in files:
+        for k, r in enumerate(files):
             step = r.steps.column("step").to_numpy()
             low, high = int(step.min()), int(step.max())
             _renumber(r, np.arange(following, following + high + 1 - low), low)
+            if r.microbatches is not None:  # the trace's warnings in the manifest
+                r.microbatches.warnings.append(
+                    f"steps {low}-{high} numbered {following}-{following + high - low}: file {k + 1} of "
+                    f"{len(files)} of {who} in {'time' if aligned else 'file name'} order"
+                )
             following += high + 1 - low
         notes.append(
             f"{who}: {len(files)} files number their steps alike (a file per profiled step, as verl writes "
