@@ -98,14 +98,15 @@ def default_output_name(runs_dir: Path, stem: str) -> str:
 
 def ingest_warnings(manifest: Mapping[str, object]) -> list[str]:
     """What a finished ingest's manifest says a user must not miss: each trace's warnings (a label the
-    kernels contradict), phases where no micro-batch was kept (with why), and the manifest's notes."""
+    kernels contradict) and step notes (steps inferred, renumbered or timed on the device), phases where no
+    micro-batch was kept (with why), and the manifest's notes."""
     out: list[str] = []
     traces = manifest.get("traces")
     for t in traces if isinstance(traces, list) else []:
         if not isinstance(t, Mapping):
             continue
         path = t.get("path", "?")
-        out += [f"{path}: {w}" for w in t.get("warnings") or [] if w]
+        out += [f"{path}: {w}" for w in [*(t.get("warnings") or []), *(t.get("step_notes") or [])] if w]
         for note in t.get("microbatch_notes") or []:
             if not isinstance(note, Mapping) or note.get("microbatches"):
                 continue

@@ -66,6 +66,7 @@ class FileResult:
     num_ranges: int | None = None
     phase_seconds: dict[str, float] | None = None
     first_step_ns: int | None = None  # the start of its first step (its own clock), to order a rank's files
+    step_notes: list[str] = field(default_factory=list)  # how its steps were found (stderr, manifest)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Analysis:
     timelines: list[metrics.DeviceTimeline]
     staged_ranges: tuple[str, int, dict[str, float]] | None = None  # (path, ranges, seconds per phase)
     first_step_ns: int | None = None
+    step_notes: list[str] = field(default_factory=list)
 
 
 def analyze_trace(
@@ -137,10 +139,11 @@ def analyze_in(
             {**schema.dtypes_of(step_input), "queued_end_ns": "int64"},
         )
     bases: dict[Any, str] = {}
-    step_table = steps.trace_step_phases(with_trace_cols(step_input, trace), mb.table, bases, mb.warnings)
+    step_notes: list[str] = []
+    step_table = steps.trace_step_phases(with_trace_cols(step_input, trace), mb.table, bases, step_notes)
     behind = sorted(str(pid) for (_, pid), basis in bases.items() if basis == "device")
     if behind:
-        mb.warnings.append(
+        step_notes.append(
             f"pid {', '.join(behind)}: most steps begin while GPU work launched before them still runs (the GPU "
             "behind the host): steps.parquet times its steps and phases on the device (from the later of a "
             "range's start and that work's end to the end of the last GPU op it launched)"
@@ -154,7 +157,8 @@ def analyze_in(
         "microbatches": mb.table,
     }
     starts = steps.step_windows(step_input)["start_ns"] if step_table.num_rows else []
-    return Analysis(tables, mb, timelines, staged_ranges, int(min(starts)) if len(starts) else None)
+    first = int(min(starts)) if len(starts) else None
+    return Analysis(tables, mb, timelines, staged_ranges, first, step_notes)
 
 
 def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
@@ -261,6 +265,7 @@ def ingest_file(
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
         first_step_ns=analysis.first_step_ns,
+        step_notes=analysis.step_notes,
     )
     if analysis.staged_ranges is not None:  # written from the engine a part at a time: not in the result
         path, result.num_ranges, result.phase_seconds = analysis.staged_ranges
@@ -366,11 +371,10 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
             step = r.steps.column("step").to_numpy()
             low, high = int(step.min()), int(step.max())
             _renumber(r, np.arange(following, following + high + 1 - low), low)
-            if r.microbatches is not None:  # the trace's warnings in the manifest
-                r.microbatches.warnings.append(
-                    f"steps {low}-{high} numbered {following}-{following + high - low}: file {k + 1} of "
-                    f"{len(files)} of {who} in {'time' if aligned else 'file name'} order"
-                )
+            r.step_notes.append(
+                f"steps {low}-{high} numbered {following}-{following + high - low}: file {k + 1} of "
+                f"{len(files)} of {who} in {'time' if aligned else 'file name'} order"
+            )
             following += high + 1 - low
         notes.append(
             f"{who}: {len(files)} files number their steps alike (a file per profiled step, as verl writes "

@@ -61,6 +61,13 @@ def _side(entry: OutputEntry, label: str, key: str) -> tuple[pd.DataFrame, pd.Da
                 )
         if entry.kind == "ingest":
             traces = entry.manifest.get("traces") or []
+            said = list(
+                dict.fromkeys(n for t in traces if isinstance(t, dict) for n in t.get("step_notes") or [])
+            )
+            for note in said[:3]:  # how the steps were found: inferred, renumbered, timed on the device
+                st.caption(f"Steps: {note}")
+            if len(said) > 3:
+                st.caption(f"Steps: {len(said) - 3} more notes in its manifest (`step_notes`)")
             if not all(isinstance(t, dict) and t.get("format") == "metric_log" for t in traces):
                 notes = [
                     *(entry.manifest.get("notes") or []),

@@ -279,9 +279,12 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 progress.close()
             colocated = share_devices(results) if args.colocated else []
+            said = [
+                f"{r.path}: {n}" for r in results for n in r.step_notes
+            ]  # before a note per renumbered file
             renumbered = number_steps_across_files(results)
             microbatches, notes, picked = _microbatches(results)
-            notes = [*colocated, *renumbered, *notes]
+            notes = [*colocated, *said, *renumbered, *notes]
             _write(od.path, results, microbatches)
             log_lines = _write_metric_logs(od.path, results, cli_labels)
         except BaseException:
@@ -295,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             t["gpu_names"] = sorted({str(n) for n in (r.meta.get("gpu_names") or {}).values() if n})
             if r.format == METRIC_LOG:  # which framework, which keys went into which phase, its labels
                 t.update(r.meta, labels=_labels_for(r, cli_labels).as_dict())
-            t.update(_microbatch_manifest(r))
+            t.update(_microbatch_manifest(r), step_notes=r.step_notes)
         od.update(
             traces=traces, microbatches=0 if microbatches is None else len(microbatches), notes=unfinished
         )

@@ -571,3 +571,29 @@ def test_ingested_trace_can_be_compared_like_a_run(good_runs: Path, monkeypatch:
     assert not _texts(at, "warning")
     assert _charts(at) >= 2
     assert any(s.startswith("### mxfp8 vs ingest-gpu") for s in _texts(at, "markdown"))
+
+
+def test_step_time_says_how_steps_without_step_ranges_were_found(tmp_path, monkeypatch) -> None:
+    """verl-style traces (a file per profiled step, no ProfilerStep#N): the page says the steps are inferred
+    and numbered on across a rank's files."""
+    import synthetic_traces as stt
+
+    from mxperf.cli import main
+
+    runs = tmp_path / "runs"
+    for prec in ("bf16", "mxfp8"):
+        for k in range(2):
+            job = stt.Job(
+                precision=prec,
+                steps=((512, 1024),),
+                seed=k,
+                profiler_steps=False,
+                base_time_ns=1_700_000_000_000_000_000 + k * 10**10,
+            )
+            stt.write_kineto(stt.simulate(job), tmp_path / prec / f"actor_e2e_rank0-of-1_pid4242_{k}.json.gz")
+        assert main(["ingest", str(tmp_path / prec), "-o", str(runs / f"ing-{prec}"), "--no-progress"]) == 0
+    at = _pick(_open(runs, "step_time", monkeypatch), "ing-bf16", "ing-mxfp8")
+    assert not at.exception, _texts(at, "exception")
+    steps = [c for c in _texts(at, "caption") if c.startswith("Steps: ")]
+    assert any("1 step(s) inferred from its phase ranges" in c for c in steps)
+    assert any("numbered 1-1: file 2 of 2 of rank 0 in time order" in c for c in steps)

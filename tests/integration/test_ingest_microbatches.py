@@ -277,7 +277,7 @@ def test_a_file_per_profiled_step_without_step_ranges_gives_one_step_each_number
     assert main(["ingest", str(folder), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "rank 0: 2 files number their steps alike" in err and "numbered on in time order" in err
-    said = [w for t in read_manifest(out)["traces"] for w in t["warnings"]]
+    said = [w for t in read_manifest(out)["traces"] for w in t["step_notes"]]
     assert sum(w.startswith("steps 0-0 numbered 1-1: file 2 of 2 of rank") for w in said) == 2
     assert "no step range: 1 step(s) inferred from its phase ranges" in err
     steps = store.read_table(out / store.STEPS)
