@@ -175,6 +175,28 @@ def test_a_learner_only_process_starts_a_step_at_its_first_phase() -> None:
     assert (t["update"] * 1e9).tolist() == pytest.approx([300, 250])
 
 
+def test_weight_syncs_on_either_side_of_a_phase_never_start_a_step() -> None:
+    # Megatron RL: suspend the engine (sync), generate, offload (sync), train, restore (sync), generate, ...
+    rows = [
+        ("rl/suspend-engine", "sync", 0, 10, 1),
+        ("rl/rollout-collection", "generate", 10, 100, 1),
+        ("rl/offload", "sync", 100, 120, 1),
+        ("train", "update", 120, 300, 1),
+        ("rl/restore", "sync", 300, 320, 1),
+        ("rl/rollout-collection", "generate", 320, 400, 1),
+        ("rl/offload", "sync", 400, 410, 1),
+        ("train", "update", 410, 600, 1),
+    ]
+    t = steps.trace_step_phases(_trace_ranges(rows)).pivot_table(
+        index="step", columns="phase", values="seconds"
+    )
+    assert (t["generate"] * 1e9).tolist() == pytest.approx([90, 80])
+    assert (t["update"] * 1e9).tolist() == pytest.approx([180, 190])
+    assert (t["sync"] * 1e9).tolist() == pytest.approx(
+        [50, 10]
+    )  # the sync before the first generate is step 0's
+
+
 def test_step_ranges_inside_a_phase_mark_minibatches_not_steps() -> None:
     # verl under a torch.profiler schedule: ProfilerStep#N once per update mini-batch, inside update_actor
     markers = [("ProfilerStep#0", "step", 310, 450, 1), ("ProfilerStep#1", "step", 450, 590, 1)]

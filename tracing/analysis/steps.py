@@ -262,9 +262,10 @@ def _inferred_steps(
     ranges: pa.Table, trace: list[Any], pid: np.ndarray, start: np.ndarray, end: np.ndarray, stepped: set[Any]
 ) -> list[tuple[tuple[Any, int], int, int, int, int]]:
     """Steps of each process with no step range (``stepped``: the processes that have one) whose outermost
-    phase ranges hold two phases or more: a step begins at each range of the process's first phase that follows
-    a range of another phase (generate, logprob, update, generate, ... or logprob, update, logprob, ...) and
-    spans its first range's start to its last one's end. Rows ``((trace, pid), number, start, end, first
+    phase ranges hold two phases or more: a step begins at each range of the process's first phase other than
+    ``sync`` (weights are synced before or after other phases, or both) that follows a range of another phase
+    (generate, logprob, update, generate, ... or logprob, update, logprob, ...; ranges before the first such
+    range are step 0's) and spans its first range's start to its last one's end. Rows ``((trace, pid), number, start, end, first
     row)``, numbered from 0 per process."""
     phased = np.flatnonzero(_phase_in(ranges, PHASES))
     if not len(phased):
@@ -284,13 +285,16 @@ def _inferred_steps(
         names = [phases[codes[k]] for k in outer]
         if len(set(names)) < 2:
             continue
+        head = next((n for n in names if n != "sync"), names[0])  # weights sync on either side of a phase
         no, first = 0, outer[0]
         lo, hi = int(start[first]), int(end[first])
+        seen_head = names[0] == head
         for j in range(1, len(outer)):
             k = outer[j]
-            if names[j] == names[0] and names[j - 1] != names[0]:
+            if names[j] == head and names[j - 1] != head and seen_head:
                 out.append((key, no, lo, hi, first))
                 no, first, lo, hi = no + 1, k, int(start[k]), int(end[k])
+            seen_head = seen_head or names[j] == head
             hi = max(hi, int(end[k]))
         out.append((key, no, lo, hi, first))
     return out
@@ -313,7 +317,8 @@ def _step_notes(
         counts[key] = counts.get(key, 0) + 1
     notes += [
         f"pid {key[1]}: no step range: {n} step(s) inferred from its phase ranges (a step begins at each range "
-        "of its first phase that follows other phases, and spans its phase ranges; time between steps is in none)"
+        "of its first phase other than sync that follows other phases, and spans its phase ranges; time between "
+        "steps is in none)"
         for key, n in counts.items()
     ]
     return notes
