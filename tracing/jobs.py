@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -473,6 +472,9 @@ def ingest_many(
     if ray_address is not None:
         return _ingest_ray(jobs, ray_address, progress)
     if workers > 1 and len(jobs) > 1:
+        # only for --workers: the pool's modules take ~9 ms to import
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_default_sigterm) as pool:
             futures = [pool.submit(_ingest_staged, *job) for job in jobs]
             for _ in as_completed(futures):
