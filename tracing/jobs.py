@@ -350,8 +350,8 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
         if r.format == METRIC_LOG or not len(r.steps) or r.first_step_ns is None:
             continue
         named = (r.meta.get("report_name") or {}).get("profiled_steps") or []
-        if sorted(set(r.steps.column("step").to_pylist())) == list(range(len(named))):
-            _renumber(r, np.asarray(named, np.int64))  # the steps its name says it holds
+        if named and sorted(set(r.steps.column("step").to_pylist())) == list(range(len(named))):
+            _renumber(r, named[0])  # the steps its name says it holds (consecutive: a start and a count)
             continue
         pids = set(r.steps.column("pid").to_pylist())
         who = f"rank {r.rank}" if r.rank is not None else f"pid {pids.pop()}" if len(pids) == 1 else None
@@ -369,7 +369,7 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
         for k, r in enumerate(files):
             step = r.steps.column("step").to_numpy()
             low, high = int(step.min()), int(step.max())
-            _renumber(r, np.arange(following, following + high + 1 - low), low)
+            _renumber(r, following - low)
             r.step_notes.append(
                 f"steps {low}-{high} numbered {following}-{following + high - low}: file {k + 1} of "
                 f"{len(files)} of {who} in {'time' if aligned else 'file name'} order"
@@ -382,8 +382,8 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
     return notes
 
 
-def _renumber(r: FileResult, to: np.ndarray, low: int = 0) -> None:
-    """Step ``low + k`` of ``r``'s step and micro-batch tables becomes step ``to[k]``."""
+def _renumber(r: FileResult, shift: int) -> None:
+    """``shift`` added to every step number of ``r``'s step and micro-batch tables."""
     import pyarrow as pa
 
     tables = [r.steps] + ([r.microbatches.table] if r.microbatches is not None else [])
@@ -391,7 +391,7 @@ def _renumber(r: FileResult, to: np.ndarray, low: int = 0) -> None:
         if not len(t):
             continue
         col = t.column_names.index("step")
-        moved = to[t.column("step").to_numpy() - low]
+        moved = t.column("step").to_numpy() + shift
         tables[i] = t.set_column(col, "step", pa.array(moved, t.schema.field(col).type))
     r.steps = tables[0]
     if r.microbatches is not None:
