@@ -265,8 +265,8 @@ def _inferred_steps(
     phase ranges hold two phases or more: a step begins at each range of the process's first phase other than
     ``sync`` (weights are synced before or after other phases, or both) that follows a range of another phase
     (generate, logprob, update, generate, ... or logprob, update, logprob, ...; ranges before the first such
-    range are step 0's) and spans its first range's start to its last one's end. Rows ``((trace, pid), number, start, end, first
-    row)``, numbered from 0 per process."""
+    range are step 0's) and spans its first range's start to its last one's end. Rows ``((trace, pid), number,
+    start, end, first row)``, numbered from 0 per process."""
     phased = np.flatnonzero(_phase_in(ranges, PHASES))
     if not len(phased):
         return []
