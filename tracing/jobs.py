@@ -335,17 +335,17 @@ def clock_offset_ns(result: FileResult) -> int | None:
 
 
 def number_steps_across_files(results: list[FileResult]) -> list[str]:
-    """Number on the steps of a rank's files when they collide: verl writes a file per profiled step, and each
+    """Number on the steps of a process's files when they collide: verl writes a file per profiled step, and each
     numbers its steps from 0 here (no ``ProfilerStep#N``), so rank r would hold "step 0" several times and the
     cross-rank tables would take different steps for one. Such files are put in time order (their first step's
     start on the epoch clock; by name where a clock cannot be aligned: verl's names end with a timestamp) and
     each file's steps, and its micro-batches', continue after the previous file's. A file whose name says which
     RL steps it holds (verl's ``_step<N>_``, NeMo RL's ``_<start>:<stop>_``) and whose steps are numbered
-    ``0..n-1`` here takes those numbers instead. A file without a rank is
-    grouped by its process (nsys captures of one verl worker: ``worker_process_<pid>.<k>``). Returns a note per
-    rank or process renumbered."""
+    ``0..n-1`` here takes those numbers instead. Files are grouped by process: rank and pid (a rank's actor and
+    critic workers are two processes, each with a file per step), or the pid alone where there is no rank (nsys
+    captures of one verl worker: ``worker_process_<pid>.<k>``). Returns a note per process renumbered."""
 
-    by_rank: dict[str, list[FileResult]] = {}  # "rank r", else (a file of one process) "pid p"
+    by_rank: dict[str, list[FileResult]] = {}  # "rank r (pid p)", else "pid p"
     for r in results:
         if r.format == METRIC_LOG or not len(r.steps) or r.first_step_ns is None:
             continue
@@ -354,9 +354,11 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
             _renumber(r, named[0])  # the steps its name says it holds (consecutive: a start and a count)
             continue
         pids = set(r.steps.column("pid").to_pylist())
-        who = f"rank {r.rank}" if r.rank is not None else f"pid {pids.pop()}" if len(pids) == 1 else None
-        if who is not None:
-            by_rank.setdefault(who, []).append(r)
+        if len(pids) == 1:  # a file of one process (a worker writes one a step: same rank, same pid)
+            pid = pids.pop()
+            by_rank.setdefault(
+                f"rank {r.rank} (pid {pid})" if r.rank is not None else f"pid {pid}", []
+            ).append(r)
     notes = []
     for who, files in sorted(by_rank.items()):
         numbers = [set(r.steps.column("step").to_pylist()) for r in files]

@@ -596,4 +596,4 @@ def test_step_time_says_how_steps_without_step_ranges_were_found(tmp_path, monke
     assert not at.exception, _texts(at, "exception")
     steps = [c for c in _texts(at, "caption") if c.startswith("Steps: ")]
     assert any("1 step(s) inferred from its phase ranges" in c for c in steps)
-    assert any("numbered 1-1: file 2 of 2 of rank 0 in time order" in c for c in steps)
+    assert any("numbered 1-1: file 2 of 2 of rank 0 (pid 4242) in time order" in c for c in steps)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -271,23 +272,42 @@ def test_a_file_per_profiled_step_without_step_ranges_gives_one_step_each_number
                 profiler_steps=False,
                 base_time_ns=1_700_000_000_000_000_000 + later * 10**10,
             )
-            name = f"actor_e2e_rank{r}-of-2_pid{4242 + r}_{'9' if later == 0 else '1'}{stamp}.json.gz"
+            name = f"actor_e2e_rank{r}-of-2_pid4242_{'9' if later == 0 else '1'}{stamp}.json.gz"
             st.write_kineto(st.simulate(job), folder / name, world_size=2)
+            if r == 0:  # rank 0's critic worker: another process, a file per step of its own
+                critic = replace(job, pid=5151, steps=((256,),), seed=7 + k)
+                st.write_kineto(st.simulate(critic), folder / name.replace("actor", "critic"), world_size=2)
     out = tmp_path / "ing"
     assert main(["ingest", str(folder), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "rank 0: 2 files number their steps alike" in err and "numbered on in time order" in err
+    assert "rank 0 (pid 4242): 2 files number their steps alike" in err and "numbered on in time order" in err
+    assert "rank 0 (pid 5151): 2 files number their steps alike" in err
     said = [w for t in read_manifest(out)["traces"] for w in t["step_notes"]]
-    assert sum(w.startswith("steps 0-0 numbered 1-1: file 2 of 2 of rank") for w in said) == 2
+    assert sum(w.startswith("steps 0-0 numbered 1-1: file 2 of 2 of rank") for w in said) == 3
     assert "no step range: 1 step(s) inferred from its phase ranges" in err
     steps = store.read_table(out / store.STEPS)
     per_step = steps.groupby(["rank", "step"])["seconds"].sum()
     assert list(per_step.index) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     mb = store.read_table(out / store.MICROBATCHES)
-    tokens = mb[mb["phase"] == "update"].groupby(["rank", "step"])["num_tokens"].apply(sorted).to_dict()
-    assert tokens == {(0, 0): [512, 1024], (0, 1): [2048], (1, 0): [512, 1024], (1, 1): [2048]}
+    tokens = (
+        mb[mb["phase"] == "update"].groupby(["rank", "pid", "step"])["num_tokens"].apply(sorted).to_dict()
+    )
+    assert tokens == {
+        (0, 4242, 0): [512, 1024],
+        (0, 4242, 1): [2048],
+        (0, 5151, 0): [256],
+        (0, 5151, 1): [256],
+        (1, 4242, 0): [512, 1024],
+        (1, 4242, 1): [2048],
+    }
+    assert steps.groupby(["pid", "step"])["trace"].nunique().to_dict() == {
+        (4242, 0): 2,
+        (4242, 1): 2,
+        (5151, 0): 1,
+        (5151, 1): 1,
+    }
     stragglers = store.read_table(out / store.STRAGGLERS)
-    assert stragglers["step"].tolist() == [0, 1] and stragglers["processes"].tolist() == [2, 2]
+    assert stragglers["step"].tolist() == [0, 1] and stragglers["processes"].tolist() == [3, 3]
 
 
 def test_files_of_one_process_without_a_rank_number_their_steps_on(tmp_path, capsys):
