@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -125,11 +126,12 @@ def _phase_in(t: pa.Table, wanted: tuple[str, ...]) -> np.ndarray:
     return np.array([p in wanted for p in phases] + [False])[codes]
 
 
-def _is_step(ranges: pa.Table) -> np.ndarray:
+def _is_step(ranges: pa.Table, step_phase: np.ndarray | None = None) -> np.ndarray:
     """Step ranges: a step-like name (matched once per distinct name: an nsys export has a range per op, no
-    str object per row) or the phase ``step``."""
+    str object per row) or the phase ``step`` (``step_phase``: those rows, when the caller has them)."""
     codes, uniques = schema.factorize(ranges, "name")
-    return np.array([is_step_name(n) for n in uniques] + [False])[codes] | _phase_in(ranges, ("step",))
+    step_phase = _phase_in(ranges, ("step",)) if step_phase is None else step_phase
+    return np.array([is_step_name(n) for n in uniques] + [False])[codes] | step_phase
 
 
 def is_step_name(name: object) -> bool:
@@ -173,15 +175,13 @@ def trace_step_phases(
 
     pid, start, end = (ranges.column(c).to_numpy() for c in ("pid", "start_ns", "end_ns"))
     trace, rank = values("trace"), values("rank")
-    is_step = _is_step(ranges)
-    markers = _minibatch_markers(ranges, is_step, trace, pid, start, end)
-    steps, step_no = numbered_steps(ranges, is_step & ~markers, trace)
-    inferred = _inferred_steps(ranges, trace, pid, start, end, {(trace[k], int(pid[k])) for k in steps})
+    plan = _step_plan(ranges, trace, pid, start, end)
+    steps, step_no, inferred = plan.kept, plan.numbers, plan.inferred
     if notes is not None:
-        notes += _step_notes(markers, inferred, trace, pid)
+        notes += _step_notes(plan.markers, inferred, trace, pid)
     if not steps and not inferred:
         return schema.empty_table(schema.STEP_COLUMNS)
-    phased = np.flatnonzero(_phase_in(ranges, PHASES))  # numpy columns once (masks per step: ~1 ms each)
+    phased = np.flatnonzero(plan.phased)  # numpy columns once (masks per step: ~1 ms each)
     lo, hi = _device_windows(ranges, start, end, steps, trace, pid, bases)
     p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
     p_lo, p_hi = lo[phased], hi[phased]
@@ -221,7 +221,8 @@ def _processes(rows: np.ndarray, trace: list[Any], pid: np.ndarray) -> dict[tupl
 
 
 def _minibatch_markers(
-    ranges: pa.Table,
+    codes: np.ndarray,
+    phased: np.ndarray,
     is_step: np.ndarray,
     trace: list[Any],
     pid: np.ndarray,
@@ -233,10 +234,8 @@ def _minibatch_markers(
     torch.profiler schedule, calls ``step()`` once per update mini-batch: its ``ProfilerStep#N`` sit inside
     ``update_actor`` (the first and last straddle its ends). A plain training loop (one phase) keeps its steps."""
     out = np.zeros(len(is_step), bool)
-    phased = _phase_in(ranges, PHASES)
     if not is_step.any() or not phased.any():
         return out
-    codes, _ = schema.factorize(ranges, "phase")
     by_phase = _processes(np.flatnonzero(phased), trace, pid)
     for key, rows in _processes(np.flatnonzero(is_step), trace, pid).items():
         p = by_phase.get(key)
@@ -259,7 +258,12 @@ def _furthest(reach: np.ndarray, i: np.ndarray) -> np.ndarray:
 
 
 def _inferred_steps(
-    ranges: pa.Table, trace: list[Any], pid: np.ndarray, start: np.ndarray, end: np.ndarray, stepped: set[Any]
+    coded: tuple[np.ndarray, list[Any], np.ndarray],
+    trace: list[Any],
+    pid: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    stepped: set[Any],
 ) -> list[tuple[tuple[Any, int], int, int, int, int]]:
     """Steps of each process with no step range (``stepped``: the processes that have one) whose outermost
     phase ranges hold two phases or more: a step begins at each range of the process's first phase other than
@@ -267,10 +271,10 @@ def _inferred_steps(
     (generate, logprob, update, generate, ... or logprob, update, logprob, ...; ranges before the first such
     range are step 0's) and spans its first range's start to its last one's end. Rows ``((trace, pid), number,
     start, end, first row)``, numbered from 0 per process."""
-    phased = np.flatnonzero(_phase_in(ranges, PHASES))
+    codes, phases, in_phase = coded  # the phase column factorized, and which rows have a step phase
+    phased = np.flatnonzero(in_phase)
     if not len(phased):
         return []
-    codes, phases = schema.factorize(ranges, "phase")
     out = []
     for key, rows in _processes(phased, trace, pid).items():
         if key in stepped:
@@ -316,7 +320,7 @@ def _step_notes(
     for key, *_ in inferred:
         counts[key] = counts.get(key, 0) + 1
     notes += [
-        f"pid {key[1]}: no step range: {n} step(s) inferred from its phase ranges (a step begins at each range "
+        f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges (a step begins at each range "
         "of its first phase other than sync that follows other phases, and spans its phase ranges; time between "
         "steps is in none)"
         for key, n in counts.items()
@@ -327,6 +331,7 @@ def _step_notes(
 # a window (a step or phase range, a micro-batch) "starts behind the GPU" when work queued before it runs past
 # its start by more than this share of it; the fit calls such micro-batch windows overlapped (fit_all)
 LAG_SHARE = 0.05
+INFERRED = "no step range"  # what a step note of a process whose steps are inferred says (read by perfmodel)
 
 
 def _ns(column: Any) -> np.ndarray:
@@ -384,39 +389,66 @@ def _microbatch_windows(microbatches: pa.Table | None) -> dict[str, np.ndarray] 
     }
 
 
-def numbered_steps(
-    ranges: pa.Table, is_step: np.ndarray | None = None, trace: list[Any] | None = None
-) -> tuple[list[int], list[int]]:
+@dataclass(frozen=True)
+class _StepPlan:
+    """A range table's steps: step-range rows kept and their numbers, mini-batch markers set aside, inferred
+    steps, and the rows with a step phase (:data:`PHASES`)."""
+
+    kept: list[int]
+    numbers: list[int]
+    markers: np.ndarray
+    inferred: list[tuple[tuple[Any, int], int, int, int, int]]
+    phased: np.ndarray
+
+
+def _step_plan(
+    ranges: pa.Table, trace: list[Any], pid: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> _StepPlan:
+    """Every rule that finds steps, in one pass over the phase column (factorized once)."""
+    if "phase" in ranges.column_names:
+        codes, phases = schema.factorize(ranges, "phase")
+    else:
+        codes, phases = np.full(ranges.num_rows, -1, np.int64), []
+    phased = np.array([p in PHASES for p in phases] + [False])[codes]
+    is_step = _is_step(ranges, np.array([p == "step" for p in phases] + [False])[codes])
+    markers = _minibatch_markers(codes, phased, is_step, trace, pid, start, end)
+    rows = np.flatnonzero(is_step & ~markers)
+    kept, numbers = _outer_steps(rows[np.argsort(start[rows], kind="stable")], ranges, trace, pid, start, end)
+    stepped = {(trace[k], int(pid[k])) for k in kept}
+    inferred = _inferred_steps((codes, phases, phased), trace, pid, start, end, stepped)
+    return _StepPlan(kept, numbers, markers, inferred, phased)
+
+
+def _columns(ranges: pa.Table) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray]:
+    trace = ranges.column("trace").to_pylist() if "trace" in ranges.column_names else [None] * ranges.num_rows
+    pid, start, end = (ranges.column(c).to_numpy().astype(np.int64) for c in ("pid", "start_ns", "end_ns"))
+    return trace, pid, start, end
+
+
+def numbered_steps(ranges: pa.Table) -> tuple[list[int], list[int]]:
     """The rows of ``ranges`` that are steps of the step table, in start order, and each one's number
     (:func:`_outer_steps`: a step range inside another of its process is the same step; mini-batch markers,
-    :func:`_minibatch_markers`, are not steps). ``is_step`` and
-    ``trace`` (the ``trace`` column as a list) may be passed when the caller has them already."""
-    is_step = _is_step(ranges) if is_step is None else is_step
-    if trace is None:
-        has = "trace" in ranges.column_names
-        trace = ranges.column("trace").to_pylist() if has else [None] * ranges.num_rows
-    pid, start, end = (ranges.column(c).to_numpy() for c in ("pid", "start_ns", "end_ns"))
-    steps = np.flatnonzero(is_step & ~_minibatch_markers(ranges, is_step, trace, pid, start, end))
-    steps = steps[np.argsort(start[steps], kind="stable")]
-    return _outer_steps(steps, ranges, trace, pid, start, end)
+    :func:`_minibatch_markers`, are not steps)."""
+    plan = _step_plan(ranges, *_columns(ranges))
+    return plan.kept, plan.numbers
 
 
 def step_windows(ranges: pa.Table) -> dict[str, np.ndarray]:
-    """The steps of the step table (:func:`numbered_steps`, then :func:`_inferred_steps`) as ``pid``,
-    ``start_ns``, ``end_ns`` and ``step`` arrays: what numbers the micro-batches inside them, so both tables name
-    a step alike."""
+    """The steps of the step table (step ranges, then :func:`_inferred_steps`) as ``pid``, ``start_ns``,
+    ``end_ns`` and ``step`` arrays: what numbers the micro-batches inside them, so both tables name a step
+    alike."""
     if ranges.num_rows == 0:
         return {c: np.zeros(0, np.int64) for c in ("pid", "start_ns", "end_ns", "step")}
-    trace = ranges.column("trace").to_pylist() if "trace" in ranges.column_names else [None] * ranges.num_rows
-    kept, numbers = numbered_steps(ranges, trace=trace)
-    pid, start, end = (ranges.column(c).to_numpy().astype(np.int64) for c in ("pid", "start_ns", "end_ns"))
-    inferred = _inferred_steps(ranges, trace, pid, start, end, {(trace[k], int(pid[k])) for k in kept})
-    rows = np.asarray(kept, np.int64)
+    trace, pid, start, end = _columns(ranges)
+    plan = _step_plan(ranges, trace, pid, start, end)
+    rows, inferred = np.asarray(plan.kept, np.int64), plan.inferred
     return {
         "pid": np.concatenate([pid[rows], np.array([key[1] for key, *_ in inferred], np.int64)]),
         "start_ns": np.concatenate([start[rows], np.array([w[2] for w in inferred], np.int64)]),
         "end_ns": np.concatenate([end[rows], np.array([w[3] for w in inferred], np.int64)]),
-        "step": np.concatenate([np.asarray(numbers, np.int64), np.array([w[1] for w in inferred], np.int64)]),
+        "step": np.concatenate(
+            [np.asarray(plan.numbers, np.int64), np.array([w[1] for w in inferred], np.int64)]
+        ),
     }
 
 
