@@ -5,7 +5,8 @@ Whose precision and model a trace's steps are: its labels (``--label`` at ingest
 precision its GEMM kernels show (``precision_evidence`` in the manifest); a trace with neither is left out, and
 said so. Several ranks of one precision: per step and phase, the slowest rank's seconds (a step waits for it). A
 phase that is zero in every step was not captured (a trace of the learner alone has no ``generate``): it is
-left to other sources rather than predicted as free.
+left to other sources rather than predicted as free. Steps the ingest inferred from phase ranges (no step range
+in the trace) span their phases only; a note says so.
 
 An async trainer's wait for its separate sampler (phase ``generate_wait``,
 :mod:`tracing.analysis.logged_steps`) is kept apart from ``generate``: the step model takes no term from it,
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.run_folder import RunFolder
+from tracing.analysis.steps import INFERRED
 from tracing.ingest.metric_logs import FRAMEWORKS, SAMPLER_WAIT
 from tracing.outputs import store
 
@@ -58,7 +60,19 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     if steps.empty or not set(STEP_COLUMNS) <= set(steps.columns):
         return [], []
     labels = _trace_labels(manifest)
+    inferred = [
+        t.get("path")
+        for t in manifest.get("traces") or []
+        if any(f": {INFERRED}:" in str(n) for n in t.get("step_notes") or [])
+    ]
     notes: list[str] = []
+    if inferred:
+        whose = f"{inferred[0]}" if len(inferred) == 1 else f"{len(inferred)} of its traces"
+        notes.append(
+            f"{path}: the steps of {whose} are inferred from phase ranges (no step range in the trace): each "
+            "spans its phases only, so time between them (a worker waiting for the driver's reward, say) is in no "
+            "phase; a metric log's step timer (verl timing_s/step) gives the whole step"
+        )
     steps = _waits_apart(path, steps, manifest, notes)
     keyed = []
     for trace, rows in steps.groupby("trace", sort=True):

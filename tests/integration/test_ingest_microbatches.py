@@ -308,6 +308,15 @@ def test_a_file_per_profiled_step_without_step_ranges_gives_one_step_each_number
     }
     stragglers = store.read_table(out / store.STRAGGLERS)
     assert stragglers["step"].tolist() == [0, 1] and stragglers["processes"].tolist() == [3, 3]
+    # the step model reads these steps and says they span their phases only
+    from perfmodel.inputs.ingest_steps import phase_sources
+
+    sources, notes = phase_sources(out, read_manifest(out))
+    assert sources and [n for n in notes if "inferred" in n] == [
+        f"{out}: the steps of 6 of its traces are inferred from phase ranges (no step range in the trace): each "
+        "spans its phases only, so time between them (a worker waiting for the driver's reward, say) is in no "
+        "phase; a metric log's step timer (verl timing_s/step) gives the whole step"
+    ]
 
 
 def test_files_of_one_process_without_a_rank_number_their_steps_on(tmp_path, capsys):
