@@ -26,6 +26,7 @@ from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG, TOKEN_FIELDS
 from tracing.ingest.rangelog import is_run_dir, run_config
+from tracing.ingest.trace import trace_warnings
 from tracing.jobs import (
     FileResult,
     combine_microbatches,
@@ -207,11 +208,7 @@ def summary_lines(results: list[FileResult]) -> list[str]:
         lines.append(f"{r.path} [{r.format}, rank {rank}]: {r.num_events} events, {num_ranges} ranges")
         if r.gpu_reason:
             lines.append(f"  no GPU devices: {r.gpu_reason}; GPU metrics are null")
-        if r.meta.get("negative_durations"):
-            lines.append(
-                f"  {r.meta['negative_durations']} events have a negative duration (a profiler bug, e.g. "
-                "pytorch/kineto#646); each is taken as 0 long, so busy time may be short of the truth"
-            )
+        lines += [f"  {w}" for w in trace_warnings(r.meta)]
         for d in (SimpleNamespace(**row) for row in r.devices.to_pylist()):
             span = d.span_ns or 1
             stall = f"{d.host_stall_ns / 1e6:.1f} ms ({100 * d.host_stall_ns / span:.1f} %)"
@@ -299,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
             if r.format == METRIC_LOG:  # which framework, which keys went into which phase, its labels
                 t.update(r.meta, labels=_labels_for(r, cli_labels).as_dict())
             t.update(_microbatch_manifest(r), step_notes=r.step_notes)
+            if said_of_file := trace_warnings(r.meta):  # what the file's GPU numbers may miss, first
+                t["warnings"] = [*said_of_file, *(t.get("warnings") or [])]
         od.update(
             traces=traces, microbatches=0 if microbatches is None else len(microbatches), notes=unfinished
         )

@@ -5,6 +5,10 @@ The file is opened read-only (``file:...?mode=ro``). Tables used (export schema 
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` / ``_SYNCHRONIZATION``: GPU ops with
   ``start``/``end`` ns, ``deviceId``, ``streamId``, ``correlationId``, ``globalPid``; kernel names are
   ``demangledName`` ids into ``StringIds``.
+- ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``: a CUDA graph launch traced whole (``nsys --cuda-graph-trace=graph``, the
+  default), whose nodes are in no other table: one kernel row ``CUDA graph <graphId>`` from the graph's start to
+  its end, joined to its ``cudaGraphLaunch`` by ``correlationId`` (``trace.trace_warnings`` says what that
+  hides); a launch CUPTI could not time (start and end 0) is left out and counted.
 - ``CUPTI_ACTIVITY_KIND_RUNTIME``: runtime (``eventClass`` 0) **and** driver (1) calls, ``nameId`` into
   ``StringIds``, names with version suffixes (``cudaLaunchKernel_v7000``; kept as exported).
 - ``NVTX_EVENTS``: push/pop ranges (``eventType`` 59) and start/end ranges (60, may end on another thread:
@@ -37,12 +41,14 @@ NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
 RUNTIME_CLASS, DRIVER_CLASS = 0, 1
 BATCH_ROWS = 1 << 16  # event rows a batch (the decode's peak holds one)
 REQUIRED_TABLES = ("StringIds",)
-_GPU_TABLES = {
-    schema.KERNEL: ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName", None),
-    schema.MEMCPY: ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind", "bytes"),
-    schema.MEMSET: ("CUPTI_ACTIVITY_KIND_MEMSET", "memKind", "bytes"),
-    schema.SYNC: ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", None),
-}
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+_GPU_TABLES = (  # (kind, table, name column, bytes column)
+    (schema.KERNEL, "CUPTI_ACTIVITY_KIND_KERNEL", "demangledName", None),
+    (schema.KERNEL, GRAPH_TABLE, "graphId", None),
+    (schema.MEMCPY, "CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind", "bytes"),
+    (schema.MEMSET, "CUPTI_ACTIVITY_KIND_MEMSET", "memKind", "bytes"),
+    (schema.SYNC, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", None),
+)
 _GPU_COLUMNS = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
 # copyKind / syncType value -> name (CUPTI_ACTIVITY_MEMCPY_KIND_*, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_*)
 MEMCPY_KIND = dict(
@@ -52,7 +58,7 @@ SYNC_KIND = dict(enumerate(["Unknown", "Event Sync", "Stream Wait Event", "Strea
 _USED_TABLES = frozenset(
     {
         *REQUIRED_TABLES,
-        *(t for t, _, _ in _GPU_TABLES.values()),
+        *(t for _, t, _, _ in _GPU_TABLES),
         "CUPTI_ACTIVITY_KIND_RUNTIME",
         "NVTX_EVENTS",
         "TARGET_INFO_SESSION_START_TIME",
@@ -147,6 +153,8 @@ class _Builder:
         self.domains: dict[str, int] = {"": 0}
         self.nvtx_domains: dict[int, str] = {}  # NVTX domain id -> name (eventType 75 rows)
         self.negative_durations = 0  # rows that end before they start: kept 0 long (:meth:`dur`)
+        self.graphs_whole = 0  # CUDA graph launches traced as one op (GRAPH_TABLE rows)
+        self.graphs_untimed = 0  # GRAPH_TABLE rows CUPTI could not time, left out
         self.parts: list[dict[str, np.ndarray]] = []
 
     def dur(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -269,16 +277,17 @@ def read_parts(
         return strings.get(i, f"<string {i}>")
 
     namers = {
-        schema.KERNEL: lambda i: string(i) if i != schema.NO_ID else "<unnamed kernel>",
-        schema.MEMCPY: lambda i: f"Memcpy {MEMCPY_KIND.get(i, i)}",
-        schema.MEMSET: lambda i: "Memset",
-        schema.SYNC: lambda i: SYNC_KIND.get(i, f"Sync {i}"),
+        "CUPTI_ACTIVITY_KIND_KERNEL": lambda i: string(i) if i != schema.NO_ID else "<unnamed kernel>",
+        GRAPH_TABLE: lambda i: f"CUDA graph {i}" if i != schema.NO_ID else "CUDA graph",
+        "CUPTI_ACTIVITY_KIND_MEMCPY": lambda i: f"Memcpy {MEMCPY_KIND.get(i, i)}",
+        "CUPTI_ACTIVITY_KIND_MEMSET": lambda i: "Memset",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": lambda i: SYNC_KIND.get(i, f"Sync {i}"),
     }
-    for kind, (table, name_col, bytes_col) in _GPU_TABLES.items():
+    for kind, table, name_col, bytes_col in _GPU_TABLES:
         if table not in tables:
             continue
         _need(path, tables, table, (*_GPU_COLUMNS, name_col))
-        _intern_ids(con, b, table, _nz(name_col), namers[kind])
+        _intern_ids(con, b, table, _nz(name_col), namers[table])
         exprs = [
             _int("start"),
             _int('"end"'),
@@ -288,13 +297,19 @@ def read_parts(
             ),
             *([_int(bytes_col, schema.NO_ID)] if bytes_col else []),
         ]
-        for m, _ in _rows(path, rows, table, exprs):
+        where = ""
+        if table == GRAPH_TABLE:  # CUPTI: start and end 0 = the graph could not be timed
+            where = 'NOT (n.start = 0 AND n."end" = 0)'
+            b.graphs_untimed = con.execute(
+                f'SELECT count(*) FROM {table} WHERE start = 0 AND "end" = 0'
+            ).fetchone()[0]
+        for m, _ in _rows(path, rows, table, exprs, where=where):
             start, end = m[:, 0], m[:, 1]
             pid, _ = decode_global_tid(m[:, 5])
             b.add(
                 kind,
                 len(m),
-                name=b.codes_of_ids(m[:, 6], namers[kind]),
+                name=b.codes_of_ids(m[:, 6], namers[table]),
                 pid=pid,
                 device=m[:, 2].copy(),
                 stream=m[:, 3].copy(),
@@ -303,6 +318,8 @@ def read_parts(
                 correlation=m[:, 4].copy(),
                 bytes=m[:, 7].copy() if bytes_col else np.full(len(m), schema.NO_ID, np.int64),
             )
+            if table == GRAPH_TABLE:
+                b.graphs_whole += len(m)
             yield
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         table = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -449,6 +466,8 @@ def report_meta(
         "nvtx_domains": {str(k): v for k, v in b.nvtx_domains.items()},
         "gpu_names": gpu_names,
         "negative_durations": b.negative_durations,
+        "cuda_graphs_whole": b.graphs_whole,
+        "cuda_graphs_untimed": b.graphs_untimed,
         "missing_tables": [
             t
             for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")

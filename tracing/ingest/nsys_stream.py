@@ -113,7 +113,7 @@ class NsysDecoder:
     def _event_rows(self) -> int:
         """Rows of the tables events come from (NVTX rows include markers and domains: an upper bound)."""
         assert self.con is not None
-        tables = [t for t, _, _ in nsys._GPU_TABLES.values()]
+        tables = [t for _, t, _, _ in nsys._GPU_TABLES]
         tables += ["CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"]
         return sum(
             self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables if t in self.tables

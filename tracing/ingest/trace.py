@@ -62,6 +62,30 @@ def zero_negative(dur: np.ndarray) -> int:
     return count
 
 
+def trace_warnings(meta: dict[str, Any]) -> list[str]:
+    """What a file's meta says its GPU numbers may miss (the ingest summary and each manifest entry's
+    ``warnings``): durations a profiler bug made negative, CUDA graphs traced whole."""
+    out = []
+    if meta.get("negative_durations"):
+        out.append(
+            f"{meta['negative_durations']} events have a negative duration (a profiler bug, e.g. "
+            "pytorch/kineto#646); each is taken as 0 long, so busy time may be short of the truth"
+        )
+    if meta.get("cuda_graphs_whole"):
+        out.append(
+            f"{meta['cuda_graphs_whole']} CUDA graph launches were traced whole (nsys --cuda-graph-trace=graph, "
+            "its default): each is one op 'CUDA graph <id>' from its start to its end, so busy time includes "
+            "any gaps between its nodes and the kernel table and precision evidence do not see its kernels; "
+            "profile with --cuda-graph-trace=node for them"
+        )
+    if meta.get("cuda_graphs_untimed"):
+        out.append(
+            f"{meta['cuda_graphs_untimed']} CUDA graph launches have no timestamps (CUPTI could not time them) "
+            "and are left out: busy time is short of the truth"
+        )
+    return out
+
+
 def rank_from_name(path: str | Path) -> int | None:
     """``rank-3.json.gz`` / ``trace_rank3.json`` / verl's ``..._rank3-of-8_...`` -> 3; None when the name
     carries no rank."""
