@@ -78,6 +78,7 @@ class Analysis:
     staged_ranges: tuple[str, int, dict[str, float]] | None = None  # (path, ranges, seconds per phase)
     first_step_ns: int | None = None
     step_notes: list[str] = field(default_factory=list)
+    file_facts: dict[str, Any] = field(default_factory=dict)  # what the events say of the file (its meta)
 
 
 def analyze_trace(
@@ -109,6 +110,7 @@ def analyze_in(
     phase_map = phase_map or default_phase_map()
     staged_ranges = None
     num_ops = gpu_tables.make_ops(con)
+    before = gpu_tables.ops_before_launch(con) if num_ops else {}
     timelines = gpu_tables.device_timelines(con)
     streams = engine.table(gpu_tables.stream_rows(con), schema.STREAM_COLUMNS, "streams")
     kernels = kernel_classes.kernel_groups_table(con)
@@ -157,7 +159,8 @@ def analyze_in(
     }
     starts = steps.step_windows(step_input)["start_ns"] if step_table.num_rows else []
     first = int(min(starts)) if len(starts) else None
-    return Analysis(tables, mb, timelines, staged_ranges, first, step_notes)
+    facts = {"ops_before_launch": before} if before else {}
+    return Analysis(tables, mb, timelines, staged_ranges, first, step_notes, facts)
 
 
 def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
@@ -259,7 +262,7 @@ def ingest_file(
         ranges=with_trace_cols(tables["ranges"], trace),
         kernels=with_trace_cols(tables["kernels"], trace),
         steps=tables["steps"],
-        meta=trace.meta,
+        meta={**trace.meta, **analysis.file_facts},
         gpu_reason=reason,
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,

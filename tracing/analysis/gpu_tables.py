@@ -202,6 +202,17 @@ def kernel_groups(con: duckdb.DuckDBPyConnection) -> pa.Table:
     return arrow(con, KERNELS_SQL)
 
 
+def ops_before_launch(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """GPU ops that start before their launch call started -- impossible, so the trace's GPU and host clocks
+    disagree (CUPTI / roctracer clock conversion, pytorch/kineto#1380) and host stall, which compares them,
+    may be off by up to the largest lead: ``{"ops", "launched_ops", "max_lead_ns"}``, empty when none does."""
+    n, lead, launched = con.sql(
+        "select count(*) filter (launch_start_ns > start_ns), max(launch_start_ns - start_ns), count(*) "
+        "from ops where launch_end_ns <> -1"
+    ).fetchall()[0]
+    return {"ops": int(n), "launched_ops": int(launched), "max_lead_ns": int(lead)} if n else {}
+
+
 UNMEASURED_SHARE = 0.1
 
 

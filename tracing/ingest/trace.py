@@ -64,12 +64,19 @@ def zero_negative(dur: np.ndarray) -> int:
 
 def trace_warnings(meta: dict[str, Any]) -> list[str]:
     """What a file's meta says its GPU numbers may miss (the ingest summary and each manifest entry's
-    ``warnings``): durations a profiler bug made negative, CUDA graphs traced whole."""
+    ``warnings``): durations a profiler bug made negative, GPU and host clocks that disagree, CUDA graphs traced
+    whole."""
     out = []
     if meta.get("negative_durations"):
         out.append(
             f"{meta['negative_durations']} events have a negative duration (a profiler bug, e.g. "
             "pytorch/kineto#646); each is taken as 0 long, so busy time may be short of the truth"
+        )
+    if before := meta.get("ops_before_launch"):
+        out.append(
+            f"{before['ops']} of {before['launched_ops']} GPU ops start before their launch call started (up to "
+            f"{before['max_lead_ns'] / 1e3:.1f} us earlier): the trace's GPU and host clocks disagree, so host "
+            "stall, which compares them, may be off by up to that much per gap"
         )
     if meta.get("cuda_graphs_whole"):
         out.append(
