@@ -31,9 +31,9 @@ TIMELINE = (
 )
 
 
-def _export(path: Path, *, graph_table: bool = True) -> Path:
+def _export(path: Path, *, graph_table: bool = True, graph_ids: bool = True) -> Path:
     con = sqlite3.connect(path)
-    for ddl in (*st._NSYS_DDL, GRAPH_DDL):
+    for ddl in (*st._NSYS_DDL, GRAPH_DDL if graph_ids else GRAPH_DDL.replace("graphId", "graphKey")):
         con.execute(ddl)
     con.executemany(
         "INSERT INTO StringIds VALUES (?, ?)",
@@ -92,3 +92,10 @@ def test_export_without_graph_launches_says_nothing_of_graphs(tmp_path, capsys):
     assert (d["busy_ns"], d["num_kernels"]) == (200, 2)
     assert not json.loads((out / "manifest.json").read_text())["traces"][0].get("warnings")
     assert "CUDA graph" not in err
+
+
+def test_graph_launches_without_graph_ids_are_read_unnamed(tmp_path, capsys):
+    d, out, _ = _ingest(tmp_path, _export(tmp_path / "old.sqlite", graph_ids=False), capsys)
+    assert (d["busy_ns"], d["num_kernels"]) == (2_200, 4)
+    names = {r["name"] for r in pq.read_table(out / "kernels.parquet").to_pylist()}
+    assert names == {"CUDA graph", "eager_gemm"}

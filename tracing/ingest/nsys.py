@@ -286,7 +286,9 @@ def read_parts(
     for kind, table, name_col, bytes_col in _GPU_TABLES:
         if table not in tables:
             continue
-        _need(path, tables, table, (*_GPU_COLUMNS, name_col))
+        if table == GRAPH_TABLE and name_col not in tables[table]:  # an export without graph ids: unnamed
+            name_col = str(schema.NO_ID)
+        _need(path, tables, table, (*_GPU_COLUMNS, *([name_col] if name_col[0].isalpha() else [])))
         _intern_ids(con, b, table, _nz(name_col), namers[table])
         exprs = [
             _int("start"),
