@@ -183,8 +183,18 @@ def write_table(
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata(_file_metadata(table.schema, meta))
     with atomic(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, **parquet_options(table.schema))
     return path
+
+
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How every table is written: dictionary pages for categorical and text columns only (an int64 column such
+    as ``start_ns`` has nearly as many values as rows: trying a dictionary for each costs several times the
+    write of the events table and saves nothing)."""
+    import pyarrow as pa
+
+    coded = (pa.types.is_dictionary, pa.types.is_string, pa.types.is_large_string)
+    return {"use_dictionary": [f.name for f in schema if any(t(f.type) for t in coded)]}
 
 
 def _file_metadata(schema: pa.Schema, meta: Mapping[str, Any] | None) -> dict[bytes, bytes]:
@@ -217,7 +227,7 @@ def write_table_parts(
                 if writer is None:
                     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
                     schema = table.schema.with_metadata(_file_metadata(table.schema, meta))
-                    writer = pq.ParquetWriter(tmp, schema)
+                    writer = pq.ParquetWriter(tmp, schema, **parquet_options(schema))
                 else:
                     table = (
                         df
