@@ -183,7 +183,7 @@ _STEP_INPUT = ("name", "phase", "pid", "start_ns", "end_ns", "attrs", "gpu_end_n
 
 def _step_input(ranges: pa.Table) -> pa.Table:
     cols = ranges.select([c for c in _STEP_INPUT if c in ranges.column_names])
-    return cols.filter(steps.step_rows(cols))
+    return schema.rows_where(cols, steps.step_rows(cols))
 
 
 def analyze(

@@ -23,11 +23,11 @@ def cross_rank_tables(devices: pa.Table, steps: pa.Table) -> dict[str, pa.Table]
     """Tables across the ranks of one ingest (empty dict with fewer than two ranks): ``stragglers`` (the
     slowest rank of each step, ``schema.STRAGGLER_COLUMNS``) and ``rank_spread`` (busy and host stall across
     the ranks using each device index, ``schema.RANK_SPREAD_COLUMNS``)."""
-    ranked = devices.filter(devices.column("rank").is_valid())
+    ranked = schema.rows_where(devices, [r is not None for r in devices.column("rank").to_pylist()])
     if len({r for r in ranked.column("rank").to_pylist()}) < 2:
         return {}
     out: dict[str, pa.Table] = {}
-    trace_steps = steps.filter(steps.column("rank").is_valid())
+    trace_steps = schema.rows_where(steps, [r is not None for r in steps.column("rank").to_pylist()])
     if trace_steps.num_rows:
         out["stragglers"] = straggler_table(trace_steps)
     rows = []

@@ -80,7 +80,7 @@ def find_regions(ranges: pa.Table, pattern: str | None) -> tuple[list[Region], p
             regions += [region(k, None) for k in steps.tolist()]
         elif not (mine & user).any():
             fallback.append(int(p))  # only op ranges: cut the process as a whole
-    return regions, ranges.filter(explicit), fallback
+    return regions, schema.rows_where(ranges, explicit), fallback
 
 
 def name_flags(names: Sequence[str], pattern: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

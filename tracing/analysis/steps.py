@@ -112,7 +112,7 @@ def _phase_table_from_range_log(ranges: pd.DataFrame) -> pd.DataFrame:
     cols = range_log_columns(schema.from_frame(ranges), default_phase_map())
     keep = ("name", "phase", "pid", "start_ns", "end_ns", "attrs")
     table = schema.make_table({c: cols[c] for c in keep}, {c: schema.RANGE_COLUMNS[c] for c in keep})
-    per = schema.to_frame(trace_step_phases(table.filter(step_rows(table))))
+    per = schema.to_frame(trace_step_phases(schema.rows_where(table, step_rows(table))))
     if per.empty:
         raise ValueError("the range log has no 'step' ranges")
     return one_process(per)
@@ -185,7 +185,11 @@ def trace_step_phases(
     lo, hi = _device_windows(ranges, start, end, steps, trace, pid, bases)
     p_pid, p_start, p_end = pid[phased], start[phased], end[phased]
     p_lo, p_hi = lo[phased], hi[phased]
-    p_phase = np.array(ranges.column("phase").take(phased).to_pylist(), dtype=object) if len(phased) else None
+    p_phase = (
+        np.array(schema.take(ranges.column("phase"), phased).to_pylist(), dtype=object)
+        if len(phased)
+        else None
+    )
     p_trace = np.array([trace[k] for k in phased.tolist()], dtype=object) if "trace" in has else None
     mbs = _microbatch_windows(microbatches)
     windows = [
@@ -338,7 +342,7 @@ def _ns(column: Any) -> np.ndarray:
     """An int64 ns column with nulls as -1, exact (epoch ns do not fit a float64's 53 bits)."""
     import pyarrow as pa
 
-    filled = column.fill_null(-1)
+    filled = schema.fill_null(column, -1)
     if pa.types.is_floating(filled.type):
         return np.nan_to_num(filled.to_numpy(), nan=-1).astype(np.int64)
     return np.asarray(filled.to_numpy(), np.int64)
@@ -460,8 +464,8 @@ def _outer_steps(
     ``step`` range inside torch.profiler's ``ProfilerStep#N``): it is not a step of its own, and its
     ``{"step": N}`` attribute numbers the outer one. Else ``ProfilerStep#N`` gives N, a ``step`` range its
     attribute, and an unnumbered step counts up per process in time order."""
-    names = ranges.column("name").take(steps).to_pylist()
-    attrs = ranges.column("attrs").take(steps).to_pylist() if "attrs" in ranges.column_names else None
+    names = schema.take(ranges.column("name"), steps).to_pylist()
+    attrs = schema.take(ranges.column("attrs"), steps).to_pylist() if "attrs" in ranges.column_names else None
     kept: list[int] = []
     number: list[int | None] = []
     open_step: dict[tuple[Any, int], int] = {}  # process -> index in kept of its step range open last

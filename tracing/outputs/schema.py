@@ -394,7 +394,7 @@ def _column(values: Any, dtype: str, n: int) -> pa.Array | pa.ChunkedArray:
 
     typ = arrow_type(dtype)
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        arr = values if values.type == typ else values.cast(typ)
+        arr = values if values.type == typ else cast(values, typ)
     elif _scalar(values):
         arr = pa.array([values] * n, typ, from_pandas=True) if values is not None else pa.nulls(n, typ)
     elif isinstance(values, np.ndarray) and values.dtype != object:
@@ -475,17 +475,59 @@ def is_arrow(table: object) -> bool:
     return hasattr(table, "column_names") and hasattr(table, "num_rows")
 
 
+def rows_where(table: pa.Table, mask: Any) -> pa.Table:
+    """The rows of ``table`` where the boolean ``mask`` (numpy) is true, in order.
+
+    This helper and :func:`take` and :func:`cast` call Arrow's kernels through ``pyarrow._compute``:
+    ``Table.filter`` & co. import ``pyarrow.compute``, whose Python wrappers cost ~30 ms of every ingest."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow._compute as kernels
+
+    return kernels.call_function("filter", [table, pa.array(np.asarray(mask, bool))])
+
+
+def take(values: Any, indices: Any) -> Any:
+    """``values`` (an Arrow array or table) at the positions ``indices`` (numpy ints), in that order."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow._compute as kernels
+
+    return kernels.call_function("take", [values, pa.array(np.asarray(indices, np.int64))])
+
+
+def cast(values: Any, to: Any) -> Any:
+    """``values`` (an Arrow array, chunked array or table) cast to ``to`` (a type, or a table's schema)."""
+    import pyarrow._compute as kernels
+
+    if hasattr(values, "schema"):  # a table: each column
+        import pyarrow as pa
+
+        cols = [cast(values.column(i), f.type) for i, f in enumerate(to)]
+        return pa.Table.from_arrays(cols, schema=to)
+    return kernels.call_function("cast", [values], kernels.CastOptions.safe(to))
+
+
+def fill_null(values: Any, value: Any) -> Any:
+    """``values`` (an Arrow array) with its nulls replaced by ``value``."""
+    import pyarrow as pa
+    import pyarrow._compute as kernels
+
+    return kernels.call_function("coalesce", [values, pa.scalar(value, values.type)])
+
+
 def factorize(table: pa.Table, name: str) -> tuple[Any, list[Any]]:
     """Codes (int64 numpy, in order of first appearance) and the distinct values of one column, with no
     Python object per row (a range table of an nsys export holds a row per op); a null is a value (None)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow._compute as kernels  # as rows_where does
 
     col = table.column(name)
     if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    enc = pc.dictionary_encode(col, null_encoding="encode").combine_chunks()
+        col = cast(col, col.type.value_type)
+    options = kernels.DictionaryEncodeOptions(null_encoding="encode")
+    enc = kernels.call_function("dictionary_encode", [col], options).combine_chunks()
     if not isinstance(enc, pa.DictionaryArray):  # an empty column
         return np.zeros(0, np.int64), []
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()

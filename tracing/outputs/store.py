@@ -219,6 +219,8 @@ def write_table_parts(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from tracing.outputs import schema as tables
+
     path = Path(path)
     writer, rows = None, 0
     with atomic(path) as tmp:
@@ -235,7 +237,7 @@ def write_table_parts(
                         else pa.Table.from_pandas(_used_categories(df), preserve_index=False)
                     )
                     if not table.schema.equals(schema):  # fewer categories: e.g. int8 codes, not int16
-                        table = table.cast(schema)
+                        table = tables.cast(table, schema)
                 writer.write_table(table.replace_schema_metadata(schema.metadata))
                 rows += len(df)
             if writer is None:
