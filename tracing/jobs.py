@@ -157,7 +157,7 @@ def analyze_in(
         "steps": step_table,
         "microbatches": mb.table,
     }
-    starts = steps.step_windows(step_input)["start_ns"] if step_table.num_rows else []
+    starts = steps.step_windows(step_input, trace.path)["start_ns"] if step_table.num_rows else []
     first = int(min(starts)) if len(starts) else None
     facts = {"ops_before_launch": before} if before else {}
     return Analysis(tables, mb, timelines, staged_ranges, first, step_notes, facts)

@@ -347,3 +347,38 @@ def test_a_nemo_rl_export_takes_the_step_numbers_its_name_gives(tmp_path, capsys
         3: [512, 512, 1024, 1024],
         4: [2048, 2048],
     }
+
+
+def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, capsys):
+    """verl's torch profiler names each file by the RL step it holds (``<worker>_<stage>_step<N>_rank<r>-of-<w>_
+    ..._pid<p>_<time>``); in its discrete mode a file holds one stage (here the update alone, no other phase to
+    infer a cycle from). Each such file is that step, numbered as its name says, micro-batches with it."""
+    folder = tmp_path / "discrete"
+    truth = {}
+    for k, (step, sizes) in enumerate(((7, (512, 1024)), (9, (2048,)))):
+        job = st.Job(
+            steps=(sizes,),
+            logprob=False,
+            profiler_steps=False,
+            seed=k,
+            base_time_ns=1_700_000_000 * 10**9 + k * 10**10,
+        )
+        sim = st.simulate(job)
+        truth[step] = sorted(r.tokens for r in sim.truth if r.phase == "update")
+        name = f"actor_actor_update_step{step}_rank0-of-1_pid4242_2026120801010{k}001.json.gz"
+        st.write_kineto(sim, folder / name, world_size=1)
+    whole = st.Job(steps=((256, 768),), profiler_steps=False, seed=5, pid=4343, base_time_ns=1_700_000_100 * 10**9)
+    st.write_kineto(
+        st.simulate(whole), folder / "actor_train_step12_rank0-of-1_pid4343_20261208010501001.json.gz"
+    )
+    out = tmp_path / "ing"
+    assert main(["ingest", str(folder), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("its phase ranges are the one step its file name gives") == 3
+    steps = store.read_table(out / store.STEPS)
+    assert steps.groupby("pid")["step"].unique().map(sorted).to_dict() == {4242: [7, 9], 4343: [12]}
+    seen = steps[(steps["pid"] == 4242) & (steps["seconds"] > 0)]
+    assert set(seen["phase"]) == {"update"}
+    mb = store.read_table(out / store.MICROBATCHES)
+    mine = mb[(mb["pid"] == 4242) & (mb["phase"] == "update")]
+    assert mine.groupby("step")["num_tokens"].apply(sorted).to_dict() == truth

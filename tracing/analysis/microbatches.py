@@ -122,7 +122,7 @@ def signals_microbatches(
     and the kernel table (or GPU ops) precision is read from; ``con``: the trace's engine session (the host
     stall inside each micro-batch is measured there, as a range's is)."""
     labels = labels or Labels()
-    findings = _findings(sig, ranges, pattern, trace.range_log is not None)
+    findings = _findings(sig, ranges, pattern, trace.range_log is not None, trace.path)
     evidence = detect_precision(evidence_from)
     precision, warning = reconcile(labels.precision, evidence)
     rows, notes = _rows(findings, labels, precision, evidence, trace.format)
@@ -181,7 +181,7 @@ def microbatch_table(
 
 
 def _findings(
-    sig: Signals, ranges: pa.Table, pattern: str | None, ranges_only: bool = False
+    sig: Signals, ranges: pa.Table, pattern: str | None, ranges_only: bool = False, source: str | None = None
 ) -> list[mbdetect.Finding]:
     """The cuts in output order, each with its step: explicit ranges, then phase / step regions, then whole
     processes (with no ranges, or only op ranges)."""
@@ -207,7 +207,7 @@ def _findings(
             region = mbregions.whole_process_region(sig, pid)
             if region is not None:
                 found.append(mbdetect.cut_region(sig, region))
-    return with_steps(found, regions, steps.step_windows(ranges))
+    return with_steps(found, regions, steps.step_windows(ranges, source))
 
 
 _NO_REGION = mbregions.Region(-1, -1, None, 0, 0, -1, "")

@@ -269,8 +269,9 @@ def _inferred_steps(
     end: np.ndarray,
     stepped: set[Any],
 ) -> list[tuple[tuple[Any, int], int, int, int, int]]:
-    """Steps of each process with no step range (``stepped``: the processes that have one) whose outermost
-    phase ranges hold two phases or more: a step begins at each range of the process's first phase other than
+    """Steps of each process with no step range (``stepped``: the processes that have one): in a file whose
+    name gives one step, its phase ranges are that step; else, where its outermost phase ranges hold two
+    phases or more, a step begins at each range of the process's first phase other than
     ``sync`` (weights are synced before or after other phases, or both) that follows a range of another phase
     (generate, logprob, update, generate, ... or logprob, update, logprob, ...; ranges before the first such
     range are step 0's) and spans its first range's start to its last one's end. Rows ``((trace, pid), number,
@@ -291,6 +292,9 @@ def _inferred_steps(
             outer.append(k)
             reach = int(end[k]) if reach is None else max(reach, int(end[k]))
         names = [phases[codes[k]] for k in outer]
+        if _one_step_file(key[0]):  # its phase ranges are the one step its file name gives
+            out.append((key, 0, int(start[outer].min()), int(end[outer].max()), outer[0]))
+            continue
         if len(set(names)) < 2:
             continue
         head = next((n for n in names if n != "sync"), names[0])  # weights sync on either side of a phase
@@ -306,6 +310,14 @@ def _inferred_steps(
             hi = max(hi, int(end[k]))
         out.append((key, no, lo, hi, first))
     return out
+
+
+def _one_step_file(trace: Any) -> bool:
+    """Whether a trace file's name says it holds one RL step (verl's ``..._step<N>_rank<r>...``: a file per
+    profiled step, and in verl's discrete mode a file per stage of it)."""
+    from tracing.ingest.trace import report_name
+
+    return isinstance(trace, str) and len(report_name(trace).get("profiled_steps") or ()) == 1
 
 
 def _step_notes(
@@ -324,7 +336,10 @@ def _step_notes(
     for key, *_ in inferred:
         counts[key] = counts.get(key, 0) + 1
     notes += [
-        f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges (a step begins at each range "
+        f"pid {key[1]}: {INFERRED}: its phase ranges are the one step its file name gives (they span that step's "
+        "phases only)"
+        if _one_step_file(key[0])
+        else f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges (a step begins at each range "
         "of its first phase other than sync that follows other phases, and spans its phase ranges; time between "
         "steps is in none)"
         for key, n in counts.items()
@@ -423,8 +438,12 @@ def _step_plan(
     return _StepPlan(kept, numbers, markers, inferred, phased)
 
 
-def _columns(ranges: pa.Table) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray]:
-    trace = ranges.column("trace").to_pylist() if "trace" in ranges.column_names else [None] * ranges.num_rows
+def _columns(
+    ranges: pa.Table, source: str | None = None
+) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray]:
+    """(trace per row: the ``trace`` column, else ``source``, the file every row is from; pid, start, end)."""
+    has = "trace" in ranges.column_names
+    trace = ranges.column("trace").to_pylist() if has else [source] * ranges.num_rows
     pid, start, end = (ranges.column(c).to_numpy().astype(np.int64) for c in ("pid", "start_ns", "end_ns"))
     return trace, pid, start, end
 
@@ -437,13 +456,13 @@ def numbered_steps(ranges: pa.Table) -> tuple[list[int], list[int]]:
     return plan.kept, plan.numbers
 
 
-def step_windows(ranges: pa.Table) -> dict[str, np.ndarray]:
+def step_windows(ranges: pa.Table, source: str | None = None) -> dict[str, np.ndarray]:
     """The steps of the step table (step ranges, then :func:`_inferred_steps`) as ``pid``, ``start_ns``,
     ``end_ns`` and ``step`` arrays: what numbers the micro-batches inside them, so both tables name a step
-    alike."""
+    alike (``source``: the file of a table without a ``trace`` column, whose name may give its step)."""
     if ranges.num_rows == 0:
         return {c: np.zeros(0, np.int64) for c in ("pid", "start_ns", "end_ns", "step")}
-    trace, pid, start, end = _columns(ranges)
+    trace, pid, start, end = _columns(ranges, source)
     plan = _step_plan(ranges, trace, pid, start, end)
     rows, inferred = np.asarray(plan.kept, np.int64), plan.inferred
     return {

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracing.ingest.kineto_rows import KIND_CODE, as_int
-from tracing.ingest.trace import Trace, rank_from_name
+from tracing.ingest.trace import Trace, rank_from_name, report_name
 from tracing.outputs import schema, store
 from tracing.outputs.errors import TraceFormatError
 
@@ -123,6 +123,9 @@ def kineto_info(
         "skipped_events": skipped,
         "display_time_unit": meta.get("displayTimeUnit"),
     }
+    named = report_name(path)  # e.g. the RL step a verl file holds
+    if named:
+        info["report_name"] = named
     return base_ns, resolved, info
 
 
