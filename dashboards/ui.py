@@ -19,7 +19,7 @@ import streamlit as st
 from dashboards import compare, data, downloads, share
 from dashboards.provenance import Provenance
 from tracing.analysis import steps
-from tracing.outputs import store
+from tracing.outputs import schema, store
 from tracing.outputs.errors import MxperfError
 
 PAIR_KEY = "mxperf_pair"
@@ -213,6 +213,8 @@ def _steps(
             raise ValueError(
                 f"{entry.rel}: the trace has no step ranges (ProfilerStep#N, 'step'); per-step phase times need them"
             )
+        # a process's files (verl's discrete mode: a file per stage) as the one process they are
+        per_process = schema.to_frame(steps.merge_process_files(schema.from_frame(per_process)))
         return steps.one_process(per_process), per_process
     metrics = table(entry, store.METRICS, required=False)
     ranges = table(entry, store.RANGES, required=False)

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.run_folder import RunFolder
-from tracing.analysis.steps import INFERRED
+from tracing.analysis.steps import INFERRED, merge_process_files
 from tracing.ingest.metric_logs import FRAMEWORKS, SAMPLER_WAIT
-from tracing.outputs import store
+from tracing.outputs import schema, store
 
 STEP_COLUMNS = ("trace", "step", "phase", "seconds")
 GENERATION_COLUMNS = ["step", "prompt_tokens", "generated_tokens", "generate_s"]
@@ -59,6 +59,8 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     steps = store.read_table(spath)
     if steps.empty or not set(STEP_COLUMNS) <= set(steps.columns):
         return [], []
+    # a process's files (verl's discrete mode: a file per stage of a step) as the one process they are
+    steps = schema.to_frame(merge_process_files(schema.from_frame(steps)))
     labels = _trace_labels(manifest)
     inferred = [
         t.get("path")

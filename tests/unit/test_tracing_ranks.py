@@ -10,7 +10,7 @@ import pytest
 
 from tracing.analysis import ranks, steps
 from tracing.analysis.crossrank import cross_rank_tables
-from tracing.outputs import store
+from tracing.outputs import schema, store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,3 +145,28 @@ def test_rank_spread_leaves_out_ranks_whose_host_stall_is_not_measured() -> None
     none = cross_rank_tables(_device_rows([(0, 0, 100), (1, 0, 100)]), no_steps)["rank_spread"].to_pylist()[0]
     assert none["host_stall_max_ns"] is None and none["most_stalled_rank"] is None
     assert none["host_stall_median_ns"] is None
+
+
+def test_files_of_one_process_count_as_that_process_not_as_ranks() -> None:
+    """verl's discrete mode writes a file per stage of a step (same rank, same pid): the job's step is that
+    process's stages together, and no stage file is a 'straggler' of another."""
+    per_stage = _steps(
+        [
+            ("actor_actor_update_step7_rank0.json", 0, 10, 7, "update", 0.30),
+            ("actor_actor_compute_log_prob_step7_rank0.json", 0, 10, 7, "logprob", 0.10),
+            ("actor_actor_update_step7_rank1.json", 1, 11, 7, "update", 0.25),
+            ("actor_actor_compute_log_prob_step7_rank1.json", 1, 11, 7, "logprob", 0.20),
+            ("verl_log.jsonl", None, -1, 7, "generate", 1.0),  # a metric log's row: no process, left alone
+        ]
+    )
+    merged = schema.to_frame(steps.merge_process_files(schema.from_frame(per_stage)))
+    assert len(merged) == 5 and merged["trace"].nunique() == 3
+    slow = ranks.stragglers(merged[merged["pid"] >= 0]).iloc[0]
+    assert (slow["processes"], slow["slowest"]) == (2, "rank 1")
+    assert slow["job_seconds"] == pytest.approx(0.45)
+    job = steps.one_process(merged[merged["pid"] >= 0]).set_index("phase")["seconds"]
+    assert job.to_dict() == pytest.approx({"logprob": 0.20, "update": 0.25})
+    # one process's rows of one (step, phase) from two files (update windows of mini-batches) are summed
+    windows = _steps([("u_mb0.json", 0, 10, 7, "update", 0.3), ("u_mb1.json", 0, 10, 7, "update", 0.2)])
+    both = schema.to_frame(steps.merge_process_files(schema.from_frame(windows)))
+    assert both["seconds"].tolist() == pytest.approx([0.5]) and both["trace"].tolist() == ["u_mb0.json"]

@@ -13,6 +13,7 @@ import numpy as np
 
 from tracing.analysis.gpu_tables import stall_unmeasured
 from tracing.analysis.ranks import straggler_table
+from tracing.analysis.steps import merge_process_files
 from tracing.outputs import schema
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def cross_rank_tables(devices: pa.Table, steps: pa.Table) -> dict[str, pa.Table]
         return {}
     out: dict[str, pa.Table] = {}
     trace_steps = schema.rows_where(steps, [r is not None for r in steps.column("rank").to_pylist()])
+    trace_steps = merge_process_files(trace_steps)  # a process's files (a file per stage) as one process
     if trace_steps.num_rows:
         out["stragglers"] = straggler_table(trace_steps)
     rows = []

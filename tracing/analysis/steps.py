@@ -551,6 +551,35 @@ def _long_table(rows: list[dict[str, object]]) -> dict[str, Any]:
     }
 
 
+def merge_process_files(table: pa.Table) -> pa.Table:
+    """The step table with each process whole: a process (rank and pid, pid >= 0) whose rows come from several
+    files -- verl's discrete mode writes a file per stage of a step, a scheduled update a file per window of
+    mini-batches -- takes its first file's path (in path order) for all of them, and its rows of one (step,
+    phase) are summed, so the files count as the one process they are. Anything else stays as it is."""
+    import pyarrow as pa
+
+    if not {"trace", "rank", "pid"} <= set(table.column_names) or table.num_rows == 0:
+        return table
+    trace, rank, pid = (table.column(c).to_pylist() for c in ("trace", "rank", "pid"))
+    files: dict[tuple[Any, Any], set[Any]] = {}
+    for t, r, p in zip(trace, rank, pid, strict=True):
+        if p is not None and p >= 0:
+            files.setdefault((r, p), set()).add(t)
+    first = {key: min(ts, key=str) for key, ts in files.items() if len(ts) > 1}
+    if not first:
+        return table
+    cols = {c: table.column(c).to_pylist() for c in table.column_names}
+    cols["trace"] = [first.get((r, p), t) for t, r, p in zip(trace, rank, pid, strict=True)]
+    keys = [c for c in table.column_names if c != "seconds"]
+    rows: dict[tuple[Any, ...], list[float]] = {}
+    for i, key in enumerate(zip(*(cols[c] for c in keys), strict=True)):
+        x = cols["seconds"][i]
+        rows.setdefault(key, []).append(float("nan") if x is None else x)
+    merged = {c: [k[j] for k in rows] for j, c in enumerate(keys)}
+    merged["seconds"] = [kahan_sum(v) if any(x == x for x in v) else float("nan") for v in rows.values()]
+    return pa.table({c: merged[c] for c in table.column_names}, schema=table.schema)
+
+
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
     """``step, phase, seconds`` for the step time a job waits for: per step, the phases of the process with
     the longest step (kept whole, so they add up to that step), the one ``stragglers.parquet`` names."""
