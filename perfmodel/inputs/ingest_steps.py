@@ -3,7 +3,8 @@ sources of the step model: per precision, the seconds per step of each phase, li
 
 Whose precision and model a trace's steps are: its labels (``--label`` at ingest, or the metric log's), else the
 precision its GEMM kernels show (``precision_evidence`` in the manifest); a trace with neither is left out, and
-said so. Several ranks of one precision: per step and phase, the slowest rank's seconds (a step waits for it). A
+said so. Several ranks of one precision: per step the slowest rank's phases (a step waits for it; processes of
+different roles, a sampler beside a learner, add theirs: ``steps.one_process``, as the Step time page). A
 phase that is zero in every step was not captured (a trace of the learner alone has no ``generate``): it is
 left to other sources rather than predicted as free. Steps the ingest inferred from phase ranges (no step range
 in the trace) span their phases only; a note says so.
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.run_folder import RunFolder
-from tracing.analysis.steps import INFERRED, merge_process_files
+from tracing.analysis.steps import INFERRED, merge_process_files, one_process
 from tracing.ingest.metric_logs import FRAMEWORKS, SAMPLER_WAIT
 from tracing.outputs import schema, store
 
@@ -93,7 +94,13 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     tokens = _step_tokens(path)
     sources = []
     for (prec, model), rows in table.groupby(["precision", "model"], sort=True):
-        per_step = rows.groupby(["step", "phase"])["seconds"].max().unstack("phase").sort_index()
+        job = one_process(rows)  # per step the slowest rank of each role (the Step time page's numbers)
+        per_step = (
+            job.groupby(["step", "phase"], sort=False)["seconds"]
+            .sum(min_count=1)
+            .unstack("phase")
+            .sort_index()
+        )
         per_step = per_step.apply(pd.to_numeric, errors="coerce")
         # a zero wait is measured (the learner was the longer side), not a phase the source did not capture
         seen = [p for p in per_step.columns if p == SAMPLER_WAIT or per_step[p].fillna(0).gt(0).any()]

@@ -60,9 +60,10 @@ def test_ties_go_to_the_lowest_rank_number_not_the_path_that_sorts_first() -> No
     )
     slow = ranks.stragglers(tied).iloc[0]
     assert (slow["slowest"], slow["fastest"]) == ("rank 27", "rank 3")
-    # the Step time page's one process per step is that same rank (its phases, not rank 127's)
-    tied = tied.assign(phase=["update", "generate", "update", "update"])
-    assert steps.one_process(tied)["phase"].tolist() == ["generate"]
+    # the Step time page's one process per step is that same rank (its rows, not rank 127's): rank 27 alone has
+    # a (zero) generate row, which leaves its role (the phases it spends time in) that of the others
+    tied = pd.concat([tied, _steps([("rank-27.json", 27, 2, 1, "generate", 0.0)])], ignore_index=True)
+    assert steps.one_process(tied)["phase"].tolist() == ["generate", "update"]
 
 
 def test_rank_summary_counts_how_often_each_rank_was_slowest_and_skips_warmup() -> None:
@@ -170,3 +171,23 @@ def test_files_of_one_process_count_as_that_process_not_as_ranks() -> None:
     windows = _steps([("u_mb0.json", 0, 10, 7, "update", 0.3), ("u_mb1.json", 0, 10, 7, "update", 0.2)])
     both = schema.to_frame(steps.merge_process_files(schema.from_frame(windows)))
     assert both["seconds"].tolist() == pytest.approx([0.5]) and both["trace"].tolist() == ["u_mb0.json"]
+
+
+def test_processes_of_different_roles_add_their_phases_not_race() -> None:
+    """NeMo RL's vLLM worker generates and its policy workers score and update: the job's step is the
+    generation of the slowest sampler plus the learning of the slowest learner, each sync counted once --
+    not the one process whose own phases take longest."""
+    roles = _steps(
+        [
+            ("vllm_genertion_worker_3:5_100.sqlite", 0, 100, 3, "generate", 4.0),
+            ("vllm_genertion_worker_3:5_100.sqlite", 0, 100, 3, "sync", 0.5),
+            ("policy_worker_3:5_200.sqlite", 0, 200, 3, "logprob", 1.0),
+            ("policy_worker_3:5_200.sqlite", 0, 200, 3, "update", 2.0),
+            ("policy_worker_3:5_200.sqlite", 0, 200, 3, "sync", 0.6),
+            ("policy_worker_3:5_201.sqlite", 1, 201, 3, "logprob", 1.1),
+            ("policy_worker_3:5_201.sqlite", 1, 201, 3, "update", 2.2),
+            ("policy_worker_3:5_201.sqlite", 1, 201, 3, "sync", 0.6),
+        ]
+    )
+    job = steps.one_process(roles).set_index("phase")["seconds"]
+    assert job.to_dict() == pytest.approx({"generate": 4.0, "logprob": 1.1, "update": 2.2, "sync": 0.6})

@@ -581,20 +581,32 @@ def merge_process_files(table: pa.Table) -> pa.Table:
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
-    """``step, phase, seconds`` for the step time a job waits for: per step, the phases of the process with
-    the longest step (kept whole, so they add up to that step), the one ``stragglers.parquet`` names."""
+    """``step, phase, seconds`` for the step time a job waits for: per step and role, the phases of the process
+    with the longest step (kept whole, so they add up to that step: the one ``stragglers.parquet`` names where
+    every process plays one role); where processes play different roles -- a sampler that only generates beside
+    a learner, NeMo RL's vLLM and policy workers -- each phase takes the longest of the roles' (a sync both
+    sides take part in counts once).
+
+    A process's role is the set of phases it spends time in, ``sync`` and ``other`` aside: data-parallel ranks
+    share one, and only processes of one role are ranks of each other."""
     import pandas as pd
 
     if steps.empty:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
     keys = [k for k in ("trace", "rank", "pid") if k in steps]
     totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
+    busy = steps[(steps["seconds"] > 0) & ~steps["phase"].isin(("sync", "other"))]
+    roles = busy.groupby(keys, dropna=False)["phase"].agg(lambda p: ",".join(sorted(set(p)))).rename("role")
+    totals = totals.merge(roles.reset_index(), on=keys, how="left") if keys else totals.assign(role="")
+    totals["role"] = totals["role"].fillna("")
     # ties as ranks.straggler_table breaks them: the lowest rank, then pid, then path
     order = ["seconds", *[k for k in ("rank", "pid", "trace") if k in keys]]
     slowest = totals.sort_values(
         order, ascending=[False] + [True] * (len(order) - 1), na_position="last", kind="stable"
-    ).drop_duplicates("step")
+    ).drop_duplicates(["step", "role"])
     picked = steps.merge(slowest[[*keys, "step"]], on=[*keys, "step"])
+    if slowest["role"].nunique() > 1:
+        picked = picked.groupby(["step", "phase"], as_index=False, sort=False)["seconds"].max()
     return picked[["step", "phase", "seconds"]].sort_values(
         ["step", "phase"], key=_phase_order, ignore_index=True
     )
