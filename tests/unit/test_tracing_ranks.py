@@ -191,3 +191,6 @@ def test_processes_of_different_roles_add_their_phases_not_race() -> None:
     )
     job = steps.one_process(roles).set_index("phase")["seconds"]
     assert job.to_dict() == pytest.approx({"generate": 4.0, "logprob": 1.1, "update": 2.2, "sync": 0.6})
+    # stragglers compare ranks of one role: the two policy workers, not the vLLM worker against them
+    slow = ranks.stragglers(roles).iloc[0]
+    assert (slow["processes"], slow["slowest"], slow["fastest"]) == (2, "rank 1", "rank 0")

@@ -112,15 +112,37 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
             "pid": pa.array(col("pid"), pa.int64()),
             "step": pa.array(steps["step"].to_numpy(np.int64)),
             "seconds": pa.array(steps["seconds"].to_numpy(np.float64)),
+            **({"phase": pa.array(col("phase"), pa.string())} if "phase" in steps.columns else {}),
         }
     )
     return schema.to_frame(straggler_table(table))
+
+
+def process_roles(
+    trace: Sequence[Any],
+    rank: Sequence[Any],
+    pid: Sequence[Any],
+    phase: Sequence[Any],
+    seconds: Sequence[Any],
+) -> dict[tuple[Any, Any, Any], str]:
+    """Each process's (trace, rank, pid) role: the phases it spends time in, ``sync`` and ``other`` aside
+    ("logprob,update"). Data-parallel ranks share one; a sampler that only generates beside the learner ranks
+    has another, and only processes of one role are ranks of each other."""
+    out: dict[tuple[Any, Any, Any], set[str]] = {}
+    for key, ph, sec in zip(zip(trace, rank, pid, strict=True), phase, seconds, strict=True):
+        mine = out.setdefault(key, set())
+        if ph not in ("sync", "other") and not _missing(sec) and sec > 0:
+            mine.add(str(ph))
+    return {k: ",".join(sorted(v)) for k, v in out.items()}
 
 
 def straggler_table(steps: pa.Table) -> pa.Table:
     """One row per step (``schema.STRAGGLER_COLUMNS``): the slowest and fastest process, the median, and the
     slowest one's lag; each process's step is the sum of its phases (``trace``, ``rank``, ``pid``, ``step``,
     ``seconds`` rows; a missing rank or pid is null).
+
+    Where the table has phases and its processes play several roles (:func:`process_roles`: a sampler beside
+    the learner ranks), the ranks compared are those of the role most processes play.
 
     ``job_seconds`` (= ``slowest_seconds``) is the step time the job waits for. ``lag_seconds`` = slowest -
     median over processes; ``spread_pct`` = (slowest - fastest) / fastest. ``processes`` counts the processes
@@ -132,9 +154,19 @@ def straggler_table(steps: pa.Table) -> pa.Table:
     trace, rank, pid, step, seconds = (
         steps.column(c).to_pylist() for c in ("trace", "rank", "pid", "step", "seconds")
     )
+    ranks_of = None  # processes of several roles: the ranks are those of the role most processes play
+    if "phase" in steps.column_names:
+        roles = process_roles(trace, rank, pid, steps.column("phase").to_pylist(), seconds)
+        counts: dict[str, int] = {}
+        for role in roles.values():
+            counts[role] = counts.get(role, 0) + 1
+        if len(counts) > 1:
+            main = min(counts, key=lambda r: (-counts[r], r))
+            ranks_of = {k for k, r in roles.items() if r == main}
     sums: dict[tuple[Any, ...], list[float]] = {}  # (trace, rank, pid, step) -> its phases' seconds
     for key, s in zip(zip(trace, rank, pid, step, strict=True), seconds, strict=True):
-        sums.setdefault(key, []).append(s)
+        if ranks_of is None or key[:3] in ranks_of:
+            sums.setdefault(key, []).append(s)
 
     def order(k: tuple[Any, ...]) -> tuple[Any, ...]:  # nulls last
         return (k[1] is None, k[1] or 0, k[2] is None, k[2] or 0, k[0] or "", k[3])

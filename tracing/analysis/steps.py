@@ -593,12 +593,20 @@ def one_process(steps: pd.DataFrame) -> pd.DataFrame:
 
     if steps.empty:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
+    from tracing.analysis.ranks import process_roles
+
     keys = [k for k in ("trace", "rank", "pid") if k in steps]
     totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
-    busy = steps[(steps["seconds"] > 0) & ~steps["phase"].isin(("sync", "other"))]
-    roles = busy.groupby(keys, dropna=False)["phase"].agg(lambda p: ",".join(sorted(set(p)))).rename("role")
-    totals = totals.merge(roles.reset_index(), on=keys, how="left") if keys else totals.assign(role="")
-    totals["role"] = totals["role"].fillna("")
+
+    def objects(frame: pd.DataFrame, k: str) -> list[Any]:  # a column as Python values, None for a null
+        if k not in frame:
+            return [None] * len(frame)
+        v = frame[k].astype(object)
+        return v.where(v.notna(), None).tolist()
+
+    role = process_roles(*(objects(steps, k) for k in ("trace", "rank", "pid", "phase", "seconds")))
+    idents = zip(*(objects(totals, k) for k in ("trace", "rank", "pid")), strict=True)
+    totals["role"] = [role.get(key, "") for key in idents]
     # ties as ranks.straggler_table breaks them: the lowest rank, then pid, then path
     order = ["seconds", *[k for k in ("rank", "pid", "trace") if k in keys]]
     slowest = totals.sort_values(
