@@ -111,6 +111,9 @@ def test_nemo_rl_report_name_says_worker_steps_and_pid_but_no_rank():
     verl = "actor_train_step7_rank5-of-16_tp1-pp0-dp2-cp0_pid4242_20261208010101001_mb3-4.json.gz"
     assert report_name(verl) == {"framework": "verl", "profiled_steps": [7]}
     assert rank_from_name(verl) == 5
+    # a step number no run reaches is not a profiled step (a range of 10^20 steps would never be built)
+    assert "profiled_steps" not in report_name("policy_worker_3:100000000000000000000_42.sqlite")
+    assert report_name("actor_train_step99999999999999999999_rank0_pid1.json.gz") == {}
 
 
 @pytest.mark.parametrize(

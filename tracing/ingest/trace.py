@@ -24,6 +24,7 @@ _RAY_REPORT = re.compile(r"worker_process_(?P<pid>\d+)(?:\.(?P<capture>\d+))?$")
 # verl's torch profiler: '<worker>_<role>_step<N>_rank<r>-of-<w>_..._pid<p>_<timestamp>'
 # (verl/utils/profiler/torch_profile.py build_trace_basename)
 _VERL_STEP = re.compile(r"(?:^|_)step(?P<step>\d+)_rank\d+")
+MAX_STEP = 10**7  # a step number a name may give (larger: not a profiled step; ten digits and more overflow)
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".sqlite3", ".db", ".gz", ".json")
 # the global rank torchrun and Ray worker groups set (verl/single_controller/ray/base.py,
 # nemo_rl/distributed/worker_groups.py)
@@ -113,7 +114,7 @@ def report_name(path: str | Path) -> dict[str, Any]:
     while stem.endswith(_REPORT_SUFFIXES):
         stem = stem[: stem.rfind(".")]
     m = _NEMO_RL_REPORT.match(stem)
-    if m and 1 <= int(m["start"]) < int(m["stop"]):
+    if m and 1 <= int(m["start"]) < int(m["stop"]) <= MAX_STEP:
         steps = list(range(int(m["start"]), int(m["stop"])))
         return {"framework": "nemo_rl", "worker": m["worker"], "profiled_steps": steps, "pid": int(m["pid"])}
     m = _RAY_REPORT.search(stem)
@@ -123,7 +124,7 @@ def report_name(path: str | Path) -> dict[str, Any]:
             info["capture_range"] = int(m["capture"])
         return info
     m = _VERL_STEP.search(stem)
-    if m:
+    if m and int(m["step"]) <= MAX_STEP:
         return {"framework": "verl", "profiled_steps": [int(m["step"])]}
     return {}
 
