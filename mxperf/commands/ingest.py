@@ -26,7 +26,7 @@ from tracing.analysis.steps import kahan_sum
 from tracing.ingest.detect import expand_inputs
 from tracing.ingest.metric_logs import METRIC_LOG, TOKEN_FIELDS
 from tracing.ingest.rangelog import is_run_dir, run_config
-from tracing.ingest.trace import trace_warnings
+from tracing.ingest.trace import MAX_RANK, trace_warnings
 from tracing.jobs import (
     FileResult,
     combine_microbatches,
@@ -239,8 +239,8 @@ def run(args: argparse.Namespace) -> int:
             ) from None
     if args.workers < 1:
         raise InputError(f"--workers {args.workers}: must be >= 1")
-    if args.rank is not None and args.rank < 0:
-        raise InputError(f"--rank {args.rank}: must be >= 0")
+    if args.rank is not None and not 0 <= args.rank <= MAX_RANK:
+        raise InputError(f"--rank {args.rank}: must be between 0 and {MAX_RANK}")
     items = expand_inputs(args.paths)
     unfinished = unfinished_run_notes(items)
     config = {

@@ -114,7 +114,42 @@ class Case:
     absent: list[str] = field(default_factory=list)  # globs that must not exist afterwards
 
 
+def _trace_with_rank(rank: int | None, name: str = "t.json") -> Callable[[Path], None]:
+    def setup(d: Path) -> None:
+        doc = json.loads(gzip.decompress(SMALL_TRACE.read_bytes()))
+        doc["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "rank": rank}
+        if rank is None:
+            del doc["distributedInfo"]
+        (d / name).write_text(json.dumps(doc))
+
+    return setup
+
+
 CASES = [
+    # ranks no int64 holds: one line, never an overflow deep in Arrow
+    Case(
+        "rank-flag-too-large",
+        ["ingest", "t.json.gz", "-o", "out", "--rank", str(10**20)],
+        2,
+        r"^mxperf ingest: error: --rank 100000000000000000000: must be between 0 and 2147483647$",
+        _trace_and_notes,
+        ["out"],
+    ),
+    Case(
+        "distributed-info-rank-too-large",
+        ["ingest", "t.json", "-o", "out"],
+        2,
+        r"^mxperf ingest: error: t\.json: distributedInfo\.rank is not a rank: 100000000000000000000$",
+        _trace_with_rank(10**20),
+        ["out"],
+    ),
+    Case(
+        "rank-in-a-file-name-too-large-is-no-rank",
+        ["ingest", "rank99999999999999999999.json", "-o", "out"],
+        0,
+        r"rank99999999999999999999\.json \[kineto, rank \?\]",
+        _trace_with_rank(None, "rank99999999999999999999.json"),
+    ),
     # --force and outputs
     Case(
         "force-on-folder-holding-the-input",

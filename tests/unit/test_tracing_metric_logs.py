@@ -157,6 +157,14 @@ def test_user_phase_map_decides_the_timers_too(tmp_path):
         ),
         ('{"step": "one", "data": {"timing_s/gen": 1.0}}\n', r"line 1: step 'one' is not a whole number"),
         (
+            '{"step": 1e20, "data": {"timing_s/gen": 1.0}}\n',
+            r"line 1: step 1e\+20 is not a whole number from 0",
+        ),
+        (
+            '{"step": 100000000000000000000, "data": {}}\n',
+            r"line 1: step 100000000000000000000 is not a whole",
+        ),
+        (
             '{"step": 1, "data": {"loss": 1.0, "lr": 0.1}}\n',
             r"line 1: no verl .* key in any step \(keys seen: loss, lr\)",
         ),

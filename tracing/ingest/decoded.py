@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracing.ingest.kineto_rows import KIND_CODE, as_int
-from tracing.ingest.trace import Trace, rank_from_name, report_name
+from tracing.ingest.trace import MAX_RANK, Trace, rank_from_name, report_name
 from tracing.outputs import schema, store
 from tracing.outputs.errors import TraceFormatError
 
@@ -106,6 +106,8 @@ def kineto_info(
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else None
     file_rank = None if dist is None else dist.get("rank")
+    if isinstance(file_rank, int) and not -MAX_RANK <= file_rank <= MAX_RANK:
+        raise TraceFormatError(path, f"distributedInfo.rank is not a rank: {file_rank}")
     resolved = file_rank if isinstance(file_rank, int) else rank_from_name(path)
     if resolved is None:
         resolved = rank

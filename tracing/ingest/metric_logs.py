@@ -296,7 +296,9 @@ def _line_steps(p: Path, text: str, again: set[int]) -> tuple[dict[int, dict[str
             )
         step = _step_number(rec[step_key])
         if step is None:
-            raise InputError(f"{p}: line {lineno}: step {rec[step_key]!r} is not a whole number >= 0")
+            raise InputError(
+                f"{p}: line {lineno}: step {rec[step_key]!r} is not a whole number from 0 to 2^62"
+            )
         data = rec.get("data") if "data" in rec and len(rec) == 2 else None
         if data is not None:
             layout = "verl_file_logger"
@@ -325,21 +327,24 @@ def _tag_steps(p: Path, text: str) -> dict[int, dict[str, float]]:
         for raw_step, value in series.items():
             step = _step_number(raw_step)
             if step is None:
-                raise InputError(f"{p}: tag {tag!r}: step {raw_step!r} is not a whole number >= 0")
+                raise InputError(f"{p}: tag {tag!r}: step {raw_step!r} is not a whole number from 0 to 2^62")
             steps.setdefault(step, {}).update(_numbers(p, f"tag {tag!r} step {step}", {tag: value}))
     return steps
 
 
 def _step_number(value: Any) -> int | None:
+    """A whole step number >= 0 that the int64 step column holds (at most ``2**62``), else None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    if isinstance(value, int) and value >= 0:
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    return None
+    if isinstance(value, str) and value.isdigit() and len(value) < 19:
+        step = int(value)
+    elif isinstance(value, int):
+        step = value
+    elif isinstance(value, float) and value.is_integer():
+        step = int(value)
+    else:
+        return None
+    return step if 0 <= step <= 2**62 else None
 
 
 def _numbers(p: Path, where: str, data: dict[str, Any]) -> dict[str, float]:

@@ -24,6 +24,7 @@ _RAY_REPORT = re.compile(r"worker_process_(?P<pid>\d+)(?:\.(?P<capture>\d+))?$")
 # verl's torch profiler: '<worker>_<role>_step<N>_rank<r>-of-<w>_..._pid<p>_<timestamp>'
 # (verl/utils/profiler/torch_profile.py build_trace_basename)
 _VERL_STEP = re.compile(r"(?:^|_)step(?P<step>\d+)_rank\d+")
+MAX_RANK = 2**31 - 1  # the largest rank a name, an environment, a file or --rank may give
 MAX_STEP = 10**7  # a step number a name may give (larger: not a profiled step; ten digits and more overflow)
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".sqlite3", ".db", ".gz", ".json")
 # the global rank torchrun and Ray worker groups set (verl/single_controller/ray/base.py,
@@ -98,7 +99,7 @@ def rank_from_name(path: str | Path) -> int | None:
     """``rank-3.json.gz`` / ``trace_rank3.json`` / verl's ``..._rank3-of-8_...`` -> 3; None when the name
     carries no rank."""
     m = _RANK_IN_NAME.search(Path(path).name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= MAX_RANK else None
 
 
 def report_name(path: str | Path) -> dict[str, Any]:
@@ -133,7 +134,7 @@ def rank_from_environment(environment: str | None) -> int | None:
     """``RANK`` in a process environment written as ``K=V;K=V`` (nsys ``TARGET_INFO_SYSTEM_ENV``
     ``DeviceEnvironment``); None without one."""
     m = _RANK_VARIABLE.search(environment or "")
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= MAX_RANK else None
 
 
 def report_rank(
