@@ -150,6 +150,15 @@ CASES = [
         r"rank99999999999999999999\.json \[kineto, rank \?\]",
         _trace_with_rank(None, "rank99999999999999999999.json"),
     ),
+    Case(
+        "label-size-too-large",
+        ["ingest", "t.json.gz", "-o", "out", "--label", f"tokens_per_microbatch={10**20},precision=bf16"],
+        2,
+        r"^mxperf ingest: error: --label: label tokens_per_microbatch=100000000000000000000 must be a positive "
+        r"integer up to 2\^62$",
+        _trace_and_notes,
+        ["out"],
+    ),
     # --force and outputs
     Case(
         "force-on-folder-holding-the-input",

@@ -48,10 +48,11 @@ class Labels:
             raise InputError(
                 f"label phase={self.phase!r} is not a canonical phase; use one of {', '.join(PHASES)}"
             )
-        if self.tokens_per_microbatch is not None and self.tokens_per_microbatch <= 0:
-            raise InputError(
-                f"label tokens_per_microbatch={self.tokens_per_microbatch} must be a positive integer"
-            )
+        size, repeat = self.tokens_per_microbatch, self.repeat  # int64 columns hold them
+        if size is not None and not 0 < size <= 2**62:
+            raise InputError(f"label tokens_per_microbatch={size} must be a positive integer up to 2^62")
+        if repeat is not None and not 0 <= repeat <= 2**62:
+            raise InputError(f"label repeat={repeat} must be a whole number from 0 to 2^62")
 
     @property
     def complete(self) -> bool:
