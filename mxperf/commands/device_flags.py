@@ -53,8 +53,8 @@ def device_settings(args: argparse.Namespace) -> dict[str, Any]:
     from pipeline.device import resolve_device
 
     threads = args.threads
-    if threads < 1:
-        raise InputError(f"--threads must be >= 1, got {threads}")
+    if not 1 <= threads <= 4096:
+        raise InputError(f"--threads must be from 1 to 4096, got {threads}")
     resolve_device(args.device)  # DeviceUnavailableError: one line naming what this machine has
     torch.set_num_threads(threads)
     out: dict[str, Any] = {"device": args.device}

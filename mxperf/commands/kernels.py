@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         dev = device(args.device)
     from perfmodel.kernels.summary import document
 
-    doc = document(args.out, top=args.top, dev=dev)
+    doc = document(args.out, top=min(args.top, 2**62), dev=dev)  # more than any table holds: every kernel
     setup = bounds_setup(args)
     if getattr(args, "fit", None) and setup is None:
         raise InputError("--fit needs --device and --model-shape (the floors its terms are set against)")

@@ -22,10 +22,13 @@ def _flag(name: str) -> str:
 
 
 def at_least(minimum: int, **values: Any) -> None:
-    """Each value an int >= ``minimum`` (InputError naming the flag otherwise)."""
+    """Each value an int >= ``minimum`` and at most ``2**62`` (a seed, a count torch and NumPy take as a
+    64-bit integer), InputError naming the flag otherwise."""
     for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             raise InputError(f"{_flag(name)} must be an integer >= {minimum}, got {v!r}")
+        if v > 2**62:
+            raise InputError(f"{_flag(name)} must be at most 2^62, got {v!r}")
 
 
 def positive(**values: Any) -> None:

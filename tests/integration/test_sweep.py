@@ -126,7 +126,8 @@ def test_bad_sizes_on_the_command_line_exit_2(tmp_path, capsys, sizes, message):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--threads", "0"], "--threads must be >= 1"),
+        (["--threads", "0"], "--threads must be from 1 to 4096"),
+        (["--seed", str(10**20)], "--seed must be at most 2^62"),
         (["--device", "cuda:7"], "--device cuda:7"),
         (["--device", "tpu"], "choose auto | cpu"),
         (["--gemm", "fast"], "unknown --gemm"),
