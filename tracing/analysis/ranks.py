@@ -118,24 +118,6 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
     return schema.to_frame(straggler_table(table))
 
 
-def process_roles(
-    trace: Sequence[Any],
-    rank: Sequence[Any],
-    pid: Sequence[Any],
-    phase: Sequence[Any],
-    seconds: Sequence[Any],
-) -> dict[tuple[Any, Any, Any], str]:
-    """Each process's (trace, rank, pid) role: the phases it spends time in, ``sync`` and ``other`` aside
-    ("logprob,update"). Data-parallel ranks share one; a sampler that only generates beside the learner ranks
-    has another, and only processes of one role are ranks of each other."""
-    out: dict[tuple[Any, Any, Any], set[str]] = {}
-    for key, ph, sec in zip(zip(trace, rank, pid, strict=True), phase, seconds, strict=True):
-        mine = out.setdefault(key, set())
-        if ph not in ("sync", "other") and not _missing(sec) and sec > 0:
-            mine.add(str(ph))
-    return {k: ",".join(sorted(v)) for k, v in out.items()}
-
-
 def straggler_table(steps: pa.Table) -> pa.Table:
     """One row per step (``schema.STRAGGLER_COLUMNS``): the slowest and fastest process, the median, and the
     slowest one's lag; each process's step is the sum of its phases (``trace``, ``rank``, ``pid``, ``step``,
@@ -148,7 +130,7 @@ def straggler_table(steps: pa.Table) -> pa.Table:
     median over processes; ``spread_pct`` = (slowest - fastest) / fastest. ``processes`` counts the processes
     that ran the step (a step missing on some rank is visible here). Ties go to the lowest rank number, then
     pid, then path -- never to the path that sorts first as text ("rank-127" < "rank-27")."""
-    from tracing.analysis.steps import kahan_sum
+    from tracing.analysis.steps import kahan_sum, process_roles
     from tracing.outputs import schema
 
     trace, rank, pid, step, seconds = (

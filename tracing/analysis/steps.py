@@ -580,6 +580,24 @@ def merge_process_files(table: pa.Table) -> pa.Table:
     return pa.table({c: merged[c] for c in table.column_names}, schema=table.schema)
 
 
+def process_roles(
+    trace: Sequence[Any],
+    rank: Sequence[Any],
+    pid: Sequence[Any],
+    phase: Sequence[Any],
+    seconds: Sequence[Any],
+) -> dict[tuple[Any, Any, Any], str]:
+    """Each process's (trace, rank, pid) role: the phases it spends time in, ``sync`` and ``other`` aside
+    ("logprob,update"). Data-parallel ranks share one; a sampler that only generates beside the learner ranks
+    has another, and only processes of one role are ranks of each other."""
+    out: dict[tuple[Any, Any, Any], set[str]] = {}
+    for key, ph, sec in zip(zip(trace, rank, pid, strict=True), phase, seconds, strict=True):
+        mine = out.setdefault(key, set())
+        if ph not in ("sync", "other") and sec is not None and sec == sec and sec > 0:
+            mine.add(str(ph))
+    return {k: ",".join(sorted(v)) for k, v in out.items()}
+
+
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
     """``step, phase, seconds`` for the step time a job waits for: per step and role, the phases of the process
     with the longest step (kept whole, so they add up to that step: the one ``stragglers.parquet`` names where
@@ -593,8 +611,6 @@ def one_process(steps: pd.DataFrame) -> pd.DataFrame:
 
     if steps.empty:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
-    from tracing.analysis.ranks import process_roles
-
     keys = [k for k in ("trace", "rank", "pid") if k in steps]
     totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
 
