@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from mxperf.cli import main
@@ -40,3 +41,9 @@ def test_pretrain_cli_reports_the_cache_entry(tmp_path, monkeypatch, capsys):
     second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert first["cached"] is False and second["cached"] is True and first["path"] == second["path"]
     assert second["path"].startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize("bad", [{"seed": -1}, {"seed": 10**20}, {"steps": 10**20}, {"batch_size": 0}])
+def test_pretrain_config_refuses_values_torch_cannot_take(bad):
+    with pytest.raises(ValueError, match="invalid pretrain config"):
+        PretrainConfig(**bad)
