@@ -104,3 +104,30 @@ def test_nsys_report_file_says_to_export_to_sqlite(tmp_path):
     p.write_bytes(b"\x00binary report")
     with pytest.raises(TraceFormatError, match="nsys export --type sqlite"):
         load_nsys_events(p)
+
+
+def test_an_export_cut_down_by_hand_takes_its_kernels_pid_from_their_launches(tmp_path):
+    """Tools' test exports keep a few columns: kernels without ``globalPid``, runtime calls without
+    ``eventClass``. A kernel then belongs to the process of the call that launched it (by correlation id), and
+    host stall is measured as in a full export."""
+    p = tmp_path / "cut.sqlite"
+    con = sqlite3.connect(p)
+    con.executescript(
+        "CREATE TABLE StringIds (id INTEGER, value TEXT);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,"
+        " correlationId INTEGER, shortName INTEGER, demangledName INTEGER);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, correlationId INTEGER,"
+        " globalTid INTEGER, nameId INTEGER);"
+        "INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel_v7000'), (2, 'gemm');"
+    )
+    gtid = (1 << 48) | (777 << 24) | 5
+    for corr, (l0, l1, k0, k1) in enumerate([(0, 10, 20, 120), (300, 320, 330, 430)], start=1):
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 1)", (l0, l1, corr, gtid))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 7, ?, 2, 2)", (k0, k1, corr))
+    con.commit()
+    con.close()
+    tr = load_nsys_events(p)
+    kernels = tr.events[tr.events["kind"] == "kernel"]
+    assert kernels["pid"].tolist() == [777, 777] and tr.meta["gpu_ops_without_pid"] == 2
+    (d,) = metrics.device_metrics(tr.events).to_dict("records")
+    assert (d["pid"], d["busy_ns"], d["host_stall_ns"]) == (777, 200, 320 - 120)

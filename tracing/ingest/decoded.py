@@ -157,10 +157,10 @@ def _raw_table(c: dict[str, np.ndarray], first: int) -> pa.Table:
     return pa.table(cols)
 
 
-def gpu_pid_sql(con: duckdb.DuckDBPyConnection) -> str | None:
+def gpu_pid_sql(con: duckdb.DuckDBPyConnection, unknown_only: bool = False) -> str | None:
     """The pid expression of the events view over ``raw`` (None: the rows' own pids stand).
 
-    Each GPU row (device >= 0) takes the pid of the first launch call (in file order) with its correlation; one
+    Each GPU row (device >= 0; ``unknown_only``: each with no pid, an nsys kernel without ``globalPid``) takes the pid of the first launch call (in file order) with its correlation; one
     without a launch record takes the pid that launched most of the other ops on its device, else the file's
     most common launching pid (the smallest pid among equals). A file with no launch record at all gives its GPU
     rows the one process its other rows have, if there is one (else they stay with none)."""
@@ -174,8 +174,9 @@ def gpu_pid_sql(con: duckdb.DuckDBPyConnection) -> str | None:
         counts = hosts if len(hosts) == 1 else []
     if not counts:
         return None
+    gpu_row = f"r.device >= 0 and r.pid = {schema.NO_ID}" if unknown_only else "r.device >= 0"
     if len(counts) == 1:
-        return f"case when r.device >= 0 then {int(counts[0][0])} else r.pid end"
+        return f"case when {gpu_row} then {int(counts[0][0])} else r.pid end"
     overall = min(counts, key=lambda pc: (-pc[1], pc[0]))[0]
     con.execute(
         f"""create or replace temp table launch_pid as
@@ -185,12 +186,14 @@ def gpu_pid_sql(con: duckdb.DuckDBPyConnection) -> str | None:
           select r.device, l.lpid, count(*) as c from raw r join launch_pid l on r.correlation = l.correlation
           where r.device >= 0 group by r.device, l.lpid) group by device"""
     )
-    return f"case when r.device >= 0 then coalesce(l.lpid, d.fill, {int(overall)}) else r.pid end"
+    return f"case when {gpu_row} then coalesce(l.lpid, d.fill, {int(overall)}) else r.pid end"
 
 
 def events_sql(con: duckdb.DuckDBPyConnection, d: Decoded) -> str:
     """The query giving the event table's int64 columns and codes in file order (``rid``), fixed."""
-    pid = gpu_pid_sql(con) if d.format == "kineto" else None
+    pid = gpu_pid_sql(con) if d.format == "kineto" else None  # a Kineto GPU row's pid is its device
+    if d.format == "nsys" and d.meta.get("gpu_ops_without_pid"):
+        pid = gpu_pid_sql(con, unknown_only=True)
     cols = []
     for c in ("kind", "name", "domain", "shapes", *INT_COLUMNS):
         if c == "pid" and pid is not None:

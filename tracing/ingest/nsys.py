@@ -155,6 +155,7 @@ class _Builder:
         self.negative_durations = 0  # rows that end before they start: kept 0 long (:meth:`dur`)
         self.graphs_whole = 0  # CUDA graph launches traced as one op (GRAPH_TABLE rows)
         self.graphs_untimed = 0  # GRAPH_TABLE rows CUPTI could not time, left out
+        self.gpu_ops_without_pid = 0  # GPU rows with no globalPid: they take their launch call's pid
         self.parts: list[dict[str, np.ndarray]] = []
 
     def dur(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -288,13 +289,16 @@ def read_parts(
             continue
         if table == GRAPH_TABLE and name_col not in tables[table]:  # an export without graph ids: unnamed
             name_col = str(schema.NO_ID)
-        _need(path, tables, table, (*_GPU_COLUMNS, *([name_col] if name_col[0].isalpha() else [])))
+        # a kernel without globalPid (an export cut down by hand) takes its launch call's pid (decoded.gpu_pid_sql)
+        owned = "globalPid" in tables[table]
+        needed = [c for c in _GPU_COLUMNS if c != "globalPid"] + ([name_col] if name_col[0].isalpha() else [])
+        _need(path, tables, table, tuple(needed))
         _intern_ids(con, b, table, _nz(name_col), namers[table])
         exprs = [
             _int("start"),
             _int('"end"'),
             *(
-                _int(c, schema.NO_ID)
+                _int(c, schema.NO_ID) if c != "globalPid" or owned else str(schema.NO_ID)
                 for c in ("deviceId", "streamId", "correlationId", "globalPid", name_col)
             ),
             *([_int(bytes_col, schema.NO_ID)] if bytes_col else []),
@@ -307,7 +311,8 @@ def read_parts(
             ).fetchone()[0]
         for m, _ in _rows(path, rows, table, exprs, where=where):
             start, end = m[:, 0], m[:, 1]
-            pid, _ = decode_global_tid(m[:, 5])
+            pid = np.where(m[:, 5] == schema.NO_ID, schema.NO_ID, decode_global_tid(m[:, 5])[0])
+            b.gpu_ops_without_pid += int((m[:, 5] == schema.NO_ID).sum())
             b.add(
                 kind,
                 len(m),
@@ -325,7 +330,8 @@ def read_parts(
             yield
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         table = "CUPTI_ACTIVITY_KIND_RUNTIME"
-        _need(path, tables, table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId"))
+        _need(path, tables, table, ("start", "end", "globalTid", "correlationId", "nameId"))
+        classed = "eventClass" in tables[table]  # an export cut down by hand may lack it: runtime calls
         _intern_ids(con, b, table, _nz("nameId"), string)
         exprs = [
             _int("start"),
@@ -334,7 +340,7 @@ def read_parts(
         ]
         # runtime (eventClass 0, or anything but 1) calls first, then driver calls: one pass per class
         for kind, cond in ((schema.RUNTIME, "<>"), (schema.DRIVER, "=")):
-            where = f"{_nz('n.eventClass')} {cond} {DRIVER_CLASS}"
+            where = f"{_nz('n.eventClass') if classed else schema.NO_ID} {cond} {DRIVER_CLASS}"
             for m, _ in _rows(path, rows, table, exprs, where=where):
                 pid, tid = decode_global_tid(m[:, 2])
                 b.add(
@@ -470,6 +476,7 @@ def report_meta(
         "negative_durations": b.negative_durations,
         "cuda_graphs_whole": b.graphs_whole,
         "cuda_graphs_untimed": b.graphs_untimed,
+        "gpu_ops_without_pid": b.gpu_ops_without_pid,
         "missing_tables": [
             t
             for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
