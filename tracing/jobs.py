@@ -66,6 +66,9 @@ class FileResult:
     phase_seconds: dict[str, float] | None = None
     first_step_ns: int | None = None  # the start of its first step (its own clock), to order a rank's files
     step_notes: list[str] = field(default_factory=list)  # how its steps were found (stderr, manifest)
+    step_spans: list[tuple[int, int, int, int]] = field(
+        default_factory=list
+    )  # (pid, step, start, end), own clock
 
 
 @dataclass
@@ -79,6 +82,7 @@ class Analysis:
     first_step_ns: int | None = None
     step_notes: list[str] = field(default_factory=list)
     file_facts: dict[str, Any] = field(default_factory=dict)  # what the events say of the file (its meta)
+    step_spans: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 def analyze_trace(
@@ -157,10 +161,12 @@ def analyze_in(
         "steps": step_table,
         "microbatches": mb.table,
     }
-    starts = steps.step_windows(step_input, trace.path)["start_ns"] if step_table.num_rows else []
-    first = int(min(starts)) if len(starts) else None
+    windows = steps.step_windows(step_input, trace.path) if step_table.num_rows else None
+    cols = ("pid", "step", "start_ns", "end_ns")
+    spans = [] if windows is None else list(zip(*(windows[c].tolist() for c in cols), strict=True))
+    first = min(w[2] for w in spans) if spans else None
     facts = {"ops_before_launch": before} if before else {}
-    return Analysis(tables, mb, timelines, staged_ranges, first, step_notes, facts)
+    return Analysis(tables, mb, timelines, staged_ranges, first, step_notes, facts, spans)
 
 
 def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
@@ -268,6 +274,7 @@ def ingest_file(
         timelines=analysis.timelines,
         first_step_ns=analysis.first_step_ns,
         step_notes=analysis.step_notes,
+        step_spans=analysis.step_spans,
     )
     if analysis.staged_ranges is not None:  # written from the engine a part at a time: not in the result
         path, result.num_ranges, result.phase_seconds = analysis.staged_ranges
@@ -387,6 +394,51 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
     return notes
 
 
+def overlapping_roles(results: list[FileResult], share: float = 0.1) -> list[str]:
+    """Say where processes of different roles (``steps.process_roles``: a sampler that only generates beside
+    the learner) run one step at the same time -- an async trainer, whose step is not the sum of the roles'
+    phases that ``steps.one_process`` takes. Two processes' windows of one step number overlap when they share
+    ``share`` of the shorter one (on the epoch clock; files whose clocks cannot be aligned are left out).
+    Each such trace gets a step note (:data:`steps.OVERLAP`); returns one note for the ingest."""
+    spans: list[tuple[int, str, int, int, int]] = []  # (step, role, start, end, result index)
+    for i, r in enumerate(results):
+        offset = clock_offset_ns(r)
+        if r.format == METRIC_LOG or not r.step_spans or not len(r.steps) or offset is None:
+            continue
+        cols = {c: r.steps.column(c).to_pylist() for c in ("trace", "rank", "pid", "phase", "seconds")}
+        roles = steps.process_roles(*cols.values())
+        role_of = {pid: role for (_, _, pid), role in roles.items()}
+        spans += [(st, role_of.get(pid, ""), lo + offset, hi + offset, i) for pid, st, lo, hi in r.step_spans]
+    hit: dict[int, set[int]] = {}  # result index -> steps
+    roles_seen: set[tuple[str, str]] = set()
+    spans.sort()
+    for a, x in enumerate(spans):
+        for y in spans[a + 1 :]:
+            if y[0] != x[0]:
+                break
+            if x[1] == y[1]:
+                continue
+            inter = min(x[3], y[3]) - max(x[2], y[2])
+            if inter > share * min(x[3] - x[2], y[3] - y[2]) and inter > 0:
+                hit.setdefault(x[4], set()).add(x[0])
+                hit.setdefault(y[4], set()).add(x[0])
+                roles_seen.add(tuple(sorted((x[1] or "none", y[1] or "none"))))
+    for i, numbers in hit.items():
+        shown = ", ".join(map(str, sorted(numbers)[:5])) + (" ..." if len(numbers) > 5 else "")
+        results[i].step_notes.append(
+            f"steps {shown}: {steps.OVERLAP} with a process of another role (an async trainer): a step's time "
+            "is not the sum of the roles' phases that the Step time page and the step model add; a metric log's "
+            "step timer (verl timing_s/step) gives it"
+        )
+    if not hit:
+        return []
+    pairs = "; ".join(f"{a} / {b}" for a, b in sorted(roles_seen))
+    return [
+        f"processes of different roles ({pairs}) run the same steps at the same time in {len(hit)} file(s): "
+        "an async trainer; step times that add the roles' phases over-state its steps"
+    ]
+
+
 def _renumber(r: FileResult, shift: int) -> None:
     """``shift`` added to every step number of ``r``'s step and micro-batch tables."""
     import pyarrow as pa
@@ -399,6 +451,7 @@ def _renumber(r: FileResult, shift: int) -> None:
         moved = t.column("step").to_numpy() + shift
         tables[i] = t.set_column(col, "step", pa.array(moved, t.schema.field(col).type))
     r.steps = tables[0]
+    r.step_spans = [(pid, step + shift, lo, hi) for pid, step, lo, hi in r.step_spans]
     if r.microbatches is not None:
         r.microbatches.table = tables[1]
 

@@ -32,6 +32,7 @@ from tracing.jobs import (
     combine_microbatches,
     ingest_many,
     number_steps_across_files,
+    overlapping_roles,
     share_devices,
 )
 from tracing.outputs import schema, store
@@ -280,8 +281,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{r.path}: {n}" for r in results for n in r.step_notes
             ]  # before a note per renumbered file
             renumbered = number_steps_across_files(results)
+            overlaps = overlapping_roles(results)
             microbatches, notes, picked = _microbatches(results)
-            notes = [*colocated, *said, *renumbered, *notes]
+            notes = [*colocated, *said, *renumbered, *overlaps, *notes]
             _write(od.path, results, microbatches)
             log_lines = _write_metric_logs(od.path, results, cli_labels)
         except BaseException:

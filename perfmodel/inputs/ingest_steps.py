@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.run_folder import RunFolder
-from tracing.analysis.steps import INFERRED, merge_process_files, one_process
+from tracing.analysis.steps import INFERRED, OVERLAP, merge_process_files, one_process
 from tracing.ingest.metric_logs import FRAMEWORKS, SAMPLER_WAIT
 from tracing.outputs import schema, store
 
@@ -75,6 +75,17 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
             f"{path}: the steps of {whose} are inferred from phase ranges (no step range in the trace): each "
             "spans its phases only, so time between them (a worker waiting for the driver's reward, say) is in no "
             "phase; a metric log's step timer (verl timing_s/step) gives the whole step"
+        )
+    overlapped = [
+        t.get("path")
+        for t in manifest.get("traces") or []
+        if any(OVERLAP in str(n) for n in t.get("step_notes") or [])
+    ]
+    if overlapped:
+        notes.append(
+            f"{path}: {len(overlapped)} of its traces hold processes of different roles that run the same steps at "
+            "the same time (an async trainer): their phases are added, which over-states each step; a metric log's "
+            "step timer gives it"
         )
     steps = _waits_apart(path, steps, manifest, notes)
     keyed = []

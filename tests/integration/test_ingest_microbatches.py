@@ -367,7 +367,9 @@ def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, ca
         truth[step] = sorted(r.tokens for r in sim.truth if r.phase == "update")
         name = f"actor_actor_update_step{step}_rank0-of-1_pid4242_2026120801010{k}001.json.gz"
         st.write_kineto(sim, folder / name, world_size=1)
-    whole = st.Job(steps=((256, 768),), profiler_steps=False, seed=5, pid=4343, base_time_ns=1_700_000_100 * 10**9)
+    whole = st.Job(
+        steps=((256, 768),), profiler_steps=False, seed=5, pid=4343, base_time_ns=1_700_000_100 * 10**9
+    )
     st.write_kineto(
         st.simulate(whole), folder / "actor_train_step12_rank0-of-1_pid4343_20261208010501001.json.gz"
     )
@@ -382,3 +384,35 @@ def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, ca
     mb = store.read_table(out / store.MICROBATCHES)
     mine = mb[(mb["pid"] == 4242) & (mb["phase"] == "update")]
     assert mine.groupby("step")["num_tokens"].apply(sorted).to_dict() == truth
+
+
+@pytest.mark.parametrize("apart_s", [0, 10])
+def test_roles_that_run_one_step_at_the_same_time_are_said_to_overlap(tmp_path, capsys, apart_s):
+    """An async trainer: one process scores and updates while another (another role: it only updates here) runs
+    the same steps at the same time. Adding the roles' phases over-states a step: the ingest and the step model
+    say so; processes that take turns (10 s apart) are not flagged."""
+    folder = tmp_path / "async"
+    for pid, logprob, later in ((4242, True, 0), (5151, False, apart_s)):
+        job = st.Job(
+            steps=((512, 1024), (2048,)),
+            logprob=logprob,
+            pid=pid,
+            profiler_steps=not logprob,  # the update-only process: steps from its ProfilerStep#N
+            seed=pid,
+            base_time_ns=1_700_000_000 * 10**9 + later * 10**9,
+        )
+        st.write_kineto(st.simulate(job), folder / f"worker_{pid}.json.gz")
+    out = tmp_path / "ing"
+    assert main(["ingest", str(folder), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    said = [n for t in read_manifest(out)["traces"] for n in t["step_notes"] if "runs at the same time" in n]
+    from perfmodel.inputs.ingest_steps import phase_sources
+
+    _, notes = phase_sources(out, read_manifest(out))
+    flagged = [n for n in notes if "async trainer" in n]
+    if apart_s:
+        assert not said and "async trainer" not in err and not flagged
+    else:
+        assert len(said) == 2 and all(n.startswith("steps 0, 1: runs at the same time") for n in said)
+        assert "run the same steps at the same time in 2 file(s): an async trainer" in err
+        assert len(flagged) == 1

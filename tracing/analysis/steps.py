@@ -351,6 +351,7 @@ def _step_notes(
 # its start by more than this share of it; the fit calls such micro-batch windows overlapped (fit_all)
 LAG_SHARE = 0.05
 INFERRED = "no step range"  # what a step note of a process whose steps are inferred says (read by perfmodel)
+OVERLAP = "runs at the same time"  # what a step note of an async trainer's roles says (read by perfmodel)
 
 
 def _ns(column: Any) -> np.ndarray:
