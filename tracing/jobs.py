@@ -400,14 +400,20 @@ def overlapping_roles(results: list[FileResult], share: float = 0.1) -> list[str
     phases that ``steps.one_process`` takes. Two processes' windows of one step number overlap when they share
     ``share`` of the shorter one (on the epoch clock; files whose clocks cannot be aligned are left out).
     Each such trace gets a step note (:data:`steps.OVERLAP`); returns one note for the ingest."""
+    taken = [
+        (i, r, offset)
+        for i, r in enumerate(results)
+        if r.format != METRIC_LOG
+        and r.step_spans
+        and len(r.steps)
+        and (offset := clock_offset_ns(r)) is not None
+    ]
+    names = ("trace", "rank", "pid", "phase", "seconds")
+    cols = {c: [v for _, r, _ in taken for v in r.steps.column(c).to_pylist()] for c in names}
+    roles = steps.process_roles(*cols.values())  # over every process of the ingest, as one_process takes them
     spans: list[tuple[int, str, int, int, int]] = []  # (step, role, start, end, result index)
-    for i, r in enumerate(results):
-        offset = clock_offset_ns(r)
-        if r.format == METRIC_LOG or not r.step_spans or not len(r.steps) or offset is None:
-            continue
-        cols = {c: r.steps.column(c).to_pylist() for c in ("trace", "rank", "pid", "phase", "seconds")}
-        roles = steps.process_roles(*cols.values())
-        role_of = {pid: role for (_, _, pid), role in roles.items()}
+    for i, r, offset in taken:
+        role_of = {pid: role for (trace, _, pid), role in roles.items() if trace == r.path}
         spans += [(st, role_of.get(pid, ""), lo + offset, hi + offset, i) for pid, st, lo, hi in r.step_spans]
     hit: dict[int, set[int]] = {}  # result index -> steps
     roles_seen: set[tuple[str, str]] = set()

@@ -388,20 +388,26 @@ def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, ca
 
 @pytest.mark.parametrize("apart_s", [0, 10])
 def test_roles_that_run_one_step_at_the_same_time_are_said_to_overlap(tmp_path, capsys, apart_s):
-    """An async trainer: one process scores and updates while another (another role: it only updates here) runs
-    the same steps at the same time. Adding the roles' phases over-states a step: the ingest and the step model
-    say so; processes that take turns (10 s apart) are not flagged."""
+    """An async trainer: one process scores and updates while a sampler (another role: its one phase is named
+    as a generation here) runs the same steps at the same time. Adding the roles' phases over-states a step: the
+    ingest and the step model say so; processes that take turns (10 s apart) are not flagged."""
     folder = tmp_path / "async"
     for pid, logprob, later in ((4242, True, 0), (5151, False, apart_s)):
         job = st.Job(
             steps=((512, 1024), (2048,)),
             logprob=logprob,
             pid=pid,
-            profiler_steps=not logprob,  # the update-only process: steps from its ProfilerStep#N
+            profiler_steps=not logprob,  # the sampler: steps from its ProfilerStep#N
             seed=pid,
             base_time_ns=1_700_000_000 * 10**9 + later * 10**9,
         )
-        st.write_kineto(st.simulate(job), folder / f"worker_{pid}.json.gz")
+        path = st.write_kineto(st.simulate(job), folder / f"worker_{pid}.json.gz")
+        if not logprob:  # its phase range named as verl names a generation
+            path.write_bytes(
+                gzip.compress(
+                    gzip.decompress(path.read_bytes()).replace(b"update_actor", b"generate_sequences")
+                )
+            )
     out = tmp_path / "ing"
     assert main(["ingest", str(folder), "-o", str(out)]) == 0
     err = capsys.readouterr().err

@@ -194,3 +194,24 @@ def test_processes_of_different_roles_add_their_phases_not_race() -> None:
     # stragglers compare ranks of one role: the two policy workers, not the vLLM worker against them
     slow = ranks.stragglers(roles).iloc[0]
     assert (slow["processes"], slow["slowest"], slow["fastest"]) == (2, "rank 1", "rank 0")
+
+
+def test_a_rank_that_does_one_more_phase_is_still_a_rank_of_the_others() -> None:
+    """Rank 0 also computes the reward: it shares its other phases with rank 1, so both are one role -- the job
+    waits for the slower whole rank, and nothing is flagged as another role."""
+    both = _steps(
+        [
+            ("r0.json", 0, 10, 1, "logprob", 0.2),
+            ("r0.json", 0, 10, 1, "update", 0.5),
+            ("r0.json", 0, 10, 1, "reward", 0.1),
+            ("r1.json", 1, 11, 1, "logprob", 0.2),
+            ("r1.json", 1, 11, 1, "update", 0.7),
+        ]
+    )
+    cols = [
+        both[c].astype(object).where(both[c].notna(), None).tolist()
+        for c in ("trace", "rank", "pid", "phase", "seconds")
+    ]
+    assert set(steps.process_roles(*cols).values()) == {"logprob,reward,update"}
+    job = steps.one_process(both).set_index("phase")["seconds"]
+    assert job.to_dict() == pytest.approx({"logprob": 0.2, "update": 0.7})  # rank 1 whole: 0.9 > 0.8

@@ -588,15 +588,21 @@ def process_roles(
     phase: Sequence[Any],
     seconds: Sequence[Any],
 ) -> dict[tuple[Any, Any, Any], str]:
-    """Each process's (trace, rank, pid) role: the phases it spends time in, ``sync`` and ``other`` aside
-    ("logprob,update"). Data-parallel ranks share one; a sampler that only generates beside the learner ranks
-    has another, and only processes of one role are ranks of each other."""
-    out: dict[tuple[Any, Any, Any], set[str]] = {}
+    """Each process's (trace, rank, pid) role: the phases it and the processes it shares a phase with spend time
+    in, ``sync`` and ``other`` aside ("logprob,update"). Data-parallel ranks share one (rank 0 computing the
+    reward too is still a rank of theirs); a sampler that only generates beside the learner ranks has another,
+    and only processes of one role are ranks of each other."""
+    own: dict[tuple[Any, Any, Any], set[str]] = {}
     for key, ph, sec in zip(zip(trace, rank, pid, strict=True), phase, seconds, strict=True):
-        mine = out.setdefault(key, set())
+        mine = own.setdefault(key, set())
         if ph not in ("sync", "other") and sec is not None and sec == sec and sec > 0:
             mine.add(str(ph))
-    return {k: ",".join(sorted(v)) for k, v in out.items()}
+    groups: list[set[str]] = []  # phase sets that share a phase, merged
+    for phases in own.values():
+        touching = [g for g in groups if g & phases]
+        merged = set(phases).union(*touching)
+        groups = [g for g in groups if not g & phases] + ([merged] if merged else [])
+    return {k: next((",".join(sorted(g)) for g in groups if g & v), "") for k, v in own.items()}
 
 
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
