@@ -97,22 +97,19 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
     the rows ``stragglers.parquet`` holds."""
     import pyarrow as pa
 
+    from tracing.analysis.steps import objects
     from tracing.outputs import schema
-
-    def col(k: str) -> list[Any]:
-        if k not in steps.columns:
-            return [None] * len(steps)
-        v = steps[k].astype(object)
-        return v.where(v.notna(), None).tolist()
 
     table = pa.table(
         {
-            "trace": pa.array([None if t is None else str(t) for t in col("trace")], pa.large_string()),
-            "rank": pa.array(col("rank"), pa.int64()),
-            "pid": pa.array(col("pid"), pa.int64()),
+            "trace": pa.array(
+                [None if t is None else str(t) for t in objects(steps, "trace")], pa.large_string()
+            ),
+            "rank": pa.array(objects(steps, "rank"), pa.int64()),
+            "pid": pa.array(objects(steps, "pid"), pa.int64()),
             "step": pa.array(steps["step"].to_numpy(np.int64)),
             "seconds": pa.array(steps["seconds"].to_numpy(np.float64)),
-            **({"phase": pa.array(col("phase"), pa.string())} if "phase" in steps.columns else {}),
+            **({"phase": pa.array(objects(steps, "phase"), pa.string())} if "phase" in steps.columns else {}),
         }
     )
     return schema.to_frame(straggler_table(table))

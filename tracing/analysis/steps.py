@@ -605,6 +605,14 @@ def process_roles(
     return {k: next((",".join(sorted(g)) for g in groups if g & v), "") for k, v in own.items()}
 
 
+def objects(frame: pd.DataFrame, column: str) -> list[Any]:
+    """A frame's column as Python values, None for a null (NaN, NA); all None where it has no such column."""
+    if column not in frame:
+        return [None] * len(frame)
+    v = frame[column].astype(object)
+    return v.where(v.notna(), None).tolist()
+
+
 def one_process(steps: pd.DataFrame) -> pd.DataFrame:
     """``step, phase, seconds`` for the step time a job waits for: per step and role, the phases of the process
     with the longest step (kept whole, so they add up to that step: the one ``stragglers.parquet`` names where
@@ -620,12 +628,6 @@ def one_process(steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"step": [], "phase": [], "seconds": []})
     keys = [k for k in ("trace", "rank", "pid") if k in steps]
     totals = steps.groupby([*keys, "step"], dropna=False, as_index=False)["seconds"].sum()
-
-    def objects(frame: pd.DataFrame, k: str) -> list[Any]:  # a column as Python values, None for a null
-        if k not in frame:
-            return [None] * len(frame)
-        v = frame[k].astype(object)
-        return v.where(v.notna(), None).tolist()
 
     role = process_roles(*(objects(steps, k) for k in ("trace", "rank", "pid", "phase", "seconds")))
     idents = zip(*(objects(totals, k) for k in ("trace", "rank", "pid")), strict=True)
