@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.inputs.run_folder import RunFolder
-from tracing.analysis.steps import INFERRED, OVERLAP, merge_process_files, one_process
+from tracing.analysis.steps import INFERRED, OVERLAP, PARTIAL, merge_process_files, one_process
 from tracing.ingest.metric_logs import FRAMEWORKS, SAMPLER_WAIT
 from tracing.outputs import schema, store
 
@@ -60,6 +60,18 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     steps = store.read_table(spath)
     if steps.empty or not set(STEP_COLUMNS) <= set(steps.columns):
         return [], []
+    notes: list[str] = []
+    partial = {
+        str(t.get("path"))
+        for t in manifest.get("traces") or []
+        if any(PARTIAL in str(n) for n in t.get("step_notes") or [])
+    }
+    if partial:  # its micro-batches are whole and still fit; its step is not
+        notes.append(
+            f"{path}: {len(partial)} of its traces hold a window of their step only ({PARTIAL}: verl's '_mb<a>-<b>' "
+            "or '_part<k>' files): left out of the step times"
+        )
+        steps = steps[~steps["trace"].astype(str).isin(partial)]
     # a process's files (verl's discrete mode: a file per stage of a step) as the one process they are
     steps = schema.to_frame(merge_process_files(schema.from_frame(steps)))
     labels = _trace_labels(manifest)
@@ -68,7 +80,6 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
         for t in manifest.get("traces") or []
         if any(f": {INFERRED}:" in str(n) for n in t.get("step_notes") or [])
     ]
-    notes: list[str] = []
     if inferred:
         whose = f"{inferred[0]}" if len(inferred) == 1 else f"{len(inferred)} of its traces"
         notes.append(

@@ -43,7 +43,9 @@ class PretrainConfig:
         if self.steps < 0 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError(f"invalid pretrain config {self}: need steps >= 0, batch_size >= 1, lr > 0")
         if not 0 <= self.seed <= 2**62 or max(self.steps, self.batch_size) > 2**62:
-            raise ValueError(f"invalid pretrain config {self}: seed must be from 0 to 2^62, steps and batch_size at most 2^62")
+            raise ValueError(
+                f"invalid pretrain config {self}: seed must be from 0 to 2^62, steps and batch_size at most 2^62"
+            )
 
 
 def cache_root() -> Path:

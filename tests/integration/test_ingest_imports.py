@@ -58,7 +58,8 @@ def test_ingest_imports_no_pandas(inputs, tmp_path):
     modules, _ = _mxperf("ingest", *map(str, inputs), "-o", str(out), "--json")
     assert _pandas(modules) == []
     if NSYS not in inputs:  # (ADBC's SQLite driver imports pyarrow.dataset, which imports it)
-        assert "pyarrow.compute" not in modules  # its wrappers cost ~30 ms; tracing calls the kernels directly
+        # its wrappers cost ~30 ms; tracing calls the kernels directly
+        assert "pyarrow.compute" not in modules
     assert (out / "manifest.json").is_file() and any(out.glob("*.parquet"))
 
 

@@ -355,7 +355,7 @@ def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, ca
     infer a cycle from). Each such file is that step, numbered as its name says, micro-batches with it."""
     folder = tmp_path / "discrete"
     truth = {}
-    for k, (step, sizes) in enumerate(((7, (512, 1024)), (9, (2048,)))):
+    for k, (step, sizes) in enumerate(((7, (512, 1024)), (9, (2048,)), (11, (768,)))):
         job = st.Job(
             steps=(sizes,),
             logprob=False,
@@ -365,7 +365,8 @@ def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, ca
         )
         sim = st.simulate(job)
         truth[step] = sorted(r.tokens for r in sim.truth if r.phase == "update")
-        name = f"actor_actor_update_step{step}_rank0-of-1_pid4242_2026120801010{k}001.json.gz"
+        window = "_mb0-1" if step == 11 else ""  # a schedule's window of the update: a part of its step
+        name = f"actor_actor_update_step{step}_rank0-of-1_pid4242_2026120801010{k}001{window}.json.gz"
         st.write_kineto(sim, folder / name, world_size=1)
     whole = st.Job(
         steps=((256, 768),), profiler_steps=False, seed=5, pid=4343, base_time_ns=1_700_000_100 * 10**9
@@ -376,14 +377,23 @@ def test_verl_files_named_by_step_take_that_step_even_a_stage_alone(tmp_path, ca
     out = tmp_path / "ing"
     assert main(["ingest", str(folder), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert err.count("its phase ranges are the one step its file name gives") == 3
+    assert err.count("its phase ranges are the one step its file name gives") == 4
+    assert err.count("the file holds update mini-batches 0-1 of it only") == 1
     steps = store.read_table(out / store.STEPS)
-    assert steps.groupby("pid")["step"].unique().map(sorted).to_dict() == {4242: [7, 9], 4343: [12]}
+    assert steps.groupby("pid")["step"].unique().map(sorted).to_dict() == {4242: [7, 9, 11], 4343: [12]}
     seen = steps[(steps["pid"] == 4242) & (steps["seconds"] > 0)]
     assert set(seen["phase"]) == {"update"}
     mb = store.read_table(out / store.MICROBATCHES)
     mine = mb[(mb["pid"] == 4242) & (mb["phase"] == "update")]
-    assert mine.groupby("step")["num_tokens"].apply(sorted).to_dict() == truth
+    assert (
+        mine.groupby("step")["num_tokens"].apply(sorted).to_dict() == truth
+    )  # whole micro-batches: all kept
+    from perfmodel.inputs.ingest_steps import phase_sources
+
+    sources, notes = phase_sources(out, read_manifest(out))  # the window's step is left out of step times
+    assert any("1 of its traces hold a window of their step only" in n for n in notes)
+    assert sources and all(11 not in set(src.steps["step"]) for src in sources)
+    assert any({7, 9} <= set(src.steps["step"]) for src in sources)
 
 
 @pytest.mark.parametrize("apart_s", [0, 10])

@@ -109,7 +109,13 @@ def test_nemo_rl_report_name_says_worker_steps_and_pid_but_no_rank():
     }
     assert report_name("rank-0.json.gz") == {}
     verl = "actor_train_step7_rank5-of-16_tp1-pp0-dp2-cp0_pid4242_20261208010101001_mb3-4.json.gz"
-    assert report_name(verl) == {"framework": "verl", "profiled_steps": [7]}
+    assert report_name(verl) == {
+        "framework": "verl",
+        "profiled_steps": [7],
+        "window": "update mini-batches 3-4",
+    }
+    assert report_name(verl.replace("_mb3-4", "")) == {"framework": "verl", "profiled_steps": [7]}
+    assert report_name(verl.replace("_mb3-4", "_part1"))["window"] == "part 1"
     assert rank_from_name(verl) == 5
     # a step number no run reaches is not a profiled step (a range of 10^20 steps would never be built)
     assert "profiled_steps" not in report_name("policy_worker_3:100000000000000000000_42.sqlite")

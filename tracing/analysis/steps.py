@@ -312,6 +312,13 @@ def _inferred_steps(
     return out
 
 
+def _window(trace: Any) -> str | None:
+    """What part of its step a verl file holds by its name (``update mini-batches 2-3``), None for a whole one."""
+    from tracing.ingest.trace import report_name
+
+    return report_name(trace).get("window") if isinstance(trace, str) else None
+
+
 def _one_step_file(trace: Any) -> bool:
     """Whether a trace file's name says it holds one RL step (verl's ``..._step<N>_rank<r>...``: a file per
     profiled step, and in verl's discrete mode a file per stage of it)."""
@@ -335,16 +342,24 @@ def _step_notes(
     counts: dict[tuple[Any, int], int] = {}
     for key, *_ in inferred:
         counts[key] = counts.get(key, 0) + 1
-    notes += [
-        f"pid {key[1]}: {INFERRED}: its phase ranges are the one step its file name gives (they span that step's "
-        "phases only)"
-        if _one_step_file(key[0])
-        else f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges (a step begins at each range "
-        "of its first phase other than sync that follows other phases, and spans its phase ranges; time between "
-        "steps is in none)"
-        for key, n in counts.items()
-    ]
-    return notes
+    return notes + [_inferred_note(key, n) for key, n in counts.items()]
+
+
+def _inferred_note(key: tuple[Any, int], n: int) -> str:
+    """The step note of a process (trace, pid) with ``n`` inferred steps."""
+    if not _one_step_file(key[0]):
+        return (
+            f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges (a step begins at each range of "
+            "its first phase other than sync that follows other phases, and spans its phase ranges; time between "
+            "steps is in none)"
+        )
+    note = f"pid {key[1]}: {INFERRED}: its phase ranges are the one step its file name gives (they span that step's "
+    window = _window(key[0])
+    if window is None:
+        return note + "phases only)"
+    return (
+        note + f"phases only); the file holds {window} of it only ({PARTIAL}): its phases there are partial"
+    )
 
 
 # a window (a step or phase range, a micro-batch) "starts behind the GPU" when work queued before it runs past
@@ -352,6 +367,7 @@ def _step_notes(
 LAG_SHARE = 0.05
 INFERRED = "no step range"  # what a step note of a process whose steps are inferred says (read by perfmodel)
 OVERLAP = "runs at the same time"  # what a step note of an async trainer's roles says (read by perfmodel)
+PARTIAL = "a torch.profiler schedule window"  # a step note of a file that holds part of its step (perfmodel)
 
 
 def _ns(column: Any) -> np.ndarray:

@@ -24,6 +24,9 @@ _RAY_REPORT = re.compile(r"worker_process_(?P<pid>\d+)(?:\.(?P<capture>\d+))?$")
 # verl's torch profiler: '<worker>_<role>_step<N>_rank<r>-of-<w>_..._pid<p>_<timestamp>'
 # (verl/utils/profiler/torch_profile.py build_trace_basename)
 _VERL_STEP = re.compile(r"(?:^|_)step(?P<step>\d+)_rank\d+")
+# ... and a file that holds a window of the step (a torch.profiler schedule): '_mb<first>[-<last>]' (update
+# mini-batches), '_part<k>' (a later window of the step)
+_VERL_WINDOW = re.compile(r"_(?:mb(?P<first>\d+)(?:-(?P<last>\d+))?|part(?P<part>\d+))$")
 MAX_RANK = 2**31 - 1  # the largest rank a name, an environment, a file or --rank may give
 MAX_STEP = 10**7  # a step number a name may give (larger: not a profiled step; ten digits and more overflow)
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".sqlite3", ".db", ".gz", ".json")
@@ -109,7 +112,8 @@ def report_name(path: str | Path) -> dict[str, Any]:
     "megatron_policy_worker", "profiled_steps": [3, 4], "pid": 12345}``; Ray / verl
     ``worker_process_12345.2.nsys-rep`` -> ``{"framework": "ray", "pid": 12345, "capture_range": 2}``; verl's
     torch profiler ``actor_train_step7_rank0-of-8_..._pid12345_<timestamp>.json.gz`` -> ``{"framework": "verl",
-    "profiled_steps": [7]}``.
+    "profiled_steps": [7]}``, and with ``_mb2-3`` (a torch.profiler schedule's window of update mini-batches) or
+    ``_part1`` at its end ``"window": "update mini-batches 2-3"`` / ``"part 1"``.
     """
     stem = Path(path).name
     while stem.endswith(_REPORT_SUFFIXES):
@@ -126,7 +130,15 @@ def report_name(path: str | Path) -> dict[str, Any]:
         return info
     m = _VERL_STEP.search(stem)
     if m and int(m["step"]) <= MAX_STEP:
-        return {"framework": "verl", "profiled_steps": [int(m["step"])]}
+        info = {"framework": "verl", "profiled_steps": [int(m["step"])]}
+        w = _VERL_WINDOW.search(stem)
+        if w:  # a window of the step only: its phases are partial
+            info["window"] = (
+                f"update mini-batches {w['first']}-{w['last'] or w['first']}"
+                if w["first"]
+                else f"part {w['part']}"
+            )
+        return info
     return {}
 
 
