@@ -432,3 +432,17 @@ def test_roles_that_run_one_step_at_the_same_time_are_said_to_overlap(tmp_path, 
         assert len(said) == 2 and all(n.startswith("steps 0, 1: runs at the same time") for n in said)
         assert "run the same steps at the same time in 2 file(s): an async trainer" in err
         assert len(flagged) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "numbers"), [("vllm_worker_3:5_4242", [3, 4]), ("vllm_worker_3:6_4242", [])]
+)
+def test_a_one_phase_export_is_a_range_a_step_only_when_its_name_counts_as_many(tmp_path, name, numbers):
+    """A NeMo RL worker that runs one phase (a sampler: one generate call a step) has no phase cycle to infer
+    steps from; its export's name gives the steps it holds, and when that is as many as its ranges, each range is
+    one of them. A count that disagrees gives no steps rather than a guess."""
+    job = st.Job(framework="nemo-rl", steps=((512,), (1024,)), logprob=False, seed=3)
+    path = st.write_nsys_sqlite([st.simulate(job)], tmp_path / f"{name}.sqlite")
+    assert main(["ingest", str(path), "-o", str(tmp_path / "ing")]) == 0
+    steps = store.read_table(tmp_path / "ing" / store.STEPS)
+    assert sorted(set(steps["step"])) == numbers

@@ -270,8 +270,9 @@ def _inferred_steps(
     stepped: set[Any],
 ) -> list[tuple[tuple[Any, int], int, int, int, int]]:
     """Steps of each process with no step range (``stepped``: the processes that have one): in a file whose
-    name gives one step, its phase ranges are that step; else, where its outermost phase ranges hold two
-    phases or more, a step begins at each range of the process's first phase other than
+    name gives one step, its phase ranges are that step; where its outermost phase ranges hold one phase, each is
+    a step when the file name gives as many steps (NeMo RL ``<worker>_3:5_<pid>``: two); else, where they hold
+    two phases or more, a step begins at each range of the process's first phase other than
     ``sync`` (weights are synced before or after other phases, or both) that follows a range of another phase
     (generate, logprob, update, generate, ... or logprob, update, logprob, ...; ranges before the first such
     range are step 0's) and spans its first range's start to its last one's end. Rows ``((trace, pid), number,
@@ -295,7 +296,9 @@ def _inferred_steps(
         if _one_step_file(key[0]):  # its phase ranges are the one step its file name gives
             out.append((key, 0, int(start[outer].min()), int(end[outer].max()), outer[0]))
             continue
-        if len(set(names)) < 2:
+        if len(set(names)) < 2:  # one phase: steps only where the file name counts them, a range each
+            if len(outer) == _named_steps(key[0]) > 1:  # (a NeMo RL sampler's export: one generate a step)
+                out += [(key, no, int(start[k]), int(end[k]), k) for no, k in enumerate(outer)]
             continue
         head = next((n for n in names if n != "sync"), names[0])  # weights sync on either side of a phase
         no, first = 0, outer[0]
@@ -319,12 +322,17 @@ def _window(trace: Any) -> str | None:
     return report_name(trace).get("window") if isinstance(trace, str) else None
 
 
+def _named_steps(trace: Any) -> int:
+    """How many RL steps a trace file's name says it holds (0: it does not say)."""
+    from tracing.ingest.trace import report_name
+
+    return len(report_name(trace).get("profiled_steps") or ()) if isinstance(trace, str) else 0
+
+
 def _one_step_file(trace: Any) -> bool:
     """Whether a trace file's name says it holds one RL step (verl's ``..._step<N>_rank<r>...``: a file per
     profiled step, and in verl's discrete mode a file per stage of it)."""
-    from tracing.ingest.trace import report_name
-
-    return isinstance(trace, str) and len(report_name(trace).get("profiled_steps") or ()) == 1
+    return _named_steps(trace) == 1
 
 
 def _step_notes(
@@ -348,10 +356,12 @@ def _step_notes(
 def _inferred_note(key: tuple[Any, int], n: int) -> str:
     """The step note of a process (trace, pid) with ``n`` inferred steps."""
     if not _one_step_file(key[0]):
+        rule = "a step begins at each range of its first phase other than sync that follows other phases"
+        if _named_steps(key[0]) == n:  # with one phase, its ranges one a step (only so when the name agrees)
+            rule = f"as many as its file name gives: with one phase each range is a step, with more {rule}"
         return (
-            f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges (a step begins at each range of "
-            "its first phase other than sync that follows other phases, and spans its phase ranges; time between "
-            "steps is in none)"
+            f"pid {key[1]}: {INFERRED}: {n} step(s) inferred from its phase ranges ({rule}, and spans its phase "
+            "ranges; time between steps is in none)"
         )
     note = f"pid {key[1]}: {INFERRED}: its phase ranges are the one step its file name gives (they span that step's "
     window = _window(key[0])
