@@ -66,9 +66,8 @@ class FileResult:
     phase_seconds: dict[str, float] | None = None
     first_step_ns: int | None = None  # the start of its first step (its own clock), to order a rank's files
     step_notes: list[str] = field(default_factory=list)  # how its steps were found (stderr, manifest)
-    step_spans: list[tuple[int, int, int, int]] = field(
-        default_factory=list
-    )  # (pid, step, start, end), own clock
+    # each step's window, (pid, step, start, end) on its own clock: where roles overlap (overlapping_roles)
+    step_spans: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 @dataclass
