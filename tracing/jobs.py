@@ -397,15 +397,13 @@ def overlapping_roles(results: list[FileResult], share: float = 0.1) -> list[str
     """Say where processes of different roles (``steps.process_roles``: a sampler that only generates beside
     the learner) run one step at the same time -- an async trainer, whose step is not the sum of the roles'
     phases that ``steps.one_process`` takes. Two processes' windows of one step number overlap when they share
-    ``share`` of the shorter one (on the epoch clock; files whose clocks cannot be aligned are left out).
+    ``share`` of the shorter one (on the epoch clock; a file whose clock cannot be aligned is compared with
+    itself only).
     Each such trace gets a step note (:data:`steps.OVERLAP`); returns one note for the ingest."""
     taken = [
-        (i, r, offset)
+        (i, r, clock_offset_ns(r))
         for i, r in enumerate(results)
-        if r.format != METRIC_LOG
-        and r.step_spans
-        and len(r.steps)
-        and (offset := clock_offset_ns(r)) is not None
+        if r.format != METRIC_LOG and r.step_spans and len(r.steps)
     ]
     names = ("trace", "rank", "pid", "phase", "seconds")
     cols = {c: [v for _, r, _ in taken for v in r.steps.column(c).to_pylist()] for c in names}
@@ -413,7 +411,9 @@ def overlapping_roles(results: list[FileResult], share: float = 0.1) -> list[str
     spans: list[tuple[int, str, int, int, int]] = []  # (step, role, start, end, result index)
     for i, r, offset in taken:
         role_of = {pid: role for (trace, _, pid), role in roles.items() if trace == r.path}
-        spans += [(st, role_of.get(pid, ""), lo + offset, hi + offset, i) for pid, st, lo, hi in r.step_spans]
+        shift = offset or 0
+        spans += [(st, role_of.get(pid, ""), lo + shift, hi + shift, i) for pid, st, lo, hi in r.step_spans]
+    aligned = {i for i, _, offset in taken if offset is not None}
     hit: dict[int, set[int]] = {}  # result index -> steps
     roles_seen: set[tuple[str, str]] = set()
     spans.sort()
@@ -421,7 +421,7 @@ def overlapping_roles(results: list[FileResult], share: float = 0.1) -> list[str
         for y in spans[a + 1 :]:
             if y[0] != x[0]:
                 break
-            if x[1] == y[1]:
+            if x[1] == y[1] or (x[4] != y[4] and not {x[4], y[4]} <= aligned):
                 continue
             inter = min(x[3], y[3]) - max(x[2], y[2])
             if inter > share * min(x[3] - x[2], y[3] - y[2]) and inter > 0:
