@@ -350,7 +350,7 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
     start on the epoch clock; by name where a clock cannot be aligned: verl's names end with a timestamp) and
     each file's steps, and its micro-batches', continue after the previous file's. A file whose name says which
     RL steps it holds (verl's ``_step<N>_``, NeMo RL's ``_<start>:<stop>_``) and whose steps are numbered
-    ``0..n-1`` here takes those numbers instead. Files are grouped by process: rank and pid (a rank's actor and
+    ``0..n-1`` here takes those numbers instead (a verl file of several steps: N, N + 1, ...). Files are grouped by process: rank and pid (a rank's actor and
     critic workers are two processes, each with a file per step), or the pid alone where there is no rank (nsys
     captures of one verl worker: ``worker_process_<pid>.<k>``). Returns a note per process renumbered."""
 
@@ -359,8 +359,11 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
         if r.format == METRIC_LOG or not len(r.steps) or r.first_step_ns is None:
             continue
         named = (r.meta.get("report_name") or {}).get("profiled_steps") or []
-        if named and sorted(set(r.steps.column("step").to_pylist())) == list(range(len(named))):
-            _renumber(r, named[0])  # the steps its name says it holds (consecutive: a start and a count)
+        own = sorted(set(r.steps.column("step").to_pylist()))
+        if named and (own == list(range(len(named))) or (len(named) == 1 and own == list(range(len(own))))):
+            # the steps its name says it holds (consecutive: a start and a count), or the steps that follow the
+            # one it names (verl's profile_continuous_steps: a file from the first of consecutive steps on)
+            _renumber(r, named[0])
             continue
         pids = set(r.steps.column("pid").to_pylist())
         if len(pids) == 1:  # a file of one process (a worker writes one a step: same rank, same pid)

@@ -446,3 +446,21 @@ def test_a_one_phase_export_is_a_range_a_step_only_when_its_name_counts_as_many(
     assert main(["ingest", str(path), "-o", str(tmp_path / "ing")]) == 0
     steps = store.read_table(tmp_path / "ing" / store.STEPS)
     assert sorted(set(steps["step"])) == numbers
+
+
+def test_a_verl_file_of_consecutive_steps_numbers_them_from_the_one_its_name_gives(tmp_path, capsys):
+    """verl's ``global_profiler.profile_continuous_steps`` starts one file at the first of consecutive profiled
+    steps and names it by that step: its phase cycles are steps N, N + 1, ..., not one step."""
+    job = st.Job(steps=((512,), (1024,), (768,)), profiler_steps=False, seed=4)
+    st.write_kineto(
+        st.simulate(job), tmp_path / "in" / "actor_e2e_step20_rank0-of-1_pid4242_20261208010101001.json.gz"
+    )
+    assert main(["ingest", str(tmp_path / "in"), "-o", str(tmp_path / "ing")]) == 0
+    assert "3 step(s) inferred from its phase ranges" in capsys.readouterr().err
+    assert sorted(set(store.read_table(tmp_path / "ing" / store.STEPS)["step"])) == [20, 21, 22]
+    mb = store.read_table(tmp_path / "ing" / store.MICROBATCHES)
+    assert mb[mb["phase"] == "update"].set_index("step")["num_tokens"].to_dict() == {
+        20: 512,
+        21: 1024,
+        22: 768,
+    }

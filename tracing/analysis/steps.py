@@ -293,25 +293,37 @@ def _inferred_steps(
             outer.append(k)
             reach = int(end[k]) if reach is None else max(reach, int(end[k]))
         names = [phases[codes[k]] for k in outer]
-        if _one_step_file(key[0]):  # its phase ranges are the one step its file name gives
+        cycles = _cycles(key, outer, names, start, end) if len(set(names)) > 1 else []
+        # the one step its file name gives: verl starts a file at each profiled step, or at the first of
+        # consecutive ones (profile_continuous_steps), whose phase cycles then count them
+        if _one_step_file(key[0]) and len(cycles) < 2:
             out.append((key, 0, int(start[outer].min()), int(end[outer].max()), outer[0]))
             continue
-        if len(set(names)) < 2:  # one phase: steps only where the file name counts them, a range each
-            if len(outer) == _named_steps(key[0]) > 1:  # (a NeMo RL sampler's export: one generate a step)
-                out += [(key, no, int(start[k]), int(end[k]), k) for no, k in enumerate(outer)]
-            continue
-        head = next((n for n in names if n != "sync"), names[0])  # weights sync on either side of a phase
-        no, first = 0, outer[0]
-        lo, hi = int(start[first]), int(end[first])
-        seen_head = names[0] == head
-        for j in range(1, len(outer)):
-            k = outer[j]
-            if names[j] == head and names[j - 1] != head and seen_head:
-                out.append((key, no, lo, hi, first))
-                no, first, lo, hi = no + 1, k, int(start[k]), int(end[k])
-            seen_head = seen_head or names[j] == head
-            hi = max(hi, int(end[k]))
-        out.append((key, no, lo, hi, first))
+        # one phase: a range a step where the file name counts as many (a NeMo RL sampler: a generate a step)
+        if not cycles and len(outer) == _named_steps(key[0]) > 1:
+            cycles = [(key, no, int(start[k]), int(end[k]), k) for no, k in enumerate(outer)]
+        out += cycles
+    return out
+
+
+def _cycles(
+    key: tuple[Any, int], outer: list[int], names: list[Any], start: np.ndarray, end: np.ndarray
+) -> list[tuple[tuple[Any, int], int, int, int, int]]:
+    """A process's steps from its outermost phase ranges (``outer``, their phases ``names``, two or more): a
+    step begins at each range of its first phase other than ``sync`` that follows a range of another phase."""
+    head = next((n for n in names if n != "sync"), names[0])  # weights sync on either side of a phase
+    out = []
+    no, first = 0, outer[0]
+    lo, hi = int(start[first]), int(end[first])
+    seen_head = names[0] == head
+    for j in range(1, len(outer)):
+        k = outer[j]
+        if names[j] == head and names[j - 1] != head and seen_head:
+            out.append((key, no, lo, hi, first))
+            no, first, lo, hi = no + 1, k, int(start[k]), int(end[k])
+        seen_head = seen_head or names[j] == head
+        hi = max(hi, int(end[k]))
+    out.append((key, no, lo, hi, first))
     return out
 
 
@@ -355,7 +367,7 @@ def _step_notes(
 
 def _inferred_note(key: tuple[Any, int], n: int) -> str:
     """The step note of a process (trace, pid) with ``n`` inferred steps."""
-    if not _one_step_file(key[0]):
+    if not _one_step_file(key[0]) or n > 1:
         rule = "a step begins at each range of its first phase other than sync that follows other phases"
         if _named_steps(key[0]) == n:  # with one phase, its ranges one a step (only so when the name agrees)
             rule = f"as many as its file name gives: with one phase each range is a step, with more {rule}"
