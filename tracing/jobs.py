@@ -64,7 +64,6 @@ class FileResult:
     staged_tables: dict[str, str] = field(default_factory=dict)  # attribute -> staged file
     num_ranges: int | None = None
     phase_seconds: dict[str, float] | None = None
-    first_step_ns: int | None = None  # the start of its first step (its own clock), to order a rank's files
     step_notes: list[str] = field(default_factory=list)  # how its steps were found (stderr, manifest)
     # each step's window, (pid, step, start, end) on its own clock: where roles overlap (overlapping_roles)
     step_spans: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -78,7 +77,6 @@ class Analysis:
     microbatches: MicrobatchResult
     timelines: list[metrics.DeviceTimeline]
     staged_ranges: tuple[str, int, dict[str, float]] | None = None  # (path, ranges, seconds per phase)
-    first_step_ns: int | None = None
     step_notes: list[str] = field(default_factory=list)
     file_facts: dict[str, Any] = field(default_factory=dict)  # what the events say of the file (its meta)
     step_spans: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -163,9 +161,8 @@ def analyze_in(
     windows = steps.step_windows(step_input, trace.path) if step_table.num_rows else None
     cols = ("pid", "step", "start_ns", "end_ns")
     spans = [] if windows is None else list(zip(*(windows[c].tolist() for c in cols), strict=True))
-    first = min(w[2] for w in spans) if spans else None
     facts = {"ops_before_launch": before} if before else {}
-    return Analysis(tables, mb, timelines, staged_ranges, first, step_notes, facts, spans)
+    return Analysis(tables, mb, timelines, staged_ranges, step_notes, facts, spans)
 
 
 def _stage_range_parts(con: Any, trace: Trace, path: Path) -> None:
@@ -271,7 +268,6 @@ def ingest_file(
         gpu_reason=reason,
         microbatches=analysis.microbatches,
         timelines=analysis.timelines,
-        first_step_ns=analysis.first_step_ns,
         step_notes=analysis.step_notes,
         step_spans=analysis.step_spans,
     )
@@ -343,6 +339,11 @@ def clock_offset_ns(result: FileResult) -> int | None:
     return None
 
 
+def first_step_ns(result: FileResult) -> int:
+    """The start of a file's first step on its own clock (it orders a rank's files)."""
+    return min(start for _, _, start, _ in result.step_spans)
+
+
 def number_steps_across_files(results: list[FileResult]) -> list[str]:
     """Number on the steps of a process's files when they collide: verl writes a file per profiled step, and each
     numbers its steps from 0 here (no ``ProfilerStep#N``), so rank r would hold "step 0" several times and the
@@ -350,13 +351,14 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
     start on the epoch clock; by name where a clock cannot be aligned: verl's names end with a timestamp) and
     each file's steps, and its micro-batches', continue after the previous file's. A file whose name says which
     RL steps it holds (verl's ``_step<N>_``, NeMo RL's ``_<start>:<stop>_``) and whose steps are numbered
-    ``0..n-1`` here takes those numbers instead (a verl file of several steps: N, N + 1, ...). Files are grouped by process: rank and pid (a rank's actor and
-    critic workers are two processes, each with a file per step), or the pid alone where there is no rank (nsys
-    captures of one verl worker: ``worker_process_<pid>.<k>``). Returns a note per process renumbered."""
+    ``0..n-1`` here takes those numbers instead (a verl file of several steps: N, N + 1, ...). Files are grouped
+    by process: rank and pid (a rank's actor and critic workers are two processes, each with a file per step), or
+    the pid alone where there is no rank (nsys captures of one verl worker: ``worker_process_<pid>.<k>``).
+    Returns a note per process renumbered."""
 
     by_rank: dict[str, list[FileResult]] = {}  # "rank r (pid p)", else "pid p"
     for r in results:
-        if r.format == METRIC_LOG or not len(r.steps) or r.first_step_ns is None:
+        if r.format == METRIC_LOG or not len(r.steps) or not r.step_spans:
             continue
         named = (r.meta.get("report_name") or {}).get("profiled_steps") or []
         own = sorted(set(r.steps.column("step").to_pylist()))
@@ -378,7 +380,7 @@ def number_steps_across_files(results: list[FileResult]) -> list[str]:
             continue  # no step number in two files
         offsets = [clock_offset_ns(r) for r in files]
         aligned = None not in offsets
-        files.sort(key=lambda r: (r.first_step_ns + clock_offset_ns(r), r.path) if aligned else r.path)
+        files.sort(key=lambda r: (first_step_ns(r) + clock_offset_ns(r), r.path) if aligned else r.path)
         following = 0
         for k, r in enumerate(files):
             step = r.steps.column("step").to_numpy()

@@ -277,9 +277,8 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 progress.close()
             colocated = share_devices(results) if args.colocated else []
-            said = [
-                f"{r.path}: {n}" for r in results for n in r.step_notes
-            ]  # before a note per renumbered file
+            # how each file's steps were found, said before the notes renumbering and overlaps add
+            said = [f"{r.path}: {n}" for r in results for n in r.step_notes]
             renumbered = number_steps_across_files(results)
             overlaps = overlapping_roles(results)
             microbatches, notes, picked = _microbatches(results)

@@ -52,6 +52,15 @@ def _trace_labels(manifest: dict) -> dict[str, tuple[str | None, str | None, str
     return out
 
 
+def _noting(manifest: dict, marker: str) -> list[str]:
+    """The traces of an ingest one of whose step notes says ``marker`` (how its steps were found)."""
+    return [
+        str(t.get("path"))
+        for t in manifest.get("traces") or []
+        if any(marker in str(n) for n in t.get("step_notes") or [])
+    ]
+
+
 def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str]]:
     """The ingest's steps as one :class:`RunFolder` per (precision, model) and notes on what was left out."""
     spath = path / store.STEPS
@@ -61,11 +70,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     if steps.empty or not set(STEP_COLUMNS) <= set(steps.columns):
         return [], []
     notes: list[str] = []
-    partial = {
-        str(t.get("path"))
-        for t in manifest.get("traces") or []
-        if any(PARTIAL in str(n) for n in t.get("step_notes") or [])
-    }
+    partial = set(_noting(manifest, PARTIAL))
     if partial:  # its micro-batches are whole and still fit; its step is not
         notes.append(
             f"{path}: {len(partial)} of its traces hold a window of their step only ({PARTIAL}: verl's '_mb<a>-<b>' "
@@ -75,11 +80,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
     # a process's files (verl's discrete mode: a file per stage of a step) as the one process they are
     steps = schema.to_frame(merge_process_files(schema.from_frame(steps)))
     labels = _trace_labels(manifest)
-    inferred = [
-        t.get("path")
-        for t in manifest.get("traces") or []
-        if any(f": {INFERRED}:" in str(n) for n in t.get("step_notes") or [])
-    ]
+    inferred = _noting(manifest, f": {INFERRED}:")
     if inferred:
         whose = f"{inferred[0]}" if len(inferred) == 1 else f"{len(inferred)} of its traces"
         notes.append(
@@ -87,11 +88,7 @@ def phase_sources(path: Path, manifest: dict) -> tuple[list[RunFolder], list[str
             "spans its phases only, so time between them (a worker waiting for the driver's reward, say) is in no "
             "phase; a metric log's step timer (verl timing_s/step) gives the whole step"
         )
-    overlapped = [
-        t.get("path")
-        for t in manifest.get("traces") or []
-        if any(OVERLAP in str(n) for n in t.get("step_notes") or [])
-    ]
+    overlapped = _noting(manifest, OVERLAP)
     if overlapped:
         notes.append(
             f"{path}: {len(overlapped)} of its traces hold processes of different roles that run the same steps at "

@@ -13,6 +13,7 @@ steps (verl steps torch.profiler once per update mini-batch when a profiling sch
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -327,18 +328,22 @@ def _cycles(
     return out
 
 
-def _window(trace: Any) -> str | None:
-    """What part of its step a verl file holds by its name (``update mini-batches 2-3``), None for a whole one."""
+@functools.lru_cache(maxsize=1024)
+def _named(trace: Any) -> tuple[int, str | None]:
+    """What a trace file's name says of its steps: how many it holds (0: it does not say) and what part of its
+    step a verl file holds (``update mini-batches 2-3``; None for a whole one)."""
     from tracing.ingest.trace import report_name
 
-    return report_name(trace).get("window") if isinstance(trace, str) else None
+    info = report_name(trace) if isinstance(trace, str) else {}
+    return len(info.get("profiled_steps") or ()), info.get("window")
+
+
+def _window(trace: Any) -> str | None:
+    return _named(trace)[1]
 
 
 def _named_steps(trace: Any) -> int:
-    """How many RL steps a trace file's name says it holds (0: it does not say)."""
-    from tracing.ingest.trace import report_name
-
-    return len(report_name(trace).get("profiled_steps") or ()) if isinstance(trace, str) else 0
+    return _named(trace)[0]
 
 
 def _one_step_file(trace: Any) -> bool:
