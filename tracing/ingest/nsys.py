@@ -311,8 +311,9 @@ def read_parts(
             ).fetchone()[0]
         for m, _ in _rows(path, rows, table, exprs, where=where):
             start, end = m[:, 0], m[:, 1]
-            pid = np.where(m[:, 5] == schema.NO_ID, schema.NO_ID, decode_global_tid(m[:, 5])[0])
-            b.gpu_ops_without_pid += int((m[:, 5] == schema.NO_ID).sum())
+            no_pid = m[:, 5] == schema.NO_ID
+            pid = np.where(no_pid, schema.NO_ID, decode_global_tid(m[:, 5])[0])
+            b.gpu_ops_without_pid += int(no_pid.sum())
             b.add(
                 kind,
                 len(m),
